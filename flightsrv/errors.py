@@ -1,0 +1,100 @@
+"""The flightsrv error hierarchy, grouped by what the caller should do.
+
+Every error carries its context as ``key=value`` pairs in the message so that a
+log line or a client-side error names the table, object and version involved.
+
+- ``ConfigurationError``   fix the call or the configuration; retrying won't help.
+- ``TransientError``       retry later (throttling, timeouts, lost races).
+- ``PersistentStateError`` the stored state is not what it must be (corrupt or
+                           missing objects); an operator must look.
+- ``PermissionDenied``     the caller may not do this.
+"""
+
+from __future__ import annotations
+
+
+def _fmt(message: str, context: dict) -> str:
+    if not context:
+        return message
+    ctx = " ".join(f"{k}={v}" for k, v in context.items() if v is not None)
+    return f"{message} ({ctx})" if ctx else message
+
+
+class FlightsrvError(Exception):
+    """Base class. ``context`` holds the key=value pairs shown in the message."""
+
+    def __init__(self, message: str, **context):
+        self.message = message
+        self.context = context
+        super().__init__(_fmt(message, context))
+
+
+class ConfigurationError(FlightsrvError):
+    """Bad input or configuration: fix the request, do not retry."""
+
+
+class TransientError(FlightsrvError):
+    """A retry may succeed."""
+
+
+class PersistentStateError(FlightsrvError):
+    """Stored state is broken or missing."""
+
+
+class PermissionDenied(FlightsrvError):
+    """The caller lacks the role for this operation."""
+
+
+# -- store level ---------------------------------------------------------------
+
+
+class ObjectNotFound(PersistentStateError):
+    """The key does not exist (HTTP 404)."""
+
+
+class PreconditionFailed(TransientError):
+    """A conditional request lost: If-None-Match on an existing key, or a stale If-Match
+    (HTTP 412, or S3's 409 ConditionalRequestConflict)."""
+
+
+class StoreUnsupported(ConfigurationError):
+    """The store does not enforce the preconditions the commit protocol needs."""
+
+
+class StoreError(TransientError):
+    """An I/O failure talking to the store that may succeed on retry."""
+
+
+class CorruptObject(PersistentStateError):
+    """An object failed a validity check (magic, CRC, size, JSON, Parquet footer)."""
+
+
+# -- table level ---------------------------------------------------------------
+
+
+class CommitConflict(TransientError):
+    """The commit loop ran out of retries against concurrent commits."""
+
+
+class TableNotFound(ConfigurationError):
+    """No table of that name in the warehouse."""
+
+
+class TableExists(ConfigurationError):
+    """CREATE of a table that already exists."""
+
+
+class SchemaMismatch(ConfigurationError):
+    """Appended data does not match the table schema."""
+
+
+class VersionNotFound(ConfigurationError):
+    """Time travel to a version that never existed or was expired."""
+
+
+class PredicateError(ConfigurationError):
+    """A SQL predicate that does not parse, names unknown columns or is not boolean."""
+
+
+class SqlError(ConfigurationError):
+    """A SQL statement that cannot be run; names the statement and position."""
