@@ -1,0 +1,385 @@
+"""Plan a query over pinned table snapshots: bind parameters, resolve and pin table
+references, rewrite them to registered relation names, and extract per-reference scan
+hints (projection and pushable filters).
+
+Contract:
+
+- :func:`bind_params` replaces ``$n`` placeholders by typed literals (a copy of the tree).
+- :func:`plan_query` finds every warehouse table reference in a query tree (anything in
+  FROM/JOIN that is not a CTE or an allowed table function), resolves each to a snapshot
+  through a :class:`Pinner`, and rewrites it to ``<relation> AS <alias>`` where the
+  relation is unique per reference. ``t AT (VERSION => n)`` / ``t AT (TIMESTAMP => '...')``
+  pin that version; every reference to the same table without ``AT`` gets the *same*
+  snapshot (pinned once per statement).
+- Scan hints are an optimisation only: DuckDB still evaluates the full query, so a hint may
+  read more than needed but never less. ``columns`` is a superset of the columns the
+  statement can touch (``None`` = all); ``filter`` is an AND of ``column op literal``
+  conjuncts from the WHERE of the SELECT that reads the reference directly, and only when
+  that SELECT has no outer joins (a filter below an outer join changes results).
+
+Resolution goes through a callable so this module needs no table code:
+``resolve(name, version, as_of) -> snapshot`` with ``.schema`` (pa.Schema) and ``.version``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from flightsrv.errors import SqlError
+from flightsrv.sql import types as sqltypes
+from flightsrv.sql.statements import DIALECT, error
+
+Resolver = Callable[[str, "int | None", "str | None"], Any]
+
+RELATION_PREFIX = "__flightsrv_scan_"
+
+
+# -- parameters ----------------------------------------------------------------------
+
+
+def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
+                expected: int) -> exp.Expression:
+    """A copy of ``tree`` with ``$n`` replaced by the typed literal of ``values[n-1]``."""
+    if len(values) < expected:
+        raise SqlError("too few parameters", statement=sql, expected=expected, got=len(values))
+    if expected == 0:
+        return tree
+    literals = [sqlglot.parse_one(sqltypes.literal_sql(v), read=DIALECT) for v in values]
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Placeholder) and node.this is not None:
+            i = int(str(node.this)) - 1
+            if not 0 <= i < len(literals):
+                raise error(f"parameter ${i + 1} has no value", sql, node)
+            return literals[i].copy()
+        return node
+
+    return tree.copy().transform(swap)
+
+
+def params_from_batch(batch: pa.RecordBatch | None, row: int = 0) -> list[pa.Scalar]:
+    """Parameter values of one row of an ADBC/Flight SQL parameter batch, by position.
+
+    ADBC names the columns "0", "1", ...; other names are accepted positionally.
+    """
+    if batch is None or batch.num_columns == 0:
+        return []
+    cols = list(range(batch.num_columns))
+    names = batch.schema.names
+    if all(n.isdigit() for n in names):
+        cols.sort(key=lambda i: int(names[i]))
+    out = []
+    for i in cols:
+        col = batch.column(i)
+        if pa.types.is_union(col.type):  # flightsql-dbapi sends dense unions
+            out.append(_union_value(col[row]))
+        else:
+            out.append(col[row])
+    return out
+
+
+def _union_value(s: pa.Scalar) -> pa.Scalar:
+    v = s.value
+    return v if v is not None else pa.scalar(None)
+
+
+# -- pinning -------------------------------------------------------------------------
+
+
+@dataclass
+class Pinner:
+    """Pins each table once per statement: repeated references share one snapshot."""
+
+    resolve: Resolver
+    pins: dict[tuple[str, int | None, str | None], Any] = field(default_factory=dict)
+
+    def pin(self, name: str, version: int | None = None, as_of: str | None = None) -> Any:
+        key = (name, version, as_of)
+        if key not in self.pins:
+            self.pins[key] = self.resolve(name, version, as_of)
+        return self.pins[key]
+
+
+# -- query planning --------------------------------------------------------------------
+
+
+@dataclass
+class Scan:
+    relation: str  # the name registered with DuckDB
+    table: str
+    snapshot: Any
+    columns: list[str] | None  # None = all columns
+    filter: str | None  # SQL boolean over unqualified column names, or None
+
+
+@dataclass
+class QueryPlan:
+    tree: exp.Expression
+    scans: list[Scan]
+
+    @property
+    def sql(self) -> str:
+        return self.tree.sql(DIALECT)
+
+
+def is_cte_reference(table: exp.Table) -> bool:
+    """True when ``table`` names a CTE visible from where it appears."""
+    if table.args.get("db") or table.args.get("catalog"):
+        return False
+    name = table.name.lower()
+    node: exp.Expression | None = table
+    while node is not None:
+        with_ = node.args.get("with_") if hasattr(node, "args") else None
+        if isinstance(with_, exp.With):
+            for cte in with_.expressions:
+                if cte.alias_or_name.lower() == name:
+                    return True
+        node = node.parent
+    return False
+
+
+def table_references(tree: exp.Expression) -> list[exp.Table]:
+    """Warehouse table references in ``tree``, in walk order."""
+    refs = []
+    for t in tree.find_all(exp.Table):
+        if not isinstance(t.this, exp.Identifier):
+            continue  # table function
+        if is_cte_reference(t):
+            continue
+        refs.append(t)
+    return refs
+
+
+def _time_travel(table: exp.Table, sql: str) -> tuple[int | None, str | None]:
+    when = table.args.get("when")
+    if when is None:
+        return None, None
+    if not isinstance(when, exp.HistoricalData) or str(when.this).upper() != "AT":
+        raise error("only AT (VERSION => n) and AT (TIMESTAMP => '...') are supported",
+                    sql, table)
+    kind = str(when.args.get("kind") or "").upper()
+    value = when.expression
+    while isinstance(value, (exp.Cast, exp.Paren)):
+        value = value.this
+    if kind == "VERSION":
+        if isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit():
+            return int(value.name), None
+        raise error("AT (VERSION => n) needs a non-negative integer", sql, table)
+    if kind == "TIMESTAMP":
+        if isinstance(value, exp.Literal) and value.is_string:
+            return None, value.name
+        raise error("AT (TIMESTAMP => ...) needs a timestamp string", sql, table)
+    raise error(f"AT ({kind} => ...) is not supported; use VERSION or TIMESTAMP", sql, table)
+
+
+def plan_query(query: exp.Expression, pinner: Pinner, sql: str) -> QueryPlan:
+    """Pin and rewrite every table reference in ``query`` (already bound); see module doc."""
+    tree = query.copy()
+    refs = table_references(tree)
+    snapshots = []
+    for t in refs:
+        version, as_of = _time_travel(t, sql)
+        snapshots.append(pinner.pin(t.name, version, as_of))
+    columns = _projections(tree, refs, [s.schema for s in snapshots])
+    filters = _pushable_filters(tree, refs, [s.schema for s in snapshots])
+    scans = []
+    for i, (t, snap) in enumerate(zip(refs, snapshots)):
+        relation = f"{RELATION_PREFIX}{i}"
+        scans.append(Scan(relation, t.name, snap, columns[i], filters[i]))
+    for i, t in enumerate(refs):
+        alias = t.args.get("alias")
+        if alias is None:
+            alias = exp.TableAlias(this=exp.Identifier(this=t.name, quoted=t.this.quoted))
+        t.set("this", exp.to_identifier(scans[i].relation))
+        t.set("when", None)
+        t.set("alias", alias)
+    return QueryPlan(tree, scans)
+
+
+# -- projection --------------------------------------------------------------------------
+
+
+def _alias(t: exp.Table) -> str:
+    return (t.alias or t.name).lower()
+
+
+def _direct_sources(select: exp.Select) -> list[exp.Expression]:
+    out = []
+    frm = select.args.get("from_")
+    if frm is not None:
+        out.append(frm.this)
+    for j in select.args.get("joins") or []:
+        out.append(j.this)
+    return out
+
+
+def _has_star(select: exp.Select) -> bool:
+    for e in select.expressions:
+        if isinstance(e, exp.Star):
+            return True
+        if isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
+            return True
+    return False
+
+
+def _projections(tree: exp.Expression, refs: list[exp.Table],
+                 schemas: list[pa.Schema]) -> list[list[str] | None]:
+    ref_ids = {id(t): i for i, t in enumerate(refs)}
+    full = [False] * len(refs)
+    everything = any(True for _ in tree.find_all(exp.Pivot, exp.Columns)) or any(
+        (j.args.get("method") or "").upper() == "NATURAL" for j in tree.find_all(exp.Join)
+    )
+    if everything:
+        return [None] * len(refs)
+    for select in tree.find_all(exp.Select):
+        if _has_star(select):
+            for src in _direct_sources(select):
+                if id(src) in ref_ids:
+                    full[ref_ids[id(src)]] = True
+    identifiers = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+    bare_columns = {c.name.lower() for c in tree.find_all(exp.Column) if not c.table}
+    out: list[list[str] | None] = []
+    for i, (t, schema) in enumerate(zip(refs, schemas)):
+        names = {n.lower() for n in schema.names}
+        if full[i] or (_alias(t) in bare_columns and _alias(t) not in names):
+            out.append(None)  # SELECT *, or DuckDB's whole-row reference ``SELECT t FROM t``
+            continue
+        out.append([n for n in schema.names if n.lower() in identifiers])
+    return out
+
+
+# -- filter pushdown -------------------------------------------------------------------------
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+_INNER_KINDS = {"", "INNER", "CROSS"}
+
+
+def _literal_class(node: exp.Expression) -> str | None:
+    """'num' | 'str' | 'bool' | None for a constant operand we are willing to push."""
+    if isinstance(node, exp.Neg):
+        node = node.this
+        return "num" if isinstance(node, exp.Literal) and not node.is_string else None
+    if isinstance(node, exp.Boolean):
+        return "bool"
+    if isinstance(node, exp.Literal):
+        return "str" if node.is_string else "num"
+    if isinstance(node, exp.Cast) and isinstance(node.this, (exp.Literal, exp.Neg)):
+        to = node.to
+        if to.is_type(*exp.DataType.NUMERIC_TYPES):
+            return "num" if _literal_class(node.this) == "num" else None
+        if to.is_type(*exp.DataType.TEXT_TYPES):
+            return "str"
+    return None
+
+
+def _type_class(t: pa.DataType) -> str | None:
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "num"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "str"
+    if pa.types.is_boolean(t):
+        return "bool"
+    return None
+
+
+def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
+    if isinstance(cond, exp.And):
+        return list(cond.flatten())
+    if isinstance(cond, exp.Paren):
+        return _conjuncts(cond.this)
+    return [cond]
+
+
+def _pushable_column(conj: exp.Expression) -> tuple[exp.Column, list[exp.Expression]] | None:
+    """(column, constant operands) when ``conj`` is ``column op constant``."""
+    if isinstance(conj, _COMPARISONS):
+        left, right = conj.this, conj.expression
+        if isinstance(left, exp.Column) and not isinstance(right, exp.Column):
+            return left, [right]
+        if isinstance(right, exp.Column) and not isinstance(left, exp.Column):
+            return right, [left]
+        return None
+    if isinstance(conj, exp.In) and isinstance(conj.this, exp.Column):
+        if conj.args.get("query") or conj.args.get("unnest") or conj.args.get("field"):
+            return None
+        return conj.this, list(conj.expressions)
+    if isinstance(conj, exp.Between) and isinstance(conj.this, exp.Column):
+        return conj.this, [conj.args["low"], conj.args["high"]]
+    if isinstance(conj, exp.Is) and isinstance(conj.this, exp.Column):
+        return (conj.this, []) if isinstance(conj.expression, exp.Null) else None
+    if isinstance(conj, exp.Not) and isinstance(conj.this, exp.Is):
+        return _pushable_column(conj.this)
+    return None
+
+
+def _pushable_filters(tree: exp.Expression, refs: list[exp.Table],
+                      schemas: list[pa.Schema]) -> list[str | None]:
+    ref_ids = {id(t): i for i, t in enumerate(refs)}
+    found: list[list[str]] = [[] for _ in refs]
+    for select in tree.find_all(exp.Select):
+        where = select.args.get("where")
+        if where is None:
+            continue
+        joins = select.args.get("joins") or []
+        if any((j.args.get("side") or "") or (j.args.get("kind") or "").upper() not in _INNER_KINDS
+               for j in joins):
+            continue
+        sources = _direct_sources(select)
+        direct = [ref_ids[id(s)] for s in sources if id(s) in ref_ids]
+        only_refs = len(direct) == len(sources)
+        by_alias = {_alias(refs[i]): i for i in direct}
+        for conj in _conjuncts(where.this):
+            hit = _pushable_column(conj)
+            if hit is None:
+                continue
+            col, operands = hit
+            if col.args.get("db") or col.args.get("catalog"):
+                continue
+            name = col.name.lower()
+            if col.table:
+                ref = by_alias.get(col.table.lower())
+            elif only_refs:
+                owners = [i for i in direct
+                          if name in {n.lower() for n in schemas[i].names}]
+                ref = owners[0] if len(owners) == 1 else None
+            else:
+                ref = None
+            if ref is None:
+                continue
+            fields = {f.name.lower(): f for f in schemas[ref]}
+            if name not in fields:
+                continue
+            tclass = _type_class(fields[name].type)
+            if tclass is None or any(_literal_class(o) != tclass for o in operands):
+                continue
+            pushed = conj.copy()
+            for c in pushed.find_all(exp.Column):
+                c.set("table", None)
+            found[ref].append(f"({pushed.sql(DIALECT)})")
+    return [" AND ".join(f) if f else None for f in found]
+
+
+# -- DELETE predicates ------------------------------------------------------------------------
+
+
+def delete_predicate(where: exp.Expression | None, table: str, alias: str | None,
+                     sql: str) -> str:
+    """The WHERE condition of a DELETE as SQL over unqualified columns ("TRUE" if none)."""
+    if where is None:
+        return "TRUE"
+    cond = where.copy()
+    allowed = {table.lower()} | ({alias.lower()} if alias else set())
+    for c in cond.find_all(exp.Column):
+        if c.args.get("db") or c.args.get("catalog"):
+            raise error("qualified column names are not supported in DELETE", sql, c)
+        if c.table:
+            if c.table.lower() not in allowed:
+                raise error(f"DELETE predicate refers to another table: {c.table}", sql, c)
+            c.set("table", None)
+    return cond.sql(DIALECT)

@@ -1,0 +1,193 @@
+"""Type maps between SQL (DuckDB dialect, as sqlglot parses it) and Arrow, kept as tables.
+
+- ``SQL_TO_ARROW``: sqlglot ``DataType.Type`` -> Arrow type, for ``CREATE TABLE`` column defs.
+  Parameterised and nested types (DECIMAL(p, s), lists, structs, maps) are built by
+  :func:`arrow_type` from these tables; extend the dictionaries, not the function.
+- ``ARROW_TO_SQL``: Arrow type id -> DuckDB type name, used to render bound parameter values
+  as typed literals (``CAST('...' AS DATE)``).
+
+DuckDB's own type list: https://duckdb.org/docs/sql/data_types/overview
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal as _decimal
+
+import pyarrow as pa
+from sqlglot import exp
+
+from flightsrv.errors import SqlError
+
+T = exp.DataType.Type
+
+#: Scalar SQL types (as sqlglot names them after parsing the DuckDB dialect) -> Arrow.
+SQL_TO_ARROW: dict[exp.DataType.Type, pa.DataType] = {
+    T.BOOLEAN: pa.bool_(),
+    T.TINYINT: pa.int8(),
+    T.SMALLINT: pa.int16(),
+    T.INT: pa.int32(),
+    T.BIGINT: pa.int64(),
+    T.UTINYINT: pa.uint8(),
+    T.USMALLINT: pa.uint16(),
+    T.UINT: pa.uint32(),
+    T.UBIGINT: pa.uint64(),
+    T.FLOAT: pa.float32(),
+    T.DOUBLE: pa.float64(),
+    T.TEXT: pa.string(),
+    T.VARCHAR: pa.string(),
+    T.CHAR: pa.string(),
+    T.NVARCHAR: pa.string(),
+    T.NCHAR: pa.string(),
+    T.JSON: pa.string(),
+    T.UUID: pa.string(),
+    T.VARBINARY: pa.binary(),
+    T.BINARY: pa.binary(),
+    T.BLOB: pa.binary(),
+    T.DATE: pa.date32(),
+    T.TIME: pa.time64("us"),
+    T.TIMESTAMP: pa.timestamp("us"),
+    T.TIMESTAMPNTZ: pa.timestamp("us"),
+    T.DATETIME: pa.timestamp("us"),
+    T.TIMESTAMP_S: pa.timestamp("s"),
+    T.TIMESTAMP_MS: pa.timestamp("ms"),
+    T.TIMESTAMP_NS: pa.timestamp("ns"),
+    T.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
+    T.INTERVAL: pa.month_day_nano_interval(),
+}
+
+#: Default precision/scale of a bare DECIMAL in DuckDB.
+DEFAULT_DECIMAL = (18, 3)
+
+#: Arrow type -> DuckDB type name for typed literals; :func:`sql_type_name` consults this
+#: first, then builds the parameterised cases (timestamps, decimals, nested types).
+ARROW_TO_SQL: dict[pa.DataType, str] = {
+    pa.bool_(): "BOOLEAN",
+    pa.int8(): "TINYINT",
+    pa.int16(): "SMALLINT",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.uint8(): "UTINYINT",
+    pa.uint16(): "USMALLINT",
+    pa.uint32(): "UINTEGER",
+    pa.uint64(): "UBIGINT",
+    pa.float16(): "FLOAT",
+    pa.float32(): "FLOAT",
+    pa.float64(): "DOUBLE",
+    pa.string(): "VARCHAR",
+    pa.large_string(): "VARCHAR",
+    pa.string_view(): "VARCHAR",
+    pa.binary(): "BLOB",
+    pa.large_binary(): "BLOB",
+    pa.binary_view(): "BLOB",
+    pa.date32(): "DATE",
+    pa.date64(): "DATE",
+    pa.time32("s"): "TIME",
+    pa.time32("ms"): "TIME",
+    pa.time64("us"): "TIME",
+    pa.time64("ns"): "TIME",
+}
+
+_TIMESTAMP_UNITS = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
+
+
+def arrow_type(dt: exp.DataType) -> pa.DataType:
+    """The Arrow type for a parsed SQL column type; SqlError names unsupported types."""
+    kind = dt.this
+    if kind in SQL_TO_ARROW:
+        return SQL_TO_ARROW[kind]
+    params = dt.expressions
+    if kind in (T.DECIMAL, T.BIGDECIMAL):
+        if params:
+            precision = int(params[0].name)
+            scale = int(params[1].name) if len(params) > 1 else 0
+        else:
+            precision, scale = DEFAULT_DECIMAL
+        return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+    if kind in (T.ARRAY, T.LIST):
+        if not params:
+            raise SqlError("array type without an element type", type=dt.sql("duckdb"))
+        return pa.list_(arrow_type(params[0]))
+    if kind == T.STRUCT:
+        fields = []
+        for p in params:
+            # STRUCT(x INT) parses as ColumnDef(x, INT)
+            if not isinstance(p, exp.ColumnDef) or p.args.get("kind") is None:
+                raise SqlError("struct field without a name or type", type=dt.sql("duckdb"))
+            fields.append(pa.field(p.name, arrow_type(p.args["kind"])))
+        return pa.struct(fields)
+    if kind == T.MAP:
+        if len(params) != 2:
+            raise SqlError("MAP needs a key and a value type", type=dt.sql("duckdb"))
+        return pa.map_(arrow_type(params[0]), arrow_type(params[1]))
+    raise SqlError("unsupported column type", type=dt.sql("duckdb"))
+
+
+def sql_type_name(t: pa.DataType) -> str:
+    """The DuckDB type name for an Arrow type (for CASTs of bound parameters)."""
+    if t in ARROW_TO_SQL:
+        return ARROW_TO_SQL[t]
+    if pa.types.is_timestamp(t):
+        if t.tz is not None:
+            return "TIMESTAMPTZ"
+        return _TIMESTAMP_UNITS[t.unit]
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision}, {t.scale})"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"{sql_type_name(t.value_type)}[]"
+    if pa.types.is_struct(t):
+        inner = ", ".join(f'"{f.name}" {sql_type_name(f.type)}' for f in t)
+        return f"STRUCT({inner})"
+    if pa.types.is_dictionary(t):
+        return sql_type_name(t.value_type)
+    if pa.types.is_null(t):
+        return "NULL"
+    raise SqlError("no SQL type for Arrow type", arrow_type=str(t))
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def literal_sql(value: pa.Scalar) -> str:
+    """Render one Arrow scalar as a typed DuckDB literal, e.g. ``CAST('2024-01-01' AS DATE)``.
+
+    The rendering is exact: floats use ``repr`` (round-trips), decimals their string form,
+    binary a hex blob literal.
+    """
+    t = value.type
+    if not value.is_valid:
+        return "NULL" if pa.types.is_null(t) else f"CAST(NULL AS {sql_type_name(t)})"
+    if pa.types.is_dictionary(t):
+        return literal_sql(value.value)
+    py = value.as_py()
+    name = sql_type_name(t)
+    if pa.types.is_boolean(t):
+        return "TRUE" if py else "FALSE"
+    if pa.types.is_integer(t):
+        return f"CAST({int(py)} AS {name})"
+    if pa.types.is_floating(t):
+        f = float(py)
+        if f != f or f in (float("inf"), float("-inf")):
+            return f"CAST({_quote(repr(f))} AS {name})"
+        return f"CAST({f!r} AS {name})"
+    if pa.types.is_decimal(t):
+        assert isinstance(py, _decimal.Decimal)
+        return f"CAST({_quote(str(py))} AS {name})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return _quote(py)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "'" + "".join(f"\\x{b:02x}" for b in py) + "'::BLOB"
+    if pa.types.is_timestamp(t):
+        if t.unit == "ns" and not isinstance(py, _dt.datetime):
+            return f"make_timestamp_ns({value.cast(pa.int64()).as_py()})"
+        return f"CAST({_quote(py.isoformat(sep=' '))} AS {name})"
+    if pa.types.is_date(t) or pa.types.is_time(t):
+        return f"CAST({_quote(py.isoformat())} AS {name})"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        items = ", ".join(literal_sql(v) for v in value.values)
+        return f"CAST([{items}] AS {name})"
+    if pa.types.is_struct(t):
+        items = ", ".join(f"{_quote(f.name)}: {literal_sql(value[f.name])}" for f in t)
+        return f"{{{items}}}"
+    raise SqlError("cannot bind a parameter of this type", arrow_type=str(t))
