@@ -1,0 +1,23 @@
+"""flightsrv: a lakehouse table on object storage with constant-time deletes, served over
+Arrow Flight SQL by DuckDB.
+
+Layers (dependencies point down): server → sql/engine → table → store.
+"""
+
+from flightsrv.errors import (  # noqa: F401
+    CommitConflict,
+    ConfigurationError,
+    CorruptObject,
+    FlightsrvError,
+    PredicateError,
+    SchemaMismatch,
+    StoreUnsupported,
+    TableExists,
+    TableNotFound,
+    VersionNotFound,
+)
+from flightsrv.runtime import Runtime  # noqa: F401
+from flightsrv.table.table import Table  # noqa: F401
+from flightsrv.warehouse import Warehouse  # noqa: F401
+
+__version__ = "0.1.0"

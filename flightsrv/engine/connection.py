@@ -1,0 +1,52 @@
+"""The one locked-down DuckDB connection the engine serves from.
+
+Lock-down, in this order (FIELD_NOTES, DuckDB 2.0 section):
+
+1. ``SET enable_progress_bar=false`` (rejected inside ``connect(config=...)``);
+2. ``SET enable_external_access=false``: no file, network or extension access, so
+   ``read_csv``, ``read_text``, ``glob``, ``COPY ... TO``, ``ATTACH``, ``INSTALL`` and
+   ``read_parquet`` of any path all fail; registered Arrow objects still work;
+3. ``SET lock_configuration=true``: no later ``SET`` can undo the above.
+
+Requests each take a ``cursor()`` (a connection to the same in-memory database with its own
+registrations and its own open result), so there is no global lock around queries.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import duckdb
+
+LOCKDOWN = (
+    "SET enable_progress_bar=false",
+    "SET enable_external_access=false",
+    "SET lock_configuration=true",
+)
+
+
+def open_locked(threads: int | None = None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB connection with external access disabled and settings frozen."""
+    con = duckdb.connect(":memory:")
+    if threads is not None:
+        con.execute(f"SET threads={int(threads)}")
+    if memory_limit is not None:
+        con.execute("SET memory_limit=?", [memory_limit])
+    for stmt in LOCKDOWN:
+        con.execute(stmt)
+    return con
+
+
+class CursorSource:
+    """Hands out cursors of one locked connection; safe to call from many threads."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self._con = con
+        self._lock = threading.Lock()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        with self._lock:  # only cursor creation is serialised, never query execution
+            return self._con.cursor()
+
+    def close(self) -> None:
+        self._con.close()

@@ -1,0 +1,423 @@
+"""``DuckEngine``: the :class:`~flightsrv.engine.api.Engine` over a warehouse, run by DuckDB.
+
+Per request: parse and classify (:mod:`flightsrv.sql`), check the role, bind parameters,
+pin every referenced table snapshot once at statement start, then
+
+- SELECT: register each reference's masked, projected, pre-filtered ``snap.scan(...)`` on a
+  fresh cursor of the locked connection under a unique relation name, run the rewritten
+  query and stream ``to_arrow_reader(batch_size)``; nothing is materialised whole.
+- DELETE: ``table.delete(predicate, mode=...)`` with the WHERE clause as SQL text.
+- INSERT / CTAS: evaluate the source in DuckDB over pinned snapshots and stream it into
+  ``table.append``.
+- CREATE TABLE / DROP TABLE / SET delete_mode / VACUUM / OPTIMIZE.
+
+Errors: DuckDB errors become ``SqlError`` naming the statement; table errors
+(``TableNotFound``, ``VersionNotFound``, ``SchemaMismatch``, ...) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from flightsrv.engine.api import IngestMode, Prepared, QueryResult, Role, Session, StatementKind
+from flightsrv.engine.connection import CursorSource, open_locked
+from flightsrv.errors import (
+    ConfigurationError,
+    PermissionDenied,
+    PredicateError,
+    SchemaMismatch,
+    SqlError,
+    TableExists,
+    TableNotFound,
+)
+from flightsrv.sql import plan as sqlplan
+from flightsrv.sql import statements as st
+from flightsrv.sql.statements import DIALECT
+
+DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
+COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
+
+
+def _sql_error(e: Exception, sql: str) -> SqlError:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return SqlError(msg, statement=st._short(sql))
+
+
+class DuckEngine:
+    """Implements :class:`flightsrv.engine.api.Engine` for one warehouse."""
+
+    def __init__(self, warehouse, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                 threads: int | None = None, memory_limit: str | None = None):
+        self.warehouse = warehouse
+        self.batch_size = batch_size
+        self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit))
+
+    def close(self) -> None:
+        self._cursors.close()
+
+    # -- Engine: metadata ----------------------------------------------------------------
+
+    def list_tables(self) -> list[str]:
+        return list(self.warehouse.list_tables())
+
+    def table_schema(self, table: str) -> pa.Schema:
+        return self.warehouse.table(table).snapshot().schema
+
+    # -- Engine: prepare -------------------------------------------------------------------
+
+    def prepare(self, sql: str, session: Session) -> Prepared:
+        stmt = st.parse_statement(sql)
+        param_schema = pa.schema([pa.field(str(i), pa.null()) for i in range(stmt.param_count)])
+        if not isinstance(stmt, st.Query):
+            return Prepared(sql, StatementKind.UPDATE, pa.schema([]), param_schema)
+        # Bind every parameter as NULL and run the query with LIMIT 0 over empty relations
+        # of the pinned schemas: types come from DuckDB, no data is read.
+        nulls = [pa.scalar(None)] * stmt.param_count
+        tree = sqlplan.bind_params(stmt.tree, nulls, sql, stmt.param_count)
+        qp = sqlplan.plan_query(tree, self._pinner(), sql)
+        cur = self._cursors.cursor()
+        try:
+            for scan in qp.scans:
+                schema = scan.snapshot.schema
+                if scan.columns is not None:
+                    schema = pa.schema([schema.field(c) for c in self._scan_columns(scan)])
+                cur.register(scan.relation, schema.empty_table())
+            try:
+                rel = cur.sql(qp.sql)
+                schema = rel.limit(0).to_arrow_table().schema
+            except duckdb.Error as e:
+                raise _sql_error(e, sql) from None
+        finally:
+            cur.close()
+        return Prepared(sql, StatementKind.QUERY, schema, param_schema)
+
+    # -- Engine: queries ---------------------------------------------------------------------
+
+    def execute_query(self, sql: str, session: Session,
+                      params: pa.RecordBatch | None = None) -> QueryResult:
+        stmt = st.parse_statement(sql)
+        if not isinstance(stmt, st.Query):
+            # A client that prepares everything (ADBC) may send DML down the query path:
+            # run it and answer with its row count.
+            n = self.execute_update(sql, session, params)
+            batch = pa.record_batch([pa.array([n], pa.int64())], schema=COUNT_SCHEMA)
+            return QueryResult(COUNT_SCHEMA, pa.RecordBatchReader.from_batches(COUNT_SCHEMA, [batch]))
+        rows = self._param_rows(stmt, params)
+        if len(rows) > 1:
+            raise SqlError("a query binds exactly one row of parameters",
+                           statement=st._short(sql), rows=len(rows))
+        tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
+        reader = self._run_query(tree, self._pinner(), sql)
+        return QueryResult(reader.schema, reader)
+
+    def _run_query(self, tree: exp.Expression, pinner: sqlplan.Pinner,
+                   sql: str) -> pa.RecordBatchReader:
+        """Plan, register and start ``tree``; the returned reader owns the cursor."""
+        qp = sqlplan.plan_query(tree, pinner, sql)
+        cur = self._cursors.cursor()
+        try:
+            for scan in qp.scans:
+                cur.register(scan.relation, self._open_scan(scan))
+            try:
+                inner = cur.sql(qp.sql).to_arrow_reader(self.batch_size)
+            except duckdb.Error as e:
+                raise _sql_error(e, sql) from None
+        except BaseException:
+            cur.close()
+            raise
+        return pa.RecordBatchReader.from_batches(inner.schema, _stream(inner, cur, sql))
+
+    def _scan_columns(self, scan: sqlplan.Scan) -> list[str] | None:
+        if scan.columns is None:
+            return None
+        if scan.columns:
+            return scan.columns
+        # Nothing referenced (count(*)): read one column so batches still carry row counts;
+        # prefer a fixed-width one.
+        schema = scan.snapshot.schema
+        for f in schema:
+            if pa.types.is_primitive(f.type):
+                return [f.name]
+        return [schema.names[0]] if schema.names else []
+
+    def _open_scan(self, scan: sqlplan.Scan) -> pa.RecordBatchReader:
+        snap = scan.snapshot
+        columns = self._scan_columns(scan)
+        flt: Any = scan.filter
+        if flt is not None and hasattr(snap, "predicate"):
+            try:  # parse up front: the scan parses lazily, and a bad hint must not fail a query
+                flt = snap.predicate(flt)
+            except (PredicateError, ConfigurationError):
+                flt = None
+        try:
+            return snap.scan(columns=columns, filter=flt)
+        except (PredicateError, ConfigurationError):
+            if flt is None:
+                raise
+            return snap.scan(columns=columns, filter=None)
+
+    # -- Engine: updates -------------------------------------------------------------------------
+
+    def execute_update(self, sql: str, session: Session,
+                       params: pa.RecordBatch | None = None) -> int:
+        stmt = st.parse_statement(sql)
+        if stmt.writes and session.role == Role.READER:
+            raise PermissionDenied("read-only session may not run this statement",
+                                   user=session.user, statement=st._short(sql))
+        if isinstance(stmt, st.Query):
+            raise SqlError("a query returns rows; run it as a query, not an update",
+                           statement=st._short(sql))
+        total = 0
+        for values in self._param_rows(stmt, params):
+            tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
+            total += self._run_update(stmt, tree, session)
+        return total
+
+    def _run_update(self, stmt: st.Statement, tree: exp.Expression, session: Session) -> int:
+        sql = stmt.sql
+        if isinstance(stmt, st.SetSession):
+            session.settings[stmt.name] = stmt.value
+            return 0
+        if isinstance(stmt, st.Delete):
+            table = self.warehouse.table(stmt.table)
+            cond = tree.args["where"].this if tree.args.get("where") is not None else None
+            pred = sqlplan.delete_predicate(cond, stmt.table, stmt.alias, sql)
+            mode = session.settings.get("delete_mode")
+            return int(self._delete(table, pred, mode))
+        if isinstance(stmt, st.Insert):
+            return self._insert(stmt, tree)
+        if isinstance(stmt, st.CreateTable):
+            return self._create(stmt)
+        if isinstance(stmt, st.CreateTableAs):
+            return self._ctas(stmt, tree)
+        if isinstance(stmt, st.DropTable):
+            try:
+                self.warehouse.drop_table(stmt.table)
+            except TableNotFound:
+                if not stmt.if_exists:
+                    raise
+            return 0
+        if isinstance(stmt, st.Maintenance):
+            table = self.warehouse.table(stmt.table)
+            op = getattr(table, stmt.verb, None)
+            if op is None:
+                raise ConfigurationError(f"{stmt.verb.upper()} is not available yet",
+                                         table=stmt.table)
+            result = op()
+            return int(result) if isinstance(result, int) else 0
+        raise SqlError("statement kind not handled", statement=st._short(sql),
+                       kind=type(stmt).__name__)
+
+    @staticmethod
+    def _delete(table, predicate: str, mode: str | None) -> int:
+        if mode is None:
+            return table.delete(predicate)
+        accepts_mode = "mode" in inspect.signature(table.delete).parameters
+        if not accepts_mode:
+            if mode == "splice":
+                raise ConfigurationError("splice deletes are not available yet",
+                                         table=getattr(table, "name", None))
+            return table.delete(predicate)
+        return table.delete(predicate, mode=mode)
+
+    def _insert(self, stmt: st.Insert, tree: exp.Expression) -> int:
+        table = self.warehouse.table(stmt.table)
+        pinner = self._pinner()
+        target = pinner.pin(stmt.table).schema
+        columns = list(stmt.columns) if stmt.columns is not None else list(target.names)
+        by_lower = {n.lower(): n for n in target.names}
+        resolved = []
+        for c in columns:
+            if c.lower() not in by_lower:
+                raise SqlError("INSERT names a column the table does not have",
+                               statement=st._short(stmt.sql), table=stmt.table, column=c)
+            resolved.append(by_lower[c.lower()])
+        if len({c.lower() for c in resolved}) != len(resolved):
+            raise SqlError("INSERT names a column twice", statement=st._short(stmt.sql))
+        source = tree.expression
+        reader = self._run_query(source, pinner, stmt.sql)
+        if reader.schema.num_fields != len(resolved):
+            reader.close()
+            raise SqlError("INSERT has a different number of values than columns",
+                           statement=st._short(stmt.sql), table=stmt.table,
+                           columns=len(resolved), values=reader.schema.num_fields)
+        counter = _Counter()
+        shaped = _shape_for_insert(reader, resolved, target, counter)
+        table.append(shaped)
+        return counter.rows
+
+    def _create(self, stmt: st.CreateTable) -> int:
+        if stmt.replace:
+            try:
+                self.warehouse.drop_table(stmt.table)
+            except TableNotFound:
+                pass
+        try:
+            self.warehouse.create_table(stmt.table, stmt.schema)
+        except TableExists:
+            if not stmt.if_not_exists:
+                raise
+        return 0
+
+    def _ctas(self, stmt: st.CreateTableAs, tree: exp.Expression) -> int:
+        if stmt.if_not_exists and stmt.table in self.warehouse.list_tables():
+            return 0
+        reader = self._run_query(tree.expression, self._pinner(), stmt.sql)
+        schema = pa.schema([f.with_nullable(True) for f in reader.schema])
+        if stmt.replace:
+            try:
+                self.warehouse.drop_table(stmt.table)
+            except TableNotFound:
+                pass
+        try:
+            table = self.warehouse.create_table(stmt.table, schema)
+        except BaseException:
+            reader.close()
+            raise
+        counter = _Counter()
+        try:
+            table.append(pa.RecordBatchReader.from_batches(schema, counter.count(reader, schema)))
+        except BaseException:
+            try:  # best effort: do not leave a half-made table behind
+                self.warehouse.drop_table(stmt.table)
+            except Exception:
+                pass
+            raise
+        return counter.rows
+
+    # -- Engine: ingest ---------------------------------------------------------------------------
+
+    def ingest(self, table: str, mode: IngestMode, data: pa.RecordBatchReader,
+               session: Session) -> int:
+        if session.role == Role.READER:
+            raise PermissionDenied("read-only session may not ingest", user=session.user,
+                                   table=table)
+        wh = self.warehouse
+        if mode == IngestMode.REPLACE:
+            try:
+                wh.drop_table(table)
+            except TableNotFound:
+                pass
+        if mode in (IngestMode.CREATE, IngestMode.REPLACE):
+            t = wh.create_table(table, data.schema)
+        elif mode == IngestMode.APPEND:
+            t = wh.table(table)
+        else:
+            try:
+                t = wh.table(table)
+            except TableNotFound:
+                try:
+                    t = wh.create_table(table, data.schema)
+                except TableExists:
+                    t = wh.table(table)
+        counter = _Counter()
+        t.append(pa.RecordBatchReader.from_batches(data.schema, counter.count(data)))
+        return counter.rows
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _pinner(self) -> sqlplan.Pinner:
+        tables: dict[str, Any] = {}
+
+        def resolve(name: str, version: int | None, as_of: str | None):
+            if name not in tables:
+                tables[name] = self.warehouse.table(name)
+            if version is None and as_of is None:
+                return tables[name].snapshot()
+            return tables[name].snapshot(version=version, as_of=as_of)
+
+        return sqlplan.Pinner(resolve)
+
+    @staticmethod
+    def _param_rows(stmt: st.Statement, params: pa.RecordBatch | None) -> list[list[pa.Scalar]]:
+        if params is not None and isinstance(params, pa.Table):
+            params = params.combine_chunks().to_batches()[0] if params.num_rows else None
+        if stmt.param_count == 0:
+            return [[]]
+        if params is None or params.num_rows == 0:
+            raise SqlError("statement has parameters but none were bound",
+                           statement=st._short(stmt.sql), expected=stmt.param_count)
+        if params.num_columns < stmt.param_count:
+            raise SqlError("too few parameters", statement=st._short(stmt.sql),
+                           expected=stmt.param_count, got=params.num_columns)
+        return [sqlplan.params_from_batch(params, r) for r in range(params.num_rows)]
+
+
+# -- streaming helpers ---------------------------------------------------------------------------
+
+
+def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
+            sql: str) -> Iterator[pa.RecordBatch]:
+    """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
+    try:
+        while True:
+            try:
+                batch = inner.read_next_batch()
+            except StopIteration:
+                return
+            except duckdb.Error as e:
+                raise _sql_error(e, sql) from None
+            yield batch
+    finally:
+        try:
+            inner.close()
+        finally:
+            cur.close()
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def count(self, reader: pa.RecordBatchReader,
+              schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+        for b in reader:
+            self.rows += b.num_rows
+            if schema is not None and b.schema != schema:
+                b = pa.RecordBatch.from_arrays(b.columns, schema=schema)
+            yield b
+
+
+def _shape_for_insert(reader: pa.RecordBatchReader, columns: list[str], target: pa.Schema,
+                      counter: _Counter) -> pa.RecordBatchReader:
+    """Name the source columns after the target columns (by position) and add NULL columns
+    for target columns the INSERT does not list; the table casts types."""
+    src_types = {c: t for c, t in zip(columns, reader.schema.types)}
+    out_fields = []
+    for f in target:
+        if f.name in src_types:
+            t = src_types[f.name]
+            out_fields.append(pa.field(f.name, f.type if pa.types.is_null(t) else t))
+        else:
+            if not f.nullable:
+                raise SchemaMismatch("INSERT leaves a NOT NULL column without values",
+                                     column=f.name)
+            out_fields.append(pa.field(f.name, f.type))
+    out_schema = pa.schema(out_fields)
+    pos = {c: i for i, c in enumerate(columns)}
+
+    def gen():
+        for b in reader:
+            arrays = []
+            for f in out_schema:
+                if f.name in pos:
+                    col = b.column(pos[f.name])
+                    if pa.types.is_null(col.type):
+                        col = pa.nulls(b.num_rows, f.type)
+                    arrays.append(col)
+                else:
+                    arrays.append(pa.nulls(b.num_rows, f.type))
+            counter.rows += b.num_rows
+            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+
+    return pa.RecordBatchReader.from_batches(out_schema, gen())
+
+
+__all__ = ["DuckEngine", "sqlglot"]

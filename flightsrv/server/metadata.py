@@ -1,0 +1,413 @@
+"""Flight SQL metadata: the fixed result schemas, SqlInfo values and XDBC type info.
+
+Spec: https://github.com/apache/arrow/blob/main/format/FlightSql.proto (each Command*'s
+comment gives its result schema; the ``SqlInfo`` enum gives the keys).
+
+Everything here is data. JDBC and BI tools fail on *missing* SqlInfo keys (Metabase hits a
+null-pointer error), so ``SQL_INFO`` answers every key the spec defines.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+
+CATALOG = "flightsrv"
+DB_SCHEMA = "main"
+TABLE_TYPES = ("TABLE",)
+SERVER_NAME = "flightsrv"
+
+# -- result schemas ---------------------------------------------------------------------
+
+CATALOGS_SCHEMA = pa.schema([pa.field("catalog_name", pa.utf8(), nullable=False)])
+DB_SCHEMAS_SCHEMA = pa.schema(
+    [pa.field("catalog_name", pa.utf8()), pa.field("db_schema_name", pa.utf8(), nullable=False)]
+)
+TABLES_SCHEMA = pa.schema(
+    [
+        pa.field("catalog_name", pa.utf8()),
+        pa.field("db_schema_name", pa.utf8()),
+        pa.field("table_name", pa.utf8(), nullable=False),
+        pa.field("table_type", pa.utf8(), nullable=False),
+    ]
+)
+TABLES_SCHEMA_WITH_SCHEMA = TABLES_SCHEMA.append(
+    pa.field("table_schema", pa.binary(), nullable=False)
+)
+TABLE_TYPES_SCHEMA = pa.schema([pa.field("table_type", pa.utf8(), nullable=False)])
+PRIMARY_KEYS_SCHEMA = pa.schema(
+    [
+        pa.field("catalog_name", pa.utf8()),
+        pa.field("db_schema_name", pa.utf8()),
+        pa.field("table_name", pa.utf8(), nullable=False),
+        pa.field("column_name", pa.utf8(), nullable=False),
+        pa.field("key_name", pa.utf8()),
+        pa.field("key_sequence", pa.int32(), nullable=False),
+    ]
+)
+# GetExportedKeys, GetImportedKeys and GetCrossReference share one schema.
+FOREIGN_KEYS_SCHEMA = pa.schema(
+    [
+        pa.field("pk_catalog_name", pa.utf8()),
+        pa.field("pk_db_schema_name", pa.utf8()),
+        pa.field("pk_table_name", pa.utf8(), nullable=False),
+        pa.field("pk_column_name", pa.utf8(), nullable=False),
+        pa.field("fk_catalog_name", pa.utf8()),
+        pa.field("fk_db_schema_name", pa.utf8()),
+        pa.field("fk_table_name", pa.utf8(), nullable=False),
+        pa.field("fk_column_name", pa.utf8(), nullable=False),
+        pa.field("key_sequence", pa.int32(), nullable=False),
+        pa.field("fk_key_name", pa.utf8()),
+        pa.field("pk_key_name", pa.utf8()),
+        pa.field("update_rule", pa.uint8(), nullable=False),
+        pa.field("delete_rule", pa.uint8(), nullable=False),
+    ]
+)
+XDBC_TYPE_INFO_SCHEMA = pa.schema(
+    [
+        pa.field("type_name", pa.utf8(), nullable=False),
+        pa.field("data_type", pa.int32(), nullable=False),
+        pa.field("column_size", pa.int32()),
+        pa.field("literal_prefix", pa.utf8()),
+        pa.field("literal_suffix", pa.utf8()),
+        pa.field("create_params", pa.list_(pa.field("item", pa.utf8(), nullable=False))),
+        pa.field("nullable", pa.int32(), nullable=False),
+        pa.field("case_sensitive", pa.bool_(), nullable=False),
+        pa.field("searchable", pa.int32(), nullable=False),
+        pa.field("unsigned_attribute", pa.bool_()),
+        pa.field("fixed_prec_scale", pa.bool_(), nullable=False),
+        pa.field("auto_increment", pa.bool_()),
+        pa.field("local_type_name", pa.utf8()),
+        pa.field("minimum_scale", pa.int32()),
+        pa.field("maximum_scale", pa.int32()),
+        pa.field("sql_data_type", pa.int32(), nullable=False),
+        pa.field("datetime_subcode", pa.int32()),
+        pa.field("num_prec_radix", pa.int32()),
+        pa.field("interval_precision", pa.int32()),
+    ]
+)
+
+# dense_union<string_value, bool_value, bigint_value, int32_bitmask, string_list,
+# int32_to_int32_list_map>; the type codes are the member positions.
+SQL_INFO_VALUE_TYPE = pa.dense_union(
+    [
+        pa.field("string_value", pa.utf8()),
+        pa.field("bool_value", pa.bool_()),
+        pa.field("bigint_value", pa.int64()),
+        pa.field("int32_bitmask", pa.int32()),
+        pa.field("string_list", pa.list_(pa.field("item", pa.utf8()))),
+        pa.field(
+            "int32_to_int32_list_map",
+            pa.map_(pa.int32(), pa.list_(pa.field("item", pa.int32()))),
+        ),
+    ]
+)
+SQL_INFO_SCHEMA = pa.schema(
+    [
+        pa.field("info_name", pa.uint32(), nullable=False),
+        pa.field("value", SQL_INFO_VALUE_TYPE, nullable=False),
+    ]
+)
+
+
+# -- SqlInfo ----------------------------------------------------------------------------
+
+
+class I32(int):
+    """An int32 SqlInfo value (an ordinal or a bitmask) rather than an int64."""
+
+
+def _bits(*positions: int) -> I32:
+    return I32(sum(1 << p for p in positions))
+
+
+# SqlSupportsConvert ordinals
+_BIGINT, _BINARY, _BIT, _CHAR, _DATE, _DECIMAL, _FLOAT, _INTEGER = 0, 1, 2, 3, 4, 5, 6, 7
+_LONGVARBINARY, _LONGVARCHAR, _NUMERIC, _REAL, _SMALLINT = 10, 11, 12, 13, 14
+_TIME, _TIMESTAMP, _TINYINT, _VARBINARY, _VARCHAR = 15, 16, 17, 18, 19
+_NUMBERS = [_BIGINT, _BIT, _DECIMAL, _FLOAT, _INTEGER, _NUMERIC, _REAL, _SMALLINT, _TINYINT]
+_TEXT = [_CHAR, _VARCHAR, _LONGVARCHAR]
+_CONVERSIONS: dict[int, list[int]] = {
+    **{n: _NUMBERS + _TEXT for n in _NUMBERS},
+    **{t: _NUMBERS + _TEXT + [_DATE, _TIME, _TIMESTAMP, _BINARY, _VARBINARY] for t in _TEXT},
+    _DATE: [_DATE, _TIMESTAMP] + _TEXT,
+    _TIME: [_TIME] + _TEXT,
+    _TIMESTAMP: [_DATE, _TIME, _TIMESTAMP] + _TEXT,
+    _BINARY: [_BINARY, _VARBINARY, _LONGVARBINARY] + _TEXT,
+    _VARBINARY: [_BINARY, _VARBINARY, _LONGVARBINARY] + _TEXT,
+    _LONGVARBINARY: [_BINARY, _VARBINARY, _LONGVARBINARY] + _TEXT,
+}
+
+# Keywords beyond SQL:2003 that DuckDB reserves or treats specially (JDBC getSQLKeywords).
+SQL_KEYWORDS = [
+    "ANALYZE", "ANTI", "ASOF", "ATTACH", "CHECKPOINT", "COLUMNS", "COPY", "DESCRIBE", "DETACH",
+    "EXCLUDE", "EXPLAIN", "EXPORT", "FORCE", "GLOB", "ILIKE", "IMPORT", "INSTALL", "LIMIT",
+    "LOAD", "MACRO", "MAP", "OFFSET", "PIVOT", "POSITIONAL", "PRAGMA", "QUALIFY", "RENAME",
+    "REPLACE", "RETURNING", "SAMPLE", "SEMI", "SEQUENCE", "SHOW", "STRUCT", "SUMMARIZE",
+    "TRUNCATE", "TRY_CAST", "UNPIVOT", "USE", "VACUUM",
+]  # fmt: skip
+NUMERIC_FUNCTIONS = [
+    "ABS", "ACOS", "ASIN", "ATAN", "ATAN2", "CBRT", "CEIL", "CEILING", "COS", "COT", "DEGREES",
+    "EXP", "FLOOR", "GREATEST", "LEAST", "LN", "LOG", "LOG10", "LOG2", "MOD", "PI", "POWER",
+    "RADIANS", "RANDOM", "ROUND", "SIGN", "SIN", "SQRT", "TAN", "TRUNC",
+]  # fmt: skip
+STRING_FUNCTIONS = [
+    "ASCII", "CHR", "CONCAT", "CONCAT_WS", "CONTAINS", "ENDS_WITH", "LCASE", "LEFT", "LENGTH",
+    "LOWER", "LPAD", "LTRIM", "POSITION", "REGEXP_MATCHES", "REGEXP_REPLACE", "REPEAT",
+    "REPLACE", "REVERSE", "RIGHT", "RPAD", "RTRIM", "SPLIT_PART", "STARTS_WITH", "STRPOS",
+    "SUBSTR", "SUBSTRING", "TRIM", "UCASE", "UPPER",
+]  # fmt: skip
+SYSTEM_FUNCTIONS = ["COALESCE", "CURRENT_SCHEMA", "CURRENT_USER", "IFNULL", "NULLIF", "VERSION"]
+DATETIME_FUNCTIONS = [
+    "AGE", "CURRENT_DATE", "CURRENT_TIME", "CURRENT_TIMESTAMP", "DATE_DIFF", "DATE_PART",
+    "DATE_TRUNC", "DATEADD", "DAYNAME", "DAYOFMONTH", "DAYOFWEEK", "DAYOFYEAR", "EPOCH",
+    "EXTRACT", "HOUR", "LAST_DAY", "MINUTE", "MONTH", "MONTHNAME", "NOW", "QUARTER", "SECOND",
+    "STRFTIME", "STRPTIME", "WEEK", "YEAR",
+]  # fmt: skip
+
+
+def sql_info_values(server_version: str, read_only: bool = False) -> dict[int, object]:
+    """Every SqlInfo key of the spec, with this server's answer.
+
+    Value types choose the union member: str -> string_value, bool -> bool_value,
+    I32 -> int32_bitmask, int -> bigint_value, list[str] -> string_list,
+    dict[int, list[int]] -> int32_to_int32_list_map.
+    """
+    values: dict[int, object] = {
+        0: SERVER_NAME,  # FLIGHT_SQL_SERVER_NAME
+        1: server_version,  # FLIGHT_SQL_SERVER_VERSION
+        2: pa.__version__,  # FLIGHT_SQL_SERVER_ARROW_VERSION
+        3: read_only,  # FLIGHT_SQL_SERVER_READ_ONLY
+        4: True,  # FLIGHT_SQL_SERVER_SQL
+        5: False,  # FLIGHT_SQL_SERVER_SUBSTRAIT
+        6: "",  # FLIGHT_SQL_SERVER_SUBSTRAIT_MIN_VERSION (unsupported)
+        7: "",  # FLIGHT_SQL_SERVER_SUBSTRAIT_MAX_VERSION (unsupported)
+        8: I32(0),  # FLIGHT_SQL_SERVER_TRANSACTION: SQL_SUPPORTED_TRANSACTION_NONE
+        9: False,  # FLIGHT_SQL_SERVER_CANCEL (CancelQuery; CancelFlightInfo is best effort)
+        100: I32(0),  # FLIGHT_SQL_SERVER_STATEMENT_TIMEOUT: none
+        101: I32(0),  # FLIGHT_SQL_SERVER_TRANSACTION_TIMEOUT: none
+        500: False,  # SQL_DDL_CATALOG
+        501: False,  # SQL_DDL_SCHEMA
+        502: True,  # SQL_DDL_TABLE
+        503: I32(1),  # SQL_IDENTIFIER_CASE: CASE_INSENSITIVE
+        504: '"',  # SQL_IDENTIFIER_QUOTE_CHAR
+        505: I32(1),  # SQL_QUOTED_IDENTIFIER_CASE: CASE_INSENSITIVE (DuckDB)
+        506: True,  # SQL_ALL_TABLES_ARE_SELECTABLE
+        507: I32(3),  # SQL_NULL_ORDERING: NULLS_SORTED_AT_END (DuckDB's NULLS LAST)
+        508: SQL_KEYWORDS,
+        509: NUMERIC_FUNCTIONS,
+        510: STRING_FUNCTIONS,
+        511: SYSTEM_FUNCTIONS,
+        512: DATETIME_FUNCTIONS,
+        513: "\\",  # SQL_SEARCH_STRING_ESCAPE
+        514: "",  # SQL_EXTRA_NAME_CHARACTERS
+        515: True,  # SQL_SUPPORTS_COLUMN_ALIASING
+        516: True,  # SQL_NULL_PLUS_NULL_IS_NULL
+        517: _CONVERSIONS,  # SQL_SUPPORTS_CONVERT
+        518: True,  # SQL_SUPPORTS_TABLE_CORRELATION_NAMES
+        519: False,  # SQL_SUPPORTS_DIFFERENT_TABLE_CORRELATION_NAMES
+        520: True,  # SQL_SUPPORTS_EXPRESSIONS_IN_ORDER_BY
+        521: True,  # SQL_SUPPORTS_ORDER_BY_UNRELATED
+        522: _bits(0, 1),  # SQL_SUPPORTED_GROUP_BY: UNRELATED, BEYOND_SELECT
+        523: True,  # SQL_SUPPORTS_LIKE_ESCAPE_CLAUSE
+        524: True,  # SQL_SUPPORTS_NON_NULLABLE_COLUMNS
+        525: _bits(0, 1),  # SQL_SUPPORTED_GRAMMAR: MINIMUM, CORE
+        526: _bits(0, 1),  # SQL_ANSI92_SUPPORTED_LEVEL: ENTRY, INTERMEDIATE
+        527: False,  # SQL_SUPPORTS_INTEGRITY_ENHANCEMENT_FACILITY
+        528: I32(2),  # SQL_OUTER_JOINS_SUPPORT_LEVEL: FULL_OUTER_JOINS
+        529: "schema",  # SQL_SCHEMA_TERM
+        530: "procedure",  # SQL_PROCEDURE_TERM
+        531: "catalog",  # SQL_CATALOG_TERM
+        532: True,  # SQL_CATALOG_AT_START
+        533: I32(0),  # SQL_SCHEMAS_SUPPORTED_ACTIONS
+        534: I32(0),  # SQL_CATALOGS_SUPPORTED_ACTIONS
+        535: I32(0),  # SQL_SUPPORTED_POSITIONED_COMMANDS
+        536: False,  # SQL_SELECT_FOR_UPDATE_SUPPORTED
+        537: False,  # SQL_STORED_PROCEDURES_SUPPORTED
+        538: _bits(0, 1, 2, 3),  # SQL_SUPPORTED_SUBQUERIES: all four
+        539: True,  # SQL_CORRELATED_SUBQUERIES_SUPPORTED
+        540: _bits(0, 1),  # SQL_SUPPORTED_UNIONS: UNION, UNION ALL
+        **{k: 0 for k in range(541, 562)},  # SQL_MAX_*: 0 = no limit / unknown
+        562: I32(0),  # SQL_DEFAULT_TRANSACTION_ISOLATION: TRANSACTION_NONE
+        563: False,  # SQL_TRANSACTIONS_SUPPORTED
+        564: _bits(0),  # SQL_SUPPORTED_TRANSACTIONS_ISOLATION_LEVELS: NONE
+        565: False,  # SQL_DATA_DEFINITION_CAUSES_TRANSACTION_COMMIT
+        566: False,  # SQL_DATA_DEFINITIONS_IN_TRANSACTIONS_IGNORED
+        567: _bits(1),  # SQL_SUPPORTED_RESULT_SET_TYPES: FORWARD_ONLY
+        568: _bits(1),  # ..._CONCURRENCIES_FOR_RESULT_SET_UNSPECIFIED: READ_ONLY
+        569: _bits(1),  # ..._FORWARD_ONLY: READ_ONLY
+        570: I32(0),  # ..._SCROLL_SENSITIVE: unsupported
+        571: I32(0),  # ..._SCROLL_INSENSITIVE: unsupported
+        572: True,  # SQL_BATCH_UPDATES_SUPPORTED
+        573: False,  # SQL_SAVEPOINTS_SUPPORTED
+        574: False,  # SQL_NAMED_PARAMETERS_SUPPORTED
+        575: False,  # SQL_LOCATORS_UPDATE_COPY
+        576: False,  # SQL_STORED_FUNCTIONS_USING_CALL_SYNTAX_SUPPORTED
+    }
+    return values
+
+
+def sql_info_table(values: dict[int, object], keys: list[int] | None) -> pa.Table:
+    """The GetSqlInfo result for ``keys`` (all known keys when empty); unknown keys skipped."""
+    wanted = sorted(values) if not keys else [k for k in keys if k in values]
+    names, type_ids, offsets = [], [], []
+    children: list[list] = [[] for _ in range(6)]
+    for key in wanted:
+        value = values[key]
+        if isinstance(value, bool):
+            code = 1
+        elif isinstance(value, str):
+            code = 0
+        elif isinstance(value, I32):
+            code, value = 3, int(value)
+        elif isinstance(value, int):
+            code = 2
+        elif isinstance(value, list):
+            code = 4
+        elif isinstance(value, dict):
+            code, value = 5, list(value.items())
+        else:  # pragma: no cover - a bug in the table above
+            raise TypeError(f"SqlInfo {key}: unsupported value {value!r}")
+        names.append(key)
+        type_ids.append(code)
+        offsets.append(len(children[code]))
+        children[code].append(value)
+    member_types = [f.type for f in SQL_INFO_VALUE_TYPE]
+    union = pa.UnionArray.from_dense(
+        pa.array(type_ids, pa.int8()),
+        pa.array(offsets, pa.int32()),
+        [pa.array(c, t) for c, t in zip(children, member_types)],
+        [f.name for f in SQL_INFO_VALUE_TYPE],
+        list(range(6)),
+    )
+    return pa.Table.from_arrays([pa.array(names, pa.uint32()), union], schema=SQL_INFO_SCHEMA)
+
+
+# -- XDBC types -------------------------------------------------------------------------
+
+# (type_name, xdbc data_type, column_size, literal prefix/suffix, create_params,
+#  case_sensitive, unsigned, fixed_prec_scale, min_scale, max_scale, sql_data_type,
+#  datetime_subcode, num_prec_radix)
+_XDBC_TYPES = [
+    ("BOOLEAN", -7, 1, None, None, None, False, None, False, None, None, -7, None, None),
+    ("TINYINT", -6, 3, None, None, None, False, False, False, 0, 0, -6, None, 10),
+    ("BIGINT", -5, 19, None, None, None, False, False, False, 0, 0, -5, None, 10),
+    ("BLOB", -3, None, "'", "'::BLOB", None, False, None, False, None, None, -3, None, None),
+    ("DECIMAL", 3, 38, None, None, ["precision", "scale"], False, False, True, 0, 38, 3,
+     None, 10),
+    ("INTEGER", 4, 10, None, None, None, False, False, False, 0, 0, 4, None, 10),
+    ("SMALLINT", 5, 5, None, None, None, False, False, False, 0, 0, 5, None, 10),
+    ("FLOAT", 6, 24, None, None, None, False, False, False, None, None, 6, None, 2),
+    ("DOUBLE", 8, 53, None, None, None, False, False, False, None, None, 8, None, 2),
+    ("VARCHAR", 12, None, "'", "'", None, True, None, False, None, None, 12, None, None),
+    ("DATE", 91, 10, "DATE '", "'", None, False, None, False, None, None, 9, 1, None),
+    ("TIME", 92, 15, "TIME '", "'", None, False, None, False, None, None, 9, 2, None),
+    ("TIMESTAMP", 93, 26, "TIMESTAMP '", "'", None, False, None, False, None, None, 9, 3, None),
+    ("TIMESTAMP WITH TIME ZONE", 93, 32, "TIMESTAMPTZ '", "'", None, False, None, False, None,
+     None, 9, 5, None),
+]  # fmt: skip
+
+
+def xdbc_type_info(data_type: int | None) -> pa.Table:
+    rows = [r for r in _XDBC_TYPES if data_type is None or r[1] == data_type]
+    rows.sort(key=lambda r: (r[1], r[0]))
+    cols = {
+        "type_name": [r[0] for r in rows],
+        "data_type": [r[1] for r in rows],
+        "column_size": [r[2] for r in rows],
+        "literal_prefix": [r[3] for r in rows],
+        "literal_suffix": [r[4] for r in rows],
+        "create_params": [r[5] for r in rows],
+        "nullable": [1] * len(rows),  # NULLABILITY_NULLABLE
+        "case_sensitive": [r[6] for r in rows],
+        "searchable": [3] * len(rows),  # SEARCHABLE_FULL
+        "unsigned_attribute": [r[7] for r in rows],
+        "fixed_prec_scale": [r[8] for r in rows],
+        "auto_increment": [False if r[7] is not None else None for r in rows],
+        "local_type_name": [r[0] for r in rows],
+        "minimum_scale": [r[9] for r in rows],
+        "maximum_scale": [r[10] for r in rows],
+        "sql_data_type": [r[11] for r in rows],
+        "datetime_subcode": [r[12] for r in rows],
+        "num_prec_radix": [r[13] for r in rows],
+        "interval_precision": [None] * len(rows),
+    }
+    return pa.table(cols, schema=XDBC_TYPE_INFO_SCHEMA)
+
+
+# Arrow type -> SQL type name, for the ARROW:FLIGHT:SQL:TYPE_NAME column metadata.
+def sql_type_name(t: pa.DataType) -> str:
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    for pred, name in (
+        (pa.types.is_int8, "TINYINT"),
+        (pa.types.is_int16, "SMALLINT"),
+        (pa.types.is_int32, "INTEGER"),
+        (pa.types.is_int64, "BIGINT"),
+        (pa.types.is_uint8, "UTINYINT"),
+        (pa.types.is_uint16, "USMALLINT"),
+        (pa.types.is_uint32, "UINTEGER"),
+        (pa.types.is_uint64, "UBIGINT"),
+        (pa.types.is_float32, "FLOAT"),
+        (pa.types.is_float64, "DOUBLE"),
+        (pa.types.is_date, "DATE"),
+        (pa.types.is_time, "TIME"),
+        (pa.types.is_interval, "INTERVAL"),
+        (pa.types.is_list, "LIST"),
+        (pa.types.is_struct, "STRUCT"),
+        (pa.types.is_map, "MAP"),
+    ):
+        if pred(t):
+            return name
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "VARCHAR"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "BLOB"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP WITH TIME ZONE" if t.tz else "TIMESTAMP"
+    return str(t).upper()
+
+
+def annotate_table_schema(schema: pa.Schema, table: str) -> pa.Schema:
+    """Add the ARROW:FLIGHT:SQL:* field metadata that JDBC's getColumns reads."""
+    fields = []
+    for f in schema:
+        md = dict(f.metadata or {})
+        md.update(
+            {
+                b"ARROW:FLIGHT:SQL:CATALOG_NAME": CATALOG.encode(),
+                b"ARROW:FLIGHT:SQL:DB_SCHEMA_NAME": DB_SCHEMA.encode(),
+                b"ARROW:FLIGHT:SQL:TABLE_NAME": table.encode(),
+                b"ARROW:FLIGHT:SQL:TYPE_NAME": sql_type_name(f.type).encode(),
+                b"ARROW:FLIGHT:SQL:IS_SEARCHABLE": b"1",
+                b"ARROW:FLIGHT:SQL:IS_READ_ONLY": b"0",
+            }
+        )
+        if pa.types.is_decimal(f.type):
+            md[b"ARROW:FLIGHT:SQL:PRECISION"] = str(f.type.precision).encode()
+            md[b"ARROW:FLIGHT:SQL:SCALE"] = str(f.type.scale).encode()
+        fields.append(f.with_metadata(md))
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def like_to_regex(pattern: str | None) -> re.Pattern | None:
+    """A Flight SQL filter pattern (``%``, ``_``, ``\\`` escapes) as a regex; None = all."""
+    if pattern is None:
+        return None
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+def matches(regex: re.Pattern | None, name: str) -> bool:
+    return regex is None or regex.fullmatch(name) is not None

@@ -1,0 +1,335 @@
+"""Local-directory backend of ``ObjectStore`` (the embedded default).
+
+Objects are plain files under ``root`` so that the warehouse stays browsable and DuckDB or
+pyarrow can read data files in place. Atomicity across processes on one host:
+
+- CREATE writes a temp file, fsyncs it, then ``os.link``s it to the final name: ``link``
+  fails with EEXIST if the key exists, so exactly one creator wins.
+- IF_MATCH / OVERWRITE / delete take an exclusive ``fcntl.flock`` on a per-key lock file,
+  compare the current ETag, ``os.replace`` the temp file over the key and fsync the directory.
+- ETags are generation-based: ``<inode>-<mtime_ns>-<size>`` of the file. A rewrite under the
+  lock that would reproduce the old ETag (same bytes, reused inode, coarse clock) gets its
+  mtime bumped, so a stale If-Match never passes.
+- Readers open the file and check the ETag on the open descriptor (``fstat``): a concurrent
+  replace swaps the directory entry, never the bytes behind an open descriptor.
+
+Temp files, locks and multipart state live under ``.flightsrv/`` and are never listed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from typing import Iterator
+
+from flightsrv.errors import ObjectNotFound, PreconditionFailed, StoreError
+from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
+from flightsrv.store.base import CompletedPart, MultipartUpload, ObjectMeta, PutMode
+
+_META_DIR = ".flightsrv"
+_COPY_CHUNK = 64 * 1024 * 1024
+
+
+def _etag_of(st: os.stat_result) -> str:
+    return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
+def _copy_range(src_fd: int, dst_fd: int, start: int, length: int) -> None:
+    """Copy ``length`` bytes from ``src_fd`` at ``start`` to ``dst_fd``'s current position,
+    inside the kernel where the OS allows (``copy_file_range``, then ``sendfile``)."""
+    offset = start
+    remaining = length
+    while remaining > 0:
+        n = min(remaining, _COPY_CHUNK)
+        try:
+            copied = os.copy_file_range(src_fd, dst_fd, n, offset)
+        except OSError:
+            copied = os.sendfile(dst_fd, src_fd, offset, n)
+        if copied <= 0:
+            raise StoreError("short copy: source ended early", offset=offset, remaining=remaining)
+        offset += copied
+        remaining -= copied
+
+
+class LocalStore:
+    """``ObjectStore`` over a directory. See the module docstring for the guarantees."""
+
+    min_part_size = 0
+    equal_part_sizes = False
+
+    def __init__(self, root: str, runtime: Runtime = DEFAULT_RUNTIME):
+        self.root = os.path.abspath(root)
+        self.uri = "file://" + self.root
+        self.runtime = runtime
+        self._meta = os.path.join(self.root, _META_DIR)
+        for sub in ("tmp", "locks", "mpu"):
+            os.makedirs(os.path.join(self._meta, sub), exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LocalStore({self.root!r})"
+
+    # -- helpers -----------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        if not key or key.startswith("/") or ".." in key.split("/") or key.startswith(_META_DIR):
+            raise ValueError(f"invalid object key: {key!r}")
+        return os.path.join(self.root, key)
+
+    def local_path(self, key: str) -> str:
+        return self._path(key)
+
+    def _tmp_path(self) -> str:
+        return os.path.join(self._meta, "tmp", self.runtime.ids.new_id())
+
+    @contextlib.contextmanager
+    def _lock(self, key: str):
+        name = hashlib.sha1(key.encode()).hexdigest()
+        fd = os.open(os.path.join(self._meta, "locks", name), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _meta_of(self, key: str, st: os.stat_result) -> ObjectMeta:
+        return ObjectMeta(key, st.st_size, _etag_of(st), st.st_mtime_ns // 1_000_000)
+
+    @staticmethod
+    def _fsync_dir(path: str) -> None:
+        fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_tmp(self, data: bytes) -> str:
+        tmp = self._tmp_path()
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def _install(self, key: str, tmp: str, mode: PutMode, etag: str | None) -> ObjectMeta:
+        """Move a finished temp file to ``key`` under ``mode``. Consumes ``tmp``."""
+        path = self._path(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            if mode is PutMode.CREATE:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise PreconditionFailed(
+                        "object exists (If-None-Match: *)", store=self.uri, key=key
+                    ) from None
+                self._fsync_dir(path)
+                return self._meta_of(key, os.stat(path))
+            with self._lock(key):
+                try:
+                    old = os.stat(path)
+                except FileNotFoundError:
+                    old = None
+                if mode is PutMode.IF_MATCH:
+                    if old is None:
+                        raise ObjectNotFound("If-Match on a missing object", store=self.uri, key=key)
+                    if _etag_of(old) != etag:
+                        raise PreconditionFailed(
+                            "stale If-Match", store=self.uri, key=key, expected=etag,
+                            found=_etag_of(old),
+                        )
+                new = os.stat(tmp)
+                if old is not None and _etag_of(old) == _etag_of(new):
+                    os.utime(tmp, ns=(new.st_atime_ns, new.st_mtime_ns + 1))
+                os.replace(tmp, path)
+                self._fsync_dir(path)
+                return self._meta_of(key, os.stat(path))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    # -- reads -------------------------------------------------------------------
+    def _open_checked(self, key: str, etag: str | None):
+        try:
+            f = open(self._path(key), "rb")
+        except FileNotFoundError:
+            raise ObjectNotFound("no such object", store=self.uri, key=key) from None
+        st = os.fstat(f.fileno())
+        if etag is not None and _etag_of(st) != etag:
+            f.close()
+            raise PreconditionFailed(
+                "object changed since it was pinned", store=self.uri, key=key, expected=etag,
+                found=_etag_of(st),
+            )
+        return f, st
+
+    def get(self, key: str, *, etag: str | None = None) -> tuple[bytes, ObjectMeta]:
+        f, st = self._open_checked(key, etag)
+        with f:
+            return f.read(), self._meta_of(key, st)
+
+    def get_range(self, key: str, start: int, end: int, *, etag: str | None = None) -> bytes:
+        f, _ = self._open_checked(key, etag)
+        with f:
+            return os.pread(f.fileno(), max(0, end - start), start)
+
+    def head(self, key: str) -> ObjectMeta:
+        try:
+            return self._meta_of(key, os.stat(self._path(key)))
+        except FileNotFoundError:
+            raise ObjectNotFound("no such object", store=self.uri, key=key) from None
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = os.path.join(self.root, base) if base else self.root
+        found: list[ObjectMeta] = []
+        for dirpath, dirnames, filenames in os.walk(start):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+            if rel_dir == "":
+                dirnames[:] = [d for d in dirnames if d != _META_DIR]
+            for name in filenames:
+                key = f"{rel_dir}/{name}" if rel_dir else name
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    found.append(self._meta_of(key, os.stat(os.path.join(dirpath, name))))
+                except FileNotFoundError:
+                    continue
+        found.sort(key=lambda m: m.key)
+        return iter(found)
+
+    # -- writes ------------------------------------------------------------------
+    def put(
+        self, key: str, data: bytes, *, mode: PutMode = PutMode.CREATE, etag: str | None = None
+    ) -> ObjectMeta:
+        if mode is PutMode.IF_MATCH and etag is None:
+            raise ValueError("IF_MATCH needs an etag")
+        return self._install(key, self._write_tmp(bytes(data)), mode, etag)
+
+    def put_file(self, key: str, path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
+        tmp = self._tmp_path()
+        shutil.copyfile(path, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        return self._install(key, tmp, mode, None)
+
+    def new_temp_file(self) -> str:
+        """A path on the store's filesystem to write a large object to before ``adopt``."""
+        return self._tmp_path()
+
+    def adopt(self, key: str, tmp_path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
+        """Install a finished file from ``new_temp_file`` as ``key`` without copying it."""
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        return self._install(key, tmp_path, mode, None)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        with self._lock(key):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        # prune now-empty directories, best effort
+        d = os.path.dirname(path)
+        while d != self.root and d.startswith(self.root):
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+            d = os.path.dirname(d)
+
+    # -- multipart ---------------------------------------------------------------
+    def _mpu_dir(self, upload_id: str) -> str:
+        if not upload_id.isalnum():
+            raise ValueError(f"invalid upload id {upload_id!r}")
+        return os.path.join(self._meta, "mpu", upload_id)
+
+    def create_multipart(self, key: str) -> str:
+        self._path(key)
+        upload_id = self.runtime.ids.new_id()
+        d = self._mpu_dir(upload_id)
+        os.makedirs(d)
+        with open(os.path.join(d, "upload.json"), "w") as f:
+            json.dump({"key": key, "initiated_ms": self.runtime.clock.now_ms()}, f)
+        return upload_id
+
+    def _part_path(self, key: str, upload_id: str, part_number: int) -> str:
+        d = self._mpu_dir(upload_id)
+        try:
+            with open(os.path.join(d, "upload.json")) as f:
+                info = json.load(f)
+        except FileNotFoundError:
+            raise ObjectNotFound("no such multipart upload", store=self.uri, key=key,
+                                 upload_id=upload_id) from None
+        if info["key"] != key:
+            raise ValueError(f"upload {upload_id} belongs to {info['key']}, not {key}")
+        if not 1 <= part_number <= 10000:
+            raise ValueError(f"part number {part_number} out of range 1..10000")
+        return os.path.join(d, f"part-{part_number:05d}")
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> CompletedPart:
+        path = self._part_path(key, upload_id, part_number)
+        with open(path, "wb") as f:
+            f.write(data)
+        return CompletedPart(part_number, _etag_of(os.stat(path)))
+
+    def upload_part_copy(
+        self, key: str, upload_id: str, part_number: int, source_key: str, start: int, end: int,
+        *, source_etag: str | None = None,
+    ) -> CompletedPart:
+        path = self._part_path(key, upload_id, part_number)
+        src, st = self._open_checked(source_key, source_etag)
+        with src:
+            if end > st.st_size or start < 0 or start > end:
+                raise ValueError(
+                    f"copy range [{start}, {end}) outside {source_key} of {st.st_size} bytes"
+                )
+            with open(path, "wb") as dst:
+                _copy_range(src.fileno(), dst.fileno(), start, end - start)
+        return CompletedPart(part_number, _etag_of(os.stat(path)))
+
+    def complete_multipart(
+        self, key: str, upload_id: str, parts: list[CompletedPart], *, mode: PutMode = PutMode.CREATE
+    ) -> ObjectMeta:
+        tmp = self._tmp_path()
+        with open(tmp, "wb") as out:
+            for part in parts:
+                path = self._part_path(key, upload_id, part.part_number)
+                st = os.stat(path)
+                if _etag_of(st) != part.etag:
+                    raise PreconditionFailed("part changed", key=key, part=part.part_number)
+                with open(path, "rb") as src:
+                    _copy_range(src.fileno(), out.fileno(), 0, st.st_size)
+            out.flush()
+            os.fsync(out.fileno())
+        meta = self._install(key, tmp, mode, None)
+        shutil.rmtree(self._mpu_dir(upload_id), ignore_errors=True)
+        return meta
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        shutil.rmtree(self._mpu_dir(upload_id), ignore_errors=True)
+
+    def list_multipart(self, prefix: str = "") -> Iterator[MultipartUpload]:
+        root = os.path.join(self._meta, "mpu")
+        out = []
+        for upload_id in sorted(os.listdir(root)):
+            try:
+                with open(os.path.join(root, upload_id, "upload.json")) as f:
+                    info = json.load(f)
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+            if info["key"].startswith(prefix):
+                out.append(MultipartUpload(info["key"], upload_id, info["initiated_ms"]))
+        return iter(out)
+
+    def list_prefixes(self, prefix: str = "") -> list[str]:
+        """Immediate 'subdirectories' under ``prefix`` (like S3 ListObjects with Delimiter)."""
+        base = os.path.join(self.root, prefix) if prefix else self.root
+        try:
+            names = sorted(os.listdir(base))
+        except FileNotFoundError:
+            return []
+        return [n for n in names if n != _META_DIR and os.path.isdir(os.path.join(base, n))]

@@ -1,0 +1,230 @@
+"""S3 backend of ``ObjectStore`` (AWS S3, MinIO, R2 and other S3-compatible stores).
+
+Configured the usual boto3 way: ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``,
+``AWS_REGION`` / ``AWS_DEFAULT_REGION`` and the standard credential chain.
+
+Preconditions map to the S3 conditional-write headers: CREATE → ``If-None-Match: *``,
+IF_MATCH → ``If-Match`` (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html).
+HTTP 412 PreconditionFailed and 409 ConditionalRequestConflict both raise
+``PreconditionFailed``: the caller re-reads and retries.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from flightsrv.errors import ObjectNotFound, PreconditionFailed, StoreError
+from flightsrv.store.base import CompletedPart, MultipartUpload, ObjectMeta, PutMode
+
+MIN_PART = 5 * 1024 * 1024
+_UPLOAD_PART = 16 * 1024 * 1024
+
+
+def _ms(dt) -> int:
+    return int(dt.timestamp() * 1000) if dt is not None else 0
+
+
+class S3Store:
+    """``ObjectStore`` over ``s3://bucket/prefix``."""
+
+    min_part_size = MIN_PART
+
+    def __init__(self, bucket: str, prefix: str = "", *, client=None,
+                 equal_part_sizes: bool | None = None):
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.client = client or self._default_client()
+        endpoint = str(getattr(self.client.meta, "endpoint_url", "") or "")
+        if equal_part_sizes is None:
+            env = os.environ.get("FLIGHTSRV_S3_EQUAL_PARTS")
+            equal_part_sizes = (env == "1") if env is not None else "r2.cloudflarestorage" in endpoint
+        self.equal_part_sizes = equal_part_sizes
+
+    @staticmethod
+    def _default_client():
+        cfg = Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        return boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region,
+                                              config=cfg)
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.uri!r})"
+
+    def _k(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _unk(self, full: str) -> str:
+        return full[len(self.prefix) + 1:] if self.prefix else full
+
+    def local_path(self, key: str) -> None:
+        return None
+
+    def _err(self, exc: Exception, key: str, op: str):
+        if isinstance(exc, ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") \
+                    or status == 409:
+                return PreconditionFailed(f"{op}: precondition failed ({code})", store=self.uri,
+                                          key=key)
+            if status == 404 or code in ("NoSuchKey", "404", "NotFound", "NoSuchUpload"):
+                return ObjectNotFound(f"{op}: no such object ({code})", store=self.uri, key=key)
+            return StoreError(f"{op} failed: {code} {exc}", store=self.uri, key=key)
+        return StoreError(f"{op} failed: {exc}", store=self.uri, key=key)
+
+    def _call(self, op: str, key: str, fn, **kw):
+        try:
+            return fn(**kw)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._err(exc, key, op) from exc
+
+    # -- reads -------------------------------------------------------------------
+    def get(self, key: str, *, etag: str | None = None) -> tuple[bytes, ObjectMeta]:
+        kw = {"Bucket": self.bucket, "Key": self._k(key)}
+        if etag:
+            kw["IfMatch"] = etag
+        r = self._call("GET", key, self.client.get_object, **kw)
+        body = r["Body"].read()
+        return body, ObjectMeta(key, len(body), r["ETag"], _ms(r.get("LastModified")))
+
+    def get_range(self, key: str, start: int, end: int, *, etag: str | None = None) -> bytes:
+        if end <= start:
+            return b""
+        kw = {"Bucket": self.bucket, "Key": self._k(key), "Range": f"bytes={start}-{end - 1}"}
+        if etag:
+            kw["IfMatch"] = etag
+        try:
+            r = self.client.get_object(**kw)
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 416:
+                return b""
+            raise self._err(exc, key, "GET range") from exc
+        except BotoCoreError as exc:
+            raise self._err(exc, key, "GET range") from exc
+        return r["Body"].read()
+
+    def head(self, key: str) -> ObjectMeta:
+        r = self._call("HEAD", key, self.client.head_object, Bucket=self.bucket, Key=self._k(key))
+        return ObjectMeta(key, r["ContentLength"], r["ETag"], _ms(r.get("LastModified")))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix)):
+                for o in page.get("Contents", []):
+                    yield ObjectMeta(self._unk(o["Key"]), o["Size"], o["ETag"],
+                                     _ms(o.get("LastModified")))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._err(exc, prefix, "LIST") from exc
+
+    # -- writes ------------------------------------------------------------------
+    def put(
+        self, key: str, data: bytes, *, mode: PutMode = PutMode.CREATE, etag: str | None = None
+    ) -> ObjectMeta:
+        kw = {"Bucket": self.bucket, "Key": self._k(key), "Body": bytes(data)}
+        if mode is PutMode.CREATE:
+            kw["IfNoneMatch"] = "*"
+        elif mode is PutMode.IF_MATCH:
+            if etag is None:
+                raise ValueError("IF_MATCH needs an etag")
+            kw["IfMatch"] = etag
+        r = self._call(f"PUT({mode.value})", key, self.client.put_object, **kw)
+        return ObjectMeta(key, len(data), r["ETag"])
+
+    def put_file(self, key: str, path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
+        size = os.path.getsize(path)
+        if size <= _UPLOAD_PART:
+            with open(path, "rb") as f:
+                return self.put(key, f.read(), mode=mode)
+        upload_id = self.create_multipart(key)
+        try:
+            parts = []
+            with open(path, "rb") as f:
+                n = 1
+                while chunk := f.read(_UPLOAD_PART):
+                    parts.append(self.upload_part(key, upload_id, n, chunk))
+                    n += 1
+            return self.complete_multipart(key, upload_id, parts, mode=mode)
+        except BaseException:
+            self.abort_multipart(key, upload_id)
+            raise
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+        except ClientError as exc:
+            err = self._err(exc, key, "DELETE")
+            if not isinstance(err, ObjectNotFound):
+                raise err from exc
+
+    # -- multipart ---------------------------------------------------------------
+    def create_multipart(self, key: str) -> str:
+        r = self._call("CreateMultipartUpload", key, self.client.create_multipart_upload,
+                       Bucket=self.bucket, Key=self._k(key))
+        return r["UploadId"]
+
+    def upload_part(self, key: str, upload_id: str, part_number: int, data: bytes) -> CompletedPart:
+        r = self._call("UploadPart", key, self.client.upload_part, Bucket=self.bucket,
+                       Key=self._k(key), UploadId=upload_id, PartNumber=part_number,
+                       Body=bytes(data))
+        return CompletedPart(part_number, r["ETag"])
+
+    def upload_part_copy(
+        self, key: str, upload_id: str, part_number: int, source_key: str, start: int, end: int,
+        *, source_etag: str | None = None,
+    ) -> CompletedPart:
+        kw = {
+            "Bucket": self.bucket, "Key": self._k(key), "UploadId": upload_id,
+            "PartNumber": part_number,
+            "CopySource": {"Bucket": self.bucket, "Key": self._k(source_key)},
+            "CopySourceRange": f"bytes={start}-{end - 1}",
+        }
+        if source_etag:
+            kw["CopySourceIfMatch"] = source_etag
+        r = self._call("UploadPartCopy", key, self.client.upload_part_copy, **kw)
+        return CompletedPart(part_number, r["CopyPartResult"]["ETag"])
+
+    def complete_multipart(
+        self, key: str, upload_id: str, parts: list[CompletedPart], *, mode: PutMode = PutMode.CREATE
+    ) -> ObjectMeta:
+        kw = {
+            "Bucket": self.bucket, "Key": self._k(key), "UploadId": upload_id,
+            "MultipartUpload": {"Parts": [{"PartNumber": p.part_number, "ETag": p.etag}
+                                          for p in parts]},
+        }
+        if mode is PutMode.CREATE:
+            kw["IfNoneMatch"] = "*"
+        self._call("CompleteMultipartUpload", key, self.client.complete_multipart_upload, **kw)
+        return self.head(key)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._k(key),
+                                               UploadId=upload_id)
+        except ClientError as exc:
+            err = self._err(exc, key, "AbortMultipartUpload")
+            if not isinstance(err, ObjectNotFound):
+                raise err from exc
+
+    def list_multipart(self, prefix: str = "") -> Iterator[MultipartUpload]:
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix)):
+            for u in page.get("Uploads", []):
+                yield MultipartUpload(self._unk(u["Key"]), u["UploadId"], _ms(u.get("Initiated")))
+
+    def list_prefixes(self, prefix: str = "") -> list[str]:
+        """Immediate common prefixes under ``prefix`` (ListObjectsV2 with Delimiter='/')."""
+        full = self._k(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        out = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=full, Delimiter="/"):
+            for cp in page.get("CommonPrefixes", []):
+                out.append(cp["Prefix"][len(full):].rstrip("/"))
+        return out

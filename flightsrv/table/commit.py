@@ -1,0 +1,228 @@
+"""The one commit loop (docs/PROTOCOL.md §Commit). Every write path goes through ``commit``.
+
+Storage semantics live in ``TableLog``; manifest meaning lives in the mutators callers pass.
+
+Linearization point: the ``If-None-Match: *`` create of ``manifest/v{N}.json``. Exactly one
+writer creates version N; that write *is* the commit. Afterwards the writer moves the
+``_latest_manifest`` pointer forward by compare-and-swap (``If-Match``). The pointer is a hint
+that may lag (a writer can die between the two writes); readers roll forward from it by
+probing ``v{N+1}``, ``v{N+2}``, ... until one is missing.
+
+A mutator gets the current head manifest and returns the next one (or ``None`` for a no-op).
+On a lost race the loop reloads the head and calls the mutator again, so a retry always
+re-validates against the new head. Mutators raise to abort (e.g. ``CommitConflict`` when a
+requirement no longer holds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+from flightsrv.errors import (
+    CommitConflict,
+    CorruptObject,
+    ObjectNotFound,
+    PreconditionFailed,
+    StoreError,
+    TableNotFound,
+    VersionNotFound,
+)
+from flightsrv.runtime import Runtime
+from flightsrv.store.base import ObjectStore, PutMode
+from flightsrv.table.manifest import POINTER_KEY, Manifest, Pointer, manifest_key, version_of_key
+
+log = logging.getLogger("flightsrv.commit")
+
+Mutator = Callable[[Manifest | None], Manifest | None]
+
+MAX_ATTEMPTS = 30
+BACKOFF_BASE_S = 0.005
+BACKOFF_MAX_S = 0.5
+
+
+class TableLog:
+    """Reads and writes one table's pointer and manifests. Manifests are cached (immutable)."""
+
+    def __init__(self, store: ObjectStore, name: str, runtime: Runtime, cache_size: int = 64):
+        self.store = store
+        self.name = name
+        self.runtime = runtime
+        self._cache: OrderedDict[int, Manifest] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._uuid: str | None = None
+
+    # -- reading -------------------------------------------------------------------
+    def read_pointer(self) -> tuple[Pointer | None, str | None]:
+        try:
+            raw, meta = self.store.get(POINTER_KEY)
+        except ObjectNotFound:
+            return None, None
+        return Pointer.from_json(raw, key=f"{self.name}/{POINTER_KEY}"), meta.etag
+
+    def _cached(self, version: int) -> Manifest | None:
+        with self._lock:
+            m = self._cache.get(version)
+            if m is not None:
+                self._cache.move_to_end(version)
+            return m
+
+    def _remember(self, m: Manifest) -> None:
+        with self._lock:
+            if self._uuid is not None and m.table_uuid != self._uuid and m.version >= max(
+                    self._cache, default=-1):
+                self._cache.clear()  # the table was dropped and re-created elsewhere
+            self._uuid = m.table_uuid
+            self._cache[m.version] = m
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def try_load(self, version: int) -> Manifest | None:
+        m = self._cached(version)
+        if m is not None:
+            return m
+        key = manifest_key(version)
+        try:
+            raw, _ = self.store.get(key)
+        except ObjectNotFound:
+            return None
+        m = Manifest.from_json(raw, key=f"{self.name}/{key}")
+        if m.version != version:
+            raise CorruptObject("manifest holds the wrong version", table=self.name, key=key,
+                                expected=version, found=m.version)
+        self._remember(m)
+        return m
+
+    def load(self, version: int) -> Manifest:
+        m = self.try_load(version)
+        if m is None:
+            oldest = self.oldest_version()
+            raise VersionNotFound(
+                "version does not exist or was expired", table=self.name, version=version,
+                oldest_retained=oldest,
+            )
+        return m
+
+    def head(self) -> Manifest | None:
+        """The latest committed manifest: pointer, then roll forward. None: no table."""
+        ptr, _ = self.read_pointer()
+        if ptr is None:
+            m = self.try_load(0)
+            if m is None:
+                return None
+        else:
+            if self._uuid is not None and ptr.table_uuid != self._uuid:
+                with self._lock:
+                    self._cache.clear()
+            m = self.load(ptr.version)
+        while True:
+            nxt = self.try_load(m.version + 1)
+            if nxt is None:
+                return m
+            m = nxt
+
+    def versions(self) -> list[int]:
+        out = []
+        for meta in self.store.list("manifest/"):
+            v = version_of_key(meta.key)
+            if v is not None:
+                out.append(v)
+        return sorted(out)
+
+    def oldest_version(self) -> int | None:
+        vs = self.versions()
+        return vs[0] if vs else None
+
+    # -- writing -------------------------------------------------------------------
+    def write_manifest(self, m: Manifest) -> None:
+        """The commit point. Raises PreconditionFailed if version ``m.version`` exists."""
+        self.store.put(manifest_key(m.version), m.to_json(), mode=PutMode.CREATE)
+        self._remember(m)
+
+    def advance_pointer(self, m: Manifest) -> None:
+        """Move the pointer forward to ``m`` by CAS; never backward. Best effort: a failure
+        here leaves a lagging hint, which readers correct by rolling forward."""
+        body = Pointer(m.version, m.table_uuid, m.commit_id).to_json()
+        for _ in range(8):
+            try:
+                ptr, etag = self.read_pointer()
+                if ptr is None:
+                    self.store.put(POINTER_KEY, body, mode=PutMode.CREATE)
+                    return
+                if ptr.version >= m.version and ptr.table_uuid == m.table_uuid:
+                    return
+                self.store.put(POINTER_KEY, body, mode=PutMode.IF_MATCH, etag=etag)
+                return
+            except PreconditionFailed:
+                continue
+            except StoreError as exc:
+                log.warning("pointer update failed", extra={"table": self.name,
+                                                            "version": m.version,
+                                                            "error": str(exc)})
+                return
+
+
+def commit(
+    tlog: TableLog,
+    mutator: Mutator,
+    *,
+    runtime: Runtime,
+    max_attempts: int = MAX_ATTEMPTS,
+    before_write: Callable[[], None] | None = None,
+) -> Manifest | None:
+    """Run ``mutator`` against the head and commit its result as the next version.
+
+    Returns the committed manifest, or ``None`` when the mutator declined (no-op).
+    Raises ``CommitConflict`` naming the table and versions when retries run out.
+    """
+    head = tlog.head()
+    first_seen = head.version if head else None
+    for attempt in range(1, max_attempts + 1):
+        draft = mutator(head)
+        if draft is None:
+            return None
+        version = 0 if head is None else head.version + 1
+        now = runtime.clock.now_ms()
+        if head is not None:
+            now = max(now, head.created_at_ms)  # created_at never goes backward
+        m = dataclasses.replace(
+            draft, version=version, previous=None if head is None else head.version,
+            commit_id=runtime.ids.new_id(), created_at_ms=now,
+            table_uuid=draft.table_uuid or (head.table_uuid if head else runtime.ids.new_id()),
+        )
+        if before_write is not None:
+            before_write()
+        try:
+            tlog.write_manifest(m)
+        except PreconditionFailed:
+            delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** min(attempt, 10)))
+            runtime.clock.sleep(runtime.rng.uniform(0, delay))
+            head = tlog.head()
+            continue
+        except StoreError:
+            # Outcome unknown: did our manifest land? Check by commit id before retrying.
+            landed = tlog.try_load(version)
+            if landed is not None and landed.commit_id == m.commit_id:
+                m = landed
+            else:
+                head = tlog.head()
+                continue
+        tlog.advance_pointer(m)
+        log.info("commit", extra={"table": tlog.name, "version": m.version,
+                                  "operation": m.operation, "attempts": attempt})
+        return m
+    raise CommitConflict(
+        "commit retries exhausted against concurrent writers", table=tlog.name,
+        first_seen_version=first_seen, last_seen_version=head.version if head else None,
+        attempts=max_attempts,
+    )
+
+
+def require_table(m: Manifest | None, name: str) -> Manifest:
+    if m is None or m.dropped:
+        raise TableNotFound("no such table", table=name)
+    return m

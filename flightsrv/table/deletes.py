@@ -1,0 +1,99 @@
+"""Deletion vectors: the set of deleted row positions of one data file.
+
+Byte layout (docs/PROTOCOL.md §Deletion vectors), the same as Delta Lake's and Iceberg v3's
+deletion-vector blobs (https://github.com/delta-io/delta/blob/master/PROTOCOL.md#deletion-vector-format):
+
+    blob   = length:u32be  magic:4 bytes "D1 D3 39 64"  bitmap  crc32:u32be
+    length = len(magic) + len(bitmap)
+    crc32  = CRC-32 (zlib) of magic + bitmap
+    bitmap = portable 64-bit roaring ("RoaringBitmapArray"): count:u64le, then per bucket
+             key:u32le + a portable 32-bit roaring bitmap (pyroaring ``BitMap64.serialize``)
+
+A DV *object* under ``tombstone/`` starts with a format byte ``0x01`` followed by one or more
+blobs; a descriptor points at one blob by (offset, length), as in Delta. Small DVs are inlined
+in the manifest as base64 of the same blob bytes.
+
+Names say which way a mask points: ``deleted_positions`` are rows to drop, a ``keep_mask`` is
+True for rows to keep.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+import numpy as np
+from pyroaring import BitMap64
+
+from flightsrv.errors import CorruptObject
+from flightsrv.table.manifest import DeletionVector
+
+MAGIC = bytes.fromhex("D1D33964")
+OBJECT_FORMAT_BYTE = b"\x01"
+INLINE_LIMIT = 2048  # framed bytes up to this size are inlined in the manifest
+
+
+def encode_blob(bitmap: BitMap64) -> bytes:
+    payload = MAGIC + bitmap.serialize()
+    return struct.pack(">I", len(payload)) + payload + struct.pack(">I", zlib.crc32(payload))
+
+
+def decode_blob(blob: bytes, *, where: str) -> BitMap64:
+    """Validate and decode one framed blob; ``where`` names the object for errors."""
+    if len(blob) < 12:
+        raise CorruptObject("deletion vector truncated", object=where, check="size",
+                            size=len(blob), minimum=12)
+    (length,) = struct.unpack(">I", blob[:4])
+    if length + 8 != len(blob):
+        raise CorruptObject("deletion vector length mismatch", object=where, check="length",
+                            declared=length + 8, actual=len(blob))
+    payload = blob[4:4 + length]
+    if payload[:4] != MAGIC:
+        raise CorruptObject("deletion vector has the wrong magic", object=where, check="magic",
+                            expected=MAGIC.hex(), found=payload[:4].hex())
+    (crc,) = struct.unpack(">I", blob[4 + length:])
+    actual = zlib.crc32(payload)
+    if crc != actual:
+        raise CorruptObject("deletion vector CRC mismatch", object=where, check="crc32",
+                            expected=f"{crc:08x}", actual=f"{actual:08x}")
+    try:
+        return BitMap64.deserialize(payload[4:])
+    except Exception as exc:  # pyroaring raises ValueError/RuntimeError variants
+        raise CorruptObject("deletion vector bitmap does not deserialize", object=where,
+                            check="bitmap", error=str(exc)) from None
+
+
+def inline_descriptor(bitmap: BitMap64) -> DeletionVector:
+    blob = encode_blob(bitmap)
+    return DeletionVector("inline", len(bitmap), data=base64.b64encode(blob).decode())
+
+
+def read_dv(store, dv: DeletionVector, *, table: str, data_file: str) -> BitMap64:
+    """Load and validate the bitmap a descriptor points at."""
+    if dv.storage == "inline":
+        where = f"{table}/manifest inline DV of {data_file}"
+        bitmap = decode_blob(base64.b64decode(dv.data or ""), where=where)
+    elif dv.storage == "object":
+        where = f"{table}/{dv.path}@{dv.offset}+{dv.length}"
+        blob = store.get_range(dv.path, dv.offset, dv.offset + dv.length)
+        bitmap = decode_blob(blob, where=where)
+    else:
+        raise CorruptObject("unknown deletion vector storage", table=table, file=data_file,
+                            storage=dv.storage)
+    if len(bitmap) != dv.cardinality:
+        raise CorruptObject("deletion vector cardinality mismatch", object=where,
+                            check="cardinality", expected=dv.cardinality, actual=len(bitmap))
+    return bitmap
+
+
+def keep_mask(deleted_positions: np.ndarray, start: int, end: int) -> np.ndarray | None:
+    """Boolean mask over rows [start, end): True = keep. None when nothing there is deleted.
+    ``deleted_positions`` is sorted uint64."""
+    lo = np.searchsorted(deleted_positions, start, side="left")
+    hi = np.searchsorted(deleted_positions, end, side="left")
+    if lo == hi:
+        return None
+    mask = np.ones(end - start, dtype=bool)
+    mask[(deleted_positions[lo:hi] - start).astype(np.int64)] = False
+    return mask

@@ -1,0 +1,235 @@
+"""Scans of a pinned snapshot (docs/PROTOCOL.md §Reading).
+
+A ``Snapshot`` is one manifest version. Its scan:
+1. prunes files by the manifest's column statistics, then row groups by the Parquet footer's
+   statistics, for the predicate;
+2. skips whole row groups marked deleted and never reads them;
+3. reads the remaining row groups (only the projected + predicate columns) in a small thread
+   pool with bounded read-ahead, in order, so memory stays at a few row groups;
+4. applies each file's deletion vector per row group by row offset (a keep mask), then the
+   predicate, then the projection.
+
+Data files are write-once under unique keys; a scan reads them pinned to the ETag recorded in
+the manifest, so it never mixes versions. Footers are cached by (store, key, etag).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from flightsrv.errors import CorruptObject, ObjectNotFound, PreconditionFailed
+from flightsrv.table.deletes import keep_mask, read_dv
+from flightsrv.table.manifest import DataFile, Manifest
+from flightsrv.table.predicate import Match, Predicate, manifest_stats_lookup, rowgroup_stats_lookup
+from flightsrv.table.schema import schema_from_json
+
+_POOL = ThreadPoolExecutor(max_workers=max(4, (os.cpu_count() or 2) * 2),
+                           thread_name_prefix="flightsrv-scan")
+READ_AHEAD = 4
+
+_footers: OrderedDict = OrderedDict()
+_footers_lock = threading.Lock()
+_FOOTER_CACHE = 512
+
+
+class StoreFile(io.RawIOBase):
+    """A read-only, seekable file over one object version (ranged GETs pinned to its ETag)."""
+
+    def __init__(self, store, key: str, etag: str, size: int):
+        self.store, self.key, self.etag, self._size = store, key, etag, size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def size(self) -> int:
+        return self._size
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
+        if end <= self._pos:
+            return b""
+        data = self.store.get_range(self.key, self._pos, end, etag=self.etag)
+        self._pos += len(data)
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
+def open_parquet(store, f: DataFile, *, table: str = "?") -> pq.ParquetFile:
+    """Open a data file of the manifest, pinned to its recorded ETag."""
+    cache_key = (store.uri, f.path, f.etag)
+    with _footers_lock:
+        md = _footers.get(cache_key)
+        if md is not None:
+            _footers.move_to_end(cache_key)
+    try:
+        local = store.local_path(f.path)
+        if local is not None:
+            source = pa.memory_map(local, "r")
+            if source.size() != f.size:
+                raise CorruptObject("data file size differs from the manifest", table=table,
+                                    object=f.path, expected=f.size, actual=source.size())
+        else:
+            source = pa.PythonFile(StoreFile(store, f.path, f.etag, f.size), mode="r")
+        pf = pq.ParquetFile(source, metadata=md, pre_buffer=local is None)
+    except (FileNotFoundError, ObjectNotFound):
+        raise ObjectNotFound("data file referenced by the manifest is missing", table=table,
+                             object=f.path) from None
+    except PreconditionFailed:
+        raise CorruptObject("data file changed under its key (ETag mismatch)", table=table,
+                            object=f.path, etag=f.etag) from None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptObject("data file is not valid Parquet", table=table, object=f.path,
+                            error=str(exc)) from None
+    if md is None:
+        with _footers_lock:
+            _footers[cache_key] = pf.metadata
+            while len(_footers) > _FOOTER_CACHE:
+                _footers.popitem(last=False)
+    return pf
+
+
+@dataclass
+class FileTask:
+    file: DataFile
+    row_groups: list[int]  # to read, in order
+    deleted: np.ndarray | None  # sorted deleted positions (uint64), or None
+
+
+class Snapshot:
+    """One pinned version of a table."""
+
+    def __init__(self, table, manifest: Manifest):
+        self.table = table
+        self.manifest = manifest
+        self.version = manifest.version
+        self.schema = schema_from_json(manifest.schema)
+
+    def __repr__(self) -> str:
+        return f"Snapshot(table={self.table.name!r}, version={self.version})"
+
+    @property
+    def store(self):
+        return self.table.store
+
+    def count_rows(self) -> int:
+        """Exact live row count from metadata alone."""
+        return self.manifest.live_rows
+
+    def predicate(self, filter) -> Predicate | None:
+        if filter is None or isinstance(filter, Predicate):
+            return filter
+        return Predicate.parse(filter, self.schema)
+
+    def deleted_positions(self, f: DataFile) -> np.ndarray | None:
+        if f.dv is None or f.dv.cardinality == 0:
+            return None
+        bitmap = read_dv(self.store, f.dv, table=self.table.name, data_file=f.path)
+        return np.asarray(bitmap.to_array(), dtype=np.uint64)
+
+    def plan(self, pred: Predicate | None, *, with_deletes: bool = True) -> Iterator[FileTask]:
+        """Files and row groups that may hold matching live rows."""
+        for f in self.manifest.data_files:
+            if f.live_rows == 0:
+                continue
+            if pred is not None and pred.evaluate_stats(
+                    manifest_stats_lookup(f, self.schema)) is Match.NONE:
+                continue
+            groups = [i for i in range(f.row_groups) if i not in set(f.deleted_row_groups)]
+            if pred is not None and groups:
+                md = open_parquet(self.store, f, table=self.table.name).metadata
+                groups = [i for i in groups if pred.evaluate_stats(
+                    rowgroup_stats_lookup(md.row_group(i), self.schema)) is not Match.NONE]
+            if not groups:
+                continue
+            yield FileTask(f, groups, self.deleted_positions(f) if with_deletes else None)
+
+    def _read_group(self, task: FileTask, rg: int, columns: list[str], pred: Predicate | None,
+                    with_positions: bool) -> pa.Table:
+        pf = open_parquet(self.store, task.file, table=self.table.name)
+        t = pf.read_row_group(rg, columns=columns, use_threads=False)
+        start = task.file.row_group_offsets[rg]
+        if with_positions:
+            t = t.append_column("__pos", pa.array(np.arange(start, start + t.num_rows,
+                                                            dtype=np.int64)))
+        if task.deleted is not None:
+            mask = keep_mask(task.deleted, start, start + t.num_rows)
+            if mask is not None:
+                t = t.filter(pa.array(mask))
+        if pred is not None:
+            t = t.filter(pred.expression)
+        return t
+
+    def iter_tables(self, columns: list[str] | None = None, filter=None, *,
+                    with_positions: bool = False, tasks=None) -> Iterator[tuple[FileTask, pa.Table]]:
+        """(task, table) per surviving row group, in file/row-group order."""
+        pred = self.predicate(filter)
+        out_cols = list(self.schema.names) if columns is None else list(columns)
+        read_cols = out_cols + [c for c in (pred.columns if pred else []) if c not in out_cols]
+        work = ((task, rg) for task in (tasks if tasks is not None else self.plan(pred))
+                for rg in task.row_groups)
+        pending: deque = deque()
+        for task, rg in work:
+            pending.append((task, _POOL.submit(self._read_group, task, rg, read_cols, pred,
+                                               with_positions)))
+            if len(pending) >= READ_AHEAD:
+                t_task, fut = pending.popleft()
+                yield t_task, self._project(fut.result(), out_cols, with_positions)
+        while pending:
+            t_task, fut = pending.popleft()
+            yield t_task, self._project(fut.result(), out_cols, with_positions)
+
+    @staticmethod
+    def _project(t: pa.Table, cols: list[str], with_positions: bool) -> pa.Table:
+        keep = cols + (["__pos"] if with_positions else [])
+        return t.select(keep) if t.column_names != keep else t
+
+    def scan(self, columns: list[str] | None = None, filter=None, *,
+             batch_size: int | None = None) -> pa.RecordBatchReader:
+        """A streaming reader of live rows; ``filter`` is a SQL predicate (or Predicate)."""
+        if columns is not None:
+            unknown = [c for c in columns if c not in self.schema.names]
+            if unknown:
+                from flightsrv.errors import ConfigurationError
+                raise ConfigurationError("unknown column in projection", table=self.table.name,
+                                         columns=",".join(unknown))
+        schema = self.schema if columns is None else pa.schema(
+            [self.schema.field(c) for c in columns])
+        tables = self.iter_tables(columns, filter)
+
+        def batches():
+            for _, t in tables:
+                if t.num_rows == 0:
+                    continue
+                t = t.cast(schema) if t.schema != schema else t
+                yield from t.to_batches(max_chunksize=batch_size)
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    def to_table(self, columns: list[str] | None = None, filter=None) -> pa.Table:
+        return self.scan(columns, filter).read_all()

@@ -1,0 +1,164 @@
+"""Arrow schemas as JSON, and column statistics values as JSON.
+
+The manifest stores the table schema as Arrow types in JSON (docs/PROTOCOL.md §Schema).
+Type codec: a table of simple types by name, plus parameterised types as objects.
+Statistics values are stored in the column's physical-ish JSON form (ints for integers,
+timestamps in their unit, dates in days, decimals as strings) and decoded back to Arrow
+scalars of the column type for pruning.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+
+import pyarrow as pa
+
+from flightsrv.errors import CorruptObject
+
+SIMPLE_TYPES: dict[str, pa.DataType] = {
+    "null": pa.null(), "bool": pa.bool_(),
+    "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
+    "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
+    "float16": pa.float16(), "float32": pa.float32(), "float64": pa.float64(),
+    "string": pa.string(), "large_string": pa.large_string(), "string_view": pa.string_view(),
+    "binary": pa.binary(), "large_binary": pa.large_binary(),
+    "date32": pa.date32(), "date64": pa.date64(),
+}
+_SIMPLE_NAMES = {v: k for k, v in SIMPLE_TYPES.items()}
+
+
+def type_to_json(t: pa.DataType):
+    if t in _SIMPLE_NAMES:
+        return _SIMPLE_NAMES[t]
+    if pa.types.is_timestamp(t):
+        return {"type": "timestamp", "unit": t.unit, "tz": t.tz}
+    if pa.types.is_time32(t) or pa.types.is_time64(t):
+        return {"type": "time", "bits": t.bit_width, "unit": t.unit}
+    if pa.types.is_duration(t):
+        return {"type": "duration", "unit": t.unit}
+    if pa.types.is_decimal(t):
+        return {"type": "decimal", "bits": t.bit_width, "precision": t.precision, "scale": t.scale}
+    if pa.types.is_fixed_size_binary(t):
+        return {"type": "fixed_size_binary", "width": t.byte_width}
+    if pa.types.is_large_list(t):
+        return {"type": "large_list", "item": field_to_json(t.value_field)}
+    if pa.types.is_fixed_size_list(t):
+        return {"type": "fixed_size_list", "size": t.list_size, "item": field_to_json(t.value_field)}
+    if pa.types.is_map(t):
+        return {"type": "map", "key": field_to_json(t.key_field), "item": field_to_json(t.item_field),
+                "keys_sorted": t.keys_sorted}
+    if pa.types.is_list(t):
+        return {"type": "list", "item": field_to_json(t.value_field)}
+    if pa.types.is_struct(t):
+        return {"type": "struct", "fields": [field_to_json(t.field(i)) for i in range(t.num_fields)]}
+    if pa.types.is_dictionary(t):
+        return type_to_json(t.value_type)
+    raise TypeError(f"unsupported Arrow type for a flightsrv table: {t}")
+
+
+def type_from_json(j) -> pa.DataType:
+    if isinstance(j, str):
+        try:
+            return SIMPLE_TYPES[j]
+        except KeyError:
+            raise CorruptObject("unknown type name in schema", type=j) from None
+    kind = j["type"]
+    if kind == "timestamp":
+        return pa.timestamp(j["unit"], tz=j.get("tz"))
+    if kind == "time":
+        return pa.time32(j["unit"]) if j["bits"] == 32 else pa.time64(j["unit"])
+    if kind == "duration":
+        return pa.duration(j["unit"])
+    if kind == "decimal":
+        f = pa.decimal128 if j["bits"] == 128 else pa.decimal256
+        return f(j["precision"], j["scale"])
+    if kind == "fixed_size_binary":
+        return pa.binary(j["width"])
+    if kind == "list":
+        return pa.list_(field_from_json(j["item"]))
+    if kind == "large_list":
+        return pa.large_list(field_from_json(j["item"]))
+    if kind == "fixed_size_list":
+        return pa.list_(field_from_json(j["item"]), j["size"])
+    if kind == "map":
+        return pa.map_(field_from_json(j["key"]), field_from_json(j["item"]), j.get("keys_sorted", False))
+    if kind == "struct":
+        return pa.struct([field_from_json(f) for f in j["fields"]])
+    raise CorruptObject("unknown type in schema", type=kind)
+
+
+def field_to_json(f: pa.Field) -> dict:
+    out = {"name": f.name, "type": type_to_json(f.type), "nullable": f.nullable}
+    if f.metadata:
+        out["metadata"] = {k.decode(): v.decode() for k, v in f.metadata.items()}
+    return out
+
+
+def field_from_json(j: dict) -> pa.Field:
+    return pa.field(j["name"], type_from_json(j["type"]), j.get("nullable", True),
+                    metadata=j.get("metadata"))
+
+
+def schema_to_json(s: pa.Schema) -> dict:
+    return {"fields": [field_to_json(f) for f in s]}
+
+
+def schema_from_json(j: dict) -> pa.Schema:
+    return pa.schema([field_from_json(f) for f in j["fields"]])
+
+
+def normalize_schema(s: pa.Schema) -> pa.Schema:
+    """The schema a table stores: dictionary types decoded, schema metadata dropped."""
+    return schema_from_json(schema_to_json(s.remove_metadata()))
+
+
+# -- statistics values -------------------------------------------------------------
+
+_MAX_STAT_STRING = 256
+
+
+def stat_to_json(value, t: pa.DataType, *, is_max: bool):
+    """Encode a Parquet statistics value for column type ``t``; None if not storable.
+
+    Strings longer than 256 characters keep a truncated *min* (still a lower bound) and drop
+    the max (a truncated max would not be an upper bound)."""
+    if value is None:
+        return None
+    if pa.types.is_boolean(t) or pa.types.is_integer(t):
+        return int(value) if not pa.types.is_boolean(t) else bool(value)
+    if pa.types.is_floating(t):
+        v = float(value)
+        return None if math.isnan(v) or math.isinf(v) else v
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if len(value) > _MAX_STAT_STRING:
+            return None if is_max else value[:_MAX_STAT_STRING]
+        return value
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t) \
+            or pa.types.is_duration(t):
+        return pa.scalar(value, type=t).cast(pa.int64()).as_py() if not pa.types.is_date(t) \
+            else pa.scalar(value, type=pa.date32()).cast(pa.int32()).as_py()
+    if pa.types.is_decimal(t):
+        return str(value)
+    return None
+
+
+def stat_from_json(value, t: pa.DataType) -> pa.Scalar | None:
+    if value is None:
+        return None
+    if pa.types.is_timestamp(t) or pa.types.is_time(t) or pa.types.is_duration(t):
+        return pa.scalar(value, pa.int64()).cast(t)
+    if pa.types.is_date(t):
+        return pa.scalar(value, pa.int32()).cast(pa.date32()).cast(t)
+    if pa.types.is_decimal(t):
+        return pa.scalar(decimal.Decimal(value), t)
+    return pa.scalar(value, t)
+
+
+def has_stats(t: pa.DataType) -> bool:
+    return (pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_timestamp(t)
+            or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_decimal(t)
+            or pa.types.is_duration(t))

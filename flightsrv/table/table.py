@@ -1,0 +1,249 @@
+"""``Table``: one table of a warehouse: snapshots, append, delete, history.
+
+Every change goes through ``flightsrv.table.commit.commit`` with a mutator; this module holds
+the mutators' meaning (append rebases over anything; deletes merge bitmaps and re-plan when a
+file they target was rewritten).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import TYPE_CHECKING, Iterable
+
+import pyarrow as pa
+
+from flightsrv.errors import ConfigurationError, SchemaMismatch, VersionNotFound
+from flightsrv.table.commit import TableLog, commit, require_table
+from flightsrv.table.manifest import Manifest
+from flightsrv.table.scan import Snapshot
+from flightsrv.table.schema import schema_from_json
+from flightsrv.table.writer import DataFileWriter, WriteOptions
+
+if TYPE_CHECKING:
+    from flightsrv.warehouse import Warehouse
+
+
+def parse_timestamp_ms(as_of) -> int:
+    if isinstance(as_of, (int, float)):
+        return int(as_of)
+    if isinstance(as_of, str):
+        try:
+            as_of = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigurationError("timestamp does not parse (use ISO 8601)",
+                                     timestamp=as_of) from None
+    if isinstance(as_of, dt.datetime):
+        if as_of.tzinfo is None:
+            as_of = as_of.replace(tzinfo=dt.timezone.utc)
+        return int(as_of.timestamp() * 1000)
+    raise ConfigurationError("as_of must be a datetime, ISO string or epoch ms", as_of=repr(as_of))
+
+
+class Table:
+    def __init__(self, warehouse: "Warehouse", name: str):
+        from flightsrv.store.prefixed import PrefixedStore
+
+        self.warehouse = warehouse
+        self.name = name
+        self.runtime = warehouse.runtime
+        self.store = PrefixedStore(warehouse.store, name)
+        self.log = TableLog(self.store, name, self.runtime)
+
+    def __repr__(self) -> str:
+        return f"Table({self.name!r}, warehouse={self.warehouse.uri!r})"
+
+    # -- reading -------------------------------------------------------------------
+    def head(self) -> Manifest:
+        return require_table(self.log.head(), self.name)
+
+    def snapshot(self, version: int | None = None, as_of=None) -> Snapshot:
+        """Pin a version: the latest, ``version=N``, or the last one committed at or before
+        ``as_of`` (datetime, ISO string or epoch milliseconds)."""
+        if version is not None and as_of is not None:
+            raise ConfigurationError("give version or as_of, not both", table=self.name)
+        if version is not None:
+            m = self.log.load(int(version))
+        elif as_of is not None:
+            m = self._version_as_of(parse_timestamp_ms(as_of))
+        else:
+            m = self.head()
+        if m.dropped:
+            raise VersionNotFound("the table was dropped at that version", table=self.name,
+                                  version=m.version)
+        return Snapshot(self, m)
+
+    def _version_as_of(self, ts_ms: int) -> Manifest:
+        versions = self.log.versions()
+        lo, hi, best = 0, len(versions) - 1, None
+        while lo <= hi:  # created_at is non-decreasing in version order
+            mid = (lo + hi) // 2
+            m = self.log.load(versions[mid])
+            if m.created_at_ms <= ts_ms:
+                best, lo = m, mid + 1
+            else:
+                hi = mid - 1
+        if best is None:
+            raise VersionNotFound("no retained version at or before that time", table=self.name,
+                                  timestamp_ms=ts_ms,
+                                  oldest_retained=versions[0] if versions else None)
+        return best
+
+    @property
+    def schema(self) -> pa.Schema:
+        return schema_from_json(self.head().schema)
+
+    @property
+    def properties(self) -> dict:
+        return dict(self.head().properties)
+
+    def scan(self, columns=None, filter=None, *, version=None, as_of=None) -> pa.RecordBatchReader:
+        return self.snapshot(version, as_of).scan(columns, filter)
+
+    def to_table(self, columns=None, filter=None, *, version=None, as_of=None) -> pa.Table:
+        return self.scan(columns, filter, version=version, as_of=as_of).read_all()
+
+    def count_rows(self, *, version=None, as_of=None) -> int:
+        return self.snapshot(version, as_of).count_rows()
+
+    def history(self, limit: int | None = None) -> list[dict]:
+        """Newest first: version, time, operation and its summary."""
+        out = []
+        for v in reversed(self.log.versions()):
+            m = self.log.try_load(v)
+            if m is None:
+                continue
+            out.append({
+                "version": m.version,
+                "created_at": dt.datetime.fromtimestamp(m.created_at_ms / 1000,
+                                                        tz=dt.timezone.utc).isoformat(),
+                "operation": m.operation,
+                "rows_added": m.summary.get("rows_added", 0),
+                "rows_deleted": m.summary.get("rows_deleted", 0),
+                "files_added": m.summary.get("files_added", 0),
+                "files_removed": m.summary.get("files_removed", 0),
+                "live_rows": m.live_rows,
+                "files": len(m.data_files),
+                **{k: v2 for k, v2 in m.summary.items() if k not in (
+                    "rows_added", "rows_deleted", "files_added", "files_removed")},
+            })
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    # -- writing -------------------------------------------------------------------
+    def commit(self, mutator, **kw) -> Manifest | None:
+        """Run a mutator through the one commit loop (after the store's self-check)."""
+        self.warehouse.ensure_writable()
+        return commit(self.log, mutator, runtime=self.runtime, **kw)
+
+    def _conform(self, data, schema: pa.Schema) -> Iterable[pa.RecordBatch]:
+        if isinstance(data, pa.Table):
+            src_schema, batches = data.schema, data.to_batches()
+        elif isinstance(data, pa.RecordBatch):
+            src_schema, batches = data.schema, [data]
+        elif isinstance(data, pa.RecordBatchReader):
+            src_schema, batches = data.schema, data
+        else:
+            raise ConfigurationError("append takes a pyarrow Table, RecordBatch or "
+                                     "RecordBatchReader", table=self.name, got=type(data).__name__)
+        missing = [f.name for f in schema if f.name not in src_schema.names]
+        extra = [n for n in src_schema.names if n not in schema.names]
+        if missing or extra:
+            raise SchemaMismatch("appended data does not match the table's columns",
+                                 table=self.name, missing=",".join(missing) or None,
+                                 unexpected=",".join(extra) or None)
+        for f in schema:
+            st = src_schema.field(f.name).type
+            if st != f.type:
+                try:
+                    pa.array([], st).cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    raise SchemaMismatch("column type does not match the table",
+                                         table=self.name, column=f.name, expected=str(f.type),
+                                         found=str(st)) from None
+        same = src_schema.remove_metadata().equals(schema, check_metadata=False)
+
+        def gen():
+            for b in batches:
+                if b.num_rows == 0:
+                    continue
+                if same:
+                    yield b
+                    continue
+                cols = []
+                for f in schema:
+                    col = b.column(b.schema.get_field_index(f.name))
+                    try:
+                        cols.append(col.cast(f.type, safe=True) if col.type != f.type else col)
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                        raise SchemaMismatch("value does not fit the column type",
+                                             table=self.name, column=f.name,
+                                             expected=str(f.type), error=str(exc)) from None
+                yield pa.RecordBatch.from_arrays(cols, schema=schema)
+
+        return gen()
+
+    def write_files(self, data, *, head: Manifest | None = None):
+        """Write data files (not committed). Returns (files, bytes, rows)."""
+        head = head or self.head()
+        schema = schema_from_json(head.schema)
+        writer = DataFileWriter(self.store, schema, self.runtime,
+                                WriteOptions.from_properties(head.properties), head.version + 1)
+        files = writer.write(self._conform(data, schema))
+        return files, writer.bytes_written, writer.rows_written
+
+    def append(self, data) -> Manifest | None:
+        """Stream ``data`` into new data files and commit them in one version.
+        Returns the new manifest (None if there were no rows)."""
+        head = self.head()
+        self.warehouse.ensure_writable()
+        files, nbytes, nrows = self.write_files(data, head=head)
+        if not files:
+            return None
+        return self.commit_files(files, operation="append", extra={"bytes_added": nbytes})
+
+    def commit_files(self, files, *, operation: str = "append", extra: dict | None = None,
+                     expected_schema: dict | None = None) -> Manifest:
+        """Commit already-written data files (appends commute, so this rebases freely)."""
+        schema_json = expected_schema
+
+        def mutate(head):
+            head = require_table(head, self.name)
+            if schema_json is not None and head.schema != schema_json:
+                raise SchemaMismatch("table schema changed while the data was written",
+                                     table=self.name, version=head.version)
+            added = tuple(dataclasses.replace(f, added_version=head.version + 1) for f in files)
+            summary = {"rows_added": sum(f.rows for f in files), "files_added": len(files),
+                       "rows_deleted": 0, "files_removed": 0, **(extra or {})}
+            return dataclasses.replace(head, operation=operation, summary=summary,
+                                       data_files=head.data_files + added)
+
+        return self.commit(mutate)
+
+    def delete(self, predicate: str, *, mode: str | None = None) -> int:
+        """Delete rows matching a SQL predicate; returns the number deleted (0: no commit).
+        ``mode`` "dv" (default) writes deletion vectors; "splice" erases physically."""
+        from flightsrv.table.delete_plan import delete_rows
+
+        mode = mode or self.properties.get("delete_mode", "dv")
+        if mode == "splice":
+            try:
+                from flightsrv.table.erase import splice_delete
+            except ImportError:
+                raise ConfigurationError("splice deletes are not available in this build",
+                                         table=self.name) from None
+            return splice_delete(self, predicate)
+        if mode != "dv":
+            raise ConfigurationError("unknown delete mode (use 'dv' or 'splice')",
+                                     table=self.name, mode=mode)
+        return delete_rows(self, predicate)
+
+    def set_properties(self, **props) -> Manifest:
+        def mutate(head):
+            head = require_table(head, self.name)
+            merged = {**head.properties, **{k: str(v) for k, v in props.items()}}
+            return dataclasses.replace(head, operation="set_properties",
+                                       summary={"properties": sorted(props)}, properties=merged)
+
+        return self.commit(mutate)
