@@ -23,7 +23,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import sqlglot
 from sqlglot import exp
 
 from flightsrv.engine.api import IngestMode, Prepared, QueryResult, Role, Session, StatementKind
@@ -243,11 +242,11 @@ class DuckEngine:
             raise SqlError("INSERT names a column twice", statement=st._short(stmt.sql))
         source = tree.expression
         reader = self._run_query(source, pinner, stmt.sql)
-        if reader.schema.num_fields != len(resolved):
+        if len(reader.schema) != len(resolved):
             reader.close()
             raise SqlError("INSERT has a different number of values than columns",
                            statement=st._short(stmt.sql), table=stmt.table,
-                           columns=len(resolved), values=reader.schema.num_fields)
+                           columns=len(resolved), values=len(reader.schema))
         counter = _Counter()
         shaped = _shape_for_insert(reader, resolved, target, counter)
         table.append(shaped)
@@ -420,4 +419,4 @@ def _shape_for_insert(reader: pa.RecordBatchReader, columns: list[str], target: 
     return pa.RecordBatchReader.from_batches(out_schema, gen())
 
 
-__all__ = ["DuckEngine", "sqlglot"]
+__all__ = ["DuckEngine"]
