@@ -1,0 +1,276 @@
+"""The SQL front end: classification, refusals, time travel, pinning, scan hints."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from flightsrv.errors import SqlError, TableNotFound
+from flightsrv.sql import statements as st
+from flightsrv.sql.plan import Pinner, bind_params, delete_predicate, params_from_batch, plan_query
+from flightsrv.sql.statements import parse_statement
+
+SCHEMAS = {
+    "t": pa.schema([("id", pa.int64()), ("a", pa.string()), ("b", pa.float64()),
+                    ("d", pa.date32())]),
+    "u": pa.schema([("id", pa.int64()), ("x", pa.int32())]),
+}
+
+
+class Resolver:
+    """Fake table layer: each unpinned resolve returns a newer version, as under commits."""
+
+    def __init__(self):
+        self.calls = []
+        self.head = 10
+
+    def __call__(self, name, version, as_of):
+        if name not in SCHEMAS:
+            raise TableNotFound("no such table", table=name)
+        self.calls.append((name, version, as_of))
+        if version is None and as_of is None:
+            self.head += 1
+            version = self.head
+        return SimpleNamespace(schema=SCHEMAS[name], version=version, as_of=as_of, name=name)
+
+
+def plan(sql, params=()):
+    stmt = parse_statement(sql)
+    tree = bind_params(stmt.tree, [pa.scalar(p) for p in params], sql, stmt.param_count)
+    r = Resolver()
+    return plan_query(tree, Pinner(r), sql), r
+
+
+# -- classification ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sql, kind", [
+    ("SELECT 1", st.Query),
+    ("FROM t", st.Query),
+    ("WITH c AS (SELECT id FROM t) SELECT * FROM c JOIN u USING (id)", st.Query),
+    ("SELECT a, sum(b) OVER (PARTITION BY a ORDER BY id) FROM t", st.Query),
+    ("SELECT id FROM t UNION ALL SELECT id FROM u EXCEPT SELECT 3", st.Query),
+    ("VALUES (1, 'a'), (2, 'b')", st.Query),
+    ("SELECT * FROM range(10) r(i), generate_series(1, 3), unnest([1, 2])", st.Query),
+    ("DELETE FROM t", st.Delete),
+    ("DELETE FROM t WHERE id > 3", st.Delete),
+    ("INSERT INTO t VALUES (1, 'a', 1.0, DATE '2024-01-01')", st.Insert),
+    ("INSERT INTO t (id, a) SELECT id, 'x' FROM u", st.Insert),
+    ("CREATE TABLE n (a INT, b VARCHAR)", st.CreateTable),
+    ("CREATE TABLE n AS SELECT * FROM t", st.CreateTableAs),
+    ("DROP TABLE t", st.DropTable),
+    ("DROP TABLE IF EXISTS t", st.DropTable),
+    ("VACUUM t", st.Maintenance),
+    ("OPTIMIZE t", st.Maintenance),
+    ("SET delete_mode = 'splice'", st.SetSession),
+    ("SET delete_mode = 'dv'", st.SetSession),
+])
+def test_classified(sql, kind):
+    stmt = parse_statement(sql)
+    assert type(stmt) is kind
+    assert stmt.writes == (kind not in (st.Query, st.SetSession))
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("SELECT * FROM read_csv('/etc/passwd')", "read_csv"),
+    ("SELECT * FROM read_csv_auto('/etc/passwd')", "read_csv_auto"),
+    ("SELECT * FROM read_parquet('x.parquet')", "read_parquet"),
+    ("SELECT * FROM read_json('x.json')", "read_json"),
+    ("SELECT * FROM read_text('/etc/passwd')", "read_text"),
+    ("SELECT content FROM t, read_blob('/etc/passwd')", "read_blob"),
+    ("SELECT * FROM glob('/etc/*')", "glob"),
+    ("SELECT * FROM duckdb_settings()", "duckdb_settings"),
+    ("SELECT * FROM query('SELECT 1')", "query"),
+    ("SELECT (SELECT count(*) FROM read_csv('/etc/passwd'))", "read_csv"),
+    ("COPY t TO '/tmp/out.csv'", "COPY"),
+    ("COPY (SELECT 1) TO '/tmp/out.parquet' (FORMAT parquet)", "COPY"),
+    ("ATTACH '/tmp/x.db' AS x", "ATTACH"),
+    ("DETACH x", "DETACH"),
+    ("INSTALL httpfs", "INSTALL"),
+    ("LOAD httpfs", "LOAD"),
+    ("PRAGMA database_list", "PRAGMA"),
+    ("SET enable_external_access = true", "engine settings"),
+    ("SET memory_limit = '1GB'", "engine settings"),
+    ("SET delete_mode = 'bogus'", "bad value"),
+    ("EXPORT DATABASE '/tmp/x'", "syntax"),
+    ("SELECT 1; SELECT 2", "one statement"),
+    ("DELETE FROM t; DROP TABLE t", "one statement"),
+    ("UPDATE t SET a = 'x'", "UPDATE"),
+    ("CREATE VIEW v AS SELECT 1", "CREATE VIEW"),
+    ("CREATE MACRO m(a) AS a", "CREATE MACRO"),
+    ("CALL pragma_version()", "CALL"),
+    ("SELECT * FROM information_schema.tables", "qualified"),
+    ("SELECT * FROM main.t", "qualified"),
+    ("DELETE FROM t WHERE id IN (SELECT id FROM u)", "subquery"),
+    ("CREATE TABLE n (a INT PRIMARY KEY)", "constraint"),
+    ("SELECT $name", "named parameters"),
+    ("SELECT ?, $1", "mix"),
+    ("", "empty"),
+])
+def test_refused(sql, reason):
+    with pytest.raises(SqlError) as ei:
+        parse_statement(sql)
+    assert reason.lower() in str(ei.value).lower()
+    if sql:
+        assert "statement=" in str(ei.value)
+
+
+def test_error_names_position():
+    with pytest.raises(SqlError) as ei:
+        parse_statement("SELECT *\nFROM read_csv('/etc/passwd')")
+    assert ei.value.context["line"] == 2
+    assert ei.value.context["col"] == 6
+    with pytest.raises(SqlError) as ei:
+        parse_statement("SELECT 1 FROM FROM")
+    assert ei.value.context["line"] == 1
+
+
+def test_create_table_types():
+    stmt = parse_statement(
+        "CREATE TABLE n (a INT NOT NULL, b VARCHAR(10), c DECIMAL(10, 2), d TIMESTAMP, "
+        "e INT[], f STRUCT(x INT, y VARCHAR), g MAP(VARCHAR, BIGINT), h DATE, i BOOLEAN, "
+        "j DOUBLE, k BLOB, l TIMESTAMPTZ, m UBIGINT)")
+    s = stmt.schema
+    assert s.field("a").type == pa.int32() and not s.field("a").nullable
+    assert s.field("b").type == pa.string() and s.field("b").nullable
+    assert s.field("c").type == pa.decimal128(10, 2)
+    assert s.field("d").type == pa.timestamp("us")
+    assert s.field("e").type == pa.list_(pa.int32())
+    assert s.field("f").type == pa.struct([("x", pa.int32()), ("y", pa.string())])
+    assert s.field("g").type == pa.map_(pa.string(), pa.int64())
+    assert s.field("h").type == pa.date32()
+    assert s.field("i").type == pa.bool_()
+    assert s.field("j").type == pa.float64()
+    assert s.field("k").type == pa.binary()
+    assert s.field("l").type == pa.timestamp("us", tz="UTC")
+    assert s.field("m").type == pa.uint64()
+
+
+def test_maintenance_and_set_parse():
+    m = parse_statement('OPTIMIZE "My T" full')
+    assert (m.verb, m.table, m.options) == ("optimize", "My T", "full")
+    s = parse_statement("SET delete_mode TO splice")
+    assert (s.name, s.value) == ("delete_mode", "splice")
+
+
+def test_placeholders_numbered_in_text_order():
+    stmt = parse_statement("SELECT ? AS p FROM t WHERE id = ? LIMIT ?")
+    assert stmt.param_count == 3
+    tree = bind_params(stmt.tree, [pa.scalar("s"), pa.scalar(5), pa.scalar(2)],
+                       stmt.sql, stmt.param_count)
+    sql = tree.sql("duckdb")
+    assert "'s' AS p" in sql and "id = CAST(5 AS BIGINT)" in sql and "LIMIT CAST(2 AS BIGINT)" in sql
+    assert parse_statement("SELECT $2, $1").param_count == 2
+    assert parse_statement("SELECT '?'").param_count == 0
+
+
+def test_params_from_batch_positional():
+    b = pa.record_batch({"1": ["b"], "0": [1]})
+    assert [v.as_py() for v in params_from_batch(b)] == [1, "b"]
+    b = pa.record_batch({"x": [1], "y": ["b"]})
+    assert [v.as_py() for v in params_from_batch(b)] == [1, "b"]
+
+
+# -- time travel and pinning -----------------------------------------------------------------
+
+
+def test_time_travel_resolution():
+    qp, r = plan("SELECT * FROM t AT (VERSION => 3) JOIN u AT (TIMESTAMP => '2024-01-01') "
+                 "ON t.id = u.id")
+    assert ("t", 3, None) in r.calls and ("u", None, "2024-01-01") in r.calls
+    assert "AT (" not in qp.sql
+    assert {s.snapshot.version for s in qp.scans if s.table == "t"} == {3}
+
+
+def test_time_travel_version_from_parameter():
+    qp, r = plan("SELECT * FROM t AT (VERSION => ?)", [4])
+    assert r.calls == [("t", 4, None)]
+
+
+def test_time_travel_bad_version():
+    with pytest.raises(SqlError, match="VERSION"):
+        plan("SELECT * FROM t AT (VERSION => 'x')")
+
+
+def test_repeated_references_pin_one_version():
+    qp, r = plan("SELECT * FROM t a JOIN t b ON a.id = b.id "
+                 "WHERE a.id IN (SELECT id FROM t) UNION ALL SELECT * FROM t, t AS c")
+    t_scans = [s for s in qp.scans if s.table == "t"]
+    assert len(t_scans) == 5
+    assert len({s.snapshot.version for s in t_scans}) == 1
+    assert r.calls == [("t", None, None)]  # resolved once
+    assert len({s.relation for s in qp.scans}) == len(qp.scans)  # unique relation names
+
+
+def test_pinned_plus_time_travel_differ():
+    qp, _ = plan("SELECT * FROM t JOIN t AT (VERSION => 2) old USING (id)")
+    versions = sorted(s.snapshot.version for s in qp.scans)
+    assert versions[0] == 2 and versions[1] > 2
+
+
+def test_rewrite_keeps_alias_and_qualifiers():
+    qp, _ = plan("SELECT t.id, x.x FROM t JOIN u AS x ON t.id = x.id")
+    assert "AS t " in qp.sql and "AS x " in qp.sql and "t.id" in qp.sql
+
+
+def test_cte_names_are_not_tables():
+    qp, r = plan("WITH t2 AS (SELECT id FROM t) SELECT * FROM t2")
+    assert [s.table for s in qp.scans] == ["t"]
+
+
+def test_unknown_table():
+    with pytest.raises(TableNotFound, match="nope"):
+        plan("SELECT * FROM nope")
+    with pytest.raises(TableNotFound):
+        plan("SELECT * FROM '/etc/passwd'")
+
+
+# -- scan hints ---------------------------------------------------------------------------------
+
+
+def scans(sql, params=()):
+    qp, _ = plan(sql, params)
+    return {s.table if s.table not in [x.table for x in qp.scans if x is not s] else s.relation: s
+            for s in qp.scans}
+
+
+def test_projection():
+    s = scans("SELECT a FROM t WHERE b > 1")
+    assert s["t"].columns == ["a", "b"]
+    assert scans("SELECT count(*) FROM t")["t"].columns == []
+    assert scans("SELECT * FROM t")["t"].columns is None
+    assert scans("SELECT t.* FROM t JOIN u USING (id)")["t"].columns is None
+    s = scans("SELECT t.a FROM t JOIN u USING (id)")
+    assert s["t"].columns == ["id", "a"] and s["u"].columns == ["id"]
+    assert scans("SELECT t FROM t")["t"].columns is None  # whole-row reference
+    assert scans("SELECT * FROM t NATURAL JOIN u")["u"].columns is None
+
+
+def test_pushable_filters():
+    s = scans("SELECT a FROM t WHERE id > 5 AND b < 2.5 AND a = 'x' AND d > '2024-01-01' "
+              "AND lower(a) = 'x'")
+    assert s["t"].filter == "(id > 5) AND (b < 2.5) AND (a = 'x')"
+    s = scans("SELECT * FROM t JOIN u ON t.id = u.id WHERE u.x IN (1, 2) AND t.a IS NOT NULL")
+    assert s["u"].filter == "(x IN (1, 2))" and s["t"].filter == "(NOT a IS NULL)"
+    assert scans("SELECT * FROM t WHERE id = ?", [7])["t"].filter == "(id = CAST(7 AS BIGINT))"
+
+
+def test_no_pushdown_through_outer_join_or_ambiguity():
+    s = scans("SELECT * FROM t LEFT JOIN u ON t.id = u.id WHERE u.x IS NULL AND t.id = 1")
+    assert s["t"].filter is None and s["u"].filter is None
+    s = scans("SELECT * FROM t JOIN u USING (id) WHERE id = 3")  # unqualified, in both
+    assert s["t"].filter is None and s["u"].filter is None
+    s = scans("SELECT * FROM t, (SELECT 1 AS x) s WHERE x = 1")  # x not provably t's
+    assert s["t"].filter is None
+
+
+def test_delete_predicate_unqualifies():
+    stmt = parse_statement("DELETE FROM t AS z WHERE z.id > 3 AND t.a = 'q'")
+    assert delete_predicate(stmt.where, stmt.table, stmt.alias, stmt.sql) == \
+        "z.id > 3 AND t.a = 'q'".replace("z.", "").replace("t.", "")
+    assert delete_predicate(None, "t", None, "DELETE FROM t") == "TRUE"
+    stmt = parse_statement("DELETE FROM t WHERE u.id = 1")
+    with pytest.raises(SqlError, match="another table"):
+        delete_predicate(stmt.where, stmt.table, stmt.alias, stmt.sql)
