@@ -169,3 +169,15 @@ class DuckDBTestEngine:
             return self._cursor().sql(f"SELECT * FROM {quoted} LIMIT 0").to_arrow_table().schema
         except duckdb.Error as exc:
             raise self._translate(exc, table=table) from None
+
+
+def start_test_server(**kwargs):
+    """A FlightSqlServer on a free loopback port over a fresh DuckDBTestEngine.
+    Returns (server, engine, uri); call ``server.shutdown()`` when done."""
+    from flightsrv.server.app import start_in_thread
+
+    engine = kwargs.pop("engine", None) or DuckDBTestEngine()
+    server, port = start_in_thread(engine, "127.0.0.1", 0, **kwargs)
+    scheme = "grpc+tls" if kwargs.get("tls") else "grpc"
+    host = "localhost" if kwargs.get("tls") else "127.0.0.1"
+    return server, engine, f"{scheme}://{host}:{port}"

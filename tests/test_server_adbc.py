@@ -1,0 +1,169 @@
+"""End to end through the ADBC Flight SQL driver (what most Python clients use)."""
+
+import warnings
+
+import adbc_driver_flightsql.dbapi as dbapi
+import adbc_driver_manager
+import pyarrow as pa
+import pytest
+
+from _server_engine import start_test_server
+
+warnings.filterwarnings("ignore", message="Cannot disable autocommit")
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv, engine, uri = start_test_server()
+    yield srv, engine, uri
+    srv.shutdown()
+
+
+@pytest.fixture
+def conn(server):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = dbapi.connect(server[2])
+    yield c
+    c.close()
+
+
+def _table(conn, name, n=10):
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE OR REPLACE TABLE {name} AS "
+                    f"SELECT range AS id, 'v' || range AS s FROM range({n})")  # fmt: skip
+
+
+def test_select_and_description(conn):
+    _table(conn, "sel")
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, s FROM sel ORDER BY id LIMIT 3")
+        assert cur.fetchall() == [(0, "v0"), (1, "v1"), (2, "v2")]
+        assert [d[0] for d in cur.description] == ["id", "s"]
+
+
+def test_parameters(conn):
+    _table(conn, "par")
+    with conn.cursor() as cur:
+        cur.execute("SELECT s FROM par WHERE id = ? OR s = ? ORDER BY s", parameters=[3, "v5"])
+        assert cur.fetchall() == [("v3",), ("v5",)]
+
+
+def test_dml_rowcount_through_prepared_query(conn):
+    _table(conn, "dml", 20)
+    with conn.cursor() as cur:
+        cur.execute("DELETE FROM dml WHERE id < 5")
+        assert cur.rowcount == 5
+        cur.execute("UPDATE dml SET s = 'x' WHERE id >= 18")
+        assert cur.rowcount == 2
+        cur.execute("DELETE FROM dml WHERE id = ?", parameters=[10])
+        assert cur.rowcount == 1
+        cur.execute("SELECT count(*) FROM dml")
+        assert cur.fetchone() == (14,)
+
+
+def test_executemany_insert(conn):
+    _table(conn, "many", 0)
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO many VALUES (?, ?)", [(i, f"r{i}") for i in range(50)])
+        assert cur.rowcount == 50
+        cur.execute("SELECT count(*), sum(id) FROM many")
+        assert cur.fetchone() == (50, sum(range(50)))
+
+
+@pytest.mark.parametrize("mode", ["create", "append", "replace", "create_append"])
+def test_ingest_modes(server, conn, mode):
+    name = f"ing_{mode}"
+    data = pa.table({"a": pa.array([1, 2, 3], pa.int64()), "b": ["x", "y", "z"]})
+    with conn.cursor() as cur:
+        if mode in ("append", "replace"):
+            cur.adbc_ingest(name, data, mode="create")
+        assert cur.adbc_ingest(name, data, mode=mode) == 3
+        if mode == "create_append":
+            assert cur.adbc_ingest(name, data, mode=mode) == 3
+        cur.execute(f"SELECT count(*) FROM {name}")
+        expected = {"create": 3, "append": 6, "replace": 3, "create_append": 6}[mode]
+        assert cur.fetchone() == (expected,)
+
+
+def test_ingest_errors_keep_server_up(conn):
+    data = pa.table({"a": [1]})
+    with conn.cursor() as cur:
+        cur.adbc_ingest("ing_err", data, mode="create")
+    with conn.cursor() as cur, pytest.raises(adbc_driver_manager.Error) as exc:
+        cur.adbc_ingest("ing_err", data, mode="create")
+    assert "TableExists" in str(exc.value) and "ing_err" in str(exc.value)
+    with conn.cursor() as cur, pytest.raises(adbc_driver_manager.Error) as exc:
+        cur.adbc_ingest("ing_missing", data, mode="append")
+    assert "NOT_FOUND" in str(exc.value) and "ing_missing" in str(exc.value)
+    with conn.cursor() as cur:  # a failed ingest spoils its cursor; a new one works
+        cur.execute("SELECT count(*) FROM ing_err")
+        assert cur.fetchone() == (1,)
+
+
+def test_ingest_streams_many_batches(conn):
+    batches = [pa.record_batch({"i": pa.array(range(k * 1000, (k + 1) * 1000))})
+               for k in range(20)]  # fmt: skip
+    reader = pa.RecordBatchReader.from_batches(batches[0].schema, batches)
+    with conn.cursor() as cur:
+        assert cur.adbc_ingest("ing_big", reader, mode="replace") == 20_000
+        cur.execute("SELECT count(*), sum(i) FROM ing_big")
+        assert cur.fetchone() == (20_000, sum(range(20_000)))
+
+
+def test_get_objects_and_table_schema(conn):
+    _table(conn, "meta_t")
+    objects = conn.adbc_get_objects(depth="all", table_name_filter="meta%").read_all()
+    rows = objects.to_pylist()
+    assert rows[0]["catalog_name"] == "flightsrv"
+    schema_entry = rows[0]["catalog_db_schemas"][0]
+    assert schema_entry["db_schema_name"] == "main"
+    tables = {t["table_name"]: t for t in schema_entry["db_schema_tables"]}
+    assert set(tables) == {"meta_t"}
+    cols = [(c["column_name"], c["xdbc_type_name"]) for c in tables["meta_t"]["table_columns"]]
+    assert cols == [("id", "BIGINT"), ("s", "VARCHAR")]
+    schema = conn.adbc_get_table_schema("meta_t")
+    assert schema.names == ["id", "s"] and schema.field("id").type == pa.int64()
+    with pytest.raises(adbc_driver_manager.Error):
+        conn.adbc_get_table_schema("no_such_table")
+
+
+def test_get_info(conn):
+    info = conn.adbc_get_info()
+    assert info["vendor_name"] == "flightsrv"
+    assert info["vendor_arrow_version"] == pa.__version__
+
+
+def test_table_types(conn):
+    assert conn.adbc_get_table_types() == ["TABLE"]
+
+
+def test_errors_name_statement_and_keep_server_up(conn):
+    with conn.cursor() as cur, pytest.raises(adbc_driver_manager.ProgrammingError) as exc:
+        cur.execute("SELEC 1")
+    assert "INVALID_ARGUMENT" in str(exc.value) and "SELEC 1" in str(exc.value)
+    with conn.cursor() as cur, pytest.raises(adbc_driver_manager.Error) as exc:
+        cur.execute("SELECT * FROM missing_tbl")
+    assert "NOT_FOUND" in str(exc.value) and "missing_tbl" in str(exc.value)
+    with conn.cursor() as cur:
+        cur.execute("SELECT 42 AS x")
+        assert cur.fetchone() == (42,)
+
+
+def test_large_result_streams_in_batches(server, conn):
+    with conn.cursor() as cur:
+        cur.execute("SELECT range AS i FROM range(300000)")
+        reader = cur.fetch_record_batch()
+        total = nbatches = 0
+        for batch in reader:
+            total += batch.num_rows
+            nbatches += 1
+    assert total == 300_000
+    assert nbatches > 1  # DuckDB's reader batches went through one by one
+
+
+def test_execute_schema(conn):
+    _table(conn, "sch")
+    with conn.cursor() as cur:
+        schema = cur.adbc_execute_schema("SELECT id, s FROM sch")
+    assert schema.names == ["id", "s"]
