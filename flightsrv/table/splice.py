@@ -501,7 +501,14 @@ def plan_parts(
         parts.append(Upload(b"".join(pieces)))
         buf, size = [], 0
 
-    for seg in segments:
+    merged_segs: list[Copy | Upload] = []
+    for seg in segments:  # contiguous copies become one range
+        prev = merged_segs[-1] if merged_segs else None
+        if isinstance(seg, Copy) and isinstance(prev, Copy) and prev.src_end == seg.src_start:
+            merged_segs[-1] = Copy(prev.src_start, seg.src_end)
+        elif seg.size:
+            merged_segs.append(seg)
+    for seg in merged_segs:
         if isinstance(seg, Upload):
             if seg.size:
                 buf.append(seg.data)
@@ -596,7 +603,11 @@ def rewrite_row_groups(
     tail = src.read(lay.data_end, footer_start)
 
     # lay out the data region
-    segments: list[Copy | Upload] = [Copy(0, lay.header_end)]
+    # the 4-byte magic rides with an upload rather than being copied on its own
+    header: Copy | Upload = Copy(0, lay.header_end)
+    if lay.header_end == 4 and 0 in dels:
+        header = Upload(pm.MAGIC)
+    segments: list[Copy | Upload] = [header]
     pos = lay.header_end
     shift: dict[int, int] = {}
     out_rgs: list[TStruct] = []
@@ -615,7 +626,8 @@ def rewrite_row_groups(
         else:
             ng = new_groups[i]
             new_rg = ng.rg
-            _shift_data_offsets(new_rg, pos - ng.base)
+            shift[i] = pos - ng.base  # temp-file offsets → new-file offsets
+            _shift_data_offsets(new_rg, shift[i])
             segments.append(Upload(ng.data))
             pos += len(ng.data)
         group_map.append(len(out_rgs))
@@ -669,6 +681,8 @@ def rewrite_row_groups(
             blob = new_groups[i].blobs.get((j, kind))
             if blob is None:
                 continue
+            if kind == "oi":
+                blob = pm.shift_offset_index(blob, shift[i])
         else:
             length = _blob_ref(pm.columns(rgs[i])[j], kind)[1]
             rel = off - lay.data_end
