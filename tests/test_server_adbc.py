@@ -9,7 +9,7 @@ import pytest
 
 from _server_engine import start_test_server
 
-warnings.filterwarnings("ignore", message="Cannot disable autocommit")
+pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,13 @@ from flightsrv.engine.api import Engine, IngestMode, Prepared, Role, Session, St
 from flightsrv.runtime import Runtime
 from flightsrv.server import metadata as md
 from flightsrv.server import proto
-from flightsrv.server.auth import MIDDLEWARE_KEY, AuthConfig, AuthMiddlewareFactory, principal_of
+from flightsrv.server.auth import (
+    MIDDLEWARE_KEY,
+    AuthConfig,
+    AuthMiddlewareFactory,
+    HandshakeHandler,
+    principal_of,
+)
 from flightsrv.server.status import (
     invalid,
     not_found,
@@ -52,6 +58,7 @@ from flightsrv.server.status import (
 )
 
 log = logging.getLogger("flightsrv.server")
+log.addHandler(logging.NullHandler())
 
 SERVER_VERSION = "0.1.0"
 EMPTY_SCHEMA = pa.schema([])
@@ -201,6 +208,8 @@ class FlightSqlServer(flight.FlightServerBase):
             10_000, 3600 * 1000, clock.now_ms
         )
         self._sql_info = md.sql_info_values(SERVER_VERSION, read_only=read_only)
+        if auth is not None:
+            kwargs.setdefault("auth_handler", HandshakeHandler())
         super().__init__(
             location, middleware=middleware, tls_certificates=tls_certificates, **kwargs
         )

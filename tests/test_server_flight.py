@@ -1,0 +1,257 @@
+"""The Flight SQL server through raw pyarrow.flight: every command, action and error path."""
+
+import threading
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from _server_engine import start_test_server
+from flightsrv.server import metadata as md
+from flightsrv.server import proto
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv, engine, uri = start_test_server()
+    client = flight.connect(uri)
+    _update(client, "CREATE TABLE items AS SELECT range AS id, range * 2 AS v FROM range(100)")
+    yield srv, engine, client
+    client.close()
+    srv.shutdown()
+
+
+@pytest.fixture
+def client(server):
+    return server[2]
+
+
+def _desc(msg):
+    return flight.FlightDescriptor.for_command(proto.pack(msg))
+
+
+def _fetch(client, msg) -> tuple[flight.FlightInfo, pa.Table]:
+    info = client.get_flight_info(_desc(msg))
+    tables = [client.do_get(ep.ticket).read_all() for ep in info.endpoints]
+    return info, pa.concat_tables(tables) if tables else None
+
+
+def _update(client, sql) -> int:
+    writer, reader = client.do_put(_desc(proto.CommandStatementUpdate(query=sql)), pa.schema([]))
+    writer.done_writing()
+    buf = reader.read()
+    writer.close()
+    return proto.parse(proto.DoPutUpdateResult, buf.to_pybytes()).record_count
+
+
+def _action(client, kind, body=b""):
+    return [r.body.to_pybytes() for r in client.do_action(flight.Action(kind, body))]
+
+
+def test_statement_query(client):
+    info, table = _fetch(client, proto.CommandStatementQuery(query="SELECT sum(v) AS s FROM items"))
+    assert info.schema.names == ["s"]
+    assert info.total_records == -1
+    assert table.column("s").to_pylist() == [9900]
+
+
+def test_statement_query_ticket_is_self_contained(server):
+    """A ticket from one server is served by another (no server-side state)."""
+    _, _, client = server
+    info = client.get_flight_info(_desc(proto.CommandStatementQuery(query="SELECT 7 AS x")))
+    other, _, uri = start_test_server()
+    try:
+        with flight.connect(uri) as c2:
+            assert c2.do_get(info.endpoints[0].ticket).read_all().to_pylist() == [{"x": 7}]
+    finally:
+        other.shutdown()
+
+
+def test_statement_update_and_dml_through_query(client):
+    _update(client, "CREATE TABLE upd AS SELECT range AS id FROM range(10)")
+    assert _update(client, "DELETE FROM upd WHERE id < 3") == 3
+    info, table = _fetch(client, proto.CommandStatementQuery(query="DELETE FROM upd WHERE id < 5"))
+    assert info.total_records == 2
+    assert table.num_rows == 0
+
+
+def test_prepared_statement_lifecycle(client):
+    (raw,) = _action(client, "CreatePreparedStatement",
+                     proto.pack(proto.ActionCreatePreparedStatementRequest(
+                         query="SELECT id FROM items WHERE id < ? ORDER BY id")))  # fmt: skip
+    result = proto.unpack(raw)
+    handle = result.prepared_statement_handle
+    assert pa.ipc.read_schema(pa.py_buffer(result.dataset_schema)).names == ["id"]
+    assert len(pa.ipc.read_schema(pa.py_buffer(result.parameter_schema))) == 1
+    cmd = proto.CommandPreparedStatementQuery(prepared_statement_handle=handle)
+    params = pa.record_batch({"0": pa.array([3], pa.int64())})
+    writer, _ = client.do_put(_desc(cmd), params.schema)
+    writer.write_batch(params)
+    writer.close()
+    schema = client.get_schema(_desc(cmd)).schema
+    assert schema.names == ["id"]
+    _, table = _fetch(client, cmd)
+    assert table.column("id").to_pylist() == [0, 1, 2]
+    assert _action(client, "ClosePreparedStatement", proto.pack(
+        proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle))) == []
+    with pytest.raises(pa.ArrowKeyError, match="prepared statement"):
+        client.get_flight_info(_desc(cmd))
+
+
+def test_prepared_update_with_many_parameter_rows(client):
+    _update(client, "CREATE TABLE pu (id BIGINT)")
+    (raw,) = _action(client, "CreatePreparedStatement", proto.pack(
+        proto.ActionCreatePreparedStatementRequest(query="INSERT INTO pu VALUES (?)")))
+    handle = proto.unpack(raw).prepared_statement_handle
+    cmd = proto.CommandPreparedStatementUpdate(prepared_statement_handle=handle)
+    params = pa.record_batch({"0": pa.array(range(7), pa.int64())})
+    writer, reader = client.do_put(_desc(cmd), params.schema)
+    writer.write_batch(params)
+    writer.done_writing()
+    count = proto.parse(proto.DoPutUpdateResult, reader.read().to_pybytes()).record_count
+    writer.close()
+    assert count == 7
+
+
+def test_sql_info_all_and_subset(client):
+    _, table = _fetch(client, proto.CommandGetSqlInfo())
+    assert table.schema.equals(md.SQL_INFO_SCHEMA)
+    keys = set(table.column("info_name").to_pylist())
+    assert {0, 1, 2, 3, 8, 504, 508, 563} <= keys
+    _, table = _fetch(client, proto.CommandGetSqlInfo(info=[0, 3, 504, 99999]))
+    assert {r["info_name"]: r["value"] for r in table.to_pylist()} == {
+        0: "flightsrv", 3: False, 504: '"'}
+
+
+@pytest.mark.parametrize(
+    "msg, schema, rows",
+    [
+        (proto.CommandGetCatalogs(), md.CATALOGS_SCHEMA, 1),
+        (proto.CommandGetDbSchemas(), md.DB_SCHEMAS_SCHEMA, 1),
+        (proto.CommandGetDbSchemas(catalog="other"), md.DB_SCHEMAS_SCHEMA, 0),
+        (proto.CommandGetTableTypes(), md.TABLE_TYPES_SCHEMA, 1),
+        (proto.CommandGetPrimaryKeys(table="items"), md.PRIMARY_KEYS_SCHEMA, 0),
+        (proto.CommandGetExportedKeys(table="items"), md.FOREIGN_KEYS_SCHEMA, 0),
+        (proto.CommandGetImportedKeys(table="items"), md.FOREIGN_KEYS_SCHEMA, 0),
+        (proto.CommandGetCrossReference(pk_table="a", fk_table="b"), md.FOREIGN_KEYS_SCHEMA, 0),
+        (proto.CommandGetXdbcTypeInfo(), md.XDBC_TYPE_INFO_SCHEMA, 14),
+        (proto.CommandGetXdbcTypeInfo(data_type=4), md.XDBC_TYPE_INFO_SCHEMA, 1),
+    ],
+)
+def test_metadata_commands(client, msg, schema, rows):
+    info, table = _fetch(client, msg)
+    assert info.schema.equals(schema)
+    assert table.schema.equals(schema)
+    assert table.num_rows == rows
+    assert client.get_schema(_desc(msg)).schema.equals(schema)
+
+
+def test_get_tables_filters_and_schema(client):
+    msg = proto.CommandGetTables(table_name_filter_pattern="ite%", include_schema=True)
+    info, table = _fetch(client, msg)
+    assert info.schema.equals(md.TABLES_SCHEMA_WITH_SCHEMA)
+    (row,) = table.to_pylist()
+    assert (row["catalog_name"], row["db_schema_name"], row["table_name"]) == (
+        "flightsrv", "main", "items")
+    schema = pa.ipc.read_schema(pa.py_buffer(row["table_schema"]))
+    assert schema.names == ["id", "v"]
+    assert schema.field("id").metadata[b"ARROW:FLIGHT:SQL:TYPE_NAME"] == b"BIGINT"
+    _, table = _fetch(client, proto.CommandGetTables(table_types=["VIEW"]))
+    assert table.num_rows == 0
+    _, table = _fetch(client, proto.CommandGetTables(db_schema_filter_pattern="other"))
+    assert table.num_rows == 0
+    _, table = _fetch(client, proto.CommandGetTables())
+    assert table.schema.equals(md.TABLES_SCHEMA) and "items" in table.column(2).to_pylist()
+
+
+def test_ingest_via_raw_doput(client):
+    cmd = proto.CommandStatementIngest(table="raw_ing")
+    cmd.table_definition_options.if_not_exist = proto.TableNotExistOption.CREATE
+    cmd.table_definition_options.if_exists = proto.TableExistsOption.FAIL
+    data = pa.record_batch({"a": [1, 2]})
+    writer, reader = client.do_put(_desc(cmd), data.schema)
+    writer.write_batch(data)
+    writer.done_writing()
+    assert proto.parse(proto.DoPutUpdateResult, reader.read().to_pybytes()).record_count == 2
+    writer.close()
+    bad = proto.CommandStatementIngest(table="raw_ing2")  # options left UNSPECIFIED
+    writer, _ = client.do_put(_desc(bad), data.schema)
+    with pytest.raises(pa.ArrowInvalid, match="table_definition_options"):
+        writer.write_batch(data)
+        writer.close()
+
+
+def test_cancel_flight_info_before_doget(client):
+    info = client.get_flight_info(_desc(proto.CommandStatementQuery(query="SELECT 1 AS one")))
+    req = proto.CancelFlightInfoRequest(info=info.serialize())
+    (raw,) = _action(client, "CancelFlightInfo", req.SerializeToString())
+    assert proto.parse(proto.CancelFlightInfoResult, raw).status == proto.CancelStatus.CANCELLED
+    with pytest.raises(flight.FlightCancelledError):
+        client.do_get(info.endpoints[0].ticket).read_all()
+
+
+def test_cancel_flight_info_stops_a_running_stream(client):
+    info = client.get_flight_info(_desc(proto.CommandStatementQuery(
+        query="SELECT range AS i FROM range(5000000)")))  # fmt: skip
+    reader = client.do_get(info.endpoints[0].ticket)
+    first = reader.read_chunk()
+    assert first.data.num_rows > 0
+    req = proto.CancelFlightInfoRequest(info=info.serialize())
+    _action(client, "CancelFlightInfo", req.SerializeToString())
+    rows = first.data.num_rows + sum(c.num_rows for c in reader.read_all().to_batches())
+    assert rows < 5_000_000
+
+
+def test_close_session_and_list_actions(client):
+    (raw,) = _action(client, "CloseSession", proto.CloseSessionRequest().SerializeToString())
+    assert proto.parse(proto.CloseSessionResult, raw).status == proto.CloseSessionStatus.CLOSED
+    kinds = {a.type for a in client.list_actions()}
+    assert {"CreatePreparedStatement", "ClosePreparedStatement", "CancelFlightInfo",
+            "CloseSession"} <= kinds  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda c: c.get_flight_info(flight.FlightDescriptor.for_path("x")),
+         pa.ArrowInvalid, "command descriptors"),
+        (lambda c: c.get_flight_info(flight.FlightDescriptor.for_command(b"junk")),
+         pa.ArrowInvalid, "protobuf|type_url|Flight SQL"),
+        (lambda c: c.do_get(flight.Ticket(b"junk")).read_all(), pa.ArrowInvalid, "protobuf|type_url|Flight SQL"),
+        (lambda c: c.do_get(flight.Ticket(proto.pack(proto.TicketStatementQuery(
+            statement_handle=b"forged")))).read_all(), pa.ArrowInvalid, "not issued"),
+        (lambda c: c.get_flight_info(_desc(proto.CommandStatementQuery(
+            query="SELECT 1", transaction_id=b"t"))), pa.ArrowInvalid, "transactions"),
+        (lambda c: list(c.do_action(flight.Action("BeginTransaction", b""))),
+         pa.ArrowNotImplementedError, "transactions"),
+        (lambda c: c.get_flight_info(_desc(proto.CommandStatementUpdate(query="SELECT 1"))),
+         pa.ArrowInvalid, "DoPut"),
+        (lambda c: c.get_flight_info(_desc(proto.CommandStatementQuery(
+            query="SELECT * FROM nope_tbl"))), pa.ArrowKeyError, "nope_tbl"),
+    ],
+)  # fmt: skip
+def test_bad_requests_map_to_status_codes(client, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call(client)
+    info, table = _fetch(client, proto.CommandStatementQuery(query="SELECT 1 AS ok"))
+    assert table.to_pylist() == [{"ok": 1}]  # still serving
+
+
+def test_concurrent_clients(server):
+    _, _, client = server
+    errors = []
+
+    def work():
+        try:
+            for _ in range(10):
+                _, t = _fetch(client, proto.CommandStatementQuery(query="SELECT count(*) AS n FROM items"))
+                assert t.column("n").to_pylist() == [100]
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
