@@ -68,6 +68,11 @@ class _Literal:
             return pa.scalar(None, t or pa.null())
         if t is None:
             return pa.scalar(v)
+        textual = pa.types.is_string(t) or pa.types.is_large_string(t) \
+            or pa.types.is_string_view(t)
+        if textual and not isinstance(v, str):
+            raise PredicateError("literal does not match the column type", value=repr(v),
+                                 type=str(t))
         try:
             if pa.types.is_timestamp(t) and isinstance(v, str):
                 base = pa.scalar(v).cast(pa.timestamp(t.unit))

@@ -184,7 +184,7 @@ class DataFileWriter:
         try:
             for group in _rebatch(chain(), rows):
                 w.write_table(group, row_group_size=rows)
-                if w.file_handle is None and os.path.getsize(tmp) >= self.options.target_file_size:
+                if os.path.getsize(tmp) >= self.options.target_file_size:
                     self._finish(key, tmp, w)
                     key, tmp, w = self._open()
             self._finish(key, tmp, w)

@@ -1,0 +1,96 @@
+"""A moto S3 server on 127.0.0.1 whose requests are serialized by one global lock.
+
+moto checks S3 preconditions and then writes with no lock in between, so under concurrency two
+conditional writers can both "win" (see FIELD_NOTES). Real S3 and MinIO make conditional writes
+atomic; serving moto's WSGI app behind one lock gives tests the same guarantee.
+
+Run as ``python -m flightsrv.testing.moto_server PORT``; or use ``MotoProcess`` to start and
+stop it in a subprocess (what the pytest fixture and the benchmarks do).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+
+def serve(port: int, host: str = "127.0.0.1") -> None:
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    app = DomainDispatcherApplication(create_backend_app)
+    lock = threading.Lock()
+
+    def locked(environ, start_response):
+        with lock:
+            # read the whole body inside the lock so the handler sees a complete request
+            return list(app(environ, start_response))
+
+    server = make_server(host, port, locked, threaded=True)
+    server.serve_forever()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MotoProcess:
+    """Start ``serve`` in a subprocess; ``endpoint`` is its URL."""
+
+    def __init__(self, port: int | None = None):
+        self.port = port or free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30.0) -> "MotoProcess":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flightsrv.testing.moto_server", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("moto server exited: " + self.proc.stderr.read().decode()[-2000:])
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"moto server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def env(self) -> dict:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+                "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def apply_env(self) -> None:
+        os.environ.update(self.env())
+        os.environ.pop("AWS_ENDPOINT_URL_S3", None)
+        os.environ.pop("AWS_PROFILE", None)
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                     aws_access_key_id="testing", aws_secret_access_key="testing"
+                     ).create_bucket(Bucket=name)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

@@ -1,0 +1,53 @@
+"""Shared fixtures: real stores only.
+
+- ``moto_s3``: one moto S3 server per test session on 127.0.0.1 (subprocess, HTTP), with
+  requests serialized so conditional writes are atomic as on real S3.
+- ``local_uri`` / ``s3_uri``: a fresh warehouse location per test.
+- ``warehouse_uri``: parametrized over both backends.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from flightsrv.testing.moto_server import MotoProcess
+
+BUCKET = "flightsrv-test"
+
+
+@pytest.fixture(scope="session")
+def moto_s3():
+    server = MotoProcess().start()
+    server.apply_env()
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_uri(moto_s3, request):
+    name = request.node.name.split("[")[0][:40].replace("_", "-")
+    return f"s3://{BUCKET}/{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def local_uri(tmp_path):
+    return str(tmp_path / "warehouse")
+
+
+@pytest.fixture(params=["local", "s3"])
+def warehouse_uri(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "warehouse")
+    return request.getfixturevalue("s3_uri")
+
+
+@pytest.fixture
+def subprocess_env(moto_s3):
+    """Environment for child processes that talk to the same moto server."""
+    env = dict(os.environ)
+    env.update(moto_s3.env())
+    return env

@@ -1,0 +1,143 @@
+"""ObjectStore contract, on both backends over real I/O."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+
+from flightsrv.errors import ObjectNotFound, PreconditionFailed, StoreUnsupported
+from flightsrv.store import PutMode, open_store, verify_preconditions
+from flightsrv.store.faults import IgnoresPreconditions
+
+
+@pytest.fixture
+def store(warehouse_uri):
+    return open_store(warehouse_uri)
+
+
+def test_create_is_exclusive(store):
+    store.put("a/b.txt", b"one", mode=PutMode.CREATE)
+    with pytest.raises(PreconditionFailed):
+        store.put("a/b.txt", b"two", mode=PutMode.CREATE)
+    assert store.get("a/b.txt")[0] == b"one"
+
+
+def test_if_match_is_compare_and_swap(store):
+    m1 = store.put("p", b"v1")
+    m2 = store.put("p", b"v2", mode=PutMode.IF_MATCH, etag=m1.etag)
+    assert m2.etag != m1.etag
+    with pytest.raises(PreconditionFailed):
+        store.put("p", b"v3", mode=PutMode.IF_MATCH, etag=m1.etag)
+    with pytest.raises(ObjectNotFound):
+        store.put("missing", b"x", mode=PutMode.IF_MATCH, etag=m1.etag)
+    assert store.get("p")[0] == b"v2"
+
+
+def test_same_bytes_rewrite_gets_new_etag_locally(local_uri):
+    store = open_store(local_uri)
+    m1 = store.put("k", b"same")
+    m2 = store.put("k", b"same", mode=PutMode.IF_MATCH, etag=m1.etag)
+    assert m1.etag != m2.etag
+    with pytest.raises(PreconditionFailed):
+        store.put("k", b"same", mode=PutMode.IF_MATCH, etag=m1.etag)
+
+
+def test_get_pinned_to_etag(store):
+    m1 = store.put("obj", b"0123456789")
+    assert store.get_range("obj", 2, 5, etag=m1.etag) == b"234"
+    assert store.get_range("obj", 8, 100) == b"89"
+    store.put("obj", b"changed!!!", mode=PutMode.IF_MATCH, etag=m1.etag)
+    with pytest.raises(PreconditionFailed):
+        store.get_range("obj", 0, 3, etag=m1.etag)
+    with pytest.raises(PreconditionFailed):
+        store.get("obj", etag=m1.etag)
+    with pytest.raises(ObjectNotFound):
+        store.get("nope")
+
+
+def test_list_and_delete(store):
+    for k in ["t/data/1", "t/data/2", "t/manifest/v1", "u/x"]:
+        store.put(k, k.encode())
+    assert [m.key for m in store.list("t/data/")] == ["t/data/1", "t/data/2"]
+    assert [m.key for m in store.list("t/")] == ["t/data/1", "t/data/2", "t/manifest/v1"]
+    assert sorted(store.list_prefixes("")) == ["t", "u"]
+    store.delete("t/data/1")
+    store.delete("t/data/1")  # idempotent
+    assert [m.key for m in store.list("t/data/")] == ["t/data/2"]
+
+
+def test_multipart_copy_and_upload(store):
+    src = bytes(range(256)) * 4096 * 24  # 24 MiB
+    store.put("src", src)
+    meta = store.head("src")
+    uid = store.create_multipart("dst")
+    assert [u.upload_id for u in store.list_multipart("dst")] == [uid]
+    p1 = store.upload_part_copy("dst", uid, 1, "src", 0, 6 * 1024 * 1024, source_etag=meta.etag)
+    p2 = store.upload_part("dst", uid, 2, b"X" * (5 * 1024 * 1024))
+    p3 = store.upload_part_copy("dst", uid, 3, "src", 20 * 1024 * 1024, len(src))
+    out = store.complete_multipart("dst", uid, [p1, p2, p3])
+    data = store.get("dst")[0]
+    assert out.size == len(data)
+    assert data == src[:6 * 1024 * 1024] + b"X" * (5 * 1024 * 1024) + src[20 * 1024 * 1024:]
+    assert list(store.list_multipart("dst")) == []
+    # complete is conditional on the destination not existing
+    uid2 = store.create_multipart("dst")
+    p = store.upload_part("dst", uid2, 1, b"tiny")
+    with pytest.raises(PreconditionFailed):
+        store.complete_multipart("dst", uid2, [p])
+    store.abort_multipart("dst", uid2)
+    assert list(store.list_multipart("dst")) == []
+
+
+def test_s3_rejects_small_non_last_parts(s3_uri):
+    store = open_store(s3_uri)
+    uid = store.create_multipart("small")
+    p1 = store.upload_part("small", uid, 1, b"a" * 1024)
+    p2 = store.upload_part("small", uid, 2, b"b" * 1024)
+    with pytest.raises(Exception) as info:
+        store.complete_multipart("small", uid, [p1, p2])
+    assert "EntityTooSmall" in str(info.value)
+    store.abort_multipart("small", uid)
+
+
+def test_selfcheck_accepts_real_store_and_refuses_ignoring_one(store):
+    verify_preconditions(store, "ok")
+    with pytest.raises(StoreUnsupported) as info:
+        verify_preconditions(IgnoresPreconditions(store), "bad")
+    assert "if-none-match" in str(info.value) and store.uri in str(info.value)
+
+
+def test_selfcheck_refuses_store_ignoring_only_if_match(store):
+    class IgnoresIfMatch(IgnoresPreconditions):
+        def put(self, key, data, *, mode=PutMode.CREATE, etag=None):
+            if mode is PutMode.IF_MATCH:
+                mode = PutMode.OVERWRITE
+            return self.inner.put(key, data, mode=mode, etag=etag)
+
+    with pytest.raises(StoreUnsupported) as info:
+        verify_preconditions(IgnoresIfMatch(store), "bad2")
+    assert "check=if-match" in str(info.value)
+
+
+def _cas_worker(root: str, n: int) -> int:
+    store = open_store(root)
+    wins = 0
+    while wins < n:
+        data, meta = store.get("counter")
+        try:
+            store.put("counter", str(int(data) + 1).encode(), mode=PutMode.IF_MATCH,
+                      etag=meta.etag)
+            wins += 1
+        except PreconditionFailed:
+            pass
+    return wins
+
+
+def test_local_cas_is_atomic_across_processes(local_uri):
+    store = open_store(local_uri)
+    store.put("counter", b"0")
+    with mp.get_context("spawn").Pool(4) as pool:
+        wins = pool.starmap(_cas_worker, [(local_uri, 50)] * 4)
+    assert sum(wins) == 200
+    assert int(store.get("counter")[0]) == 200
