@@ -52,3 +52,28 @@ def test_runner_reports_differences(tmp_path):
     report = corpus.run(recs, corpus.EngineExecutor(engine), corpus.DuckReference())
     assert len(report.failures) == 2
     assert "differs" in str(report.failures[0]) and "expected" in str(report.failures[1])
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_corpus_through_flight_sql(path, tmp_path):
+    """The same files through the ADBC Flight SQL driver and the real server."""
+    import warnings
+
+    dbapi = pytest.importorskip("adbc_driver_flightsql.dbapi")
+    from flightsrv.server.app import start_in_thread
+
+    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
+    server, port = start_in_thread(engine)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conn = dbapi.connect(f"grpc://127.0.0.1:{port}")
+        try:
+            report = corpus.run(corpus.parse_file(path), corpus.DbapiExecutor(conn),
+                                corpus.DuckReference())
+        finally:
+            conn.close()
+    finally:
+        server.shutdown()
+        engine.close()
+    assert report.ok, report.summary()
