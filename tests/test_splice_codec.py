@@ -5,9 +5,7 @@ assembled through the local store and through S3 on a moto server."""
 from __future__ import annotations
 
 import io
-import logging
 import random
-import socket
 
 import duckdb
 import numpy as np
@@ -16,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from flightsrv.errors import ConfigurationError, PreconditionFailed, StoreError
+from flightsrv.store import open_store
 from flightsrv.store.base import PutMode
 from flightsrv.store.local import LocalStore
 from flightsrv.table import parquet_meta as pm
@@ -512,27 +511,7 @@ def test_equal_part_store_gets_a_full_rewrite(store, tmp_path):
     check_readable(store.get("out.parquet")[0], expected_after(src, plan), tmp_path)
 
 
-# -- S3 on a moto server ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def moto_s3():
-    pytest.importorskip("moto.server")
-    from moto.server import ThreadedMotoServer
-    import boto3
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
-    client.create_bucket(Bucket="splice")
-    yield client
-    server.stop()
+# -- S3 on the moto server (tests/conftest.py: s3_uri) -----------------------------
 
 
 def big_table(n: int, seed: int) -> pa.Table:
@@ -545,10 +524,10 @@ def big_table(n: int, seed: int) -> pa.Table:
 
 
 @pytest.mark.s3
-def test_splice_on_s3_moto_obeys_entity_too_small(moto_s3, tmp_path):
-    from flightsrv.store.s3 import S3Store
-
-    s3 = S3Store("splice", "t", client=moto_s3, equal_part_sizes=False)
+def test_splice_on_s3_moto_obeys_entity_too_small(s3_uri, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLIGHTSRV_S3_EQUAL_PARTS", "0")
+    s3 = open_store(s3_uri)
+    assert not s3.equal_part_sizes
     assert s3.min_part_size == 5 * 1024 * 1024
     table = big_table(600_000, 5)
     src = write_parquet(table, row_group_size=100_000, compression="snappy")
@@ -592,10 +571,10 @@ def test_splice_on_s3_moto_obeys_entity_too_small(moto_s3, tmp_path):
 
 
 @pytest.mark.s3
-def test_equal_part_sizes_on_s3_moto(moto_s3, tmp_path):
-    from flightsrv.store.s3 import S3Store
-
-    s3 = S3Store("splice", "r2", client=moto_s3, equal_part_sizes=True)
+def test_equal_part_sizes_on_s3_moto(s3_uri, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLIGHTSRV_S3_EQUAL_PARTS", "1")  # behave like Cloudflare R2
+    s3 = open_store(s3_uri)
+    assert s3.equal_part_sizes
     table = big_table(400_000, 6)
     src = write_parquet(table, row_group_size=100_000, compression="none")
     m = s3.put("src.parquet", src)

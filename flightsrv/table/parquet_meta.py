@@ -224,7 +224,9 @@ class _Reader:
         return TMap(kt, vt, [(self.value(kt, depth), self.value(vt, depth)) for _ in range(n)])
 
 
-def decode_struct(buf: bytes | memoryview, pos: int = 0, end: int | None = None) -> tuple[TStruct, int]:
+def decode_struct(
+    buf: bytes | memoryview, pos: int = 0, end: int | None = None
+) -> tuple[TStruct, int]:
     """Decode one struct starting at ``pos``; returns it and the position just past it."""
     r = _Reader(buf, pos, len(buf) if end is None else end)
     s = r.struct()

@@ -9,7 +9,7 @@ every part but the last is at least ``store.min_part_size`` bytes.
 
 A source file is seen as::
 
-    [header "PAR1"][span 0][span 1]...[span n-1][tail: page indexes, bloom filters][footer][len]["PAR1"]
+    ["PAR1"][span 0][span 1]...[span n-1][tail: page indexes, blooms][footer][len]["PAR1"]
 
 where span *i* runs from row group *i*'s first column chunk to row group *i+1*'s first chunk
 (so bytes a writer interleaves after a group travel with it). The new file is::
@@ -41,7 +41,7 @@ server-side, the plan is a full rewrite of the same bytes ("rewrite").
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
