@@ -24,7 +24,7 @@ from flightsrv.engine.api import (
 )
 
 _QUERY_TYPES = {"SELECT", "EXPLAIN", "PRAGMA", "RELATION", "CALL"}
-_MISSING_TABLE = re.compile(r"Table with name (\w+) does not exist", re.I)
+_MISSING_TABLE = re.compile(r"Table with name (\w+) does not exist", re.IGNORECASE)
 
 
 class DuckDBTestEngine:

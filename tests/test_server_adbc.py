@@ -2,12 +2,11 @@
 
 import warnings
 
-import adbc_driver_flightsql.dbapi as dbapi
 import adbc_driver_manager
 import pyarrow as pa
 import pytest
-
 from _server_engine import start_test_server
+from adbc_driver_flightsql import dbapi
 
 pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
 

@@ -8,10 +8,10 @@ import subprocess
 import sys
 import textwrap
 
-import adbc_driver_flightsql.dbapi as dbapi
 import pytest
-
 from _server_engine import start_test_server
+from adbc_driver_flightsql import dbapi
+
 from flightsrv.server.flight import TlsConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
@@ -37,7 +37,7 @@ def test_serve_logs_json_and_shuts_down_on_signal(sig):
         with dbapi.connect(f"grpc://127.0.0.1:{start['port']}") as conn, conn.cursor() as cur:
             cur.execute("SELECT 40 + 2 AS answer")
             assert cur.fetchone() == (42,)
-            with pytest.raises(Exception):
+            with pytest.raises(dbapi.Error):
                 cur.execute("SELECT * FROM missing_t")
         proc.send_signal(sig)
         _, rest = proc.communicate(timeout=30)
@@ -62,7 +62,7 @@ def _self_signed(tmp_path):
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())

@@ -1,12 +1,12 @@
 """Authentication and roles: basic -> bearer, static tokens, reader vs writer."""
 
-import adbc_driver_flightsql.dbapi as dbapi
 import adbc_driver_manager
 import pyarrow as pa
-import pyarrow.flight as flight
 import pytest
-
 from _server_engine import start_test_server
+from adbc_driver_flightsql import dbapi
+from pyarrow import flight
+
 from flightsrv.engine.api import Role
 from flightsrv.runtime import ManualClock
 from flightsrv.server import proto
@@ -33,10 +33,10 @@ def server(tmp_path_factory):
     auth = AuthConfig.from_users_file(users, tokens={
         "static-writer": Principal("svc", Role.WRITER),
         "static-reader": Principal("viewer", Role.READER)})  # fmt: skip
-    srv, engine, uri = start_test_server(auth=auth)
-    with dbapi.connect(uri, db_kwargs={TOKEN_HEADER: "Bearer static-writer"}) as c:
-        with c.cursor() as cur:
-            cur.execute("CREATE TABLE secret AS SELECT range AS id FROM range(10)")
+    srv, _engine, uri = start_test_server(auth=auth)
+    with dbapi.connect(uri, db_kwargs={TOKEN_HEADER: "Bearer static-writer"}) as c, \
+            c.cursor() as cur:
+        cur.execute("CREATE TABLE secret AS SELECT range AS id FROM range(10)")
     yield srv, uri
     srv.shutdown()
 
@@ -85,9 +85,9 @@ def test_pyarrow_basic_handshake_returns_bearer(server):
 ])  # fmt: skip
 def test_missing_or_wrong_credentials_are_unauthenticated(server, kwargs):
     _, uri = server
-    with pytest.raises(adbc_driver_manager.Error) as exc:
-        with _connect(uri, **kwargs) as conn, conn.cursor() as cur:
-            cur.execute("SELECT 1")
+    with pytest.raises(adbc_driver_manager.Error) as exc, _connect(uri, **kwargs) as conn, \
+            conn.cursor() as cur:
+        cur.execute("SELECT 1")
     assert "UNAUTHENTICATED" in str(exc.value)
 
 

@@ -3,10 +3,10 @@
 import threading
 
 import pyarrow as pa
-import pyarrow.flight as flight
 import pytest
-
 from _server_engine import start_test_server
+from pyarrow import flight
+
 from flightsrv.server import metadata as md
 from flightsrv.server import proto
 
@@ -233,7 +233,7 @@ def test_close_session_and_list_actions(client):
 def test_bad_requests_map_to_status_codes(client, call, exc, match):
     with pytest.raises(exc, match=match):
         call(client)
-    info, table = _fetch(client, proto.CommandStatementQuery(query="SELECT 1 AS ok"))
+    _, table = _fetch(client, proto.CommandStatementQuery(query="SELECT 1 AS ok"))
     assert table.to_pylist() == [{"ok": 1}]  # still serving
 
 
@@ -255,3 +255,12 @@ def test_concurrent_clients(server):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_error_while_streaming_is_invalid_argument(client):
+    q = "SELECT CASE WHEN range > 50000 THEN error('boom') ELSE range END AS x FROM range(100000)"
+    info = client.get_flight_info(_desc(proto.CommandStatementQuery(query=q)))
+    with pytest.raises(pa.ArrowInvalid, match="boom"):
+        client.do_get(info.endpoints[0].ticket).read_all()
+    _, table = _fetch(client, proto.CommandStatementQuery(query="SELECT 2 AS two"))
+    assert table.to_pylist() == [{"two": 2}]

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from flightsrv.engine.api import Role
 from flightsrv.errors import ConfigurationError
@@ -68,7 +68,7 @@ class AuthConfig:
 
     @classmethod
     def from_users_file(cls, path: str | Path, tokens: dict[str, Principal] | None = None,
-                        token_ttl_s: int = 12 * 3600) -> "AuthConfig":  # fmt: skip
+                        token_ttl_s: int = 12 * 3600) -> AuthConfig:  # fmt: skip
         users: dict[str, UserRecord] = {}
         for lineno, raw in enumerate(Path(path).read_text().splitlines(), start=1):
             line = raw.split("#", 1)[0].strip()

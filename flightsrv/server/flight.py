@@ -31,11 +31,12 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Callable, Generic, Hashable, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from flightsrv import errors
 from flightsrv.engine.api import Engine, IngestMode, Prepared, Role, Session, StatementKind
@@ -147,7 +148,7 @@ def _rpc(method: str):
 
     def deco(fn):
         @functools.wraps(fn)
-        def wrapper(self: "FlightSqlServer", context, *args):
+        def wrapper(self: FlightSqlServer, context, *args):
             call = _Call(method, context.peer(), principal_of(context).user)
             self._local.call = call
             start = time.perf_counter()
@@ -191,7 +192,7 @@ class FlightSqlServer(flight.FlightServerBase):
         if tls is not None:
             with open(tls.cert_path, "rb") as c, open(tls.key_path, "rb") as k:
                 tls_certificates = [(c.read(), k.read())]
-            if location.startswith("grpc://") or location.startswith("grpc+tcp://"):
+            if location.startswith(("grpc://", "grpc+tcp://")):
                 location = "grpc+tls://" + location.split("://", 1)[1]
         self._local = threading.local()
         self._prepared: ExpiringTable[bytes, _PreparedEntry] = ExpiringTable(
@@ -424,8 +425,8 @@ class FlightSqlServer(flight.FlightServerBase):
                 self._streams.pop(ticket, None)
             try:
                 reader.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
+            except Exception as exc:  # noqa: BLE001 - closing is best effort
+                log.debug("closing a result reader failed: %s", exc)
 
     def _metadata_table(self, cmd) -> pa.Table:
         if isinstance(cmd, proto.CommandGetSqlInfo):
@@ -569,7 +570,7 @@ class FlightSqlServer(flight.FlightServerBase):
 
     # -- DoAction ----------------------------------------------------------------------
 
-    _ACTIONS = {
+    _ACTIONS: ClassVar[dict[str, str]] = {
         "CreatePreparedStatement": "Create a prepared statement (ActionCreatePreparedStatement"
         "Request -> ActionCreatePreparedStatementResult)",
         "ClosePreparedStatement": "Close a prepared statement",

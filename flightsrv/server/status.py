@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 
 import pyarrow as pa
-import pyarrow.flight as flight
+from pyarrow import flight
 
 from flightsrv import errors
 from flightsrv.server.proto import ProtocolError
@@ -56,6 +56,14 @@ _DUCKDB_USER_ERRORS = {
     "OutOfRangeException",
     "DependencyException",
 }
+
+# A DuckDB error that surfaces while an Arrow reader is being drained arrives as an
+# OSError/ArrowIOError carrying DuckDB's message; these prefixes mean a user error.
+_DUCKDB_USER_MESSAGES = (
+    "Invalid Input Error", "Conversion Error", "Binder Error", "Parser Error",
+    "Catalog Error", "Out of Range Error", "Constraint Error", "Type Mismatch Error",
+    "Not implemented Error", "Dependency Error",
+)  # fmt: skip
 
 
 def short_sql(sql: str | None) -> str | None:
@@ -99,6 +107,8 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
     if isinstance(exc, NotImplementedError):
         return pa.ArrowNotImplementedError(msg)
     if type(exc).__module__.split(".")[0].lstrip("_") == "duckdb" and name in _DUCKDB_USER_ERRORS:
+        return pa.ArrowInvalid(msg)
+    if isinstance(exc, OSError) and str(exc).startswith(_DUCKDB_USER_MESSAGES):
         return pa.ArrowInvalid(msg)
     if isinstance(exc, flight.FlightServerError):
         return exc
