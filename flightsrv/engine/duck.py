@@ -80,7 +80,8 @@ class DuckEngine:
         # of the pinned schemas: types come from DuckDB, no data is read.
         nulls = [pa.scalar(None)] * stmt.param_count
         tree = sqlplan.bind_params(stmt.tree, nulls, sql, stmt.param_count)
-        qp = sqlplan.plan_query(tree, self._pinner(), sql)
+        qp = self._plan(stmt, tree, "query", self._pinner())
+        params = [None] * stmt.param_count if qp.needs_params and stmt.param_count else None
         cur = self._cursors.cursor()
         try:
             for scan in qp.scans:
@@ -89,7 +90,7 @@ class DuckEngine:
                     schema = pa.schema([schema.field(c) for c in self._scan_columns(scan)])
                 cur.register(scan.relation, schema.empty_table())
             try:
-                rel = cur.sql(qp.sql)
+                rel = cur.sql(qp.sql, params=params)
                 schema = rel.limit(0).to_arrow_table().schema
             except duckdb.Error as e:
                 raise _sql_error(e, sql) from None
@@ -113,19 +114,35 @@ class DuckEngine:
             raise SqlError("a query binds exactly one row of parameters",
                            statement=st._short(sql), rows=len(rows))
         tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
-        reader = self._run_query(tree, self._pinner(), sql)
+        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0])
         return QueryResult(reader.schema, reader)
 
-    def _run_query(self, tree: exp.Expression, pinner: sqlplan.Pinner,
-                   sql: str) -> pa.RecordBatchReader:
-        """Plan, register and start ``tree``; the returned reader owns the cursor."""
-        qp = sqlplan.plan_query(tree, pinner, sql)
+    def _plan(self, stmt: st.Statement, bound: exp.Expression, part: str,
+              pinner: sqlplan.Pinner) -> sqlplan.QueryPlan:
+        """Plan the query part of ``stmt`` (``part``: query | ctas | insert)."""
+        query = bound if part == "query" else bound.expression
+        original = stmt.tree if part == "query" else stmt.tree.expression
+        source = sqlplan.query_source(stmt.text, stmt.tree, part)
+        if source is not None and stmt.param_count:
+            # native parameters only when the spliced text uses exactly $1..$n
+            used = {str(p.this) for p in original.find_all(exp.Placeholder)
+                    if p.find_ancestor(exp.HistoricalData) is None}
+            if used != {str(i) for i in range(1, stmt.param_count + 1)}:
+                source = None
+        return sqlplan.plan_query(query, pinner, stmt.sql, source)
+
+    def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
+                   pinner: sqlplan.Pinner, values: list[pa.Scalar]) -> pa.RecordBatchReader:
+        """Plan, register and start a query; the returned reader owns the cursor."""
+        sql = stmt.sql
+        qp = self._plan(stmt, bound, part, pinner)
+        params = [v.as_py() for v in values] if qp.needs_params and values else None
         cur = self._cursors.cursor()
         try:
             for scan in qp.scans:
                 cur.register(scan.relation, self._open_scan(scan))
             try:
-                inner = cur.sql(qp.sql).to_arrow_reader(self.batch_size)
+                inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size)
             except duckdb.Error as e:
                 raise _sql_error(e, sql) from None
         except BaseException:
@@ -176,10 +193,11 @@ class DuckEngine:
         total = 0
         for values in self._param_rows(stmt, params):
             tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
-            total += self._run_update(stmt, tree, session)
+            total += self._run_update(stmt, tree, session, values)
         return total
 
-    def _run_update(self, stmt: st.Statement, tree: exp.Expression, session: Session) -> int:
+    def _run_update(self, stmt: st.Statement, tree: exp.Expression, session: Session,
+                    values: list[pa.Scalar]) -> int:
         sql = stmt.sql
         if isinstance(stmt, st.SetSession):
             session.settings[stmt.name] = stmt.value
@@ -191,11 +209,11 @@ class DuckEngine:
             mode = session.settings.get("delete_mode")
             return int(self._delete(table, pred, mode))
         if isinstance(stmt, st.Insert):
-            return self._insert(stmt, tree)
+            return self._insert(stmt, tree, values)
         if isinstance(stmt, st.CreateTable):
             return self._create(stmt)
         if isinstance(stmt, st.CreateTableAs):
-            return self._ctas(stmt, tree)
+            return self._ctas(stmt, tree, values)
         if isinstance(stmt, st.DropTable):
             try:
                 self.warehouse.drop_table(stmt.table)
@@ -226,7 +244,7 @@ class DuckEngine:
             return table.delete(predicate)
         return table.delete(predicate, mode=mode)
 
-    def _insert(self, stmt: st.Insert, tree: exp.Expression) -> int:
+    def _insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar]) -> int:
         table = self.warehouse.table(stmt.table)
         pinner = self._pinner()
         target = pinner.pin(stmt.table).schema
@@ -240,8 +258,7 @@ class DuckEngine:
             resolved.append(by_lower[c.lower()])
         if len({c.lower() for c in resolved}) != len(resolved):
             raise SqlError("INSERT names a column twice", statement=st._short(stmt.sql))
-        source = tree.expression
-        reader = self._run_query(source, pinner, stmt.sql)
+        reader = self._run_query(stmt, tree, "insert", pinner, values)
         if len(reader.schema) != len(resolved):
             reader.close()
             raise SqlError("INSERT has a different number of values than columns",
@@ -265,10 +282,11 @@ class DuckEngine:
                 raise
         return 0
 
-    def _ctas(self, stmt: st.CreateTableAs, tree: exp.Expression) -> int:
+    def _ctas(self, stmt: st.CreateTableAs, tree: exp.Expression,
+              values: list[pa.Scalar]) -> int:
         if stmt.if_not_exists and stmt.table in self.warehouse.list_tables():
             return 0
-        reader = self._run_query(tree.expression, self._pinner(), stmt.sql)
+        reader = self._run_query(stmt, tree, "ctas", self._pinner(), values)
         schema = pa.schema([f.with_nullable(True) for f in reader.schema])
         if stmt.replace:
             try:

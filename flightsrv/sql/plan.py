@@ -30,6 +30,8 @@ from typing import Any
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.tokens import TokenType
 
 from flightsrv.errors import SqlError
 from flightsrv.sql import types as sqltypes
@@ -120,12 +122,20 @@ class Scan:
 
 @dataclass
 class QueryPlan:
-    tree: exp.Expression
+    tree: exp.Expression  # rewritten tree (parameters bound as literals)
     scans: list[Scan]
+    #: The user's own text with only the table references replaced, when that could be
+    #: done exactly; it keeps DuckDB's column naming and semantics and its ``$n``
+    #: parameters must be bound natively. None: use ``tree`` (parameters inlined).
+    text: str | None = None
 
     @property
     def sql(self) -> str:
-        return self.tree.sql(DIALECT)
+        return self.text if self.text is not None else self.tree.sql(DIALECT)
+
+    @property
+    def needs_params(self) -> bool:
+        return self.text is not None
 
 
 def is_cte_reference(table: exp.Table) -> bool:
@@ -178,10 +188,20 @@ def _time_travel(table: exp.Table, sql: str) -> tuple[int | None, str | None]:
     raise error(f"AT ({kind} => ...) is not supported; use VERSION or TIMESTAMP", sql, table)
 
 
-def plan_query(query: exp.Expression, pinner: Pinner, sql: str) -> QueryPlan:
-    """Pin and rewrite every table reference in ``query`` (already bound); see module doc."""
+def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
+               source: tuple[str, int, int] | None = None) -> QueryPlan:
+    """Pin and rewrite every table reference in ``query`` (already bound); see module doc.
+
+    ``source`` = (text, start, end): where ``query`` sits in the statement text (its nodes'
+    token offsets refer to ``text``). When given, the plan also carries that text with only
+    the table references spliced (see :attr:`QueryPlan.text`).
+    """
     tree = query.copy()
     refs = table_references(tree)
+    spliced = None
+    if source is not None:
+        relations = [f"{RELATION_PREFIX}{i}" for i in range(len(refs))]
+        spliced = splice_references(source, refs, relations)
     snapshots = []
     for t in refs:
         version, as_of = _time_travel(t, sql)
@@ -199,7 +219,113 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str) -> QueryPlan:
         t.set("this", exp.to_identifier(scans[i].relation))
         t.set("when", None)
         t.set("alias", alias)
-    return QueryPlan(tree, scans)
+    return QueryPlan(tree, scans, spliced)
+
+
+def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
+                      relations: list[str]) -> str | None:
+    """``text[start:end]`` with each table reference (name and any ``AT (...)`` clause)
+    replaced by its relation name, keeping the alias. None when a span is not certain
+    (missing token offsets, parameters inside ``AT``): the caller then uses the tree."""
+    text, start, end = source
+    try:
+        tokens = DuckDB().tokenize(text)
+    except Exception:  # noqa: BLE001 - fall back to the tree
+        return None
+    by_start = {tok.start: i for i, tok in enumerate(tokens)}
+    edits: list[tuple[int, int, str]] = []  # (from, to_exclusive, replacement)
+    for t, rel in zip(refs, relations):
+        ident = t.this
+        meta = getattr(ident, "_meta", None) or {}
+        if "start" not in meta or meta["start"] not in by_start:
+            return None
+        a, b = meta["start"], meta["end"] + 1
+        if not start <= a < b <= end:
+            return None
+        alias = t.args.get("alias")
+        repl = rel if alias is not None and alias.name else f"{rel} AS {ident.sql(DIALECT)}"
+        edits.append((a, b, repl))
+        when = t.args.get("when")
+        if when is not None:
+            if any(True for _ in when.find_all(exp.Placeholder)):
+                return None
+            span = _at_clause_span(tokens, by_start[a])
+            if span is None:
+                return None
+            edits.append(span + ("",))
+    out, pos = [], start
+    for a, b, repl in sorted(edits):
+        if a < pos:
+            return None
+        out.append(text[pos:a])
+        out.append(repl)
+        pos = b
+    out.append(text[pos:end])
+    return "".join(out)
+
+
+def _at_clause_span(tokens, i: int) -> tuple[int, int] | None:
+    """Offsets of ``AT ( ... )`` within a few tokens after the table name at token ``i``."""
+    for j in range(i + 1, min(i + 5, len(tokens) - 1)):
+        tok = tokens[j]
+        if tok.text.upper() == "AT" and tokens[j + 1].token_type == TokenType.L_PAREN:
+            depth = 0
+            for k in range(j + 1, len(tokens)):
+                tt = tokens[k].token_type
+                if tt == TokenType.L_PAREN:
+                    depth += 1
+                elif tt == TokenType.R_PAREN:
+                    depth -= 1
+                    if depth == 0:
+                        return tok.start, tokens[k].end + 1
+            return None
+    return None
+
+
+def query_source(stmt_text: str, stmt_tree: exp.Expression, kind: str) -> tuple[str, int, int] | None:
+    """Where the query part of a statement sits in its text: the whole text for a query,
+    the part after ``AS`` for CTAS, after the target (and column list) for INSERT."""
+    text = stmt_text
+    end = len(text.rstrip().rstrip(";"))
+    if kind == "query":
+        return text, 0, end
+    target = stmt_tree.this
+    if isinstance(target, exp.Schema):
+        target = target.this
+    meta = getattr(target.this, "_meta", None) or {}
+    if "end" not in meta:
+        return None
+    try:
+        tokens = DuckDB().tokenize(text)
+    except Exception:  # noqa: BLE001
+        return None
+    after = [i for i, tok in enumerate(tokens) if tok.start > meta["end"]]
+    if not after:
+        return None
+    i = after[0]
+    if kind == "ctas":
+        if tokens[i].token_type != TokenType.ALIAS or i + 1 >= len(tokens):
+            return None
+        return text, tokens[i + 1].start, end
+    if kind == "insert":
+        starts = (TokenType.SELECT, TokenType.WITH, TokenType.VALUES, TokenType.FROM)
+        if tokens[i].token_type == TokenType.L_PAREN and i + 1 < len(tokens) and \
+                tokens[i + 1].token_type not in starts:
+            depth = 0
+            for k in range(i, len(tokens)):
+                if tokens[k].token_type == TokenType.L_PAREN:
+                    depth += 1
+                elif tokens[k].token_type == TokenType.R_PAREN:
+                    depth -= 1
+                    if depth == 0:
+                        i = k + 1
+                        break
+            else:
+                return None
+        if i >= len(tokens):
+            return None
+        return text, tokens[i].start, end
+    return None
 
 
 # -- projection --------------------------------------------------------------------------

@@ -62,8 +62,9 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)
 @dataclass(frozen=True)
 class Statement:
     sql: str  # the original text
-    tree: exp.Expression  # parsed, with placeholders numbered $1..$n
+    tree: exp.Expression  # parsed from ``text``; token offsets in node meta refer to it
     param_count: int
+    text: str = field(default="", kw_only=True)  # ``sql`` with ? renumbered to $1..$n
 
     #: True for statements that change tables (a READER may not run them).
     writes: ClassVar[bool] = False
@@ -171,10 +172,11 @@ def number_placeholders(sql: str) -> tuple[str, int]:
         raise SqlError(f"cannot tokenize: {e}", statement=_short(sql)) from None
     out, last, qmarks, numbered = [], 0, 0, 0
     for i, tok in enumerate(tokens):
-        if tok.token_type == TokenType.PLACEHOLDER and tok.text == "?":
+        if (tok.token_type == TokenType.PLACEHOLDER and tok.text == "?") or (
+                tok.token_type == TokenType.QDCOLON and tok.text == "?::"):  # ?::INT
             qmarks += 1
             out.append(sql[last : tok.start])
-            out.append(f"${qmarks}")
+            out.append(f"${qmarks}" + tok.text[1:])
             last = tok.end + 1
         elif tok.token_type == TokenType.PARAMETER:
             nxt = tokens[i + 1] if i + 1 < len(tokens) else None
@@ -218,6 +220,7 @@ def parse_statement(sql: str) -> Statement:
         )
     tree = trees[0]
     stmt = _classify(sql, tree, nparams)
+    object.__setattr__(stmt, "text", text)
     validate.check_tree(stmt.tree, sql)
     return stmt
 
