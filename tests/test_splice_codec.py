@@ -586,3 +586,70 @@ def test_equal_part_sizes_on_s3_moto(s3_uri, tmp_path, monkeypatch):
     exp = table.take(pa.array(np.setdiff1d(np.arange(table.num_rows),
                                            plan.removed_file_positions())))
     assert pq.read_table(io.BytesIO(data)).equals(exp)
+
+
+# -- unknown footer fields, refusal, randomized splices ------------------------------------
+
+
+def with_footer(data: bytes, fmd: TStruct) -> bytes:
+    """The same data pages under a different footer."""
+    n = pm.parse_footer_tail(data[-8:])
+    return data[: len(data) - 8 - n] + pm.footer_frame(pm.encode(fmd))
+
+
+def test_unknown_footer_fields_survive_a_splice(store, tmp_path):
+    src = write_parquet(make_table(3000), row_group_size=1000)
+    fmd = pm.decode(footer_of(src))
+    fmd.set(99, pm.BINARY, b"future-field")  # ids a newer writer might add
+    pm.columns(pm.row_groups(fmd)[2])[0].set(77, pm.I64, 123456)
+    pm.row_groups(fmd)[0].set(50, pm.LIST, TList(pm.I32, [1, 2, 3]))
+    src = with_footer(src, fmd)
+    assert pq.read_table(io.BytesIO(src)).num_rows == 3000  # readers skip unknown ids
+    m = store.put("src.parquet", src)
+    plan = sp.rewrite_row_groups(store, "src.parquet", m.etag, m.size, {1: [5, 6]})
+    sp.assemble(store, plan, "out.parquet")
+    data, _ = store.get("out.parquet")
+    check_readable(data, expected_after(src, plan), tmp_path)
+    new = pm.decode(footer_of(data))
+    assert new.get(99) == b"future-field"
+    assert pm.columns(pm.row_groups(new)[2])[0].get(77) == 123456
+    assert pm.row_groups(new)[0].get(50).items == [1, 2, 3]
+
+
+def test_splice_refuses_what_pyarrow_cannot_reproduce(store):
+    src = write_parquet(make_table(2000), row_group_size=1000)
+    fmd = pm.decode(footer_of(src))
+    fmd.get(pm.FMD.SCHEMA).items[1].set(99, pm.I32, 1)  # schema detail pyarrow won't write
+    src = with_footer(src, fmd)
+    m = store.put("src.parquet", src)
+    with pytest.raises(sp.SpliceUnsupported):
+        sp.rewrite_row_groups(store, "src.parquet", m.etag, m.size, {0: [1]})
+
+
+def test_randomized_splices(store, tmp_path):
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    for trial in range(12):
+        n_groups, group = rng.randint(1, 5), rng.choice([50, 333, 1000])
+        table = make_table(n_groups * group, seed=trial)
+        kw = dict(row_group_size=group, compression=rng.choice(CODECS + ["lz4", "brotli"]),
+                  use_dictionary=rng.choice([True, False]),
+                  write_page_index=rng.choice([True, False]),
+                  data_page_version=rng.choice(["1.0", "2.0"]),
+                  max_rows_per_page=rng.choice([None, 64]))
+        src = write_parquet(table, **kw)
+        m = store.put(f"src{trial}.parquet", src)
+        dels = {}
+        for g in rng.sample(range(n_groups), rng.randint(1, n_groups)):
+            k = rng.choice([1, group // 3, group])
+            dels[g] = rng.sample(range(group), k)
+        cs = CountingStore(store, min_part_size=rng.choice([0, 4096, 32768]))
+        plan = sp.rewrite_row_groups(cs, f"src{trial}.parquet", m.etag, m.size, dels)
+        sp.assemble(cs, plan, f"out{trial}.parquet")
+        data, _ = store.get(f"out{trial}.parquet")
+        try:
+            check_readable(data, expected_after(src, plan), tmp_path, f"r{trial}")
+        except AssertionError:
+            sizes = {g: len(v) for g, v in dels.items()}
+            print(f"replay: seed={seed} trial={trial} kw={kw} deleted={sizes}")
+            raise
