@@ -185,7 +185,7 @@ def test_time_travel_resolution():
 
 
 def test_time_travel_version_from_parameter():
-    qp, r = plan("SELECT * FROM t AT (VERSION => ?)", [4])
+    _, r = plan("SELECT * FROM t AT (VERSION => ?)", [4])
     assert r.calls == [("t", 4, None)]
 
 
@@ -216,7 +216,7 @@ def test_rewrite_keeps_alias_and_qualifiers():
 
 
 def test_cte_names_are_not_tables():
-    qp, r = plan("WITH t2 AS (SELECT id FROM t) SELECT * FROM t2")
+    qp, _ = plan("WITH t2 AS (SELECT id FROM t) SELECT * FROM t2")
     assert [s.table for s in qp.scans] == ["t"]
 
 

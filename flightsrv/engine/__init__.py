@@ -5,7 +5,15 @@
 - :mod:`.duck`        ``DuckEngine``: register snapshots, execute, stream, DML/DDL
 """
 
-from flightsrv.engine.api import Engine, IngestMode, Prepared, QueryResult, Role, Session, StatementKind
+from flightsrv.engine.api import (
+    Engine,
+    IngestMode,
+    Prepared,
+    QueryResult,
+    Role,
+    Session,
+    StatementKind,
+)
 
 
 def __getattr__(name):  # DuckEngine imports duckdb; load it only when asked for

@@ -17,6 +17,7 @@ Errors: DuckDB errors become ``SqlError`` naming the statement; table errors
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -38,7 +39,6 @@ from flightsrv.errors import (
 )
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
-from flightsrv.sql.statements import DIALECT
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
@@ -302,10 +302,8 @@ class DuckEngine:
         try:
             table.append(pa.RecordBatchReader.from_batches(schema, counter.count(reader, schema)))
         except BaseException:
-            try:  # best effort: do not leave a half-made table behind
+            with contextlib.suppress(Exception):  # best effort: no half-made table
                 self.warehouse.drop_table(stmt.table)
-            except Exception:
-                pass
             raise
         return counter.rows
 
@@ -345,7 +343,12 @@ class DuckEngine:
 
         def resolve(name: str, version: int | None, as_of: str | None):
             if name not in tables:
-                tables[name] = self.warehouse.table(name)
+                try:
+                    tables[name] = self.warehouse.table(name)
+                except TableNotFound:
+                    raise
+                except ConfigurationError as e:  # not even a valid name (e.g. a file path)
+                    raise TableNotFound("no such table", table=name, reason=e.message) from None
             if version is None and as_of is None:
                 return tables[name].snapshot()
             return tables[name].snapshot(version=version, as_of=as_of)

@@ -34,6 +34,7 @@ Runner API:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import decimal
 import pathlib
@@ -220,10 +221,8 @@ class DbapiExecutor:
         try:
             cur.execute(sql)
             if cur.description is not None:  # ADBC runs DML as a prepared query
-                try:
+                with contextlib.suppress(Exception):
                     cur.fetchall()
-                except Exception:
-                    pass
             return cur.rowcount
         finally:
             cur.close()
@@ -244,7 +243,7 @@ class DuckReference:
         rel = self.con.execute(sql)
         try:
             row = rel.fetchone()
-        except Exception:
+        except Exception:  # noqa: BLE001 - statements without a result
             return -1
         return int(row[0]) if row and isinstance(row[0], int) else -1
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal as _decimal
+import math
 
 import pyarrow as pa
 from sqlglot import exp
@@ -168,7 +169,7 @@ def literal_sql(value: pa.Scalar) -> str:
         return f"CAST({int(py)} AS {name})"
     if pa.types.is_floating(t):
         f = float(py)
-        if f != f or f in (float("inf"), float("-inf")):
+        if math.isnan(f) or math.isinf(f):
             return f"CAST({_quote(repr(f))} AS {name})"
         return f"CAST({f!r} AS {name})"
     if pa.types.is_decimal(t):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from flightsrv.errors import SqlError
-
 #: Table functions a query may use in FROM. Everything else is refused.
 ALLOWED_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
 
