@@ -41,6 +41,7 @@ server-side, the plan is a full rewrite of the same bytes ("rewrite").
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
@@ -367,7 +368,14 @@ def _compact_dictionaries(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=table.schema)
 
 
-def _writer_options(fmd: TStruct, rg: TStruct, rg_bytes: bytes, rg_start: int) -> dict:
+def _bloom_ndv_for(num_bytes: int, fpp: float = 0.05) -> int:
+    """An ndv for which parquet-cpp sizes a bloom filter to ``num_bytes`` (a power of two):
+    it allocates ``-8·ndv / ln(1 - fpp^(1/8))`` bits rounded up to a power of two."""
+    return max(1, int(-num_bytes * math.log(1 - fpp ** (1 / 8)) * 0.99))
+
+
+def _writer_options(fmd: TStruct, rg: TStruct, rg_bytes: bytes, rg_start: int,
+                    read=None) -> dict:
     compression, use_dict, encodings, stats, blooms = {}, [], {}, [], {}
     page_version, crc, page_index = None, False, False
     for cc in pm.columns(rg):
@@ -388,7 +396,11 @@ def _writer_options(fmd: TStruct, rg: TStruct, rg_bytes: bytes, rg_start: int) -
         if md.has(CMD.STATISTICS):
             stats.append(path)
         if md.get(CMD.BLOOM_FILTER_OFFSET):
-            blooms[path] = {"ndv": max(1, md.get(CMD.NUM_VALUES)), "fpp": 0.05}
+            ndv = max(1, md.get(CMD.NUM_VALUES))
+            if read is not None:  # keep the old filter's size
+                hdr, _ = pm.decode_struct(read(md.get(CMD.BLOOM_FILTER_OFFSET)), 0)
+                ndv = _bloom_ndv_for(hdr.get(pm.BFH.NUM_BYTES))
+            blooms[path] = {"ndv": ndv, "fpp": 0.05}
         if cc.get(CC.OFFSET_INDEX_OFFSET) or cc.get(CC.COLUMN_INDEX_OFFSET):
             page_index = True
         if page_version is None:
@@ -419,7 +431,7 @@ def _schema_key(fmd: TStruct) -> bytes:
 
 
 def _reencode(fmd: TStruct, gi: int, rg_bytes: bytes, rg_start: int, removed: np.ndarray,
-              key: str) -> _NewGroup | None:
+              key: str, read_header=None) -> _NewGroup | None:
     rg = pm.row_groups(fmd)[gi]
     n = rg.get(RG.NUM_ROWS)
     try:
@@ -434,7 +446,7 @@ def _reencode(fmd: TStruct, gi: int, rg_bytes: bytes, rg_start: int, removed: np
     if not keep.any():
         return None
     table = _compact_dictionaries(table.filter(pa.array(keep)))
-    opts = _writer_options(fmd, rg, rg_bytes, rg_start)
+    opts = _writer_options(fmd, rg, rg_bytes, rg_start, read_header)
     want = _schema_key(fmd)
     tried = []
     for version in ("2.6", "2.4", "1.0"):
@@ -597,9 +609,13 @@ def rewrite_row_groups(
     # one pass of ranged GETs: edited groups + the tail
     src.prefetch([lay.ranges[g] for g in dels] + [(lay.data_end, footer_start)])
     new_groups: dict[int, _NewGroup | None] = {}
+
+    def read_header(off: int) -> bytes:  # a bloom filter header (≤ 32 bytes); usually cached
+        return src.read(off, min(off + 32, footer_start))
+
     for g, removed in dels.items():
         s, e = lay.ranges[g]
-        new_groups[g] = _reencode(fmd, g, src.read(s, e), s, removed, key)
+        new_groups[g] = _reencode(fmd, g, src.read(s, e), s, removed, key, read_header)
     tail = src.read(lay.data_end, footer_start)
 
     # lay out the data region
