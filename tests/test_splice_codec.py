@@ -653,3 +653,14 @@ def test_randomized_splices(store, tmp_path):
             sizes = {g: len(v) for g, v in dels.items()}
             print(f"replay: seed={seed} trial={trial} kw={kw} deleted={sizes}")
             raise
+
+
+def test_assemble_refuses_a_source_that_changed_after_planning(store):
+    src = write_parquet(make_table(3000), row_group_size=1000)
+    m = store.put("src.parquet", src)
+    plan = sp.rewrite_row_groups(store, "src.parquet", m.etag, m.size, {1: [1]})
+    store.put("src.parquet", src, mode=PutMode.OVERWRITE)  # same bytes, new version
+    with pytest.raises(PreconditionFailed):
+        sp.assemble(store, plan, "out.parquet")
+    assert list(store.list_multipart()) == []
+    assert [o.key for o in store.list()] == ["src.parquet"]
