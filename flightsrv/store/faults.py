@@ -91,3 +91,35 @@ class IgnoresPreconditions:
 
     def put(self, key, data, *, mode=PutMode.CREATE, etag=None):
         return self.inner.put(key, data, mode=PutMode.OVERWRITE)
+
+
+class CountingStore:
+    """Counts requests per operation (for request budgets in tests and benchmarks)."""
+
+    def __init__(self, inner: ObjectStore):
+        self.inner = inner
+        self.counts: dict[str, int] = {}
+        self.bytes_read = 0
+        self.bytes_written = 0
+
+    def reset(self) -> None:
+        self.counts.clear()
+        self.bytes_read = self.bytes_written = 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def call(*args, **kwargs):
+            self.counts[name] = self.counts.get(name, 0) + 1
+            result = attr(*args, **kwargs)
+            if name == "get":
+                self.bytes_read += len(result[0])
+            elif name == "get_range":
+                self.bytes_read += len(result)
+            elif name in ("put", "upload_part"):
+                self.bytes_written += len(args[1] if len(args) > 1 else kwargs.get("data", b""))
+            return result
+
+        return call
