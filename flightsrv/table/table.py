@@ -221,7 +221,7 @@ class Table:
 
         return self.commit(mutate)
 
-    def delete(self, predicate: str, *, mode: str | None = None) -> int:
+    def delete(self, predicate: str, *, mode: str | None = None, **splice_options) -> int:
         """Delete rows matching a SQL predicate; returns the number deleted (0: no commit).
         ``mode`` "dv" (default) writes deletion vectors; "splice" erases physically."""
         from flightsrv.table.delete_plan import delete_rows
@@ -233,7 +233,7 @@ class Table:
             except ImportError:
                 raise ConfigurationError("splice deletes are not available in this build",
                                          table=self.name) from None
-            return splice_delete(self, predicate)
+            return splice_delete(self, predicate, **splice_options)
         if mode != "dv":
             raise ConfigurationError("unknown delete mode (use 'dv' or 'splice')",
                                      table=self.name, mode=mode)
@@ -247,3 +247,31 @@ class Table:
                                        summary={"properties": sorted(props)}, properties=merged)
 
         return self.commit(mutate)
+
+    # -- maintenance and erasure (implemented in their own modules) ---------------------
+    def compact(self, **kw):
+        """DV-aware compaction (``flightsrv.table.maintenance.compact``)."""
+        from flightsrv.table.maintenance import compact
+
+        return compact(self, **kw)
+
+    def expire_snapshots(self, **kw):
+        from flightsrv.table.maintenance import expire_snapshots
+
+        return expire_snapshots(self, **kw)
+
+    def vacuum(self, **kw):
+        from flightsrv.table.maintenance import vacuum
+
+        return vacuum(self, **kw)
+
+    def stats(self, **kw):
+        from flightsrv.table.maintenance import table_stats
+
+        return table_stats(self, **kw)
+
+    def purge(self, **kw):
+        """Physically remove rows already marked deleted (``flightsrv.table.erase.purge``)."""
+        from flightsrv.table.erase import purge
+
+        return purge(self, **kw)

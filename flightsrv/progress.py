@@ -1,0 +1,66 @@
+"""Progress for long-running CLI work: a bar on a terminal, periodic JSON-ish lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    def __init__(self, label: str, total: int | None = None, *, stream=None, unit: str = ""):
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.unit = unit
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last = 0.0
+        self._start = time.monotonic()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.finish()
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self._last < (0.1 if self.tty else 2.0) and (self.total is None
+                                                               or self.done < self.total):
+            return
+        self._last = now
+        self._render(note)
+
+    def _render(self, note: str = "") -> None:
+        if self.total:
+            frac = min(1.0, self.done / self.total)
+            bar = "#" * int(frac * 30)
+            text = f"{self.label} [{bar:<30}] {self.done}/{self.total}{self.unit} {note}"
+        else:
+            text = f"{self.label} {self.done}{self.unit} {note}"
+        if self.tty:
+            self.stream.write("\r" + text[:120].ljust(120))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        self._render(f"done in {time.monotonic() - self._start:.1f}s")
+        if self.tty:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def print_table(rows: list[dict], stream=None) -> None:
+    """A plain aligned table of dicts (summary tables at the end of CLI work)."""
+    stream = stream or sys.stdout
+    if not rows:
+        stream.write("(no rows)\n")
+        return
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    widths = {c: max(len(str(c)), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    stream.write("  ".join(str(c).ljust(widths[c]) for c in cols) + "\n")
+    stream.write("  ".join("-" * widths[c] for c in cols) + "\n")
+    for r in rows:
+        stream.write("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) + "\n")
