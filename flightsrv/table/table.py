@@ -255,6 +255,8 @@ class Table:
 
         return compact(self, **kw)
 
+    optimize = compact  # SQL ``OPTIMIZE t`` (the engine looks the verb up on the table)
+
     def expire_snapshots(self, **kw):
         from flightsrv.table.maintenance import expire_snapshots
 
