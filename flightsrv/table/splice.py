@@ -607,13 +607,19 @@ def rewrite_row_groups(
         if rgs else []
 
     # one pass of ranged GETs: edited groups + the tail
-    src.prefetch([lay.ranges[g] for g in dels] + [(lay.data_end, footer_start)])
+    # a group losing every row is dropped without being read
+    whole = {g for g, removed in dels.items() if removed.size == rgs[g].get(RG.NUM_ROWS)}
+    src.prefetch([lay.ranges[g] for g in dels if g not in whole]
+                 + [(lay.data_end, footer_start)])
     new_groups: dict[int, _NewGroup | None] = {}
 
     def read_header(off: int) -> bytes:  # a bloom filter header (≤ 32 bytes); usually cached
         return src.read(off, min(off + 32, footer_start))
 
     for g, removed in dels.items():
+        if g in whole:
+            new_groups[g] = None
+            continue
         s, e = lay.ranges[g]
         new_groups[g] = _reencode(fmd, g, src.read(s, e), s, removed, key, read_header)
     tail = src.read(lay.data_end, footer_start)
