@@ -76,6 +76,22 @@ def timed(fn: Callable, repeat: int = 3, setup: Callable | None = None) -> float
     return statistics.median(times)
 
 
+def timed_pair(fns: dict[str, Callable], repeat: int = 3,
+               setup: Callable | None = None) -> dict[str, float]:
+    """Median wall time of each ``fns[name]()``, runs interleaved (a, b, a, b, ...) so that
+    background load on a shared machine hits every contender alike. ``setup()`` runs untimed
+    before each call."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            if setup is not None:
+                setup()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def machine() -> str:
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python " \
            f"{platform.python_version()}"
