@@ -119,7 +119,7 @@ def test_model_local(tmp_path_factory, ops):
     run_model(str(tmp_path_factory.mktemp("model") / "wh"), ops)
 
 
-@settings_
+@settings(settings_, max_examples=max(5, settings_.max_examples // 3))
 @given(st.lists(op, min_size=1, max_size=8))
 def test_model_s3(s3_uri, ops):
     run_model(f"{s3_uri}/{uuid.uuid4().hex[:8]}", ops)
