@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
+from sqlglot import exp
 
 from flightsrv.errors import SqlError, TableNotFound
 from flightsrv.sql import statements as st
@@ -102,7 +103,16 @@ def test_classified(sql, kind):
     ("CREATE MACRO m(a) AS a", "CREATE MACRO"),
     ("CALL pragma_version()", "CALL"),
     ("SELECT * FROM information_schema.tables", "qualified"),
-    ("SELECT * FROM main.t", "qualified"),
+    ("SELECT * FROM other.t", "unknown schema or catalog"),
+    ("SELECT * FROM system.main.t", "unknown schema or catalog"),
+    ("SELECT x.main.t.a FROM t", "unknown schema or catalog"),
+    ("DELETE FROM other.t", "unknown schema or catalog"),
+    ("VACUUM other.t", "unknown schema or catalog"),
+    ("VACUUM t FULL", "the form is"),
+    ("VACUUM t RETAIN 0 VERSIONS", "n >= 1"),
+    ("OPTIMIZE t; DROP TABLE t", "one statement"),
+    ("SELECT * FROM flightsrv_history(1)", "table name"),
+    ("SELECT * FROM flightsrv_history('t', 'u')", "table name"),
     ("DELETE FROM t WHERE id IN (SELECT id FROM u)", "subquery"),
     ("CREATE TABLE n (a INT PRIMARY KEY)", "constraint"),
     ("SELECT $name", "named parameters"),
@@ -149,10 +159,34 @@ def test_create_table_types():
 
 
 def test_maintenance_and_set_parse():
-    m = parse_statement('OPTIMIZE "My T" full')
-    assert (m.verb, m.table, m.options) == ("optimize", "My T", "full")
+    m = parse_statement('OPTIMIZE "My T"')
+    assert (m.verb, m.table, m.options) == ("optimize", "My T", "")
+    m = parse_statement('vacuum "flightsrv"."main".t retain 3 versions retain 0 hours dry run;')
+    assert (m.verb, m.table, m.retain_versions, m.retain_hours, m.dry_run) == (
+        "vacuum", "t", 3, 0, True)
+    m = parse_statement("PURGE main.t EXPIRE")
+    assert (m.verb, m.table, m.expire, m.writes) == ("purge", "t", True, True)
+    assert parse_statement("PURGE t").expire is False
+    q = parse_statement("SHOW STATS main.t")
+    assert isinstance(q, st.Query) and "flightsrv_table_stats('t')" in q.text
     s = parse_statement("SET delete_mode TO splice")
     assert (s.name, s.value) == ("delete_mode", "splice")
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM main.t", "SELECT * FROM flightsrv.main.t", 'SELECT * FROM "main"."t"',
+    'SELECT * FROM "flightsrv"."main"."t"', "SELECT * FROM FLIGHTSRV.MAIN.t",
+    "DELETE FROM main.t WHERE a = 1", "INSERT INTO flightsrv.main.t VALUES (1)",
+    "DROP TABLE main.t", "CREATE TABLE main.t (a INT)", "SELECT main.t.a FROM main.t",
+])
+def test_qualified_names_of_the_one_schema(sql):
+    stmt = parse_statement(sql)
+    tables = [t for t in stmt.tree.find_all(exp.Table)]
+    assert tables and all(t.name == "t" and not t.args.get("db") and not t.args.get("catalog")
+                          for t in tables)
+    assert stmt.spliceable == ("main.t.a" not in sql)
+    if hasattr(stmt, "table"):
+        assert stmt.table == "t"
 
 
 def test_placeholders_numbered_in_text_order():

@@ -9,16 +9,25 @@ pin every referenced table snapshot once at statement start, then
 - DELETE: ``table.delete(predicate, mode=...)`` with the WHERE clause as SQL text.
 - INSERT / CTAS: evaluate the source in DuckDB over pinned snapshots and stream it into
   ``table.append``.
-- CREATE TABLE / DROP TABLE / SET delete_mode / VACUUM / OPTIMIZE.
+- CREATE TABLE / DROP TABLE / SET delete_mode.
+- OPTIMIZE / VACUUM / PURGE (:mod:`flightsrv.engine.maintenance`): run as a query they
+  answer with a report (``MAINTENANCE_SCHEMA``), as an update with 0. Writers only.
+- ``flightsrv_table_stats('t')`` / ``flightsrv_history('t')`` in FROM: registered as Arrow
+  tables computed at statement start.
+
+INSERT and ingest appends go through a :class:`~flightsrv.engine.group_commit.GroupCommitter`
+so concurrent appends to one table share commits. Results are coalesced into batches of at
+least ``min_batch_rows`` rows (a selective filter otherwise yields many tiny batches).
 
 Errors: DuckDB errors become ``SqlError`` naming the statement; table errors
-(``TableNotFound``, ``VersionNotFound``, ``SchemaMismatch``, ...) pass through unchanged.
+(``TableNotFound``, ``VersionNotFound``, ``SchemaMismatch``, ...) pass through unchanged,
+including those raised inside a scan while DuckDB pulls from it (e.g. ``CorruptObject``
+naming a damaged deletion vector), which DuckDB would otherwise report as its own error.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,10 +35,13 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from flightsrv.engine import maintenance as mx
 from flightsrv.engine.api import IngestMode, Prepared, QueryResult, Role, Session, StatementKind
 from flightsrv.engine.connection import CursorSource, open_locked
+from flightsrv.engine.group_commit import GroupCommitter
 from flightsrv.errors import (
     ConfigurationError,
+    FlightsrvError,
     PermissionDenied,
     PredicateError,
     SchemaMismatch,
@@ -41,6 +53,8 @@ from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
+DEFAULT_MIN_BATCH_ROWS = 65_536  # coalesce smaller result batches up to this many rows
+MAX_COALESCE_BYTES = 8 << 20  # ... or this many bytes, whichever comes first
 COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
 
 
@@ -53,9 +67,13 @@ class DuckEngine:
     """Implements :class:`flightsrv.engine.api.Engine` for one warehouse."""
 
     def __init__(self, warehouse, *, batch_size: int = DEFAULT_BATCH_SIZE,
-                 threads: int | None = None, memory_limit: str | None = None):
+                 min_batch_rows: int = DEFAULT_MIN_BATCH_ROWS,
+                 threads: int | None = None, memory_limit: str | None = None,
+                 group_commit: bool = True):
         self.warehouse = warehouse
         self.batch_size = batch_size
+        self.min_batch_rows = min(min_batch_rows, batch_size)
+        self.committer = GroupCommitter() if group_commit else None
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit))
 
     def close(self) -> None:
@@ -74,6 +92,8 @@ class DuckEngine:
     def prepare(self, sql: str, session: Session) -> Prepared:
         stmt = st.parse_statement(sql)
         param_schema = pa.schema([pa.field(str(i), pa.null()) for i in range(stmt.param_count)])
+        if isinstance(stmt, st.Maintenance):
+            return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema)
         if not isinstance(stmt, st.Query):
             return Prepared(sql, StatementKind.UPDATE, pa.schema([]), param_schema)
         # Bind every parameter as NULL and run the query with LIMIT 0 over empty relations
@@ -89,6 +109,8 @@ class DuckEngine:
                 if scan.columns is not None:
                     schema = pa.schema([schema.field(c) for c in self._scan_columns(scan)])
                 cur.register(scan.relation, schema.empty_table())
+            for fn in qp.functions:
+                cur.register(fn.relation, self._function_relation(fn))
             try:
                 rel = cur.sql(qp.sql, params=params)
                 schema = rel.limit(0).to_arrow_table().schema
@@ -103,6 +125,10 @@ class DuckEngine:
     def execute_query(self, sql: str, session: Session,
                       params: pa.RecordBatch | None = None) -> QueryResult:
         stmt = st.parse_statement(sql)
+        if isinstance(stmt, st.Maintenance):
+            self._check_role(stmt, session)
+            table = mx.run_maintenance(self._table(stmt.table), stmt)
+            return QueryResult(table.schema, table.to_reader())
         if not isinstance(stmt, st.Query):
             # A client that prepares everything (ADBC) may send DML down the query path:
             # run it and answer with its row count.
@@ -122,7 +148,7 @@ class DuckEngine:
         """Plan the query part of ``stmt`` (``part``: query | ctas | insert)."""
         query = bound if part == "query" else bound.expression
         original = stmt.tree if part == "query" else stmt.tree.expression
-        source = sqlplan.query_source(stmt.text, stmt.tree, part)
+        source = sqlplan.query_source(stmt.text, stmt.tree, part) if stmt.spliceable else None
         if source is not None and stmt.param_count:
             # native parameters only when the spliced text uses exactly $1..$n
             used = {str(p.this) for p in original.find_all(exp.Placeholder)
@@ -138,17 +164,45 @@ class DuckEngine:
         qp = self._plan(stmt, bound, part, pinner)
         params = [v.as_py() for v in values] if qp.needs_params and values else None
         cur = self._cursors.cursor()
+        failures: list[BaseException] = []  # raised inside scans while DuckDB pulls
         try:
             for scan in qp.scans:
-                cur.register(scan.relation, self._open_scan(scan))
+                cur.register(scan.relation, _guarded(self._open_scan(scan), failures))
+            for fn in qp.functions:
+                cur.register(fn.relation, self._function_relation(fn))
             try:
                 inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size)
             except duckdb.Error as e:
-                raise _sql_error(e, sql) from None
+                raise _scan_failure(failures) or _sql_error(e, sql) from None
         except BaseException:
             cur.close()
             raise
-        return pa.RecordBatchReader.from_batches(inner.schema, _stream(inner, cur, sql))
+        batches = _stream(inner, cur, sql, failures)
+        if self.min_batch_rows > 1:
+            batches = _coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
+        return pa.RecordBatchReader.from_batches(inner.schema, batches)
+
+    def _function_relation(self, fn: sqlplan.FunctionScan) -> pa.Table:
+        try:
+            return mx.metadata_relation(self.warehouse, fn.function, fn.table)
+        except ConfigurationError as e:
+            if isinstance(e, TableNotFound):
+                raise
+            raise TableNotFound("no such table", table=fn.table, reason=e.message) from None
+
+    def _table(self, name: str):
+        try:
+            return self.warehouse.table(name)
+        except TableNotFound:
+            raise
+        except ConfigurationError as e:  # not even a valid name
+            raise TableNotFound("no such table", table=name, reason=e.message) from None
+
+    @staticmethod
+    def _check_role(stmt: st.Statement, session: Session) -> None:
+        if stmt.writes and session.role == Role.READER:
+            raise PermissionDenied("read-only session may not run this statement",
+                                   user=session.user, statement=st._short(stmt.sql))
 
     def _scan_columns(self, scan: sqlplan.Scan) -> list[str] | None:
         if scan.columns is None:
@@ -184,9 +238,7 @@ class DuckEngine:
     def execute_update(self, sql: str, session: Session,
                        params: pa.RecordBatch | None = None) -> int:
         stmt = st.parse_statement(sql)
-        if stmt.writes and session.role == Role.READER:
-            raise PermissionDenied("read-only session may not run this statement",
-                                   user=session.user, statement=st._short(sql))
+        self._check_role(stmt, session)
         if isinstance(stmt, st.Query):
             raise SqlError("a query returns rows; run it as a query, not an update",
                            statement=st._short(sql))
@@ -203,11 +255,12 @@ class DuckEngine:
             session.settings[stmt.name] = stmt.value
             return 0
         if isinstance(stmt, st.Delete):
-            table = self.warehouse.table(stmt.table)
+            table = self._table(stmt.table)
             cond = tree.args["where"].this if tree.args.get("where") is not None else None
             pred = sqlplan.delete_predicate(cond, stmt.table, stmt.alias, sql)
-            mode = session.settings.get("delete_mode")
-            return int(self._delete(table, pred, mode))
+            # the session setting wins; else Table.delete uses the table property
+            # delete_mode (default "dv")
+            return int(table.delete(pred, mode=session.settings.get("delete_mode")))
         if isinstance(stmt, st.Insert):
             return self._insert(stmt, tree, values)
         if isinstance(stmt, st.CreateTable):
@@ -222,30 +275,13 @@ class DuckEngine:
                     raise
             return 0
         if isinstance(stmt, st.Maintenance):
-            table = self.warehouse.table(stmt.table)
-            op = getattr(table, stmt.verb, None)
-            if op is None:
-                raise ConfigurationError(f"{stmt.verb.upper()} is not available yet",
-                                         table=stmt.table)
-            result = op()
-            return int(result) if isinstance(result, int) else 0
+            mx.run_maintenance(self._table(stmt.table), stmt)
+            return 0
         raise SqlError("statement kind not handled", statement=st._short(sql),
                        kind=type(stmt).__name__)
 
-    @staticmethod
-    def _delete(table, predicate: str, mode: str | None) -> int:
-        if mode is None:
-            return table.delete(predicate)
-        accepts_mode = "mode" in inspect.signature(table.delete).parameters
-        if not accepts_mode:
-            if mode == "splice":
-                raise ConfigurationError("splice deletes are not available yet",
-                                         table=getattr(table, "name", None))
-            return table.delete(predicate)
-        return table.delete(predicate, mode=mode)
-
     def _insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar]) -> int:
-        table = self.warehouse.table(stmt.table)
+        table = self._table(stmt.table)
         pinner = self._pinner()
         target = pinner.pin(stmt.table).schema
         columns = list(stmt.columns) if stmt.columns is not None else list(target.names)
@@ -266,8 +302,14 @@ class DuckEngine:
                            columns=len(resolved), values=len(reader.schema))
         counter = _Counter()
         shaped = _shape_for_insert(reader, resolved, target, counter)
-        table.append(shaped)
+        self._append(table, shaped)
         return counter.rows
+
+    def _append(self, table, data) -> None:
+        if self.committer is None:
+            table.append(data)
+        else:
+            self.committer.append(table, data)
 
     def _create(self, stmt: st.CreateTable) -> int:
         if stmt.replace:
@@ -300,7 +342,8 @@ class DuckEngine:
             raise
         counter = _Counter()
         try:
-            table.append(pa.RecordBatchReader.from_batches(schema, counter.count(reader, schema)))
+            self._append(table, pa.RecordBatchReader.from_batches(
+                schema, counter.count(reader, schema)))
         except BaseException:
             with contextlib.suppress(Exception):  # best effort: no half-made table
                 self.warehouse.drop_table(stmt.table)
@@ -333,7 +376,7 @@ class DuckEngine:
                 except TableExists:
                     t = wh.table(table)
         counter = _Counter()
-        t.append(pa.RecordBatchReader.from_batches(data.schema, counter.count(data)))
+        self._append(t, pa.RecordBatchReader.from_batches(data.schema, counter.count(data)))
         return counter.rows
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -373,8 +416,30 @@ class DuckEngine:
 # -- streaming helpers ---------------------------------------------------------------------------
 
 
+def _guarded(reader: pa.RecordBatchReader, failures: list) -> pa.RecordBatchReader:
+    """``reader``, recording any exception it raises into ``failures`` before DuckDB turns
+    it into a generic error of its own."""
+
+    def gen():
+        try:
+            yield from reader
+        except BaseException as exc:
+            failures.append(exc)
+            raise
+
+    return pa.RecordBatchReader.from_batches(reader.schema, gen())
+
+
+def _scan_failure(failures: list) -> BaseException | None:
+    """The first flightsrv error a scan raised (it explains a DuckDB failure better)."""
+    for exc in failures:
+        if isinstance(exc, FlightsrvError):
+            return exc
+    return None
+
+
 def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
-            sql: str) -> Iterator[pa.RecordBatch]:
+            sql: str, failures: list) -> Iterator[pa.RecordBatch]:
     """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
     try:
         while True:
@@ -382,14 +447,40 @@ def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
                 batch = inner.read_next_batch()
             except StopIteration:
                 return
-            except duckdb.Error as e:
-                raise _sql_error(e, sql) from None
+            except (duckdb.Error, pa.ArrowException, OSError) as e:
+                cause = _scan_failure(failures)
+                if cause is not None:
+                    raise cause from None
+                if isinstance(e, duckdb.Error):
+                    raise _sql_error(e, sql) from None
+                raise
             yield batch
     finally:
         try:
             inner.close()
         finally:
             cur.close()
+
+
+def _coalesce(batches: Iterator[pa.RecordBatch], min_rows: int,
+              max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Merge consecutive small batches until one holds ``min_rows`` rows or ``max_bytes``
+    bytes; batches already that large pass through untouched (no copy)."""
+    pending: list[pa.RecordBatch] = []
+    rows = nbytes = 0
+    for b in batches:
+        if not pending and (b.num_rows >= min_rows or b.nbytes >= max_bytes):
+            yield b
+            continue
+        if b.num_rows:
+            pending.append(b)
+            rows += b.num_rows
+            nbytes += b.nbytes
+        if rows >= min_rows or nbytes >= max_bytes:
+            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending, rows, nbytes = [], 0, 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 class _Counter:

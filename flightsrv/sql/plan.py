@@ -35,6 +35,7 @@ from sqlglot.tokens import TokenType
 
 from flightsrv.errors import SqlError
 from flightsrv.sql import types as sqltypes
+from flightsrv.sql import validate
 from flightsrv.sql.statements import DIALECT, error
 
 Resolver = Callable[[str, "int | None", "str | None"], Any]
@@ -121,6 +122,15 @@ class Scan:
 
 
 @dataclass
+class FunctionScan:
+    """A metadata table function call (``flightsrv_history('t')``) to register as a relation."""
+
+    relation: str
+    function: str  # one of validate.METADATA_FUNCTIONS
+    table: str  # the table it describes (qualifiers stripped)
+
+
+@dataclass
 class QueryPlan:
     tree: exp.Expression  # rewritten tree (parameters bound as literals)
     scans: list[Scan]
@@ -128,6 +138,7 @@ class QueryPlan:
     #: done exactly; it keeps DuckDB's column naming and semantics and its ``$n``
     #: parameters must be bound natively. None: use ``tree`` (parameters inlined).
     text: str | None = None
+    functions: list[FunctionScan] = field(default_factory=list)
 
     @property
     def sql(self) -> str:
@@ -166,6 +177,26 @@ def table_references(tree: exp.Expression) -> list[exp.Table]:
     return refs
 
 
+def _metadata_calls(tree: exp.Expression) -> list[exp.Table]:
+    return [t for t in tree.find_all(exp.Table) if isinstance(t.this, exp.Anonymous)
+            and str(t.this.this).lower() in validate.METADATA_FUNCTIONS]
+
+
+def metadata_table_name(arg: str, sql: str) -> str:
+    """The table a metadata function's argument names: ``t``, ``main.t`` or
+    ``flightsrv.main.t`` (double quotes allowed)."""
+    try:
+        parsed = sqlglot.parse_one(f"SELECT 1 FROM {arg}", read=DIALECT)
+        ref = parsed.find(exp.Table)
+    except Exception:  # noqa: BLE001 - reported below
+        ref = None
+    if ref is None or not isinstance(ref.this, exp.Identifier) or ref.args.get("when") \
+            or ref.args.get("alias") or len(list(parsed.find_all(exp.Table))) != 1:
+        raise SqlError("not a table name", statement=sql, argument=repr(arg))
+    validate.normalize_qualified(parsed, sql)
+    return ref.name
+
+
 def _time_travel(table: exp.Table, sql: str) -> tuple[int | None, str | None]:
     when = table.args.get("when")
     if when is None:
@@ -198,6 +229,17 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
     """
     tree = query.copy()
     refs = table_references(tree)
+    calls = _metadata_calls(tree)
+    functions = []
+    for i, call in enumerate(calls):
+        fn = str(call.this.this).lower()
+        target = metadata_table_name(call.this.expressions[0].name, sql)
+        functions.append(FunctionScan(f"{RELATION_PREFIX}f{i}", fn, target))
+        alias = call.args.get("alias") or exp.TableAlias(this=exp.to_identifier(fn))
+        call.set("this", exp.to_identifier(functions[-1].relation))
+        call.set("alias", alias)
+    if calls:
+        source = None  # render the tree: the calls are not spliced into the text
     spliced = None
     if source is not None:
         relations = [f"{RELATION_PREFIX}{i}" for i in range(len(refs))]
@@ -219,7 +261,7 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
         t.set("this", exp.to_identifier(scans[i].relation))
         t.set("when", None)
         t.set("alias", alias)
-    return QueryPlan(tree, scans, spliced)
+    return QueryPlan(tree, scans, spliced, functions)
 
 
 def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
@@ -239,7 +281,10 @@ def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
         meta = getattr(ident, "_meta", None) or {}
         if "start" not in meta or meta["start"] not in by_start:
             return None
-        a, b = meta["start"], meta["end"] + 1
+        # ``main.t`` / ``flightsrv.main.t``: the qualifier goes too (validate strips it)
+        a, b = meta.get(validate.QUALIFIED_START, meta["start"]), meta["end"] + 1
+        if a not in by_start:
+            return None
         if not start <= a < b <= end:
             return None
         alias = t.args.get("alias")
@@ -249,7 +294,7 @@ def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
         if when is not None:
             if any(True for _ in when.find_all(exp.Placeholder)):
                 return None
-            span = _at_clause_span(tokens, by_start[a])
+            span = _at_clause_span(tokens, by_start[meta["start"]])
             if span is None:
                 return None
             edits.append(span + ("",))

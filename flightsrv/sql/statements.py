@@ -13,9 +13,17 @@ Accepted:
 ``CreateTable``        CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t (col type, ...)
 ``CreateTableAs``      CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t AS SELECT ...
 ``DropTable``          DROP TABLE [IF EXISTS] t
-``Maintenance``        VACUUM t, OPTIMIZE t
+``Maintenance``        OPTIMIZE t | VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]
+                       | PURGE t [EXPIRE]
 ``SetSession``         SET delete_mode = 'splice' | 'dv'   (a flightsrv session setting)
 =====================  =====================================================================
+
+``SHOW STATS t`` and ``SHOW HISTORY t`` are ``Query``s over the metadata table functions
+``flightsrv_table_stats('t')`` and ``flightsrv_history('t')`` (see :mod:`.validate`).
+
+Table names may be qualified with the one schema and catalog the server advertises:
+``t``, ``main.t`` and ``flightsrv.main.t`` (quoted or not) all mean the table ``t``; any
+other qualifier is refused (:func:`flightsrv.sql.validate.normalize_qualified`).
 
 Everything else (ATTACH, COPY, INSTALL/LOAD, PRAGMA, engine SET, EXPORT/IMPORT, UPDATE,
 views, macros, ...) and more than one statement is refused with a reason. Table functions
@@ -49,8 +57,11 @@ SESSION_SETTINGS: dict[str, frozenset[str]] = {
     "delete_mode": frozenset({"splice", "dv"}),
 }
 
-#: Maintenance verbs; sqlglot parses them as generic Commands.
-MAINTENANCE_VERBS = frozenset({"VACUUM", "OPTIMIZE"})
+#: Maintenance verbs; parsed here from tokens (sqlglot has no grammar for them).
+MAINTENANCE_VERBS = frozenset({"VACUUM", "OPTIMIZE", "PURGE"})
+
+#: ``SHOW <what> t`` -> the metadata table function it stands for.
+SHOW_FUNCTIONS = {"STATS": "flightsrv_table_stats", "HISTORY": "flightsrv_history"}
 
 # sqlglot warns on every Command fallback (VACUUM, LOAD, CALL); we classify those ourselves.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
@@ -65,6 +76,9 @@ class Statement:
     tree: exp.Expression  # parsed from ``text``; token offsets in node meta refer to it
     param_count: int
     text: str = field(default="", kw_only=True)  # ``sql`` with ? renumbered to $1..$n
+    #: False when normalisation changed the tree in ways the text does not show (stripped
+    #: column qualifiers): the planner must then render the tree instead of splicing text.
+    spliceable: bool = field(default=True, kw_only=True)
 
     #: True for statements that change tables (a READER may not run them).
     writes: ClassVar[bool] = False
@@ -118,9 +132,16 @@ class DropTable(Statement):
 
 @dataclass(frozen=True)
 class Maintenance(Statement):
-    verb: str = ""  # "vacuum" | "optimize"
+    """``OPTIMIZE t`` -> compact; ``VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]``
+    -> (expire_snapshots(retain_last=n),) vacuum(grace=hours); ``PURGE t [EXPIRE]`` -> purge."""
+
+    verb: str = ""  # "vacuum" | "optimize" | "purge"
     table: str = ""
-    options: str = ""  # any text after the table name, unparsed
+    options: str = ""  # the text after the table name, as written
+    retain_versions: int | None = None  # VACUUM ... RETAIN n VERSIONS (expire first)
+    retain_hours: int | None = None  # VACUUM ... RETAIN n HOURS (the vacuum grace period)
+    dry_run: bool = False  # VACUUM ... DRY RUN
+    expire: bool = False  # PURGE ... EXPIRE
     writes = True
 
 
@@ -200,6 +221,9 @@ def parse_statement(sql: str) -> Statement:
     if not sql or not sql.strip():
         raise SqlError("empty statement", statement=_short(sql or ""))
     text, nparams = number_placeholders(sql)
+    special = _parse_special(sql, text)
+    if special is not None:
+        return special
     try:
         trees = [t for t in sqlglot.parse(text, read=DIALECT) if t is not None]
     except ParseError as e:
@@ -219,10 +243,105 @@ def parse_statement(sql: str) -> Statement:
             statement=_short(sql), line=line, col=col,
         )
     tree = trees[0]
+    columns_changed = validate.normalize_qualified(tree, sql)
     stmt = _classify(sql, tree, nparams)
     object.__setattr__(stmt, "text", text)
+    object.__setattr__(stmt, "spliceable", not columns_changed)
     validate.check_tree(stmt.tree, sql)
     return stmt
+
+
+def _significant_tokens(sql: str, text: str):
+    try:
+        toks = DuckDB().tokenize(text)
+        if toks and toks[0].token_type == TokenType.COMMAND:
+            # VACUUM (a sqlglot command keyword) swallows the rest as one string: tokenize
+            # the rest on its own, with offsets kept by blanking the verb
+            head = toks[0].end + 1
+            toks = [toks[0]] + DuckDB().tokenize(" " * head + text[head:])
+    except TokenError as e:
+        raise SqlError(f"cannot tokenize: {e}", statement=_short(sql)) from None
+    while toks and toks[-1].token_type == TokenType.SEMICOLON:
+        toks = toks[:-1]
+    return toks
+
+
+def _parse_special(sql: str, text: str) -> Statement | None:
+    """Statements sqlglot has no grammar for: maintenance verbs and SHOW STATS/HISTORY."""
+    toks = _significant_tokens(sql, text)
+    if not toks:
+        return None
+    verb = toks[0].text.upper()
+    if verb == "SHOW" and len(toks) >= 3 and toks[1].text.upper() in SHOW_FUNCTIONS:
+        name = _token_table(sql, text, toks, 2, f"SHOW {toks[1].text.upper()}")
+        fn = SHOW_FUNCTIONS[toks[1].text.upper()]
+        quoted = "'" + name.replace("'", "''") + "'"
+        query = f"SELECT * FROM {fn}({quoted})"
+        stmt = Query(sql, sqlglot.parse_one(query, read=DIALECT), 0)
+        object.__setattr__(stmt, "text", query)
+        return stmt
+    if verb not in MAINTENANCE_VERBS or toks[0].token_type == TokenType.STRING:
+        return None
+    if any(t.token_type == TokenType.SEMICOLON for t in toks):
+        raise SqlError("one statement per request", statement=_short(sql))
+    table = _token_table(sql, text, toks, 1, verb)
+    i = _after_table(toks, 1)
+    options = text[toks[i].start:].strip().rstrip(";").strip() if i < len(toks) else ""
+    words = [t.text.upper() for t in toks[i:]]
+    kw: dict = {}
+    if verb == "VACUUM":
+        while words[:1] == ["RETAIN"]:
+            unit = words[2] if len(words) >= 3 else ""
+            key = {"VERSIONS": "retain_versions", "HOURS": "retain_hours"}.get(unit)
+            if key is None or not words[1].isdigit() or key in kw:
+                raise SqlError("VACUUM t RETAIN n VERSIONS | RETAIN n HOURS needs a whole "
+                               "number n and each clause at most once", statement=_short(sql))
+            kw[key] = int(words[1])
+            if key == "retain_versions" and kw[key] < 1:
+                raise SqlError("VACUUM ... RETAIN n VERSIONS needs n >= 1",
+                               statement=_short(sql))
+            words = words[3:]
+        if words[:2] == ["DRY", "RUN"]:
+            kw["dry_run"] = True
+            words = words[2:]
+    elif verb == "PURGE" and words[:1] == ["EXPIRE"]:
+        kw["expire"] = True
+        words = words[1:]
+    if words:
+        grammar = {"VACUUM": "VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]", "OPTIMIZE": "OPTIMIZE t",
+                   "PURGE": "PURGE t [EXPIRE]"}[verb]
+        raise SqlError(f"unexpected {' '.join(words).lower()!r} after {verb} {table}; "
+                       f"the form is {grammar}", statement=_short(sql))
+    tree = exp.Command(this=verb, expression=exp.Literal.string(text[toks[1].start:]))
+    return Maintenance(sql, tree, 0, verb=verb.lower(), table=table, options=options,
+                       text=text, **kw)
+
+
+def _after_table(toks, i: int) -> int:
+    """Index of the first token after a (possibly dotted) table name starting at ``i``."""
+    i += 1
+    while i + 1 < len(toks) and toks[i].token_type == TokenType.DOT:
+        i += 2
+    return i
+
+
+def _token_table(sql: str, text: str, toks, i: int, what: str) -> str:
+    if i >= len(toks) or toks[i].token_type not in (TokenType.VAR, TokenType.IDENTIFIER) \
+            and not toks[i].text.isidentifier():
+        raise SqlError(f"{what} needs a table name", statement=_short(sql))
+    j = _after_table(toks, i)
+    if any(toks[k].token_type != TokenType.DOT for k in range(i + 1, j, 2)):
+        raise SqlError(f"{what} needs a table name", statement=_short(sql))
+    parts = [toks[k] for k in range(i, j, 2)]
+    if len(parts) > 3:
+        raise SqlError(f"{what}: bad table name", statement=_short(sql))
+    names = [t.text for t in parts]
+    if len(names) >= 2 and names[-2].lower() != validate.SCHEMA or \
+            len(names) == 3 and names[0].lower() != validate.CATALOG:
+        raise SqlError(f"qualified name {'.'.join(names)!r} names an unknown schema or "
+                       f"catalog: only {validate.CATALOG}.{validate.SCHEMA} exists",
+                       statement=_short(sql))
+    return names[-1]
 
 
 def _table_name(table: exp.Expression, sql: str, what: str) -> str:
@@ -260,8 +379,6 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
         return _set(sql, tree, n)
     if isinstance(tree, exp.Command):
         verb = str(tree.this).upper()
-        if verb in MAINTENANCE_VERBS:
-            return _maintenance(sql, tree, n, verb)
         raise error(f"{verb} statements are not allowed", sql, tree)
     refused = {
         exp.Copy: "COPY is not allowed; query the table and stream the result instead",
@@ -376,18 +493,3 @@ def _set(sql: str, tree: exp.Set, n: int) -> SetSession:
         raise error(f"bad value for {name}: {value!r}", sql, val,
                     allowed="|".join(sorted(SESSION_SETTINGS[name])))
     return SetSession(sql, tree, n, name=name, value=value)
-
-
-def _maintenance(sql: str, tree: exp.Command, n: int, verb: str) -> Maintenance:
-    rest = tree.expression.name if tree.expression is not None else ""
-    try:
-        toks = DuckDB().tokenize(rest)
-    except TokenError:
-        toks = []
-    if not toks or toks[0].token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
-        raise error(f"{verb} needs a table name", sql, tree)
-    first = toks[0]
-    if len(toks) > 1 and toks[1].token_type == TokenType.DOT:
-        raise error(f"{verb}: qualified table names are not supported", sql, tree)
-    options = rest[toks[1].start :].strip() if len(toks) > 1 else ""
-    return Maintenance(sql, tree, n, verb=verb.lower(), table=first.text, options=options)

@@ -5,12 +5,18 @@ This is the first line of defence; the second is the locked-down DuckDB connecti
 :mod:`flightsrv.engine.connection`). Rules, applied to the whole tree of one statement:
 
 - A table function in FROM must be on :data:`ALLOWED_TABLE_FUNCTIONS` (range,
-  generate_series, unnest). ``read_csv('/etc/passwd')``, ``glob('*')``,
+  generate_series, unnest) or be one of flightsrv's :data:`METADATA_FUNCTIONS`
+  (``flightsrv_table_stats('t')``, ``flightsrv_history('t')``). ``read_csv('/etc/passwd')``, ``glob('*')``,
   ``duckdb_settings()`` and the like are refused.
 - A function whose name is on :data:`DENIED_FUNCTIONS` or starts with one of
   :data:`DENIED_PREFIXES` is refused wherever it appears.
-- Qualified table names (``db.t``, ``information_schema.tables``) are refused: a table
-  name always means a warehouse table (or a CTE).
+- Qualified table names are accepted only for the one catalog and schema the server
+  advertises (GetTables: catalog ``flightsrv``, schema ``main``): ``main.t``,
+  ``flightsrv.main.t`` and their quoted forms mean the warehouse table ``t``;
+  :func:`normalize_qualified` strips those qualifiers (tables and columns) before anything
+  else looks at the tree. Any other qualifier (``information_schema.tables``,
+  ``other.main.t``, ``system.t``) is refused: a table name always means a warehouse table
+  (or a CTE).
 - Nested unparsed commands are refused.
 
 Raises :class:`~flightsrv.errors.SqlError` with the statement and position.
@@ -22,6 +28,10 @@ from sqlglot import exp
 
 #: Table functions a query may use in FROM. Everything else is refused.
 ALLOWED_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
+
+#: flightsrv's own table functions over table metadata, each taking one table name
+#: (``'t'``, ``'main.t'``); the planner replaces them with registered Arrow relations.
+METADATA_FUNCTIONS = frozenset({"flightsrv_table_stats", "flightsrv_history"})
 
 #: Functions refused anywhere in a statement.
 DENIED_FUNCTIONS = frozenset({
@@ -35,6 +45,63 @@ DENIED_PREFIXES = (
     "read_", "write_", "parquet_", "duckdb_", "pragma_", "iceberg_", "delta_", "sqlite_",
     "postgres_", "mysql_", "arrow_scan", "scan_", "from_csv", "from_json_file",
 )
+
+
+#: The catalog and schema the server advertises (flightsrv.server.metadata uses the same).
+CATALOG = "flightsrv"
+SCHEMA = "main"
+
+#: Identifier meta key: where a stripped ``[catalog.]schema.`` qualifier started in the text.
+QUALIFIED_START = "qualified_start"
+
+
+def _qualifier_error(node: exp.Expression, sql: str):
+    from flightsrv.sql.statements import error  # local: statements imports this module
+
+    return error(
+        f"qualified name {node.sql('duckdb')!r} names an unknown schema or catalog: only "
+        f"{CATALOG}.{SCHEMA} exists (write t, {SCHEMA}.t or {CATALOG}.{SCHEMA}.t)", sql, node,
+        table=node.sql("duckdb"))
+
+
+def _valid_qualifier(catalog: exp.Expression | None, db: exp.Expression | None) -> bool:
+    if db is None:
+        return catalog is None
+    if not isinstance(db, exp.Identifier) or db.name.lower() != SCHEMA:
+        return False
+    return catalog is None or (isinstance(catalog, exp.Identifier)
+                               and catalog.name.lower() == CATALOG)
+
+
+def normalize_qualified(tree: exp.Expression, sql: str) -> bool:
+    """Strip ``main.`` / ``flightsrv.main.`` qualifiers from table references and column
+    references in place; refuse any other qualifier. Returns True when a *column* qualifier
+    was stripped (the statement text then no longer matches the tree, so the planner must
+    not splice the original text)."""
+    columns_changed = False
+    for node in list(tree.walk()):
+        if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
+            db, catalog = node.args.get("db"), node.args.get("catalog")
+            if db is None and catalog is None:
+                continue
+            if not _valid_qualifier(catalog, db):
+                raise _qualifier_error(node, sql)
+            first = catalog if catalog is not None else db
+            start = (getattr(first, "_meta", None) or {}).get("start")
+            if start is not None:
+                node.this.meta[QUALIFIED_START] = start
+            node.set("db", None)
+            node.set("catalog", None)
+        elif isinstance(node, exp.Column):
+            db, catalog = node.args.get("db"), node.args.get("catalog")
+            if db is None and catalog is None:
+                continue
+            if not _valid_qualifier(catalog, db):
+                raise _qualifier_error(node, sql)
+            node.set("db", None)
+            node.set("catalog", None)
+            columns_changed = True
+    return columns_changed
 
 
 def function_name(node: exp.Expression) -> str:
@@ -64,6 +131,12 @@ def check_tree(tree: exp.Expression, sql: str) -> None:
                                 table=node.sql("duckdb"))
                 continue
             name = function_name(inner) if inner is not None else "?"
+            if name in METADATA_FUNCTIONS:
+                args = inner.expressions if isinstance(inner, exp.Anonymous) else []
+                if len(args) != 1 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+                    raise error(f"{name}() takes one table name as a string, e.g. {name}('t')",
+                                sql, node)
+                continue
             if name not in ALLOWED_TABLE_FUNCTIONS:
                 raise error(f"table function {name}() is not allowed", sql, node,
                             allowed=",".join(sorted(ALLOWED_TABLE_FUNCTIONS)))

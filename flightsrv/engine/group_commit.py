@@ -1,0 +1,132 @@
+"""Group commit: concurrent appends to one table share one conditional write.
+
+Every INSERT / ingest first writes its data files (in parallel, no coordination), then hands
+them to :meth:`GroupCommitter.commit_files`. Per table, one caller at a time is the
+*leader*: it takes every submission waiting at that moment and commits all their files with
+one ``Table.commit_files`` call, which is one mutator through the one commit loop
+(``flightsrv.table.commit``), re-run on conflicts like any other. Submissions that arrive
+while the leader's write is in flight queue up; when it finishes, the first of them becomes
+the next leader and commits the whole queue. So with N writers racing on one table the
+store sees far fewer conditional manifest writes than N, and none of them loses its place
+by retrying against the others.
+
+Contract:
+
+- Every submission's files are in exactly one committed version, or its caller gets the
+  exception the commit raised (the whole group shares the outcome).
+- Submissions written against different table schemas are never grouped together; each
+  group's commit re-checks the schema it was written against (``SchemaMismatch`` if the
+  table changed meanwhile).
+- Appends commute, so grouping changes version numbers, never contents. Deletes, DDL and
+  maintenance are not grouped: each stays its own mutator and its own version.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class _Submission:
+    files: list
+    nbytes: int
+    schema_key: str
+    schema: dict
+    wake: threading.Event = field(default_factory=threading.Event)
+    lead: bool = False  # this submission's caller must lead the next group
+    finished: bool = False
+    manifest: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _Queue:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    waiting: list = field(default_factory=list)
+    busy: bool = False  # a leader is committing
+
+
+class GroupCommitter:
+    """Batches concurrent append commits per table (see the module doc)."""
+
+    def __init__(self, max_group: int = 256):
+        self.max_group = max_group
+        self._queues: dict[tuple[str, str], _Queue] = {}
+        self._lock = threading.Lock()
+        self.commits = 0  # conditional commits made (for tests and metrics)
+        self.submissions = 0
+
+    def _queue(self, table) -> _Queue:
+        key = (table.warehouse.uri, table.name)
+        with self._lock:
+            q = self._queues.get(key)
+            if q is None:
+                q = self._queues[key] = _Queue()
+            return q
+
+    def waiting(self, table) -> int:
+        """Submissions queued behind the current leader (for tests)."""
+        q = self._queue(table)
+        with q.lock:
+            return len(q.waiting)
+
+    def append(self, table, data):
+        """Write ``data`` as new files of ``table`` and commit them with whatever else is
+        waiting. Returns the committed manifest (None when ``data`` had no rows)."""
+        head = table.head()
+        table.warehouse.ensure_writable()
+        files, nbytes, _rows = table.write_files(data, head=head)
+        if not files:
+            return None
+        return self.commit_files(table, files, nbytes, head.schema)
+
+    def commit_files(self, table, files: list, nbytes: int, schema: dict):
+        sub = _Submission(list(files), nbytes, json.dumps(schema, sort_keys=True), schema)
+        q = self._queue(table)
+        with q.lock:
+            self.submissions += 1
+            q.waiting.append(sub)
+            if not q.busy:
+                q.busy = True
+                sub.lead = True
+        if not sub.lead:
+            sub.wake.wait()  # until our group committed, or we are to lead the next one
+        if not sub.finished:
+            self._lead(table, q)  # a leader is always the queue's first: it commits itself
+        if sub.error is not None:
+            raise sub.error
+        return sub.manifest
+
+    def _lead(self, table, q: _Queue) -> None:
+        with q.lock:
+            first = q.waiting[0]
+            group = [s for s in q.waiting if s.schema_key == first.schema_key][: self.max_group]
+            q.waiting = [s for s in q.waiting if s not in group]
+        manifest, error = None, None
+        try:
+            files = [f for s in group for f in s.files]
+            extra = {"bytes_added": sum(s.nbytes for s in group)}
+            if len(group) > 1:
+                extra["group_commit"] = len(group)
+            manifest = table.commit_files(files, operation="append", extra=extra,
+                                          expected_schema=first.schema)
+            self.commits += 1
+        except BaseException as exc:  # noqa: BLE001 - handed to every member of the group
+            error = exc
+        with q.lock:
+            nxt = q.waiting[0] if q.waiting else None
+            if nxt is None:
+                q.busy = False
+            else:
+                nxt.lead = True
+        for s in group:
+            s.manifest, s.error, s.finished = manifest, error, True
+            s.wake.set()
+        if nxt is not None:
+            nxt.wake.set()  # wake it as the next leader
+
+
+__all__ = ["GroupCommitter"]

@@ -1,0 +1,130 @@
+"""Maintenance statements and metadata table functions, as Arrow results.
+
+- :func:`run_maintenance` runs a parsed ``Maintenance`` statement against its table:
+
+  =========================================  ================================================
+  ``OPTIMIZE t``                             ``table.compact()``
+  ``VACUUM t``                               ``table.vacuum()`` (the table's default grace)
+  ``VACUUM t RETAIN n HOURS``                ``table.vacuum(grace=n hours)``
+  ``VACUUM t RETAIN n VERSIONS``             ``table.expire_snapshots(retain_last=n)``, then
+                                             vacuum
+  ``... DRY RUN``                            both with ``dry_run=True`` (nothing changes)
+  ``PURGE t [EXPIRE]``                       ``table.purge(expire=...)`` (erasure)
+  =========================================  ================================================
+
+  and answers with :data:`MAINTENANCE_SCHEMA` rows: one per entry of each result's
+  ``to_dict()`` (lists and dicts as JSON text), so the schema is known before the statement
+  runs (a prepared statement must announce it).
+
+- :func:`metadata_relation` evaluates ``flightsrv_table_stats('t')`` (one row: the typed
+  fields of ``table.stats()``, ``reasons`` as JSON) and ``flightsrv_history('t')`` (one row
+  per retained version, newest first, :data:`HISTORY_SCHEMA`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from flightsrv.errors import ConfigurationError
+from flightsrv.sql.statements import Maintenance
+
+MAINTENANCE_SCHEMA = pa.schema([
+    pa.field("table", pa.string(), nullable=False),
+    pa.field("operation", pa.string(), nullable=False),  # compact | expire | vacuum | purge
+    pa.field("metric", pa.string(), nullable=False),
+    pa.field("value", pa.string()),
+])
+
+HISTORY_SCHEMA = pa.schema([
+    pa.field("version", pa.int64(), nullable=False),
+    pa.field("created_at", pa.timestamp("ms", tz="UTC"), nullable=False),
+    pa.field("operation", pa.string(), nullable=False),
+    pa.field("rows_added", pa.int64()),
+    pa.field("rows_deleted", pa.int64()),
+    pa.field("files_added", pa.int64()),
+    pa.field("files_removed", pa.int64()),
+    pa.field("live_rows", pa.int64()),
+    pa.field("files", pa.int64()),
+    pa.field("summary", pa.string()),  # the rest of the version's summary, as JSON
+])
+
+_HISTORY_FIXED = {f.name for f in HISTORY_SCHEMA} - {"summary"}
+
+
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(v, default=str, sort_keys=True)
+
+
+def _result_rows(table: str, operation: str, result: Any) -> list[dict]:
+    if hasattr(result, "to_dict"):
+        d = result.to_dict()
+    elif isinstance(result, dict):
+        d = result
+    else:
+        d = {"result": result}
+    return [{"table": table, "operation": operation, "metric": str(k), "value": _text(v)}
+            for k, v in d.items()]
+
+
+def run_maintenance(table, stmt: Maintenance) -> pa.Table:
+    """Run ``stmt`` on ``table`` (a flightsrv Table); the report as MAINTENANCE_SCHEMA rows."""
+    rows: list[dict] = []
+    if stmt.verb == "optimize":
+        rows += _result_rows(table.name, "compact", table.compact())
+    elif stmt.verb == "vacuum":
+        if stmt.retain_versions is not None:
+            expired = table.expire_snapshots(retain_last=stmt.retain_versions,
+                                             dry_run=stmt.dry_run)
+            rows += _result_rows(table.name, "expire", expired)
+        kw: dict = {"dry_run": stmt.dry_run}
+        if stmt.retain_hours is not None:
+            kw["grace"] = dt.timedelta(hours=stmt.retain_hours)
+        rows += _result_rows(table.name, "vacuum", table.vacuum(**kw))
+    elif stmt.verb == "purge":
+        rows += _result_rows(table.name, "purge", table.purge(expire=stmt.expire))
+    else:
+        raise ConfigurationError("unknown maintenance statement", verb=stmt.verb,
+                                 table=table.name)
+    return pa.Table.from_pylist(rows, schema=MAINTENANCE_SCHEMA)
+
+
+def _stats_table(table) -> pa.Table:
+    result = table.stats()
+    d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    row = {k: (_text(v) if isinstance(v, (list, dict, tuple)) else v) for k, v in d.items()}
+    return pa.Table.from_pylist([row])
+
+
+def _history_table(table) -> pa.Table:
+    rows = []
+    for h in table.history():
+        created = dt.datetime.fromisoformat(h["created_at"])
+        extra = {k: v for k, v in h.items() if k not in _HISTORY_FIXED and k != "created_at"}
+        row = {k: h.get(k) for k in _HISTORY_FIXED}
+        row["created_at"] = created
+        row["summary"] = json.dumps(extra, default=str, sort_keys=True) if extra else None
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
+
+
+METADATA_FUNCTIONS = {
+    "flightsrv_table_stats": _stats_table,
+    "flightsrv_history": _history_table,
+}
+
+
+def metadata_relation(warehouse, function: str, table: str) -> pa.Table:
+    """The Arrow table a metadata table function call stands for."""
+    return METADATA_FUNCTIONS[function](warehouse.table(table))
