@@ -35,6 +35,10 @@ INLINE_LIMIT = 2048  # framed bytes up to this size are inlined in the manifest
 
 
 def encode_blob(bitmap: BitMap64) -> bytes:
+    """Frame a bitmap. Runs of consecutive positions are stored as run containers (a
+    contiguous range of any length costs a few bytes), which the portable format allows."""
+    bitmap = BitMap64(bitmap)
+    bitmap.run_optimize()
     payload = MAGIC + bitmap.serialize()
     return struct.pack(">I", len(payload)) + payload + struct.pack(">I", zlib.crc32(payload))
 
