@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import logging
 import struct
 from dataclasses import dataclass, field
@@ -56,8 +55,8 @@ from flightsrv.table.manifest import DataFile, Manifest, manifest_key
 from flightsrv.table.splice import SpliceUnsupported, assemble, rewrite_row_groups
 from flightsrv.table.writer import DataFileWriter, WriteOptions, data_key, file_stats
 
-__all__ = ["splice_delete", "erase", "purge", "PurgeResult", "FileErasure", "ErasedObject",
-           "ErasedCount", "abort_stale_uploads"]
+__all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "abort_stale_uploads",
+           "erase", "purge", "splice_delete"]
 
 log = logging.getLogger("flightsrv.erase")
 
@@ -357,7 +356,7 @@ def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict
                             if f.dv == "pending" else f for f in v] for k, v in replaced.items()}
         files: list[DataFile] = []
         for f in head.data_files:
-            files.extend(replaced[f.path] if f.path in replaced else [f])
+            files.extend(replaced.get(f.path, [f]))
         rows_removed = sum(p.report.rows_removed for p in prepared)
         summary = {
             "rows_added": 0, "rows_deleted": newly_deleted,
@@ -489,10 +488,22 @@ def _expire_referencing(table, erase_version: int, keys: set[str]) -> list[int]:
         if v >= head.version:  # unreachable (v < erase_version <= head), kept as a guard
             continue
         table.store.delete(manifest_key(v))
+        _forget(table.log, v)
         expired.append(v)
     log.info("expired versions holding erased bytes",
              extra={"table": table.name, "versions": expired})
     return expired
+
+
+def _forget(tlog, version: int) -> None:
+    """Drop an expired manifest from the log's cache, so this process cannot time-travel to
+    it either (TableLog has no public eviction yet)."""
+    forget = getattr(tlog, "forget", None)
+    if forget is not None:
+        forget(version)
+        return
+    with tlog._lock:
+        tlog._cache.pop(version, None)
 
 
 def _account(table, erased: dict[str, str], *, delete: bool) -> list[ErasedObject]:
