@@ -137,6 +137,62 @@ def _write_dv_object(table, pending: list) -> dict[str, DeletionVector]:
     return out
 
 
+def plan_mutator(table, plan: dict[str, FileDelete], summary: dict, result: dict,
+                 operation: str = "delete"):
+    """The commit mutator of a delete plan: merges each file's positions into the head's DV
+    (``_apply``), drops files left without live rows, writes large DVs in one object.
+    ``result["count"]`` gets the rows this commit deletes. Raises ``_Replan`` if a file the
+    plan targets is gone from the head (rewritten concurrently)."""
+
+    def mutate(head):
+        head = require_table(head, table.name)
+        by_path = head.files_by_path()
+        if any(p not in by_path for p in plan):
+            raise _Replan()
+        pending: list = []
+        new_files, count, removed = [], 0, 0
+        for f in head.data_files:
+            if f.path not in plan:
+                new_files.append(f)
+                continue
+            nf, n = _apply(table, f, plan[f.path], pending)
+            count += n
+            if nf is None:
+                removed += 1
+            else:
+                new_files.append(nf)
+        result["count"] = count
+        if count == 0:
+            return None
+        if pending:
+            descriptors = _write_dv_object(table, pending)
+            new_files = [dataclasses.replace(f, dv=descriptors[f.path])
+                         if f.dv == "pending" else f for f in new_files]
+        full = {"rows_added": 0, "rows_deleted": count, "files_added": 0,
+                "files_removed": removed, **summary}
+        return dataclasses.replace(head, operation=operation, summary=full,
+                                   data_files=tuple(new_files))
+
+    return mutate
+
+
+def commit_plan(table, plan: dict[str, FileDelete], *, read_version: int,
+                operation: str = "delete", summary: dict | None = None) -> int | None:
+    """Commit a delete plan computed elsewhere (e.g. by Spark executors) in one version.
+
+    Returns the rows deleted (0: nothing committed), or None when a file the plan targets is
+    gone from the head, so the caller must re-plan against a new snapshot."""
+    if not plan:
+        return 0
+    result: dict = {}
+    try:
+        committed = table.commit(plan_mutator(
+            table, plan, {**(summary or {}), "read_version": read_version}, result, operation))
+    except _Replan:
+        return None
+    return result.get("count", 0) if committed is not None else 0
+
+
 def delete_rows(table, predicate: str) -> int:
     snap = table.snapshot()
     pred = Predicate.parse(predicate, snap.schema)
@@ -144,43 +200,11 @@ def delete_rows(table, predicate: str) -> int:
         plan = plan_delete(snap, pred)
         if not plan:
             return 0
-        result = {}
-
-        def mutate(head):
-            head = require_table(head, table.name)
-            by_path = head.files_by_path()
-            if any(p not in by_path for p in plan):
-                raise _Replan()
-            pending: list = []
-            new_files, count, removed = [], 0, 0
-            for f in head.data_files:
-                if f.path not in plan:
-                    new_files.append(f)
-                    continue
-                nf, n = _apply(table, f, plan[f.path], pending)
-                count += n
-                if nf is None:
-                    removed += 1
-                else:
-                    new_files.append(nf)
-            result["count"] = count
-            if count == 0:
-                return None
-            if pending:
-                descriptors = _write_dv_object(table, pending)
-                new_files = [dataclasses.replace(f, dv=descriptors[f.path])
-                             if f.dv == "pending" else f for f in new_files]
-            summary = {"rows_added": 0, "rows_deleted": count, "files_added": 0,
-                       "files_removed": removed, "predicate": predicate,
-                       "read_version": snap.version}
-            return dataclasses.replace(head, operation="delete", summary=summary,
-                                       data_files=tuple(new_files))
-
-        try:
-            committed = table.commit(mutate)
-        except _Replan:
+        n = commit_plan(table, plan, read_version=snap.version,
+                        summary={"predicate": predicate})
+        if n is None:
             snap = table.snapshot()
             continue
-        return result.get("count", 0) if committed is not None else 0
+        return n
     raise CommitConflict("delete re-planned too often: its files keep being rewritten",
                          table=table.name, predicate=predicate, attempts=MAX_REPLANS)
