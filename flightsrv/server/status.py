@@ -13,7 +13,9 @@ TableNotFound, VersionNotFound, unknown handle      pa.ArrowKeyError    NOT_FOUN
 TableExists                                         pa.ArrowInvalid     INVALID_ARGUMENT (*)
 CommitConflict, other TransientError                FlightUnavailable   UNAVAILABLE (*)
 PermissionDenied                                    FlightUnauthorized  PERMISSION_DENIED
-CorruptObject, PersistentStateError, anything else  FlightInternal      INTERNAL
+CorruptObject, ObjectNotFound (a data or deletion-  FlightInternal      INTERNAL
+vector object a manifest names is missing), other
+PersistentStateError, anything else
 unsupported feature                                 ArrowNotImplemented UNIMPLEMENTED
 ==================================================  ==================  ======================
 
@@ -93,7 +95,7 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
     msg = _with_context(f"{name}: {exc}", **ctx)
     if isinstance(exc, errors.PermissionDenied):
         return flight.FlightUnauthorizedError(msg)
-    if isinstance(exc, (errors.TableNotFound, errors.VersionNotFound, errors.ObjectNotFound)):
+    if isinstance(exc, (errors.TableNotFound, errors.VersionNotFound)):
         return pa.ArrowKeyError(msg)
     if isinstance(exc, errors.ConfigurationError):  # incl. TableExists, SqlError, ...
         return pa.ArrowInvalid(msg)

@@ -1,0 +1,304 @@
+"""flightsrv's own engine behind the Flight SQL server, through the ADBC client:
+qualified names, maintenance and metadata statements, error codes, security, concurrency."""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+import warnings
+
+import adbc_driver_manager
+import pyarrow as pa
+import pytest
+from adbc_driver_flightsql import dbapi
+
+from flightsrv import Warehouse
+from flightsrv.engine import DuckEngine
+from flightsrv.engine.api import Role
+from flightsrv.server import AuthConfig, Principal, start_in_thread
+
+pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
+TOKEN_HEADER = "adbc.flight.sql.authorization_header"
+WRITER, READER = "writer-token", "reader-token"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    wh = Warehouse.open(str(tmp_path_factory.mktemp("serve") / "wh"))
+    engine = DuckEngine(wh)
+    auth = AuthConfig(tokens={WRITER: Principal("w", Role.WRITER),
+                              READER: Principal("r", Role.READER)})
+    server, port = start_in_thread(engine, auth=auth)
+    yield wh, engine, f"grpc://127.0.0.1:{port}"
+    server.shutdown()
+    engine.close()
+
+
+def connect(uri, token=WRITER):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kwargs = {TOKEN_HEADER: f"Bearer {token}"} if token is not None else {}
+        return dbapi.connect(uri, db_kwargs=kwargs)
+
+
+def run(uri, sql, token=WRITER, params=None):
+    with connect(uri, token) as conn, conn.cursor() as cur:
+        cur.execute(sql, parameters=params)
+        if not cur.description:
+            return cur.rowcount
+        return cur.fetch_arrow_table()
+
+
+def failure(uri, sql, token=WRITER) -> str:
+    with connect(uri, token) as conn, conn.cursor() as cur:
+        with pytest.raises(adbc_driver_manager.Error) as ei:
+            cur.execute(sql)
+            cur.fetchall()
+    return str(ei.value)
+
+
+def make_table(uri, name, n=1000):
+    run(uri, f"CREATE OR REPLACE TABLE {name} AS "
+             f"SELECT range::BIGINT AS id, range % 7 AS k, 'v' || range AS s FROM range({n})")
+
+
+# -- qualified names ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ref", ["main.q", "flightsrv.main.q", '"main"."q"',
+                                 '"flightsrv"."main"."q"', "FLIGHTSRV.Main.q"])
+def test_qualified_table_names_as_bi_tools_send_them(served, ref):
+    wh, _, uri = served
+    make_table(uri, "q", 100)
+    v = wh.table("q").head().version
+    got = run(uri, f"SELECT count(*) AS n, max({ref}.id) AS m FROM {ref} WHERE {ref}.k = 1")
+    assert got.to_pylist() == [{"n": 15, "m": 99}]
+    assert run(uri, f"DELETE FROM {ref} WHERE id >= 90") == 10
+    assert run(uri, f"SELECT count(*) AS n FROM {ref} AT (VERSION => {v})").to_pylist() == [
+        {"n": 100}]
+    assert run(uri, f"SELECT count(*) AS n FROM {ref} AS x AT (VERSION => {v}) "
+                    f"JOIN {ref} USING (id)").to_pylist() == [{"n": 90}]
+    assert run(uri, f"DELETE FROM {ref} WHERE id < 10") == 10
+    assert run(uri, f"INSERT INTO {ref} SELECT * FROM {ref} WHERE id = 50") == 1
+    assert run(uri, "SELECT count(*) AS n FROM q").to_pylist() == [{"n": 81}]
+
+
+@pytest.mark.parametrize("ref", ["other.q", "system.main.q", "information_schema.tables",
+                                 "flightsrv.other.q"])
+def test_other_schemas_and_catalogs_are_refused(served, ref):
+    _, _, uri = served
+    make_table(uri, "q", 10)
+    msg = failure(uri, f"SELECT * FROM {ref}")
+    assert "INVALID_ARGUMENT" in msg and "unknown schema or catalog" in msg and ref in msg
+
+
+# -- maintenance and metadata ------------------------------------------------------------------
+
+
+def _report(table: pa.Table) -> dict:
+    return {(r["operation"], r["metric"]): r["value"] for r in table.to_pylist()}
+
+
+def test_stats_and_history_as_relations(served):
+    wh, _, uri = served
+    make_table(uri, "h", 1000)
+    run(uri, "DELETE FROM h WHERE k = 3")
+    stats = run(uri, "SELECT * FROM flightsrv_table_stats('main.h')").to_pylist()
+    assert len(stats) == 1
+    st = stats[0]
+    head = wh.table("h").head()
+    assert (st["table"], st["version"], st["live_rows"]) == ("h", head.version, head.live_rows)
+    assert st["deleted_rows"] == 1000 - head.live_rows > 0
+    assert st["recommendation"] in {"compact", "expire", "vacuum", "nothing"}
+    assert run(uri, "SHOW STATS h").to_pylist() == stats
+    hist = run(uri, "SELECT version, operation, rows_deleted FROM flightsrv_history('h') "
+                    "ORDER BY version").to_pylist()
+    assert [h["operation"] for h in hist][-2:] == ["append", "delete"]
+    assert hist[-1]["rows_deleted"] == 1000 - head.live_rows
+    assert [h["version"] for h in hist] == [h["version"] for h in
+                                           reversed(wh.table("h").history())]
+    joined = run(uri, "SELECT count(*) AS n FROM flightsrv_history('h') AS x "
+                      "JOIN h ON h.id = x.version")
+    assert joined.to_pylist() == [{"n": len(hist)}]
+    assert "NOT_FOUND" in failure(uri, "SELECT * FROM flightsrv_history('nope')")
+
+
+def test_optimize_vacuum_purge_through_sql(served):
+    wh, _, uri = served
+    make_table(uri, "m", 3000)
+    for i in range(3):
+        run(uri, f"INSERT INTO m SELECT id + {(i + 1) * 10000}, k, s FROM m WHERE id < 100")
+    run(uri, "DELETE FROM m WHERE k = 0")
+    live = run(uri, "SELECT count(*) AS n, sum(id) AS s FROM m").to_pylist()
+    before = wh.table("m").head()
+
+    report = _report(run(uri, "OPTIMIZE m"))
+    assert report[("compact", "table")] == "m"
+    after = wh.table("m").head()
+    assert after.version > before.version
+    assert len(after.data_files) < len(before.data_files)
+    assert run(uri, "SELECT count(*) AS n, sum(id) AS s FROM m").to_pylist() == live
+
+    dry = _report(run(uri, "VACUUM m RETAIN 1 VERSIONS RETAIN 0 HOURS DRY RUN"))
+    assert dry[("expire", "dry_run")] == "true" and dry[("vacuum", "dry_run")] == "true"
+    assert wh.table("m").log.versions()[0] == 0  # nothing expired by a dry run
+    done = _report(run(uri, "VACUUM main.m RETAIN 1 VERSIONS RETAIN 0 HOURS"))
+    assert wh.table("m").log.versions() == [after.version]
+    assert int(done[("vacuum", "deleted_objects")]) > 0
+    assert run(uri, "SELECT count(*) AS n, sum(id) AS s FROM m").to_pylist() == live
+    assert "VersionNotFound" in failure(uri, "SELECT * FROM m AT (VERSION => 0)")
+
+    run(uri, "DELETE FROM m WHERE k = 1")
+    live = run(uri, "SELECT count(*) AS n, sum(id) AS s FROM m").to_pylist()
+    purged = _report(run(uri, "PURGE m"))
+    assert purged[("purge", "operation")] == "purge"
+    assert int(purged[("purge", "rows_removed")]) > 0
+    assert all(f.dv is None for f in wh.table("m").head().data_files)
+    assert run(uri, "SELECT count(*) AS n, sum(id) AS s FROM m").to_pylist() == live
+    # through an update call (DoPut CommandStatementUpdate) maintenance answers 0
+    with connect(uri) as conn, conn.cursor() as cur:
+        assert cur.adbc_statement.set_sql_query("VACUUM m DRY RUN") is None
+        assert cur.adbc_statement.execute_update() == 0
+
+
+def test_reader_may_not_run_maintenance(served):
+    _, _, uri = served
+    make_table(uri, "ro", 10)
+    for sql in ("OPTIMIZE ro", "VACUUM ro", "VACUUM ro DRY RUN", "PURGE ro",
+                "DELETE FROM ro", "INSERT INTO ro VALUES (1, 1, 'x')"):
+        assert "UNAUTHORIZED" in failure(uri, sql, token=READER), sql
+    assert run(uri, "SELECT * FROM flightsrv_table_stats('ro')", token=READER).num_rows == 1
+    assert run(uri, "SELECT count(*) AS n FROM ro").to_pylist() == [{"n": 10}]
+
+
+def test_splice_delete_mode_as_table_property_and_session_setting(served):
+    wh, _, uri = served
+    make_table(uri, "sp", 2000)
+    wh.table("sp").set_properties(delete_mode="splice")
+    assert run(uri, "DELETE FROM sp WHERE id < 100") == 100
+    head = wh.table("sp").head()
+    assert head.operation != "delete" and all(f.dv is None for f in head.data_files)
+    make_table(uri, "sp2", 2000)
+    with connect(uri) as conn, conn.cursor() as cur:
+        cur.execute("SET delete_mode = 'splice'")
+        cur.execute("DELETE FROM sp2 WHERE k = 2")
+        assert cur.rowcount == 2000 // 7 + 1
+    assert all(f.dv is None for f in wh.table("sp2").head().data_files)
+    assert run(uri, "SELECT count(*) AS n FROM sp2 WHERE k = 2").to_pylist() == [{"n": 0}]
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def test_corrupt_deletion_vector_is_internal_naming_the_object(served):
+    wh, _, uri = served
+    make_table(uri, "cor", 20_000)
+    run(uri, "DELETE FROM cor WHERE id % 3 = 0")
+    dvs = {f.dv.path for f in wh.table("cor").head().data_files
+           if f.dv is not None and f.dv.storage == "object"}
+    assert dvs, "expected the DV in its own object"
+    path = next(iter(dvs))
+    obj = pathlib.Path(wh.store.root) / "cor" / path
+    raw = bytearray(obj.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    obj.write_bytes(bytes(raw))
+    msg = failure(uri, "SELECT count(*) FROM cor")
+    assert "INTERNAL" in msg and "CorruptObject" in msg and path in msg
+    # the server is still up and serves the next query, also on the same connection
+    with connect(uri) as conn, conn.cursor() as cur:
+        with pytest.raises(adbc_driver_manager.Error):
+            cur.execute("SELECT sum(id) FROM cor")
+            cur.fetchall()
+    with connect(uri) as conn, conn.cursor() as cur:
+        cur.execute("SELECT 1 AS one")
+        assert cur.fetchall() == [(1,)]
+        cur.execute("SELECT count(*) FROM cor AT (VERSION => 1)")
+        assert cur.fetchall() == [(20_000,)]
+
+
+def test_error_codes(served):
+    _, _, uri = served
+    make_table(uri, "ec", 10)
+    assert "NOT_FOUND" in failure(uri, "SELECT * FROM no_such_table")
+    msg = failure(uri, "SELECT nope FROM ec")
+    assert "INVALID_ARGUMENT" in msg and "nope" in msg
+    msg = failure(uri, "SELEC 1")
+    assert "INVALID_ARGUMENT" in msg and "line=1" in msg
+    assert "TableExists" in failure(uri, "CREATE TABLE ec (a INT)")
+    assert "VersionNotFound" in failure(uri, "SELECT * FROM ec AT (VERSION => 99)")
+
+
+# -- security through a real client ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM '/etc/passwd'",
+    "COPY (SELECT 1) TO '/tmp/flightsrv-pwned.csv'",
+    "ATTACH '/tmp/x.db' AS x",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SELECT read_text('/etc/passwd')",
+    "PRAGMA database_list",
+    "SET enable_external_access = true",
+    "SELECT 1; DROP TABLE sec",
+])
+def test_security_statements_refused(served, sql):
+    _, _, uri = served
+    msg = failure(uri, sql)
+    assert "INVALID_ARGUMENT" in msg or "NOT_FOUND" in msg, msg
+
+
+def test_auth_codes(served):
+    _, _, uri = served
+    make_table(uri, "sec", 5)
+    for token in (None, "wrong"):
+        with pytest.raises(adbc_driver_manager.Error) as ei:
+            run(uri, "SELECT 1", token=token)
+        assert "UNAUTHENTICATED" in str(ei.value)
+    assert "UNAUTHORIZED" in failure(uri, "DELETE FROM sec", token=READER)
+    assert run(uri, "SELECT count(*) AS n FROM sec", token=READER).to_pylist() == [{"n": 5}]
+
+
+# -- concurrency --------------------------------------------------------------------------------
+
+
+def test_concurrent_clients_deletes_and_inserts_all_land(served):
+    wh, _, uri = served
+    make_table(uri, "cc", 800)
+    errors: list = []
+    counts: dict = {}
+
+    def deleter(i):
+        try:
+            with connect(uri) as conn, conn.cursor() as cur:
+                for j in range(4):
+                    lo = i * 100 + j * 25
+                    cur.execute(f"DELETE FROM cc WHERE id >= {lo} AND id < {lo + 25}")
+                    counts[(i, j)] = cur.rowcount
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def inserter(i):
+        try:
+            with connect(uri) as conn, conn.cursor() as cur:
+                for j in range(4):
+                    cur.execute("INSERT INTO cc VALUES (?, 9, 'new')",
+                                parameters=[100_000 + i * 10 + j])
+                    cur.execute("SELECT count(*) FROM cc")
+                    cur.fetchall()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=deleter, args=(i,)) for i in range(4)] + [
+        threading.Thread(target=inserter, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert set(counts.values()) == {25}
+    got = run(uri, "SELECT count(*) AS n, count(*) FILTER (WHERE k = 9) AS new, "
+                   "min(id) AS lo FROM cc").to_pylist()
+    assert got == [{"n": 400 + 16, "new": 16, "lo": 400}]
+    assert wh.table("cc").head().live_rows == 416
