@@ -50,10 +50,10 @@ def run(uri, sql, token=WRITER, params=None):
 
 
 def failure(uri, sql, token=WRITER) -> str:
-    with connect(uri, token) as conn, conn.cursor() as cur:
-        with pytest.raises(adbc_driver_manager.Error) as ei:
-            cur.execute(sql)
-            cur.fetchall()
+    with connect(uri, token) as conn, conn.cursor() as cur, \
+            pytest.raises(adbc_driver_manager.Error) as ei:
+        cur.execute(sql)
+        cur.fetchall()
     return str(ei.value)
 
 
@@ -204,11 +204,10 @@ def test_corrupt_deletion_vector_is_internal_naming_the_object(served):
     obj.write_bytes(bytes(raw))
     msg = failure(uri, "SELECT count(*) FROM cor")
     assert "INTERNAL" in msg and "CorruptObject" in msg and path in msg
-    # the server is still up and serves the next query, also on the same connection
-    with connect(uri) as conn, conn.cursor() as cur:
-        with pytest.raises(adbc_driver_manager.Error):
-            cur.execute("SELECT sum(id) FROM cor")
-            cur.fetchall()
+    # the server is still up: the same failure again, then other queries are served
+    with connect(uri) as conn, conn.cursor() as cur, pytest.raises(adbc_driver_manager.Error):
+        cur.execute("SELECT sum(id) FROM cor")
+        cur.fetchall()
     with connect(uri) as conn, conn.cursor() as cur:
         cur.execute("SELECT 1 AS one")
         assert cur.fetchall() == [(1,)]
