@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import multiprocessing as mp
 import shutil
 import tempfile
@@ -398,7 +399,9 @@ def test_process_crash_mid_multipart(table, crash_at):
     assert t.head().version == v and t.count_rows() == 6_000
     left = list(t.store.list_multipart("data/"))
     assert len(left) == 1
-    assert erase.abort_stale_uploads(t) == [left[0].key]
+    assert t.vacuum(grace=dt.timedelta(days=1)).uploads == []  # a young upload is kept
+    assert len(list(t.store.list_multipart(""))) == 1
+    t.vacuum(grace=dt.timedelta(0))
     assert list(t.store.list_multipart("")) == []
     with pytest.raises(ObjectNotFound):
         t.store.head(left[0].key)
@@ -424,9 +427,9 @@ def test_report_then_expire_removes_old_objects(warehouse_uri):
 
     r2 = t.delete("id = 3", mode="splice", expire=True)  # v6: C -> D, expire everything old
     res = r2.result
-    assert res.complete and res.expired_versions == [1, 2, 3, 4, 5]
+    assert res.complete and res.expired_versions == [0, 1, 2, 3, 4, 5]
     assert all(o.deleted for o in res.objects if o.kind != "dv")
-    assert t.log.versions() == [0, 6] and t.head().version == 6
+    assert t.log.versions() == [6] and t.head().version == 6
     with pytest.raises(VersionNotFound):
         t.snapshot(version=3)
     for key in (a, b):
@@ -440,18 +443,34 @@ def test_report_then_expire_removes_old_objects(warehouse_uri):
         f.path for f in t.head().data_files}
 
 
-def test_expire_keeps_versions_that_never_saw_the_rows(table):
+def test_expire_keeps_versions_after_the_last_reference(table):
     table.append(data(10_000, 10_010))  # v2: file B
     b = table.head().data_files[1]
     table.delete("id = 10005")  # v3: DV on B
-    res = table.delete("id = 10001", mode="splice", expire=True).result  # v4: B -> B'
-    # versions 2 and 3 reference B and are expired; v0 and v1 never referenced B, and A (still
-    # in the head) was not touched
-    assert res.expired_versions == [2, 3]
-    assert table.log.versions() == [0, 1, 4]
-    assert ids(table, version=1) == list(range(6_000))
-    with pytest.raises(ObjectNotFound):
-        table.store.head(b.path)
+    r1 = table.delete("id = 10001", mode="splice").result  # v4: B -> B'
+    assert table.head().data_files[1].dv is None  # v4 erased the DV row 10005 as well
+    table.delete("id = 10007")  # v5: DV on B'
+    table.append(data(20_000, 20_005))  # v6
+    assert [o.referenced_by for o in r1.objects if o.key == b.path] == [(2, 3)]
+    res = table.purge(expire=True)  # v7: B' -> B'
+    # B' is referenced by 4..6: everything older expires, the run 7.. stays (contiguous)
+    assert res.version == 7 and res.expired_versions == [0, 1, 2, 3, 4, 5, 6]
+    assert table.log.versions() == [7] and res.complete
+    for key in (b.path, r1.files[0].new_paths[0]):
+        with pytest.raises(ObjectNotFound):
+            table.store.head(key)
+    assert ids(table) == [*range(6_000), *(i for i in range(10_000, 10_010)
+                                           if i not in (10_001, 10_005, 10_007)),
+                          *range(20_000, 20_005)]
+
+
+def test_expire_without_references_expires_nothing(table):
+    table.append(data(10_000, 10_010))
+    table.delete("id = 10001", mode="splice", expire=True)  # v3 expires v2 (file B) and older
+    assert table.log.versions() == [3]
+    table.append(data(30_000, 30_010))  # v4
+    res = table.delete("id = 30001", mode="splice", expire=True).result  # v5
+    assert res.expired_versions == [3, 4] and table.log.versions() == [5]
 
 
 # -- a model test ---------------------------------------------------------------------

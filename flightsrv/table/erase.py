@@ -32,7 +32,10 @@ its SHA-256.
 Erasure completeness: older versions still reference F and its old DV objects. The result
 (``PurgeResult``) lists those objects and the retained versions that reference them. With
 ``expire=True`` those versions (never the head) are expired and the objects deleted once no
-retained version references them.
+retained version references them. Expiry goes through ``maintenance.expire_snapshots``:
+every version older than the newest one that reaches erased bytes expires, so the retained
+versions stay a contiguous run ending at the head. Multipart uploads left by a crash are
+aborted by ``maintenance.vacuum``.
 """
 
 from __future__ import annotations
@@ -51,12 +54,12 @@ from pyroaring import BitMap64
 from flightsrv.errors import CommitConflict, FlightsrvError, ObjectNotFound
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import INLINE_LIMIT, encode_blob, inline_descriptor, read_dv
-from flightsrv.table.manifest import DataFile, Manifest, manifest_key
+from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.splice import SpliceUnsupported, assemble, rewrite_row_groups
 from flightsrv.table.writer import DataFileWriter, WriteOptions, data_key, file_stats
 
-__all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "abort_stale_uploads",
-           "erase", "purge", "splice_delete"]
+__all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "erase", "purge",
+           "splice_delete"]
 
 log = logging.getLogger("flightsrv.erase")
 
@@ -467,43 +470,23 @@ def _history_copies(table, erase_version: int, suspect) -> dict[str, str]:
 
 
 def _expire_referencing(table, erase_version: int, keys: set[str]) -> list[int]:
-    """Delete the manifests of versions before ``erase_version`` that reference ``keys``.
+    """Expire every version up to the newest one before ``erase_version`` that references
+    ``keys``, through ``maintenance.expire_snapshots`` (so retained versions stay a contiguous
+    run ending at the head, and the pointer is moved to the head first). Never the head.
 
-    The head is never deleted, and nothing is deleted unless the pointer already names a
-    version at or after ``erase_version`` (so ``head()`` never has to load an expired one).
+    If a commit lands between reading the head here and inside ``expire_snapshots``, up to
+    that many more (older-than-head) versions expire; the erasure itself is never weakened.
     """
     doomed = [m.version for m in _retained(table)
               if m.version < erase_version and _references(m) & keys]
     if not doomed:
         return []
+    keep_from = max(doomed) + 1
     head = require_table(table.log.head(), table.name)
-    table.log.advance_pointer(head)
-    ptr, _ = table.log.read_pointer()
-    if ptr is None or ptr.version < erase_version or head.version < erase_version:
-        log.warning("pointer lags the erasure commit; versions not expired",
-                    extra={"table": table.name, "version": erase_version})
-        return []
-    expired = []
-    for v in sorted(doomed):
-        if v >= head.version:  # unreachable (v < erase_version <= head), kept as a guard
-            continue
-        table.store.delete(manifest_key(v))
-        _forget(table.log, v)
-        expired.append(v)
+    result = table.expire_snapshots(retain_last=max(1, head.version - keep_from + 1))
     log.info("expired versions holding erased bytes",
-             extra={"table": table.name, "versions": expired})
-    return expired
-
-
-def _forget(tlog, version: int) -> None:
-    """Drop an expired manifest from the log's cache, so this process cannot time-travel to
-    it either (TableLog has no public eviction yet)."""
-    forget = getattr(tlog, "forget", None)
-    if forget is not None:
-        forget(version)
-        return
-    with tlog._lock:
-        tlog._cache.pop(version, None)
+             extra={"table": table.name, "versions": result.expired_versions})
+    return list(result.expired_versions)
 
 
 def _account(table, erased: dict[str, str], *, delete: bool) -> list[ErasedObject]:
@@ -595,20 +578,3 @@ def purge(table, *, expire: bool = False, progress=None) -> PurgeResult:
 
     return _erase(table, select, lambda m, f: True, "purge", {}, expire=expire,
                   progress=progress)
-
-
-def abort_stale_uploads(table, *, older_than_ms: int | None = None) -> list[str]:
-    """Abort multipart uploads of data objects left by crashed writers; returns their keys.
-
-    ``older_than_ms``: only uploads started that long ago or earlier (by the store's clock
-    against the table runtime's clock); None aborts every open upload under ``data/``, which
-    also kills uploads in flight, so use it only when no writer runs.
-    """
-    now = table.runtime.clock.now_ms()
-    aborted = []
-    for u in list(table.store.list_multipart("data/")):
-        if older_than_ms is not None and u.initiated_ms > now - older_than_ms:
-            continue
-        table.store.abort_multipart(u.key, u.upload_id)
-        aborted.append(u.key)
-    return aborted
