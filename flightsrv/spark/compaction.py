@@ -1,0 +1,196 @@
+"""Compaction on Spark, for tables too big for one process. Same rules as ``Table.compact``
+(``flightsrv.table.maintenance``), whose planning, group writer and carry-over it reuses:
+
+1. the driver pins snapshot S and plans groups (delete-heavy files rewritten without their
+   deleted rows; small files bin-packed up to the target file size);
+2. each group is one Spark task: an executor reads the group's live rows (DVs applied) and
+   writes new data files with the table's ``DataFileWriter``; outputs come back to the driver;
+3. the driver commits ONCE through the commit loop. The mutator re-validates every group
+   against the head it is given: a delete committed after S on an input file is *carried
+   over* to the outputs as a DV at the shifted positions (never a lost delete); a group whose
+   input vanished (rewritten or wholly deleted concurrently) is dropped from the commit, its
+   outputs left as orphans for vacuum. Concurrent appends are kept.
+
+Sorting and DV coalescing stay with ``Table.compact`` (single process).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from flightsrv.errors import ConfigurationError
+from flightsrv.spark.location import split_uri, table_handle
+from flightsrv.spark.types import spark_arrow_schema
+from flightsrv.table.commit import require_table
+from flightsrv.table.maintenance import (
+    DEFAULT_MIN_DELETED_FRACTION,
+    DEFAULT_SMALL_FILE_FRACTION,
+    DEFAULT_SORT_GROUP_BYTES,
+    CompactResult,
+    _carry_over,
+    _Group,
+    _plan_groups,
+    _write_group,
+    _write_tombstone,
+)
+from flightsrv.table.scan import Snapshot
+from flightsrv.table.writer import WriteOptions
+
+GROUP_SCHEMA = T.StructType([T.StructField("gid", T.IntegerType(), True),
+                             T.StructField("group", T.BinaryType(), True)])
+
+
+def plan(table, *, target_file_size=None, min_deleted_fraction=None, small_file_fraction=None,
+         small_file_threshold=None) -> tuple[Snapshot, list[_Group], dict, WriteOptions]:
+    """Pin the head and choose the groups (driver side)."""
+    snap = table.snapshot()
+    props = snap.manifest.properties
+    options = WriteOptions.from_properties(props)
+    if target_file_size is not None:
+        if int(target_file_size) <= 0:
+            raise ConfigurationError("target_file_size must be positive", table=table.name,
+                                     target_file_size=target_file_size)
+        options = dataclasses.replace(options, target_file_size=int(target_file_size))
+    try:
+        min_del = float(min_deleted_fraction if min_deleted_fraction is not None else
+                        props.get("compact.min_deleted_fraction", DEFAULT_MIN_DELETED_FRACTION))
+        frac = float(small_file_fraction if small_file_fraction is not None else
+                     props.get("compact.small_file_fraction", DEFAULT_SMALL_FILE_FRACTION))
+    except (TypeError, ValueError):
+        raise ConfigurationError("compaction thresholds must be numbers",
+                                 table=table.name) from None
+    if not 0 <= min_del <= 1 or not 0 <= frac <= 1:
+        raise ConfigurationError("compaction fractions must be within [0, 1]", table=table.name,
+                                 min_deleted_fraction=min_del, small_file_fraction=frac)
+    small = int(small_file_threshold) if small_file_threshold is not None else \
+        int(options.target_file_size * frac)
+    groups, reasons = _plan_groups(snap.manifest, table, target=options.target_file_size,
+                                   min_deleted=min_del, small=small, sort_by=[],
+                                   sort_group_bytes=DEFAULT_SORT_GROUP_BYTES)
+    return snap, groups, reasons, options
+
+
+def _writer(wh_uri: str, name: str, version: int, options: WriteOptions):
+    """mapInArrow function: write each group's live rows, return the group with outputs."""
+
+    def run(batches):
+        table = table_handle(wh_uri, name)
+        snap = Snapshot(table, table.log.load(version))
+        target = spark_arrow_schema(GROUP_SCHEMA)
+        for b in batches:
+            for gid, blob in zip(b.column("gid").to_pylist(), b.column("group").to_pylist()):
+                g = pickle.loads(blob)
+                _write_group(table, snap, g, options, [], version, None)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([gid], pa.int32()), pa.array([pickle.dumps(g)], pa.binary())],
+                    schema=target)
+
+    return run
+
+
+def rewrite_groups(spark, wh_uri: str, name: str, snap: Snapshot, groups: list[_Group],
+                   options: WriteOptions) -> list[_Group]:
+    """Run one Spark task per group; returns the groups with their outputs, in plan order."""
+    if not groups:
+        return []
+    rows = [(i, pickle.dumps(g)) for i, g in enumerate(groups)]
+    df = spark.createDataFrame(rows, GROUP_SCHEMA).repartition(len(groups))
+    done = df.mapInArrow(_writer(wh_uri, name, snap.version, options), GROUP_SCHEMA).collect()
+    by_id = {r["gid"]: pickle.loads(bytes(r["group"])) for r in done}
+    missing = [i for i in range(len(groups)) if i not in by_id]
+    if missing:
+        raise ConfigurationError("compaction tasks returned no result for some groups",
+                                 table=name, groups=",".join(map(str, missing)))
+    return [by_id[i] for i in range(len(groups))]
+
+
+def commit_groups(table, snap: Snapshot, groups: list[_Group],
+                  result: CompactResult) -> CompactResult:
+    """One commit swapping each still-valid group's inputs for its outputs (see module doc)."""
+    head = snap.manifest
+    stash: dict = {}
+
+    def mutate(cur):
+        cur = require_table(cur, table.name)
+        stash.clear()
+        if cur.schema != head.schema:
+            stash["aborted"] = len(groups)
+            return None
+        by_path = cur.files_by_path()
+        replace: dict[str, list] = {}
+        removed: set[str] = set()
+        pending: list = []
+        st = dict.fromkeys(("groups_committed", "groups_aborted", "deletes_carried_over",
+                            "files_rewritten", "files_added", "bytes_rewritten", "bytes_written",
+                            "rows_written", "deleted_rows_purged"), 0)
+        for g in groups:
+            r = _carry_over(table, g, by_path)
+            if r is None:
+                st["groups_aborted"] += 1
+                continue
+            outs, carried, pend = r
+            pending += pend
+            removed |= {i.file.path for i in g.inputs}
+            replace[g.inputs[0].file.path] = outs
+            st["groups_committed"] += 1
+            st["deletes_carried_over"] += carried
+            st["files_rewritten"] += len(g.inputs)
+            st["files_added"] += len(outs)
+            st["bytes_rewritten"] += sum(i.file.size for i in g.inputs)
+            st["bytes_written"] += sum(o.size for o in g.outputs)
+            st["rows_written"] += sum(o.rows for o in g.outputs)
+            st["deleted_rows_purged"] += sum(len(i.deleted) for i in g.inputs)
+        stash.update(st)
+        if not st["groups_committed"]:
+            return None
+        descriptors = _write_tombstone(table, pending) if pending else {}
+        files = []
+        for f in cur.data_files:
+            if f.path in replace:
+                for o in replace[f.path]:
+                    o = dataclasses.replace(o, added_version=head.version)
+                    if o.dv == "pending":
+                        o = dataclasses.replace(o, dv=descriptors[o.path])
+                    files.append(o)
+            elif f.path not in removed:
+                files.append(f)
+        summary = {"rows_added": 0, "rows_deleted": st["deletes_carried_over"],
+                   "files_added": st["files_added"], "files_removed": st["files_rewritten"],
+                   "read_version": head.version, "bytes_rewritten": st["bytes_rewritten"],
+                   "bytes_written": st["bytes_written"],
+                   "deleted_rows_purged": st["deleted_rows_purged"],
+                   "deletes_carried_over": st["deletes_carried_over"], "engine": "spark"}
+        return dataclasses.replace(cur, operation="compact", summary=summary,
+                                   data_files=tuple(files))
+
+    m = table.commit(mutate)
+    for k, v in stash.items():
+        setattr(result, k, v)
+    if m is not None:
+        result.version = m.version
+    return result
+
+
+def compact(spark, uri: str, *, target_file_size: int | None = None,
+            min_deleted_fraction: float | None = None, small_file_fraction: float | None = None,
+            small_file_threshold: int | None = None, dry_run: bool = False) -> CompactResult:
+    """Compact the table at ``uri`` with one Spark task per group and one commit."""
+    wh_uri, name = split_uri(uri)
+    table = table_handle(wh_uri, name)
+    snap, groups, reasons, options = plan(
+        table, target_file_size=target_file_size, min_deleted_fraction=min_deleted_fraction,
+        small_file_fraction=small_file_fraction, small_file_threshold=small_file_threshold)
+    inputs = {i.file.path for g in groups for i in g.inputs}
+    result = CompactResult(table=name, dry_run=dry_run, read_version=snap.version,
+                           groups_planned=len(groups),
+                           reasons={p: r for p, r in reasons.items() if p in inputs})
+    if dry_run or not groups:
+        result.files_rewritten = len(inputs) if dry_run else 0
+        return result
+    table.warehouse.ensure_writable()
+    written = rewrite_groups(spark, wh_uri, name, snap, groups, options)
+    return commit_groups(table, snap, written, result)
