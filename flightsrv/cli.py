@@ -82,27 +82,33 @@ def cmd_serve(args) -> int:
     configure_json_logging(logging.INFO)
     log = logging.getLogger("flightsrv.cli")
     wh = _warehouse(args)
-    if not args.no_demo and not args.warehouse.startswith("s3://") or args.demo:
-        if seed_demo(wh):
-            log.info("seeded demo table", extra={"fields": {"table": "demo_events",
-                                                            "warehouse": wh.uri}})
+    seed = args.demo or (not args.no_demo and not args.warehouse.startswith("s3://"))
+    if seed and seed_demo(wh):
+        log.info("seeded demo table", extra={"fields": {"table": "demo_events",
+                                                        "warehouse": wh.uri}})
     auth = None
     tokens = {}
     for spec in args.auth_token or []:
         token, _, role = spec.partition(":")
-        tokens[token] = Principal(name=f"token-{len(tokens) + 1}", role=Role(role or "writer"))
+        if not token or (role or "writer") not in ("reader", "writer"):
+            from flightsrv.errors import ConfigurationError
+
+            raise ConfigurationError("--auth-token is TOKEN[:reader|writer]", role=role or None)
+        tokens[token] = Principal(user=f"token-{len(tokens) + 1}", role=Role(role or "writer"))
     if args.users_file:
         auth = AuthConfig.from_users_file(args.users_file, tokens=tokens)
     elif tokens:
         auth = AuthConfig(tokens=tokens)
     tls = None
-    if args.tls_cert or args.tls_key:
-        from flightsrv.server.auth import TlsConfig  # noqa: F401
-        from flightsrv.server.flight import TlsConfig as _Tls  # noqa: F401
-    if args.tls_cert and args.tls_key:
-        from flightsrv.server.app import TlsConfig as Tls
+    if bool(args.tls_cert) != bool(args.tls_key):
+        from flightsrv.errors import ConfigurationError
 
-        tls = Tls(cert_path=args.tls_cert, key_path=args.tls_key)
+        raise ConfigurationError("TLS needs both --tls-cert and --tls-key",
+                                 tls_cert=args.tls_cert, tls_key=args.tls_key)
+    if args.tls_cert and args.tls_key:
+        from flightsrv.server.flight import TlsConfig
+
+        tls = TlsConfig(cert_path=args.tls_cert, key_path=args.tls_key)
     engine = DuckEngine(wh)
     sys.stderr.write(f"flightsrv: serving {wh.uri} on grpc{'+tls' if tls else ''}://"
                      f"{args.host}:{args.port} (tables: {', '.join(wh.list_tables()) or '-'})\n")

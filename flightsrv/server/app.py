@@ -21,9 +21,13 @@ from flightsrv.server.flight import FlightSqlServer, TlsConfig
 log = logging.getLogger("flightsrv.server")
 
 
+_RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "fields", "message", "asctime", "taskName"}
+
+
 class JsonFormatter(logging.Formatter):
     """``{"ts", "level", "logger", "msg", ...fields}`` on one line; ``extra={"fields": {}}``
-    adds structured fields."""
+    or any other ``extra=`` keys add structured fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         out = {
@@ -35,6 +39,9 @@ class JsonFormatter(logging.Formatter):
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update({k: v for k, v in fields.items() if v is not None})
+        for k, v in record.__dict__.items():  # plain ``extra={...}`` (e.g. the commit log)
+            if k not in _RECORD_ATTRS and k not in out and v is not None:
+                out[k] = v
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
