@@ -1,0 +1,124 @@
+"""DuckEngine internals that clients only see indirectly: group commit of concurrent appends
+and coalescing of small result batches."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from flightsrv import Warehouse
+from flightsrv.engine import DuckEngine, Session
+from flightsrv.engine.duck import _coalesce
+from flightsrv.store import open_store
+from flightsrv.store.faults import FaultPlan, FaultyStore
+
+SCHEMA = pa.schema([("id", pa.int64()), ("who", pa.string())])
+
+
+def test_concurrent_inserts_share_one_commit(tmp_path):
+    """The first INSERT's manifest write is held until three more INSERTs queue behind it;
+    those three then land in one version together."""
+    gate, armed, held = threading.Event(), [], []
+
+    def hold_first_manifest(op, key):
+        if armed and "/manifest/v" in key and not held:
+            held.append(key)
+            assert gate.wait(30)
+
+    plan = FaultPlan(before_write=hold_first_manifest, key_pattern="manifest/v")
+    wh = Warehouse(FaultyStore(open_store(str(tmp_path / "wh")), plan))
+    wh.create_table("g", SCHEMA)
+    armed.append(True)
+    engine = DuckEngine(wh)
+    errors, counts = [], {}
+
+    def insert(i):
+        try:
+            counts[i] = engine.execute_update(
+                f"INSERT INTO g VALUES ({i}, 'w{i}'), ({i + 100}, 'w{i}')", Session(f"s{i}"))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    first = threading.Thread(target=insert, args=(0,))
+    first.start()
+    while not held:  # the first commit is in flight
+        first.join(0.01)
+    others = [threading.Thread(target=insert, args=(i,)) for i in (1, 2, 3)]
+    for t in others:
+        t.start()
+    table = wh.table("g")
+    while engine.committer.waiting(table) < 3:
+        assert all(t.is_alive() for t in others), errors
+        first.join(0.01)
+    gate.set()
+    for t in [first, *others]:
+        t.join(30)
+    assert not errors, errors
+    assert counts == {0: 2, 1: 2, 2: 2, 3: 2}
+    history = table.history()
+    assert [h["operation"] for h in history[:2]] == ["append", "append"]
+    assert history[0].get("group_commit") == 3 and history[0]["rows_added"] == 6
+    assert history[1]["rows_added"] == 2 and "group_commit" not in history[1]
+    assert (engine.committer.commits, engine.committer.submissions) == (2, 4)
+    got = table.to_table().sort_by("id")
+    assert got["id"].to_pylist() == [0, 1, 2, 3, 100, 101, 102, 103]
+    engine.close()
+
+
+def test_group_commit_without_contention_is_one_commit_each(tmp_path):
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    engine = DuckEngine(wh)
+    s = Session("s")
+    engine.execute_update("CREATE TABLE t (a BIGINT)", s)
+    for i in range(3):
+        assert engine.execute_update(f"INSERT INTO t VALUES ({i})", s) == 1
+    assert engine.execute_update("INSERT INTO t SELECT 1 WHERE false", s) == 0
+    assert [h["rows_added"] for h in wh.table("t").history()][:3] == [1, 1, 1]
+    assert engine.committer.commits == 3
+    engine.close()
+
+
+def test_selective_query_streams_coalesced_batches(tmp_path):
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    t = wh.create_table("big", SCHEMA, {"row_group_bytes": "32768"})
+    n = 200_000
+    ids = pa.array(range(n), pa.int64())
+    t.append(pa.table({"id": ids, "who": pa.array(["x"] * n)}, schema=SCHEMA))
+    engine = DuckEngine(wh, batch_size=8192, min_batch_rows=8192)
+    plain = DuckEngine(wh, batch_size=8192, min_batch_rows=1)
+    sql = "SELECT id FROM big WHERE id % 50 = 0"
+    got = engine.execute_query(sql, Session("s")).reader
+    sizes = [b.num_rows for b in got]
+    raw = [b.num_rows for b in plain.execute_query(sql, Session("s")).reader]
+    assert sum(sizes) == sum(raw) == n // 50
+    assert all(s >= 8192 for s in sizes[:-1])
+    assert len(sizes) < len(raw)
+    engine.close()
+    plain.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(hs.lists(hs.integers(0, 40), max_size=30), hs.integers(1, 50))
+def test_coalesce_keeps_rows_and_order(sizes, min_rows):
+    start, batches = 0, []
+    for n in sizes:
+        batches.append(pa.record_batch({"x": pa.array(range(start, start + n), pa.int64())}))
+        start += n
+    out = list(_coalesce(iter(batches), min_rows, 1 << 30))
+    assert [v for b in out for v in b["x"].to_pylist()] == list(range(start))
+    assert all(b.num_rows >= min_rows for b in out[:-1])
+    assert all(b.num_rows for b in out)
+    if batches and batches[0].num_rows >= min_rows:  # big enough: passed on, not copied
+        assert out[0] is batches[0]
+
+
+@pytest.mark.parametrize("max_bytes", [1, 64])
+def test_coalesce_flushes_at_byte_limit(max_bytes):
+    batches = [pa.record_batch({"x": pa.array([i] * 4, pa.int64())}) for i in range(5)]
+    out = list(_coalesce(iter(batches), 1000, max_bytes))
+    assert sum(b.num_rows for b in out) == 20
+    assert len(out) == (5 if max_bytes == 1 else 3)
