@@ -33,7 +33,7 @@ import pyarrow as pa
 from benchmarks.harness import Context, Row, mb
 
 NAME = "splice"
-BYTES_PER_ROW = 13  # make_data's rows under ZSTD, measured
+BYTES_PER_ROW = 15  # make_data's rows under ZSTD at these sizes, measured
 DELETE_ROWS = 100
 
 
@@ -124,9 +124,11 @@ def bench_backend(ctx: Context, label: str, uri: str, data: pa.Table, groups: in
             f"<= {mb(budget)}", down <= budget, note + "; ratio lower is better"),
         Row("splice delete: wall time", work, f"{s_time * 1000:.0f} ms",
             f"full rewrite {c_time * 1000:.0f} ms", s_time / c_time,
-            "<= 0.2x" if label == "local" else "", (s_time / c_time <= 0.2)
-            if label == "local" else None,
-            f"median of {rounds}, end to end incl. plan and commit; ratio lower is better"),
+            "<= 0.2x (256 MiB, 40 groups)" if label == "local" else "",
+            (s_time / c_time <= 0.2) if label == "local" and ctx.full else None,
+            f"median of {rounds}, end to end incl. plan and commit; ratio lower is better"
+            + ("" if ctx.full else "; the goal is judged at --scale full (1 of 8 groups is "
+               "re-encoded here, 1 of 40 there)")),
     ]
     return rows
 
@@ -134,7 +136,7 @@ def bench_backend(ctx: Context, label: str, uri: str, data: pa.Table, groups: in
 def run(ctx: Context) -> list[Row]:
     target = ctx.rows(32, 256) * 1024 * 1024
     groups = ctx.rows(8, 40)
-    rounds = ctx.rows(2, 3)
+    rounds = ctx.rows(1, 3)
     data = make_data(target)
     rows = bench_backend(ctx, "local", ctx.tempdir("splice-local"), data, groups,
                          _local_equal_parts, rounds)
