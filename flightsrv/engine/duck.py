@@ -28,6 +28,7 @@ naming a damaged deletion vector), which DuckDB would otherwise report as its ow
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,6 +57,11 @@ DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-
 DEFAULT_MIN_BATCH_ROWS = 65_536  # coalesce smaller result batches up to this many rows
 MAX_COALESCE_BYTES = 8 << 20  # ... or this many bytes, whichever comes first
 COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
+
+
+#: Parsed statements by text. Parsing is pure, and every path copies a statement's tree
+#: before changing it (bind_params, plan_query, delete_predicate), so entries are shared.
+_parse = functools.lru_cache(maxsize=4096)(st.parse_statement)
 
 
 def _sql_error(e: Exception, sql: str) -> SqlError:
@@ -90,7 +96,7 @@ class DuckEngine:
     # -- Engine: prepare -------------------------------------------------------------------
 
     def prepare(self, sql: str, session: Session) -> Prepared:
-        stmt = st.parse_statement(sql)
+        stmt = _parse(sql)
         param_schema = pa.schema([pa.field(str(i), pa.null()) for i in range(stmt.param_count)])
         if isinstance(stmt, st.Maintenance):
             return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema)
@@ -124,7 +130,7 @@ class DuckEngine:
 
     def execute_query(self, sql: str, session: Session,
                       params: pa.RecordBatch | None = None) -> QueryResult:
-        stmt = st.parse_statement(sql)
+        stmt = _parse(sql)
         if isinstance(stmt, st.Maintenance):
             self._check_role(stmt, session)
             table = mx.run_maintenance(self._table(stmt.table), stmt)
@@ -237,7 +243,7 @@ class DuckEngine:
 
     def execute_update(self, sql: str, session: Session,
                        params: pa.RecordBatch | None = None) -> int:
-        stmt = st.parse_statement(sql)
+        stmt = _parse(sql)
         self._check_role(stmt, session)
         if isinstance(stmt, st.Query):
             raise SqlError("a query returns rows; run it as a query, not an update",
