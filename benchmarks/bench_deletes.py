@@ -47,7 +47,20 @@ def _scattered(rng, n: int):
     return np.sort(rng.choice(n, DELETE_ROWS, replace=False))
 
 
-def _median_delete(table, n: int, rng, repeat: int, clustered: bool = False) -> float:
+def _timed_cpu(fn) -> tuple[float, float]:
+    """(wall, process CPU) seconds of ``fn()``; CPU covers every thread of this process and
+    is steadier than wall time on a shared, loaded machine."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _medians(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    return (statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples))
+
+
+def _median_delete(table, n: int, rng, repeat: int,
+                   clustered: bool = False) -> tuple[float, float]:
     times = []
     for _ in range(repeat):
         if clustered:
@@ -55,12 +68,11 @@ def _median_delete(table, n: int, rng, repeat: int, clustered: bool = False) -> 
             pred = f"id BETWEEN {a} AND {a + DELETE_ROWS - 1}"
         else:
             pred = _in_list(_scattered(rng, n))
-        t0 = time.perf_counter()
-        got = table.delete(pred)
-        times.append(time.perf_counter() - t0)
+        got = []
+        times.append(_timed_cpu(lambda p=pred, got=got: got.append(table.delete(p))))
         # fresh random sets may overlap earlier ones by a few rows
-        assert DELETE_ROWS * 0.9 <= got <= DELETE_ROWS, got
-    return statistics.median(times)
+        assert DELETE_ROWS * 0.9 <= got[0] <= DELETE_ROWS, got
+    return _medians(times)
 
 
 def bench_latency(ctx: Context, wh, sizes, datas, repeat: int) -> tuple[list[Row], dict]:
@@ -75,17 +87,19 @@ def bench_latency(ctx: Context, wh, sizes, datas, repeat: int) -> tuple[list[Row
     small, large = sizes
     rows = []
     for label, res in (("scattered, id IN list", scattered), ("clustered, id BETWEEN", clustered)):
-        ratio = res[large] / res[small]
+        ratio = res[large][0] / res[small][0]
         rows.append(Row(f"delete latency, 1,000 rows ({label})",
                         f"{rows_label(large)} vs {rows_label(small)}",
-                        f"{res[large] * 1000:.0f} ms at {rows_label(large)}",
-                        f"{res[small] * 1000:.0f} ms at {rows_label(small)}", ratio,
+                        f"{res[large][0] * 1000:.0f} ms at {rows_label(large)}",
+                        f"{res[small][0] * 1000:.0f} ms at {rows_label(small)}", ratio,
                         "<= 1.5x (larger/smaller)", ratio <= 1.5,
-                        f"median of {repeat}; ratio lower is better"))
+                        f"median of {repeat}; ratio lower is better; CPU "
+                        f"{res[large][1] * 1000:.0f} vs {res[small][1] * 1000:.0f} ms "
+                        f"({res[large][1] / res[small][1]:.2f}x)"))
     return rows, scattered
 
 
-def bench_deltalake(ctx: Context, data: pa.Table, ours_s: float, repeat: int) -> Row:
+def bench_deltalake(ctx: Context, data: pa.Table, ours: tuple, repeat: int) -> Row:
     n = data.num_rows
     try:
         from deltalake import DeltaTable, write_deltalake
@@ -101,19 +115,19 @@ def bench_deltalake(ctx: Context, data: pa.Table, ours_s: float, repeat: int) ->
     for _ in range(repeat):
         pred = "id in (" + ",".join(str(int(i)) for i in _scattered(rng, n)) + ")"
         dt = DeltaTable(path)
-        t0 = time.perf_counter()
-        dt.delete(pred)
-        times.append(time.perf_counter() - t0)
-    peer = statistics.median(times)
+        times.append(_timed_cpu(lambda dt=dt, p=pred: dt.delete(p)))
+    peer, peer_cpu = _medians(times)
     shutil.rmtree(path, ignore_errors=True)
-    ratio = peer / ours_s
+    ratio = peer / ours[0]
     return Row(f"delete 1,000 scattered rows vs deltalake {deltalake.__version__}", rows_label(n),
-               f"{ours_s * 1000:.0f} ms", f"DeltaTable.delete {peer * 1000:.0f} ms", ratio,
+               f"{ours[0] * 1000:.0f} ms", f"DeltaTable.delete {peer * 1000:.0f} ms", ratio,
                ">= 50x faster", ratio >= 50,
-               f"median of {repeat}; peer rewrites the touched file(s); ratio = peer/ours")
+               f"median of {repeat}; peer rewrites the touched file(s); ratio = peer/ours; "
+               f"CPU {ours[1] * 1000:.0f} vs {peer_cpu * 1000:.0f} ms "
+               f"({peer_cpu / ours[1]:.2f}x)")
 
 
-def bench_pyiceberg(ctx: Context, data: pa.Table, ours_s: float, repeat: int) -> Row:
+def bench_pyiceberg(ctx: Context, data: pa.Table, ours: tuple, repeat: int) -> Row:
     n = data.num_rows
     try:
         import pyiceberg
@@ -136,20 +150,20 @@ def bench_pyiceberg(ctx: Context, data: pa.Table, ours_s: float, repeat: int) ->
             for _ in range(repeat):
                 ids = [int(i) for i in _scattered(rng, n)]
                 tbl = cat.load_table("b.t")
-                t0 = time.perf_counter()
-                tbl.delete(delete_filter=In("id", ids))
-                times.append(time.perf_counter() - t0)
+                times.append(_timed_cpu(lambda tbl=tbl, ids=ids: tbl.delete(
+                    delete_filter=In("id", ids))))
     except Exception as exc:  # noqa: BLE001 (a failing peer must not sink our rows)
         return Row("delete vs pyiceberg", rows_label(n), "skipped", "-", None,
                    note=f"pyiceberg failed: {type(exc).__name__}: {str(exc)[:80]}")
     finally:
         shutil.rmtree(path, ignore_errors=True)
-    peer = statistics.median(times)
-    ratio = peer / ours_s
+    peer, peer_cpu = _medians(times)
+    ratio = peer / ours[0]
     return Row(f"delete 1,000 scattered rows vs pyiceberg {pyiceberg.__version__} (SQLite "
-               f"catalog)", rows_label(n), f"{ours_s * 1000:.0f} ms",
+               f"catalog)", rows_label(n), f"{ours[0] * 1000:.0f} ms",
                f"Table.delete {peer * 1000:.0f} ms", ratio, "", None,
-               f"median of {repeat}; copy-on-write; ratio = peer/ours")
+               f"median of {repeat}; copy-on-write; ratio = peer/ours; CPU "
+               f"{ours[1] * 1000:.0f} vs {peer_cpu * 1000:.0f} ms ({peer_cpu / ours[1]:.2f}x)")
 
 
 def bench_requests(ctx: Context, data: pa.Table) -> Row:

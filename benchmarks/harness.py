@@ -93,8 +93,11 @@ def timed_pair(fns: dict[str, Callable], repeat: int = 3,
 
 
 def machine() -> str:
+    load = ""
+    if hasattr(os, "getloadavg"):  # a shared box: say how busy it was (1/5/15-min averages)
+        load = ", load average " + "/".join(f"{x:.1f}" for x in os.getloadavg())
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python " \
-           f"{platform.python_version()}"
+           f"{platform.python_version()}{load}"
 
 
 def mb(nbytes: float) -> str:
