@@ -9,10 +9,13 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
+from pyarrow import flight
 
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine, Session
 from flightsrv.engine.duck import _coalesce
+from flightsrv.errors import CommitConflict, CorruptObject, ObjectNotFound, TableExists
+from flightsrv.server.status import to_flight_error
 from flightsrv.store import open_store
 from flightsrv.store.faults import FaultPlan, FaultyStore
 
@@ -114,6 +117,21 @@ def test_coalesce_keeps_rows_and_order(sizes, min_rows):
     assert all(b.num_rows for b in out)
     if batches and batches[0].num_rows >= min_rows:  # big enough: passed on, not copied
         assert out[0] is batches[0]
+
+
+@pytest.mark.parametrize(("error", "flight_error"), [
+    (CommitConflict("commit retries exhausted", table="t", attempts=30),
+     flight.FlightUnavailableError),
+    (CorruptObject("deletion vector CRC mismatch", object="t/tombstone/x.bin"),
+     flight.FlightInternalError),
+    (ObjectNotFound("no such key", key="t/data/x.parquet"), flight.FlightInternalError),
+    (TableExists("table already exists", table="t"), pa.ArrowInvalid),
+])
+def test_error_mapping_keeps_class_name_and_context(error, flight_error):
+    got = to_flight_error(error, statement="SELECT 1")
+    assert isinstance(got, flight_error)
+    assert str(got).startswith(type(error).__name__ + ":")
+    assert all(f"{k}={v}" in str(got) for k, v in error.context.items())
 
 
 @pytest.mark.parametrize("max_bytes", [1, 64])

@@ -215,6 +215,16 @@ def test_corrupt_deletion_vector_is_internal_naming_the_object(served):
         assert cur.fetchall() == [(20_000,)]
 
 
+def test_missing_data_file_is_internal_naming_the_object(served):
+    wh, _, uri = served
+    make_table(uri, "gone", 100)
+    path = wh.table("gone").head().data_files[0].path
+    (pathlib.Path(wh.store.root) / "gone" / path).unlink()
+    msg = failure(uri, "SELECT sum(id) FROM gone")
+    assert "INTERNAL" in msg and path in msg
+    assert run(uri, "SELECT count(*) AS n FROM gone AT (VERSION => 0)").to_pylist() == [{"n": 0}]
+
+
 def test_error_codes(served):
     _, _, uri = served
     make_table(uri, "ec", 10)
