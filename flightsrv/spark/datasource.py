@@ -20,8 +20,13 @@ Read: ``spark.read.format("flightsrv").option("version", n) | option("timestampA
 - the snapshot is pinned once at planning; partitions are one per data file, split into
   chunks of ``rowGroupsPerPartition`` row groups (default 4) for big files;
 - deletion vectors and deleted row groups are applied inside the scan;
-- Spark's pushed filters that flightsrv can evaluate exactly (``flightsrv.spark.filters``)
-  prune files/row groups by statistics and filter rows; the rest are left to Spark;
+- with ``option("pushFilters", "true")``, Spark's pushed filters that flightsrv can evaluate
+  exactly (``flightsrv.spark.filters``) prune files/row groups by statistics and filter rows;
+  the rest are left to Spark. Off by default because of a Spark 4.3 defect: the pushdown
+  worker stores the reader (with its filters) in the DataFrame's data source object, and a
+  later query on the *same* DataFrame that pushes no filter reuses it, so
+  ``df.where("x > 0").count(); df.count()`` would return the filtered count. Load a fresh
+  DataFrame per filtered query when pushdown is on;
 - projection: Spark 4.3 does not prune columns for Python sources, so pass the columns you
   need as ``option("columns", "a,b")`` or a user schema ``.schema("a long, b string")``;
   only those columns are read from Parquet;
@@ -118,10 +123,10 @@ class FlightsrvDataSource(DataSource):
             st = T.StructType(list(st.fields) + list(METADATA_FIELDS))
         return st
 
-    def reader(self, schema: T.StructType) -> "FlightsrvReader":
+    def reader(self, schema: T.StructType) -> FlightsrvReader:
         return FlightsrvReader(self.options, schema)
 
-    def writer(self, schema: T.StructType, overwrite: bool) -> "FlightsrvWriter":
+    def writer(self, schema: T.StructType, overwrite: bool) -> FlightsrvWriter:
         return FlightsrvWriter(self.options, schema, overwrite)
 
 
@@ -158,8 +163,11 @@ class FlightsrvReader(DataSourceReader):
         self.rg_per_part = max(1, int(options.get("rowGroupsPerPartition",
                                                   DEFAULT_ROW_GROUPS_PER_PARTITION)))
         self.filters: list[str] = []
+        self.push = _flag(options, "pushFilters")
 
     def pushFilters(self, filters):
+        if not self.push:
+            return filters  # see the module docstring: Spark would reuse them stale
         pushed, rest = F.push(filters, schema_from_json(self.table_schema_json))
         self.filters = pushed
         return rest
@@ -319,4 +327,4 @@ class FlightsrvWriter(DataSourceArrowWriter):
 
     def abort(self, messages) -> None:
         """Nothing was committed; written files are orphans that vacuum removes."""
-        return None
+        return

@@ -1,0 +1,283 @@
+"""flightsrv on Spark: the data source, erasure by join, compaction, the pipeline.
+
+One real local[2] SparkSession for the whole run (start-up costs 12-17 s). It depends on the
+moto fixture so the AWS_* variables are in the environment before the JVM starts and every
+Spark Python worker inherits them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import datasource as D
+
+import flightsrv.spark as fs
+from flightsrv.spark import compaction
+from flightsrv.spark.datasource import FlightsrvReader
+from flightsrv.warehouse import Warehouse
+
+pytestmark = pytest.mark.spark
+
+UTC = dt.UTC
+
+
+@pytest.fixture(scope="session")
+def spark(moto_s3):
+    s = fs.session("local[2]", "flightsrv-tests", conf={
+        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+    yield s
+    s.stop()
+
+
+def _ids(df) -> list[int]:
+    return sorted(r[0] for r in df.select("id").collect())
+
+
+def _events(spark, lo: int, hi: int, parts: int = 2):
+    return spark.range(lo, hi, numPartitions=parts).selectExpr(
+        "id", "id % 97 AS user_id", "concat('k', cast(id % 5 AS string)) AS kind")
+
+
+TYPES_SCHEMA = ("i INT, l BIGINT, f DOUBLE, r FLOAT, dec DECIMAL(12,3), s STRING, "
+                "ts TIMESTAMP, d DATE, b BOOLEAN, arr ARRAY<INT>, "
+                "st STRUCT<x: INT, y: STRING>, m MAP<STRING, BIGINT>")
+
+
+def _typed_rows():
+    plus2 = dt.timezone(dt.timedelta(hours=2))
+    return [
+        (1, 2**40, 1.5, 0.25, decimal.Decimal("12.345"), "héllo",
+         dt.datetime(2024, 3, 1, 12, 30, 0, 123456, tzinfo=UTC), dt.date(2024, 3, 1), True,
+         [1, None, 3], (7, "seven"), {"a": 1}),
+        (2, -5, -0.0, 3.5, decimal.Decimal("-0.001"), "",
+         dt.datetime(1999, 12, 31, 23, 0, tzinfo=plus2), dt.date(1970, 1, 1), False,
+         [], (None, None), {}),
+        (3, None, None, None, None, None, None, None, None, None, None, None),
+    ]
+
+
+def test_round_trip_types(spark, local_uri):
+    uri = f"{local_uri}/typed"
+    df = spark.createDataFrame(_typed_rows(), TYPES_SCHEMA)
+    df.write.format("flightsrv").mode("append").save(uri)
+    back = spark.read.format("flightsrv").load(uri)
+    assert back.schema == df.schema
+    assert sorted(back.collect(), key=lambda r: r.i) == sorted(df.collect(), key=lambda r: r.i)
+    # the stored Arrow schema follows the type map: instants as UTC microseconds
+    schema = Warehouse.open(local_uri).table("typed").schema
+    assert schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("dec").type == pa.decimal128(12, 3)
+    assert schema.field("st").type == pa.struct([("x", pa.int32()), ("y", pa.string())])
+    # pushed filters give exactly what Spark's own evaluation gives
+    pushing = spark.read.format("flightsrv").option("pushFilters", "true")
+    got = pushing.load(uri).where("l > 0 AND s = 'héllo' AND d >= DATE '2000-01-01'").collect()
+    assert [r.i for r in got] == [1]
+    got = pushing.load(uri).where("l IS NULL OR i IN (2)").collect()
+    assert sorted(r.i for r in got) == [2, 3]
+    # default (no pushdown): a DataFrame reused across filtered and unfiltered queries stays
+    # right (with pushdown on, Spark 4.3 would reuse the first query's filters)
+    assert [r.i for r in back.where("i = 3").collect()] == [3]
+    assert back.count() == 3
+
+
+def test_pushdown_split_and_pruning(spark, local_uri):
+    uri = f"{local_uri}/pushed"
+    _events(spark, 0, 4000, parts=4).write.format("flightsrv").mode("append").save(uri)
+    opts = {"path": uri, "pushFilters": "true"}
+    reader = FlightsrvReader(opts, spark.read.format("flightsrv").load(uri).schema)
+    all_parts = len(reader.partitions())
+    when = dt.datetime(2024, 1, 1)
+    filters = [D.GreaterThanOrEqual(("id",), 3500), D.Not(D.EqualTo(("kind",), "k1")),
+               D.GreaterThan(("ts",), when), D.EqualTo(("missing", "nested"), 1)]
+    rest = list(reader.pushFilters(filters))
+    assert rest == filters[2:]  # timestamps and nested attributes are left to Spark
+    assert len(reader.partitions()) < all_parts  # file statistics pruned the rest
+    rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert sorted(r["id"] for r in rows) == [i for i in range(3500, 4000) if i % 5 != 1]
+
+
+def test_time_travel_and_metadata_columns(spark, local_uri):
+    uri = f"{local_uri}/tt"
+    _events(spark, 0, 100).write.format("flightsrv").mode("append").save(uri)
+    table = Warehouse.open(local_uri).table("tt")
+    v1 = table.head()
+    _events(spark, 100, 150).write.format("flightsrv").mode("append").save(uri)
+    table.delete("id < 10")
+    def read():  # a DataFrameReader keeps its options: one per load
+        return spark.read.format("flightsrv")
+
+    assert read().load(uri).count() == 140
+    assert _ids(read().option("version", v1.version).load(uri)) == list(range(100))
+    as_of = dt.datetime.fromtimestamp(v1.created_at_ms / 1000, tz=UTC).isoformat()
+    assert read().option("timestampAsOf", as_of).load(uri).count() == 100
+    meta = spark.read.format("flightsrv").option("metadataColumns", "true") \
+        .option("columns", "id").load(uri).where("id IN (10, 120)").collect()
+    assert [c for c in meta[0].asDict()] == ["id", "_file", "_row_position"]
+    for r in meta:  # (_file, _row_position) names the physical row a DV would name
+        pf = pq.read_table(os.path.join(local_uri, "tt", r["_file"]))
+        assert pf.column("id")[r["_row_position"]].as_py() == r["id"]
+
+
+def test_overwrite_and_schema_mismatch(spark, local_uri):
+    uri = f"{local_uri}/ow"
+    _events(spark, 0, 50).write.format("flightsrv").mode("append").save(uri)
+    _events(spark, 1000, 1010).write.format("flightsrv").mode("overwrite").save(uri)
+    assert _ids(spark.read.format("flightsrv").load(uri)) == list(range(1000, 1010))
+    assert Warehouse.open(local_uri).table("ow").history()[0]["operation"] == "spark_overwrite"
+    bad = _events(spark, 0, 5).withColumnRenamed("kind", "flavour")
+    with pytest.raises(Exception) as e:
+        bad.write.format("flightsrv").mode("append").save(uri)
+    assert "missing=kind" in str(e.value) and "unexpected=flavour" in str(e.value)
+    with pytest.raises(Exception) as e:
+        _events(spark, 0, 5).selectExpr("id", "array(user_id) AS user_id", "kind") \
+            .write.format("flightsrv").mode("append").save(uri)
+    assert "column=user_id" in str(e.value)
+
+
+def test_spark_append_while_another_writer_commits(spark, local_uri):
+    """A plain flightsrv append commits while the Spark job runs: both land (rebase)."""
+    uri = f"{local_uri}/conc"
+    table = Warehouse.open(local_uri).create_table(
+        "conc", pa.schema([("id", pa.int64()), ("user_id", pa.int64()), ("kind", pa.string())]))
+    wh = local_uri
+
+    def sneak_in(batches):
+        for b in batches:
+            if 0 in b.column("id").to_pylist():  # exactly one task commits on the side
+                Warehouse.open(wh).table("conc").append(pa.table({
+                    "id": pa.array([-1, -2], pa.int64()), "user_id": pa.array([0, 0], pa.int64()),
+                    "kind": ["side", "side"]}))
+            yield b
+
+    df = _events(spark, 0, 200)
+    df.mapInArrow(sneak_in, df.schema).write.format("flightsrv").mode("append").save(uri)
+    assert _ids(spark.read.format("flightsrv").load(uri)) == [-2, -1] + list(range(200))
+    ops = [h["operation"] for h in table.history()]
+    assert ops[:2] == ["spark_append", "append"]
+
+
+def test_failed_write_leaves_table_unchanged(spark, local_uri):
+    """A task fails after it wrote files: no commit, the table reads as before, and the
+    files it wrote are unreferenced orphans."""
+    uri = f"{local_uri}/crash"
+    wh = Warehouse.open(local_uri)
+    table = wh.create_table("crash", pa.schema([("id", pa.int64()), ("small", pa.int8())]),
+                            {"target_file_size": 1, "row_group_bytes": 1})
+    table.append(pa.table({"id": pa.array([1], pa.int64()), "small": pa.array([1], pa.int8())}))
+    before = table.head()
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1024")
+    try:
+        # the last value does not fit int8: the task fails after writing several files
+        df = spark.range(0, 5000, numPartitions=1).selectExpr(
+            "id", "CASE WHEN id = 4999 THEN 1000 ELSE id % 100 END AS small")
+        with pytest.raises(Exception) as e:
+            df.write.format("flightsrv").mode("append").save(uri)
+        assert "column=small" in str(e.value)
+        with pytest.raises(Exception, match="column=small"):
+            df.write.format("flightsrv").mode("overwrite").save(uri)
+        with pytest.raises(Exception, match="boom"):  # creating a table by a failing job creates nothing
+            spark.range(3).selectExpr("id", "raise_error('boom') AS x") \
+                .write.format("flightsrv").mode("append").save(f"{local_uri}/never")
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
+    assert table.head().version == before.version
+    assert _ids(spark.read.format("flightsrv").load(uri)) == [1]
+    referenced = {f.path for f in table.head().data_files}
+    orphans = [m.key for m in table.store.list("data/") if m.key not in referenced]
+    assert len(orphans) >= 4
+    assert not wh.exists("never")
+
+
+def test_erasure_by_join_agrees_with_duckdb(spark, local_uri):
+    from flightsrv.engine.api import Session
+    from flightsrv.engine.duck import DuckEngine
+
+    uri = f"{local_uri}/ev"
+    _events(spark, 0, 3000, parts=3).write.format("flightsrv").mode("append").save(uri)
+    _events(spark, 3000, 5000, parts=2).write.format("flightsrv").mode("append").save(uri)
+    Warehouse.open(local_uri).table("ev").delete("user_id = 4")  # already deleted stays so
+    erase = [4, 7, 13, 96, 500, 1000]  # 4 is already gone; 500 and 1000 match nothing
+    keys = spark.createDataFrame([(u,) for u in erase + [7]], "user_id INT")
+    expected = sum(1 for i in range(5000) if i % 97 in (7, 13, 96))
+    assert fs.delete_matching(spark, uri, keys, on="user_id") == expected
+    assert fs.delete_matching(spark, uri, keys, on=["user_id"]) == 0  # idempotent
+    survivors = [i for i in range(5000) if i % 97 not in erase]
+    assert _ids(spark.read.format("flightsrv").load(uri)) == survivors
+
+    assert fs.delete_where(spark, uri, "id >= 4900 AND kind = 'k0'") == sum(
+        1 for i in survivors if i >= 4900 and i % 5 == 0)
+    survivors = [i for i in survivors if not (i >= 4900 and i % 5 == 0)]
+    spark_rows = spark.read.format("flightsrv").load(uri).selectExpr(
+        "count(*) AS n", "sum(id) AS s").collect()[0]
+    engine = DuckEngine(Warehouse.open(local_uri))
+    try:
+        duck = engine.execute_query("SELECT count(*) AS n, sum(id) AS s FROM ev",
+                                    Session("t")).reader.read_all()
+    finally:
+        engine.close()
+    assert (spark_rows.n, spark_rows.s) == (len(survivors), sum(survivors))
+    assert duck.to_pylist() == [{"n": len(survivors), "s": sum(survivors)}]
+
+
+def test_compaction_on_spark_keeps_deletes(spark, local_uri):
+    uri = f"{local_uri}/cmp"
+    for lo in range(0, 2000, 500):
+        _events(spark, lo, lo + 500).write.format("flightsrv").mode("append").save(uri)
+    table = Warehouse.open(local_uri).table("cmp")
+    table.delete("user_id = 3")
+    live = sorted(r["id"] for r in table.to_table(["id"]).to_pylist())
+    snap, groups, _, options = compaction.plan(table)
+    assert groups and len(snap.manifest.data_files) == 8
+    written = compaction.rewrite_groups(spark, local_uri, "cmp", snap, groups, options)
+    table.delete("id IN (11, 1999)")  # lands between the rewrite and its commit
+    result = compaction.commit_groups(
+        table, snap, written, compaction.CompactResult("cmp", False, snap.version))
+    assert result.groups_committed == len(groups) and result.deletes_carried_over == 2
+    head = table.head()
+    assert head.operation == "compact" and len(head.data_files) < 8
+    want = [i for i in live if i not in (11, 1999)]
+    assert _ids(spark.read.format("flightsrv").load(uri)) == want
+    # a second compaction folds the carried-over DV away
+    r = fs.compact(spark, uri, min_deleted_fraction=0.0)
+    assert r.version is not None and table.head().data_files[0].dv is None
+    assert sorted(r["id"] for r in table.to_table(["id"]).to_pylist()) == want
+
+
+@pytest.mark.s3
+def test_s3_write_read_erase(spark, s3_uri):
+    uri = f"{s3_uri}/events"
+    _events(spark, 0, 1000).write.format("flightsrv").mode("append").save(uri)
+    keys = spark.createDataFrame([(5,), (6,)], "user_id LONG")
+    assert fs.delete_matching(spark, uri, keys, on=["user_id"]) == sum(
+        1 for i in range(1000) if i % 97 in (5, 6))
+    got = _ids(spark.read.format("flightsrv").load(uri).where("id < 300"))
+    assert got == [i for i in range(300) if i % 97 not in (5, 6)]
+    assert Warehouse.open(s3_uri).table("events").count_rows() == sum(
+        1 for i in range(1000) if i % 97 not in (5, 6))
+
+
+def test_pipeline_end_to_end(spark, tmp_path, capsys):
+    from flightsrv.spark import pipeline
+
+    wh = str(tmp_path / "wh")
+    rc = pipeline.run(spark, ["--warehouse", wh, "--input", str(tmp_path / "raw"),
+                              "--generate", "600", "--files", "4", "--batch-files", "2",
+                              "--format", "csv"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    table = Warehouse.open(wh).table("events")
+    ops = [h["operation"] for h in reversed(table.history())]
+    assert ops == ["create", "spark_append", "spark_append", "delete", "compact"]
+    erased = {int(x) for x in (tmp_path / "raw" / "erasure_list.csv").read_text().split()[1:]}
+    users = table.to_table(["user_id"]).column("user_id").to_pylist()
+    assert erased and not erased & set(users)
+    assert len(users) + table.history()[1]["rows_deleted"] == 600
+    assert "history of" in out and "compact" in out
