@@ -208,8 +208,18 @@ def test_erasure_by_join_agrees_with_duckdb(spark, local_uri):
     keys = spark.createDataFrame([(u,) for u in erase + [7]], "user_id INT")
     expected = sum(1 for i in range(5000) if i % 97 in (7, 13, 96))
     assert fs.delete_matching(spark, uri, keys, on="user_id") == expected
-    assert fs.delete_matching(spark, uri, keys, on=["user_id"]) == 0  # idempotent
+    # idempotent, through Spark's shuffle join this time
+    assert fs.delete_matching(spark, uri, keys, on=["user_id"], broadcast_limit=0) == 0
     survivors = [i for i in range(5000) if i % 97 not in erase]
+    # composite keys, both paths; a NULL key part matches nothing
+    pairs = spark.createDataFrame([(20, "k0"), (20, "k3"), (21, None)], "user_id LONG, kind STRING")
+    hit = [i for i in survivors if i % 97 == 20 and i % 5 in (0, 3)]
+    assert fs.delete_matching(spark, uri, pairs, on=["user_id", "kind"]) == len(hit)
+    pairs = spark.createDataFrame([(22, "k1")], "user_id LONG, kind STRING")
+    hit2 = [i for i in survivors if i % 97 == 22 and i % 5 == 1]
+    assert fs.delete_matching(spark, uri, pairs, on=["user_id", "kind"],
+                              broadcast_limit=0) == len(hit2)
+    survivors = [i for i in survivors if i not in set(hit) | set(hit2)]
     assert _ids(spark.read.format("flightsrv").load(uri)) == survivors
 
     assert fs.delete_where(spark, uri, "id >= 4900 AND kind = 'k0'") == sum(

@@ -4,11 +4,15 @@
 ids against a big table):
 
 1. the driver pins snapshot S and lists scan tasks (data file, row-group chunk);
-2. executors read only the key columns of their row groups, skipping rows already deleted,
-   and emit ``(file id, row position, keys...)``;
-3. Spark joins that with ``keys_df`` (left semi join on ``on``: a NULL key never matches);
-4. executors fold the matching positions into one roaring bitmap per file;
-5. the driver turns them into a delete plan ``{path: FileDelete(positions)}`` and commits it
+2. executors read only the key columns of their row groups, skipping rows already deleted;
+3. matching (a NULL key never matches):
+   - *broadcast* (up to ``broadcast_limit`` distinct keys, default 5M): the driver collects
+     the distinct keys as Arrow, cast to the table's key types, and ships them inside the
+     task; each task matches its rows in pyarrow and emits one roaring bitmap per file. No
+     shuffle, and only bitmaps cross into the JVM;
+   - *shuffle* (more keys): tasks emit ``(file id, row position, keys...)``, Spark left-semi
+     joins that with the keys, and executors fold the matches into one bitmap per file;
+4. the driver turns them into a delete plan ``{path: FileDelete(positions)}`` and commits it
    once through the commit loop (``flightsrv.table.delete_plan.commit_plan``: bitmaps merge
    with concurrent deletes; a file rewritten since S makes the whole job re-plan on a new
    snapshot).
@@ -29,6 +33,7 @@ import pickle
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyroaring import BitMap64
 from pyspark.sql import types as T
 
@@ -39,6 +44,7 @@ from flightsrv.table.delete_plan import FileDelete, commit_plan
 from flightsrv.table.scan import FileTask, Snapshot
 
 MAX_REPLANS = 5
+BROADCAST_LIMIT = 5_000_000
 ROW_GROUPS_PER_TASK = 4
 FID, POS, TASK, BITMAP = "_fid", "_pos", "_task", "_bitmap"
 TASKS_SCHEMA = T.StructType([T.StructField(FID, T.IntegerType(), False),
@@ -68,9 +74,26 @@ def _tasks_df(spark, snap: Snapshot, pred):
     return spark.createDataFrame(rows, TASKS_SCHEMA).repartition(n), paths
 
 
+def _match(t: pa.Table, keys: pa.Table) -> pa.Table:
+    """The rows of ``t`` (key columns + ``__pos``) whose keys are in ``keys``."""
+    on = keys.column_names
+    if len(on) == 1:
+        return t.filter(pc.is_in(t.column(on[0]), value_set=keys.column(0), skip_nulls=True))
+    t = t.filter(_all_valid(t, on))
+    return t.join(keys, keys=on, join_type="left semi")
+
+
+def _all_valid(t: pa.Table, on: list[str]):
+    mask = pc.is_valid(t.column(on[0]))
+    for c in on[1:]:
+        mask = pc.and_(mask, pc.is_valid(t.column(c)))
+    return mask
+
+
 def _scanner(wh_uri: str, name: str, version: int, columns: list[str], predicate: str | None,
-             out_json: str, as_bitmaps: bool):
-    """mapInArrow function: per task row, the positions of live (and matching) rows."""
+             out_json: str, as_bitmaps: bool, keys: pa.Table | None = None):
+    """mapInArrow function: per task row, the positions of live (and matching) rows; with
+    ``keys``, only rows whose key columns are in ``keys``."""
 
     def scan(batches):
         out_schema = spark_arrow_schema(T.StructType.fromJson(json.loads(out_json)))
@@ -83,6 +106,8 @@ def _scanner(wh_uri: str, name: str, version: int, columns: list[str], predicate
                 task = FileTask(f, rgs, snap.deleted_positions(f))
                 bm = BitMap64() if as_bitmaps else None
                 for _, t in snap.iter_tables(columns, pred, with_positions=True, tasks=[task]):
+                    if keys is not None and t.num_rows:
+                        t = _match(t, keys)
                     if t.num_rows == 0:
                         continue
                     pos = t.column("__pos")
@@ -152,9 +177,32 @@ def _run(spark, uri: str, build_plan, what: dict, mode: str) -> int:
                          table=name, attempts=MAX_REPLANS)
 
 
-def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv") -> int:
+def _broadcast_keys(keys_df, on: list[str], schema: pa.Schema, limit: int,
+                    table: str) -> pa.Table | None:
+    """The distinct non-null keys as Arrow in the table's key types, or None if more than
+    ``limit`` (then Spark joins)."""
+    got = keys_df.limit(limit + 1).toArrow()
+    if got.num_rows > limit:
+        return None
+    cols = []
+    for c in on:
+        want = schema.field(c).type
+        col = got.column(c)
+        try:
+            cols.append(col.cast(want) if col.type != want else col)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ConfigurationError("key values do not fit the table's key column",
+                                     table=table, column=c, expected=str(want),
+                                     found=str(col.type), error=str(exc)) from None
+    keys = pa.table(cols, names=on)
+    return keys.filter(_all_valid(keys, on)).combine_chunks()
+
+
+def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
+                    broadcast_limit: int = BROADCAST_LIMIT) -> int:
     """Delete every live row of the table at ``uri`` whose ``on`` columns equal a row of
-    ``keys_df``; one commit. Returns the rows deleted."""
+    ``keys_df``; one commit. Returns the rows deleted. Up to ``broadcast_limit`` distinct
+    keys are shipped to the tasks (no shuffle); more are joined by Spark."""
     on = [on] if isinstance(on, str) else list(on)
     if not on:
         raise ConfigurationError("delete_matching needs at least one key column", uri=uri)
@@ -163,6 +211,7 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv") -> int:
         raise ConfigurationError("keys DataFrame lacks key columns", uri=uri,
                                  columns=",".join(missing_keys))
     keys = keys_df.select(*on).dropDuplicates()
+    shipped: dict = {}
 
     def build_plan(wh, name, snap):
         unknown = [c for c in on if c not in snap.schema.names]
@@ -172,6 +221,16 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv") -> int:
         tasks, paths = _tasks_df(spark, snap, None)
         if tasks is None:
             return {}
+        if "keys" not in shipped:
+            shipped["keys"] = _broadcast_keys(keys, on, snap.schema, broadcast_limit, name)
+        small = shipped["keys"]
+        if small is not None:
+            if small.num_rows == 0:
+                return {}
+            bitmaps = tasks.mapInArrow(
+                _scanner(wh, name, snap.version, on, None, BITMAPS_SCHEMA.json(),
+                         as_bitmaps=True, keys=small), BITMAPS_SCHEMA)
+            return _collect_plan(bitmaps, paths)
         out = T.StructType([T.StructField(FID, T.IntegerType(), True),
                             T.StructField(POS, T.LongType(), True)]
                            + [T.StructField(c, arrow_to_spark(snap.schema.field(c).type,
