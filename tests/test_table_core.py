@@ -181,3 +181,17 @@ def test_reader_rolls_forward_past_a_lagging_pointer(wh):
     fresh = Warehouse.open(wh.uri).table("t")
     assert fresh.head().version == 2 and fresh.count_rows() == 10
     assert t.store.head(manifest_key(2)).size > 0
+
+
+def test_in_list_prunes_by_statistics_and_is_exact(wh):
+    t = wh.create_table("t", SCHEMA)
+    for i in range(4):
+        t.append(rows(i * 100, (i + 1) * 100))
+    snap = t.snapshot()
+    pred = snap.predicate("id IN (5, 250, 251, 9999)")
+    assert [task.file.path for task in snap.plan(pred)] == [
+        snap.manifest.data_files[0].path, snap.manifest.data_files[2].path]
+    assert sorted(t.to_table(filter="id IN (5, 250, 251, 9999)")["id"].to_pylist()) == [
+        5, 250, 251]
+    assert t.delete("id IN (7, 8, 399, NULL)") == 3
+    assert t.count_rows() == 397

@@ -278,16 +278,49 @@ class Predicate:
             hi = exp.LTE(this=node.this, expression=node.args["high"])
             return self._stats(exp.And(this=lo, expression=hi), lookup)
         if isinstance(node, exp.In) and isinstance(node.this, exp.Column):
-            parts = [self._cmp_stats(exp.EQ, node.this, e, lookup) for e in node.expressions]
-            if Match.ALL in parts:
-                return Match.ALL
-            return Match.NONE if all(p is Match.NONE for p in parts) else Match.SOME
+            return self._in_stats(node, lookup)
         for cls in _CMP:
             if isinstance(node, cls):
                 a, b = node.this, node.expression
                 if isinstance(b, exp.Column) and not isinstance(a, exp.Column):
                     return self._cmp_stats(_FLIP[cls], b, a, lookup)
                 return self._cmp_stats(cls, a, b, lookup)
+        return Match.SOME
+
+    def _in_values(self, node) -> list | None:
+        """The IN list's non-null values, converted once and sorted (None if not comparable)."""
+        cache = self.__dict__.setdefault("_in_cache", {})
+        key = id(node)
+        if key not in cache:
+            t = self.schema.field(self._column(node.this)).type
+            try:
+                vals = [self._literal(e).scalar_for(t).as_py() for e in node.expressions]
+                cache[key] = sorted(v for v in vals if v is not None)
+            except (TypeError, AttributeError, PredicateError):
+                cache[key] = None
+        return cache[key]
+
+    def _in_stats(self, node, lookup: StatsLookup) -> Match:
+        """IN list vs min/max: binary search for a value inside [min, max] (one bisect per
+        file or row group instead of one comparison per literal)."""
+        import bisect
+
+        values = self._in_values(node)
+        s = lookup(self._column(node.this))
+        if values is None or s is None or s.min is None or s.max is None \
+                or not s.min.is_valid or not s.max.is_valid:
+            if s is not None and s.nulls is not None and s.nulls == s.rows:
+                return Match.NONE
+            return Match.SOME
+        lo, hi = s.min.as_py(), s.max.as_py()
+        try:
+            i = bisect.bisect_left(values, lo)
+        except TypeError:
+            return Match.SOME
+        if i == len(values) or values[i] > hi:
+            return Match.NONE
+        if lo == hi and s.nulls == 0:
+            return Match.ALL  # every row equals a listed value
         return Match.SOME
 
     def _cmp_stats(self, cls, col_node, lit_node, lookup: StatsLookup) -> Match:
