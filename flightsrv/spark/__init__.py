@@ -66,4 +66,4 @@ def compact(spark, uri, **kw):
     return _impl(spark, uri, **kw)
 
 
-__all__ = ["register", "session", "delete_matching", "delete_where", "compact"]
+__all__ = ["compact", "delete_matching", "delete_where", "register", "session"]

@@ -24,7 +24,7 @@ def split_uri(uri: str) -> tuple[str, str]:
         raise ConfigurationError("a table URI is required: <warehouse uri>/<table>", uri=uri)
     u = uri.rstrip("/")
     wh, sep, name = u.rpartition("/")
-    if not sep or not name or not wh or wh.endswith(":/") or wh.endswith(":"):
+    if not sep or not name or not wh or wh.endswith((":/", ":")):
         raise ConfigurationError("table URI must be <warehouse uri>/<table>", uri=uri)
     return wh, check_name(name)
 

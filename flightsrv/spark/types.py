@@ -13,7 +13,7 @@ Extend a map by adding an entry, not an if-branch.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 from pyspark.sql import types as T
