@@ -3,6 +3,12 @@
 Lock-down, in this order (FIELD_NOTES, DuckDB 2.0 section):
 
 1. ``SET enable_progress_bar=false`` (rejected inside ``connect(config=...)``);
+   for a local warehouse, ``SET allowed_directories=[<warehouse root>/]`` and
+   ``SET parquet_metadata_cache=true`` (data files are write-once under unique keys, so a
+   cached footer never goes stale): the engine's own ``read_parquet`` of pinned data files
+   (:mod:`flightsrv.engine.native`) keeps working after step 2, and nothing outside that
+   directory is readable. User SQL never reaches files: the SQL front end refuses every file
+   function (``read_*``, ``glob``, ``parquet_*``), COPY, ATTACH and EXPORT;
 2. ``SET enable_external_access=false``: no file, network or extension access, so
    ``read_csv``, ``read_text``, ``glob``, ``COPY ... TO``, ``ATTACH``, ``INSTALL`` and
    ``read_parquet`` of any path all fail; registered Arrow objects still work;
@@ -14,6 +20,7 @@ registrations and its own open result), so there is no global lock around querie
 
 from __future__ import annotations
 
+import os
 import threading
 
 import duckdb
@@ -25,13 +32,19 @@ LOCKDOWN = (
 )
 
 
-def open_locked(threads: int | None = None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB connection with external access disabled and settings frozen."""
+def open_locked(threads: int | None = None, memory_limit: str | None = None,
+                allowed_directory: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB connection with external access disabled and settings frozen;
+    ``allowed_directory`` (an absolute path) stays readable."""
     con = duckdb.connect(":memory:")
     if threads is not None:
         con.execute(f"SET threads={int(threads)}")
     if memory_limit is not None:
         con.execute("SET memory_limit=?", [memory_limit])
+    if allowed_directory is not None:
+        root = os.path.join(os.path.abspath(allowed_directory), "")  # trailing "/": no siblings
+        con.execute("SET allowed_directories=?", [[root]])
+        con.execute("SET parquet_metadata_cache=true")
     for stmt in LOCKDOWN:
         con.execute(stmt)
     return con

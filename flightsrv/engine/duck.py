@@ -3,9 +3,13 @@
 Per request: parse and classify (:mod:`flightsrv.sql`), check the role, bind parameters,
 pin every referenced table snapshot once at statement start, then
 
-- SELECT: register each reference's masked, projected, pre-filtered ``snap.scan(...)`` on a
-  fresh cursor of the locked connection under a unique relation name, run the rewritten
-  query and stream ``to_arrow_reader(batch_size)``; nothing is materialised whole.
+- SELECT: on a fresh cursor of the locked connection, give each table reference a unique
+  relation name. On a local warehouse that relation is a temporary view reading the pinned
+  snapshot's clean data files with DuckDB's own ``read_parquet``, ``UNION ALL`` flightsrv's
+  masked scan of the files with deletion vectors (:mod:`flightsrv.engine.native`); on S3 it
+  is the masked, projected, pre-filtered ``snap.scan(...)`` registered as an Arrow reader.
+  Then run the rewritten query and stream ``to_arrow_reader(batch_size)``; nothing is
+  materialised whole.
 - DELETE: ``table.delete(predicate, mode=...)`` with the WHERE clause as SQL text.
 - INSERT / CTAS: evaluate the source in DuckDB over pinned snapshots and stream it into
   ``table.append``.
@@ -29,6 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +47,7 @@ from flightsrv.engine import maintenance as mx
 from flightsrv.engine.api import IngestMode, Prepared, QueryResult, Role, Session, StatementKind
 from flightsrv.engine.connection import CursorSource, open_locked
 from flightsrv.engine.group_commit import GroupCommitter
+from flightsrv.engine.native import is_native, native_failure, native_root, plan_native
 from flightsrv.errors import (
     ConfigurationError,
     FlightsrvError,
@@ -56,6 +64,7 @@ from flightsrv.sql import statements as st
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 DEFAULT_MIN_BATCH_ROWS = 65_536  # coalesce smaller result batches up to this many rows
 MAX_COALESCE_BYTES = 8 << 20  # ... or this many bytes, whichever comes first
+PREPARED_CACHE = 1024  # result schemas of prepared queries kept, by text and table schemas
 COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
 
 
@@ -75,12 +84,19 @@ class DuckEngine:
     def __init__(self, warehouse, *, batch_size: int = DEFAULT_BATCH_SIZE,
                  min_batch_rows: int = DEFAULT_MIN_BATCH_ROWS,
                  threads: int | None = None, memory_limit: str | None = None,
-                 group_commit: bool = True):
+                 group_commit: bool = True, native_scans: bool = True):
         self.warehouse = warehouse
         self.batch_size = batch_size
         self.min_batch_rows = min(min_batch_rows, batch_size)
         self.committer = GroupCommitter() if group_commit else None
-        self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit))
+        #: the local warehouse directory DuckDB reads natively, or None (S3, or disabled)
+        self.native_root = native_root(warehouse) if native_scans else None
+        self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
+                                                 allowed_directory=self.native_root))
+        #: (sql, signature of the referenced tables' schemas) -> result schema; a query's
+        #: result types depend only on its text and those schemas
+        self._schemas: OrderedDict = OrderedDict()
+        self._schemas_lock = threading.Lock()
 
     def close(self) -> None:
         self._cursors.close()
@@ -102,28 +118,41 @@ class DuckEngine:
             return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema)
         if not isinstance(stmt, st.Query):
             return Prepared(sql, StatementKind.UPDATE, pa.schema([]), param_schema)
-        # Bind every parameter as NULL and run the query with LIMIT 0 over empty relations
-        # of the pinned schemas: types come from DuckDB, no data is read.
+        # Bind every parameter as NULL and run the query with LIMIT 0 over the pinned
+        # relations: types come from DuckDB, no data is read. Cached by the text and the
+        # referenced tables' schemas (ADBC prepares every statement it executes).
+        pinner = self._pinner()
+        key = _schema_key(stmt, pinner)
+        if key is not None:
+            with self._schemas_lock:
+                schema = self._schemas.get(key)
+                if schema is not None:
+                    self._schemas.move_to_end(key)
+            if schema is not None:
+                return Prepared(sql, StatementKind.QUERY, schema, param_schema)
         nulls = [pa.scalar(None)] * stmt.param_count
         tree = sqlplan.bind_params(stmt.tree, nulls, sql, stmt.param_count)
-        qp = self._plan(stmt, tree, "query", self._pinner())
+        qp = self._plan(stmt, tree, "query", pinner)
         params = [None] * stmt.param_count if qp.needs_params and stmt.param_count else None
         cur = self._cursors.cursor()
         try:
-            for scan in qp.scans:
-                schema = scan.snapshot.schema
-                if scan.columns is not None:
-                    schema = pa.schema([schema.field(c) for c in self._scan_columns(scan)])
-                cur.register(scan.relation, schema.empty_table())
+            natives: dict = {}
             for fn in qp.functions:
                 cur.register(fn.relation, self._function_relation(fn))
             try:
+                for scan in qp.scans:
+                    self._register_scan(cur, scan, [], natives, data=False)
                 rel = cur.sql(qp.sql, params=params)
                 schema = rel.limit(0).to_arrow_table().schema
             except duckdb.Error as e:
-                raise _sql_error(e, sql) from None
+                raise native_failure(e, natives) or _sql_error(e, sql) from None
         finally:
             cur.close()
+        if key is not None:
+            with self._schemas_lock:
+                self._schemas[key] = schema
+                while len(self._schemas) > PREPARED_CACHE:
+                    self._schemas.popitem(last=False)
         return Prepared(sql, StatementKind.QUERY, schema, param_schema)
 
     # -- Engine: queries ---------------------------------------------------------------------
@@ -171,19 +200,21 @@ class DuckEngine:
         params = [v.as_py() for v in values] if qp.needs_params and values else None
         cur = self._cursors.cursor()
         failures: list[BaseException] = []  # raised inside scans while DuckDB pulls
+        natives: dict = {}  # local path -> (table, key) of files DuckDB reads itself
         try:
-            for scan in qp.scans:
-                cur.register(scan.relation, _guarded(self._open_scan(scan), failures))
             for fn in qp.functions:
                 cur.register(fn.relation, self._function_relation(fn))
             try:
+                for scan in qp.scans:
+                    self._register_scan(cur, scan, failures, natives)
                 inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size)
             except duckdb.Error as e:
-                raise _scan_failure(failures) or _sql_error(e, sql) from None
+                raise (_scan_failure(failures) or native_failure(e, natives)
+                       or _sql_error(e, sql)) from None
         except BaseException:
             cur.close()
             raise
-        batches = _stream(inner, cur, sql, failures)
+        batches = _stream(inner, cur, sql, failures, natives)
         if self.min_batch_rows > 1:
             batches = _coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
         return pa.RecordBatchReader.from_batches(inner.schema, batches)
@@ -222,6 +253,30 @@ class DuckEngine:
             if pa.types.is_primitive(f.type):
                 return [f.name]
         return [schema.names[0]] if schema.names else []
+
+    def _register_scan(self, cur: duckdb.DuckDBPyConnection, scan: sqlplan.Scan,
+                       failures: list, natives: dict, *, data: bool = True) -> None:
+        """Make ``scan.relation`` readable on ``cur``: a native view on a local warehouse,
+        else the Arrow scan. ``data=False``: only the types matter (prepare), so dirty files'
+        scans are replaced by empty tables (clean files are only bound, never read)."""
+        if self.native_root is not None and is_native(scan.snapshot):
+            columns = self._scan_columns(scan)
+            plan = plan_native(scan.snapshot, columns, scan.filter, scan.relation,
+                               open_scans=data)
+            natives.update(plan.files)
+            for name, obj in plan.readers.items():
+                if isinstance(obj, pa.RecordBatchReader):
+                    obj = _guarded(obj, failures)
+                cur.register(name, obj)
+            cur.execute(f"CREATE TEMP VIEW {scan.relation} AS {plan.body}")
+            return
+        if not data:
+            schema = scan.snapshot.schema
+            if scan.columns is not None:
+                schema = pa.schema([schema.field(c) for c in self._scan_columns(scan)])
+            cur.register(scan.relation, schema.empty_table())
+            return
+        cur.register(scan.relation, _guarded(self._open_scan(scan), failures))
 
     def _open_scan(self, scan: sqlplan.Scan) -> pa.RecordBatchReader:
         snap = scan.snapshot
@@ -419,6 +474,29 @@ class DuckEngine:
         return [sqlplan.params_from_batch(params, r) for r in range(params.num_rows)]
 
 
+def _schema_key(stmt: st.Statement, pinner: sqlplan.Pinner) -> tuple | None:
+    """(text, (table, uuid, schema JSON) per reference) for a query whose result schema
+    depends on nothing else; pins the references on ``pinner`` (the plan reuses the pins).
+    None when unsure (metadata functions, parameters in AT, any error: the caller then
+    takes the uncached path, which reports errors properly)."""
+    try:
+        tree = stmt.tree
+        if any(True for _ in tree.find_all(exp.HistoricalData)
+               for p in _.find_all(exp.Placeholder)):
+            return None
+        parts = []
+        for ref in sqlplan.table_references(tree):
+            version, as_of = sqlplan._time_travel(ref, stmt.sql)
+            snap = pinner.pin(ref.name, version, as_of)
+            m = snap.manifest
+            parts.append((ref.name, m.table_uuid, json.dumps(m.schema, sort_keys=True)))
+        if any(True for _ in sqlplan._metadata_calls(tree)):
+            return None
+        return stmt.sql, tuple(parts)
+    except Exception:  # noqa: BLE001 - see docstring
+        return None
+
+
 # -- streaming helpers ---------------------------------------------------------------------------
 
 
@@ -445,7 +523,7 @@ def _scan_failure(failures: list) -> BaseException | None:
 
 
 def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
-            sql: str, failures: list) -> Iterator[pa.RecordBatch]:
+            sql: str, failures: list, natives: dict) -> Iterator[pa.RecordBatch]:
     """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
     try:
         while True:
@@ -454,7 +532,7 @@ def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
             except StopIteration:
                 return
             except (duckdb.Error, pa.ArrowException, OSError) as e:
-                cause = _scan_failure(failures)
+                cause = _scan_failure(failures) or native_failure(e, natives)
                 if cause is not None:
                     raise cause from None
                 if isinstance(e, duckdb.Error):

@@ -23,6 +23,7 @@ Resolution goes through a callable so this module needs no table code:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +54,7 @@ def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
         raise SqlError("too few parameters", statement=sql, expected=expected, got=len(values))
     if expected == 0:
         return tree
-    literals = [sqlglot.parse_one(sqltypes.literal_sql(v), read=DIALECT) for v in values]
+    literals = [_parse_literal(sqltypes.literal_sql(v)) for v in values]
 
     def swap(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Placeholder) and node.this is not None:
@@ -64,6 +65,19 @@ def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
         return node
 
     return tree.copy().transform(swap)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_literal(text: str) -> exp.Expression:
+    """A literal's parsed tree, cached by its text (callers copy before use)."""
+    return sqlglot.parse_one(text, read=DIALECT)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tokens(text: str) -> tuple:
+    """DuckDB-dialect tokens of ``text``, cached (a point query's text repeats; tokens are
+    only read)."""
+    return tuple(DuckDB().tokenize(text))
 
 
 def params_from_batch(batch: pa.RecordBatch | None, row: int = 0) -> list[pa.Scalar]:
@@ -271,7 +285,7 @@ def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
     (missing token offsets, parameters inside ``AT``): the caller then uses the tree."""
     text, start, end = source
     try:
-        tokens = DuckDB().tokenize(text)
+        tokens = _tokens(text)
     except Exception:  # noqa: BLE001 - fall back to the tree
         return None
     by_start = {tok.start: i for i, tok in enumerate(tokens)}
@@ -341,7 +355,7 @@ def query_source(stmt_text: str, stmt_tree: exp.Expression, kind: str) -> tuple[
     if "end" not in meta:
         return None
     try:
-        tokens = DuckDB().tokenize(text)
+        tokens = _tokens(text)
     except Exception:  # noqa: BLE001
         return None
     after = [i for i, tok in enumerate(tokens) if tok.start > meta["end"]]
