@@ -139,6 +139,13 @@ def test_optimize_vacuum_purge_through_sql(served):
     assert len(after.data_files) < len(before.data_files)
     assert run(uri, "SELECT count(*) AS n, sum(id) AS s FROM m").to_pylist() == live
 
+    msg = failure(uri, "VACUUM m RETAIN 0 HOURS")
+    assert "INVALID_ARGUMENT" in msg and "table=m" in msg and "minimum_hours=1" in msg
+    assert "vacuum.allow_short_grace" in msg
+    assert "INVALID_ARGUMENT" in failure(uri, "VACUUM m RETAIN 1 VERSIONS RETAIN 0 HOURS")
+    assert wh.table("m").log.versions()[0] == 0  # refused before expiring anything
+    wh.table("m").set_properties(**{"vacuum.allow_short_grace": "true"})
+    after = wh.table("m").head()
     dry = _report(run(uri, "VACUUM m RETAIN 1 VERSIONS RETAIN 0 HOURS DRY RUN"))
     assert dry[("expire", "dry_run")] == "true" and dry[("vacuum", "dry_run")] == "true"
     assert wh.table("m").log.versions()[0] == 0  # nothing expired by a dry run

@@ -5,7 +5,12 @@
   =========================================  ================================================
   ``OPTIMIZE t``                             ``table.compact()``
   ``VACUUM t``                               ``table.vacuum()`` (the table's default grace)
-  ``VACUUM t RETAIN n HOURS``                ``table.vacuum(grace=n hours)``
+  ``VACUUM t RETAIN n HOURS``                ``table.vacuum(grace=n hours)``; ``n`` below
+                                             :data:`MIN_GRACE_HOURS` is refused
+                                             (``ConfigurationError``) unless the table
+                                             property ``vacuum.allow_short_grace`` is
+                                             ``'true'`` (a short grace can delete the files
+                                             of a write that has not committed yet)
   ``VACUUM t RETAIN n VERSIONS``             ``table.expire_snapshots(retain_last=n)``, then
                                              vacuum
   ``... DRY RUN``                            both with ``dry_run=True`` (nothing changes)
@@ -31,6 +36,11 @@ import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError
 from flightsrv.sql.statements import Maintenance
+
+#: The shortest ``VACUUM ... RETAIN n HOURS`` grace accepted without the table property
+#: :data:`ALLOW_SHORT_GRACE` (like Delta's retention duration check).
+MIN_GRACE_HOURS = 1
+ALLOW_SHORT_GRACE = "vacuum.allow_short_grace"
 
 MAINTENANCE_SCHEMA = pa.schema([
     pa.field("table", pa.string(), nullable=False),
@@ -84,6 +94,14 @@ def run_maintenance(table, stmt: Maintenance) -> pa.Table:
     if stmt.verb == "optimize":
         rows += _result_rows(table.name, "compact", table.compact())
     elif stmt.verb == "vacuum":
+        if stmt.retain_hours is not None and stmt.retain_hours < MIN_GRACE_HOURS and \
+                str(table.properties.get(ALLOW_SHORT_GRACE, "")).strip().lower() != "true":
+            raise ConfigurationError(
+                f"VACUUM RETAIN {stmt.retain_hours} HOURS is below the minimum grace of "
+                f"{MIN_GRACE_HOURS} hour: it can delete the files of a write that has not "
+                f"committed yet; set the table property {ALLOW_SHORT_GRACE} = 'true' to "
+                "allow it", table=table.name, retain_hours=stmt.retain_hours,
+                minimum_hours=MIN_GRACE_HOURS)
         if stmt.retain_versions is not None:
             expired = table.expire_snapshots(retain_last=stmt.retain_versions,
                                              dry_run=stmt.dry_run)
