@@ -238,7 +238,10 @@ def cmd_user_hash(args) -> int:
 def cmd_pipeline(args) -> int:
     from flightsrv.spark.pipeline import main as pipeline_main
 
-    return pipeline_main(args.rest)
+    rest = list(args.rest)
+    if "--warehouse" not in rest:  # forward the top-level warehouse
+        rest += ["--warehouse", args.warehouse]
+    return pipeline_main(rest)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -315,16 +318,23 @@ def build_parser() -> argparse.ArgumentParser:
     uh.add_argument("--password")
     uh.set_defaults(func=cmd_user_hash)
 
-    pl = sub.add_parser("pipeline", help="the Spark example pipeline", add_help=False)
-    pl.add_argument("rest", nargs=argparse.REMAINDER)
-    pl.set_defaults(func=cmd_pipeline)
+    pl = sub.add_parser("pipeline", help="the Spark example pipeline "
+                        "(`flightsrv pipeline --help` for its options)", add_help=False)
+    pl.set_defaults(func=cmd_pipeline, rest=[])
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from flightsrv.errors import FlightsrvError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = []
+    if "pipeline" in argv:  # everything after it belongs to the pipeline's own parser
+        i = argv.index("pipeline")
+        argv, rest = argv[:i + 1], argv[i + 1:]
     args = build_parser().parse_args(argv)
+    if args.command == "pipeline":
+        args.rest = rest
     try:
         return args.func(args)
     except FlightsrvError as exc:
