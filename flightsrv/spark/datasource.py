@@ -123,7 +123,13 @@ class FlightsrvDataSource(DataSource):
             st = T.StructType(list(st.fields) + list(METADATA_FIELDS))
         return st
 
-    def reader(self, schema: T.StructType) -> FlightsrvReader:
+    def reader(self, schema: T.StructType) -> "FlightsrvReader":
+        # Spark refuses any reader that defines pushFilters unless
+        # spark.sql.python.filterPushdown.enabled is set, so pushdown lives in a subclass used
+        # only when asked for (it is opt-in anyway, see the module docstring). A plain session
+        # with automatic registration can then read.
+        if _flag(self.options, "pushFilters"):
+            return FlightsrvPushdownReader(self.options, schema)
         return FlightsrvReader(self.options, schema)
 
     def writer(self, schema: T.StructType, overwrite: bool) -> FlightsrvWriter:
@@ -165,13 +171,6 @@ class FlightsrvReader(DataSourceReader):
         self.filters: list[str] = []
         self.push = _flag(options, "pushFilters")
 
-    def pushFilters(self, filters):
-        if not self.push:
-            return filters  # see the module docstring: Spark would reuse them stale
-        pushed, rest = F.push(filters, schema_from_json(self.table_schema_json))
-        self.filters = pushed
-        return rest
-
     def _predicate(self, schema: pa.Schema) -> Predicate | None:
         sql = F.combine(self.filters)
         return Predicate.parse(sql, schema) if sql else None
@@ -206,6 +205,17 @@ class FlightsrvReader(DataSourceReader):
                                                           pa.string()))
             t = t.select(target.names).cast(target, safe=False)
             yield from t.to_batches()
+
+
+class FlightsrvPushdownReader(FlightsrvReader):
+    """The reader with ``pushFilters`` (needs spark.sql.python.filterPushdown.enabled)."""
+
+    def pushFilters(self, filters):
+        if not self.push:
+            return filters  # see the module docstring: Spark would reuse them stale
+        pushed, rest = F.push(filters, schema_from_json(self.table_schema_json))
+        self.filters = pushed
+        return rest
 
 
 # -- write --------------------------------------------------------------------------------
