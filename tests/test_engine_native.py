@@ -70,9 +70,15 @@ def test_pinned_live_rows_native_and_arrow(warehouse_uri):
     try:
         local = not warehouse_uri.startswith("s3://")
         assert (e.native_root is not None) == local
-        if local:  # the view mixes DuckDB's reader and the masked Arrow scan
-            body = plan_native(t.snapshot(), None, None, "r").body
-            assert "read_parquet" in body and "UNION ALL" in body and "r_dv" in body
+        if local:  # every way of reading a file is exercised below
+            snap = t.snapshot()
+            body = plan_native(snap, None, None, "r").body  # full scan: DuckDB reads all
+            assert body.count("POSITIONAL JOIN") == 3 and body.count("read_parquet") == 4
+            assert "r_dv" not in body
+            body = plan_native(snap, None, "id = 4103", "r").body  # a point: Arrow scan
+            assert "r_dv" in body and "read_parquet" not in body
+            body = plan_native(snap, None, "k = 3", "r").body  # prunes no row group
+            assert body.count("POSITIONAL JOIN") == 3 and "r_dv" not in body
         # manifest order is kept across the runs of clean and dirty files
         assert ids(e, "SELECT id FROM t") == t.snapshot().to_table(["id"])["id"].to_pylist()
         assert ids(e, "SELECT * FROM t ORDER BY id") == expected_live()
@@ -87,6 +93,8 @@ def test_pinned_live_rows_native_and_arrow(warehouse_uri):
         p = pa.record_batch([pa.array([11_000])], names=["0"])
         assert rows(e, "SELECT s FROM t WHERE id = ?", p).to_pylist() == [{"s": "v11000"}]
         assert ids(e, "SELECT id FROM t WHERE id = 7") == []  # deleted by the DV
+        assert ids(e, "SELECT id FROM t WHERE k = 3") == [i for i in live if i % 10 == 3]
+        assert ids(e, "SELECT id FROM t WHERE id = 3001 OR id = 8000") == [8000]
         # time travel: the version before the deletes, and each side of a self-join
         assert ids(e, f"SELECT id FROM t AT (VERSION => {v_full}) ORDER BY id") == \
             expected_live(v_full=True)
