@@ -21,7 +21,7 @@ from pyspark.sql import datasource as D
 
 import flightsrv.spark as fs
 from flightsrv.spark import compaction
-from flightsrv.spark.datasource import FlightsrvReader
+from flightsrv.spark.datasource import FlightsrvDataSource
 from flightsrv.warehouse import Warehouse
 
 pytestmark = pytest.mark.spark
@@ -92,7 +92,15 @@ def test_pushdown_split_and_pruning(spark, local_uri):
     uri = f"{local_uri}/pushed"
     _events(spark, 0, 4000, parts=4).write.format("flightsrv").mode("append").save(uri)
     opts = {"path": uri, "pushFilters": "true"}
-    reader = FlightsrvReader(opts, spark.read.format("flightsrv").load(uri).schema)
+    reader = FlightsrvDataSource(opts).reader(spark.read.format("flightsrv").load(uri).schema)
+    from pyspark.sql.datasource import DataSourceReader
+
+    # only the opt-in reader overrides pushFilters (Spark refuses such readers unless
+    # spark.sql.python.filterPushdown.enabled is set)
+    assert type(reader).pushFilters is not DataSourceReader.pushFilters
+    plain = FlightsrvDataSource({"path": uri}).reader(
+        spark.read.format("flightsrv").load(uri).schema)
+    assert type(plain).pushFilters is DataSourceReader.pushFilters
     all_parts = len(reader.partitions())
     when = dt.datetime(2024, 1, 1)
     filters = [D.GreaterThanOrEqual(("id",), 3500), D.Not(D.EqualTo(("kind",), "k1")),

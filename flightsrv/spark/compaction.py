@@ -27,8 +27,6 @@ from flightsrv.spark.location import split_uri, table_handle
 from flightsrv.spark.types import spark_arrow_schema
 from flightsrv.table.commit import require_table
 from flightsrv.table.maintenance import (
-    DEFAULT_MIN_DELETED_FRACTION,
-    DEFAULT_SMALL_FILE_FRACTION,
     DEFAULT_SORT_GROUP_BYTES,
     CompactResult,
     _carry_over,
@@ -36,6 +34,7 @@ from flightsrv.table.maintenance import (
     _plan_groups,
     _write_group,
     _write_tombstone,
+    compaction_options,
 )
 from flightsrv.table.scan import Snapshot
 from flightsrv.table.writer import WriteOptions
@@ -49,25 +48,10 @@ def plan(table, *, target_file_size=None, min_deleted_fraction=None, small_file_
     """Pin the head and choose the groups (driver side)."""
     snap = table.snapshot()
     props = snap.manifest.properties
-    options = WriteOptions.from_properties(props)
-    if target_file_size is not None:
-        if int(target_file_size) <= 0:
-            raise ConfigurationError("target_file_size must be positive", table=table.name,
-                                     target_file_size=target_file_size)
-        options = dataclasses.replace(options, target_file_size=int(target_file_size))
-    try:
-        min_del = float(min_deleted_fraction if min_deleted_fraction is not None else
-                        props.get("compact.min_deleted_fraction", DEFAULT_MIN_DELETED_FRACTION))
-        frac = float(small_file_fraction if small_file_fraction is not None else
-                     props.get("compact.small_file_fraction", DEFAULT_SMALL_FILE_FRACTION))
-    except (TypeError, ValueError):
-        raise ConfigurationError("compaction thresholds must be numbers",
-                                 table=table.name) from None
-    if not 0 <= min_del <= 1 or not 0 <= frac <= 1:
-        raise ConfigurationError("compaction fractions must be within [0, 1]", table=table.name,
-                                 min_deleted_fraction=min_del, small_file_fraction=frac)
-    small = int(small_file_threshold) if small_file_threshold is not None else \
-        int(options.target_file_size * frac)
+    options, min_del, _frac, small = compaction_options(
+        table, props, target_file_size=target_file_size,
+        min_deleted_fraction=min_deleted_fraction, small_file_fraction=small_file_fraction,
+        small_file_threshold=small_file_threshold)
     groups, reasons = _plan_groups(snap.manifest, table, target=options.target_file_size,
                                    min_deleted=min_del, small=small, sort_by=[],
                                    sort_group_bytes=DEFAULT_SORT_GROUP_BYTES)

@@ -18,21 +18,19 @@ The returned count is the number of rows this commit turned from live to deleted
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 
 from pyroaring import BitMap64
 
 from flightsrv.errors import CommitConflict
-from flightsrv.store.base import PutMode
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import (
     INLINE_LIMIT,
-    OBJECT_FORMAT_BYTE,
     encode_blob,
     inline_descriptor,
     read_dv,
+    write_dv_object,
 )
-from flightsrv.table.manifest import DataFile, DeletionVector
+from flightsrv.table.manifest import DataFile
 from flightsrv.table.predicate import Match, Predicate, manifest_stats_lookup, rowgroup_stats_lookup
 from flightsrv.table.scan import FileTask, open_parquet
 
@@ -124,19 +122,6 @@ def _apply(table, head_file: DataFile, d: FileDelete, dvs_out: list) -> tuple[Da
                                stats_wide=True), count
 
 
-def _write_dv_object(table, pending: list) -> dict[str, DeletionVector]:
-    """Write every large DV of this commit into one write-once tombstone object."""
-    t = dt.datetime.fromtimestamp(table.runtime.clock.now_ms() / 1000, tz=dt.timezone.utc)
-    key = f"tombstone/{t:%Y/%m/%d/%H}/{table.runtime.ids.new_id()}.dv"
-    body = bytearray(OBJECT_FORMAT_BYTE)
-    out = {}
-    for path, blob, card in pending:
-        out[path] = DeletionVector("object", card, path=key, offset=len(body), length=len(blob))
-        body += blob
-    table.store.put(key, bytes(body), mode=PutMode.CREATE)
-    return out
-
-
 def plan_mutator(table, plan: dict[str, FileDelete], summary: dict, result: dict,
                  operation: str = "delete"):
     """The commit mutator of a delete plan: merges each file's positions into the head's DV
@@ -165,7 +150,7 @@ def plan_mutator(table, plan: dict[str, FileDelete], summary: dict, result: dict
         if count == 0:
             return None
         if pending:
-            descriptors = _write_dv_object(table, pending)
+            descriptors = write_dv_object(table, pending)
             new_files = [dataclasses.replace(f, dv=descriptors[f.path])
                          if f.dv == "pending" else f for f in new_files]
         full = {"rows_added": 0, "rows_deleted": count, "files_added": 0,

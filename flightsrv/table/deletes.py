@@ -68,6 +68,26 @@ def decode_blob(blob: bytes, *, where: str) -> BitMap64:
                             check="bitmap", error=str(exc)) from None
 
 
+def write_dv_object(table, pending: list) -> dict[str, DeletionVector]:
+    """Write a commit's large DVs into ONE write-once object under ``tombstone/``.
+
+    ``pending`` holds ``(data_file_path, blob, cardinality)``; returns a descriptor per path
+    pointing at its blob (offset of the length field, blob length), as in a Delta DV file."""
+    import datetime as dt
+
+    from flightsrv.store.base import PutMode
+
+    t = dt.datetime.fromtimestamp(table.runtime.clock.now_ms() / 1000, tz=dt.timezone.utc)
+    key = f"tombstone/{t:%Y/%m/%d/%H}/{table.runtime.ids.new_id()}.dv"
+    body = bytearray(OBJECT_FORMAT_BYTE)
+    out = {}
+    for path, blob, card in pending:
+        out[path] = DeletionVector("object", card, path=key, offset=len(body), length=len(blob))
+        body += blob
+    table.store.put(key, bytes(body), mode=PutMode.CREATE)
+    return out
+
+
 def inline_descriptor(bitmap: BitMap64) -> DeletionVector:
     blob = encode_blob(bitmap)
     return DeletionVector("inline", len(bitmap), data=base64.b64encode(blob).decode())

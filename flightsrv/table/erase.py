@@ -364,7 +364,7 @@ def _discard(table, prepared: list[_Prepared]) -> None:
 
 
 def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict, out: dict):
-    from flightsrv.table.delete_plan import _write_dv_object
+    from flightsrv.table.deletes import write_dv_object
 
     targets = {p.target.file.path: p for p in prepared}
 
@@ -407,7 +407,7 @@ def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict
                 entries.append(nf)
             replaced[path] = entries
         if pending:
-            descriptors = _write_dv_object(table, pending)
+            descriptors = write_dv_object(table, pending)
             replaced = {k: [dataclasses.replace(f, dv=descriptors[f.path])
                             if f.dv == "pending" else f for f in v] for k, v in replaced.items()}
         files: list[DataFile] = []
@@ -488,15 +488,6 @@ def _erase(table, select, suspect, operation: str, extra: dict, *, expire: bool,
 # -- erasure completeness ------------------------------------------------------------
 
 
-def _references(m: Manifest) -> set[str]:
-    refs = set()
-    for f in m.data_files:
-        refs.add(f.path)
-        if f.dv is not None and f.dv.storage == "object" and f.dv.path:
-            refs.add(f.dv.path)
-    return refs
-
-
 def _retained(table) -> list[Manifest]:
     out = []
     for v in table.log.versions():
@@ -511,7 +502,7 @@ def _history_copies(table, erase_version: int, suspect) -> dict[str, str]:
     may hold earlier copies of the erased rows (rewritten away before the erasure, e.g. by
     compaction): kind "history"."""
     head = require_table(table.log.head(), table.name)
-    current = _references(head)
+    current = head.referenced_keys()
     out = {}
     for m in _retained(table):
         if m.version >= erase_version:
@@ -531,7 +522,7 @@ def _expire_referencing(table, erase_version: int, keys: set[str]) -> list[int]:
     that many more (older-than-head) versions expire; the erasure itself is never weakened.
     """
     doomed = [m.version for m in _retained(table)
-              if m.version < erase_version and _references(m) & keys]
+              if m.version < erase_version and m.referenced_keys() & keys]
     if not doomed:
         return []
     keep_from = max(doomed) + 1
@@ -546,7 +537,7 @@ def _account(table, erased: dict[str, str], *, delete: bool) -> list[ErasedObjec
     """Which retained versions reach each erased object; delete the unreferenced ones."""
     refs: dict[str, list[int]] = {k: [] for k in erased}
     for m in _retained(table):
-        for k in _references(m) & refs.keys():
+        for k in m.referenced_keys() & refs.keys():
             refs[k].append(m.version)
     out = []
     for key, kind in sorted(erased.items()):

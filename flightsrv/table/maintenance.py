@@ -41,10 +41,10 @@ from flightsrv.errors import ConfigurationError, ObjectNotFound
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import (
     INLINE_LIMIT,
-    OBJECT_FORMAT_BYTE,
     encode_blob,
     inline_descriptor,
     read_dv,
+    write_dv_object,
 )
 from flightsrv.table.manifest import DataFile, DeletionVector, Manifest, manifest_key
 from flightsrv.table.scan import FileTask, Snapshot
@@ -221,28 +221,7 @@ def _dv_for(bitmap: BitMap64, pending: list, out_path: str):
     return "pending"
 
 
-def _write_tombstone(table, pending: list) -> dict[str, DeletionVector]:
-    """Write queued DV blobs into one write-once tombstone object (same layout as deletes)."""
-    from flightsrv.store.base import PutMode
-
-    t = dt.datetime.fromtimestamp(table.runtime.clock.now_ms() / 1000, tz=dt.UTC)
-    key = f"tombstone/{t:%Y/%m/%d/%H}/{table.runtime.ids.new_id()}.dv"
-    body = bytearray(OBJECT_FORMAT_BYTE)
-    out = {}
-    for path, blob, card in pending:
-        out[path] = DeletionVector("object", card, path=key, offset=len(body), length=len(blob))
-        body += blob
-    table.store.put(key, bytes(body), mode=PutMode.CREATE)
-    return out
-
-
-def _referenced_by(m: Manifest) -> set[str]:
-    refs = set()
-    for f in m.data_files:
-        refs.add(f.path)
-        if f.dv is not None and f.dv.storage == "object" and f.dv.path:
-            refs.add(f.dv.path)
-    return refs
+_write_tombstone = write_dv_object  # one writer of DV objects (flightsrv.table.deletes)
 
 
 def _seconds(value, what: str, table) -> float:
@@ -453,23 +432,12 @@ def _coalesce_plan(table, head: Manifest, inputs: set[str]) -> dict[str, Deletio
     return out
 
 
-def compact(table, *, target_file_size: int | None = None,
-            min_deleted_fraction: float | None = None, small_file_fraction: float | None = None,
-            small_file_threshold: int | None = None, sort_by=None,
-            sort_group_bytes: int = DEFAULT_SORT_GROUP_BYTES, coalesce_dvs: bool = True,
-            dry_run: bool = False, progress=None) -> CompactResult:
-    """Rewrite delete-heavy and small files (and coalesce DVs) in one commit.
-
-    Files whose deleted fraction is over ``min_deleted_fraction`` (table property
-    ``compact.min_deleted_fraction``, default 0.1) are rewritten without their deleted rows;
-    files under ``small_file_threshold`` bytes (default ``small_file_fraction`` × target,
-    property ``compact.small_file_fraction``, default 0.5) are bin-packed up to
-    ``target_file_size`` (property ``target_file_size``, writer default). With ``sort_by``
-    every file is rewritten sorted by those columns (groups of up to ``sort_group_bytes``
-    are sorted in memory). See the module docstring for the concurrency rule."""
-    snap = table.snapshot()
-    head = snap.manifest
-    props = head.properties
+def compaction_options(table, props: dict, *, target_file_size=None,
+                       min_deleted_fraction=None, small_file_fraction=None,
+                       small_file_threshold=None) -> tuple[WriteOptions, float, float, int]:
+    """Resolve compaction settings from arguments, then table properties, then defaults:
+    (write options, min deleted fraction, small-file fraction, small-file threshold bytes).
+    Shared by ``compact`` and the Spark compaction."""
     options = WriteOptions.from_properties(props)
     if target_file_size is not None:
         if int(target_file_size) <= 0:
@@ -490,6 +458,30 @@ def compact(table, *, target_file_size: int | None = None,
                                  min_deleted_fraction=min_del, small_file_fraction=frac)
     small = int(small_file_threshold) if small_file_threshold is not None else \
         int(options.target_file_size * frac)
+    return options, min_del, frac, small
+
+
+def compact(table, *, target_file_size: int | None = None,
+            min_deleted_fraction: float | None = None, small_file_fraction: float | None = None,
+            small_file_threshold: int | None = None, sort_by=None,
+            sort_group_bytes: int = DEFAULT_SORT_GROUP_BYTES, coalesce_dvs: bool = True,
+            dry_run: bool = False, progress=None) -> CompactResult:
+    """Rewrite delete-heavy and small files (and coalesce DVs) in one commit.
+
+    Files whose deleted fraction is over ``min_deleted_fraction`` (table property
+    ``compact.min_deleted_fraction``, default 0.1) are rewritten without their deleted rows;
+    files under ``small_file_threshold`` bytes (default ``small_file_fraction`` × target,
+    property ``compact.small_file_fraction``, default 0.5) are bin-packed up to
+    ``target_file_size`` (property ``target_file_size``, writer default). With ``sort_by``
+    every file is rewritten sorted by those columns (groups of up to ``sort_group_bytes``
+    are sorted in memory). See the module docstring for the concurrency rule."""
+    snap = table.snapshot()
+    head = snap.manifest
+    props = head.properties
+    options, min_del, frac, small = compaction_options(
+        table, props, target_file_size=target_file_size,
+        min_deleted_fraction=min_deleted_fraction, small_file_fraction=small_file_fraction,
+        small_file_threshold=small_file_threshold)
     if isinstance(sort_by, str):
         sort_by = [c.strip() for c in sort_by.split(",") if c.strip()]
     sort_by = list(sort_by or [])
@@ -699,7 +691,7 @@ def _retained_refs(table) -> tuple[set[str], int | None, int]:
     for v in range(lo, head.version + 1):
         m = head if v == head.version else table.log.try_load(v)
         if m is not None:  # missing below the head: expired meanwhile
-            refs |= _referenced_by(m)
+            refs |= m.referenced_keys()
     return refs, lo, head.version
 
 
@@ -738,7 +730,7 @@ def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) 
             for v in range(hv + 1, head.version + 1):
                 m = table.log.try_load(v)
                 if m is not None:
-                    refs |= _referenced_by(m)
+                    refs |= m.referenced_keys()
             old = [(m, now) for m, now in old if m.key not in refs]
     result = VacuumResult(table=table.name, dry_run=dry_run, grace_seconds=grace_s,
                           oldest_retained=lo, head_version=hv, referenced_objects=len(refs),

@@ -115,6 +115,16 @@ class Manifest:
     def live_rows(self) -> int:
         return sum(f.live_rows for f in self.data_files)
 
+    def referenced_keys(self) -> set[str]:
+        """Every object key (relative to the table) this version needs: data files and DV
+        objects. Vacuum keeps them; erasure reports versions by them."""
+        refs = set()
+        for f in self.data_files:
+            refs.add(f.path)
+            if f.dv is not None and f.dv.storage == "object" and f.dv.path:
+                refs.add(f.dv.path)
+        return refs
+
     def files_by_path(self) -> dict[str, DataFile]:
         return {f.path: f for f in self.data_files}
 
