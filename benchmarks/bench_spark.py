@@ -31,9 +31,9 @@ def run(ctx: Context) -> list[Row]:
     import flightsrv.spark as fs
     from flightsrv.warehouse import Warehouse
 
-    n = ctx.rows(1_000_000, 10_000_000)
-    k = ctx.rows(10_000, 100_000)
-    repeat = 3 if ctx.full else 2  # the first write of each also warms the JVM up
+    n = ctx.rows(500_000, 10_000_000)
+    k = ctx.rows(5_000, 100_000)
+    repeat = 3 if ctx.full else 1  # the warm-up writes below already warmed the JVM up
     spark = fs.session("local[2]", "flightsrv-bench", conf={
         "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
         "spark.driver.memory": "4g"})
