@@ -72,13 +72,10 @@ def test_pinned_live_rows_native_and_arrow(warehouse_uri):
         assert (e.native_root is not None) == local
         if local:  # every way of reading a file is exercised below
             snap = t.snapshot()
-            body = plan_native(snap, None, None, "r").body  # full scan: DuckDB reads all
-            assert body.count("POSITIONAL JOIN") == 3 and body.count("read_parquet") == 4
-            assert "r_dv" not in body
-            body = plan_native(snap, None, "id = 4103", "r").body  # a point: Arrow scan
+            body = plan_native(snap, None, None, "r").body  # clean: DuckDB; dirty: Arrow scan
+            assert "read_parquet" in body and "r_dv" in body
+            body = plan_native(snap, None, "id = 4103", "r").body  # a point: only dirty files
             assert "r_dv" in body and "read_parquet" not in body
-            body = plan_native(snap, None, "k = 3", "r").body  # prunes no row group
-            assert body.count("POSITIONAL JOIN") == 3 and "r_dv" not in body
         # manifest order is kept across the runs of clean and dirty files
         assert ids(e, "SELECT id FROM t") == t.snapshot().to_table(["id"])["id"].to_pylist()
         assert ids(e, "SELECT * FROM t ORDER BY id") == expected_live()
