@@ -16,7 +16,6 @@ Sorting and DV coalescing stay with ``Table.compact`` (single process).
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 
 import pyarrow as pa
@@ -25,17 +24,15 @@ from pyspark.sql import types as T
 from flightsrv.errors import ConfigurationError
 from flightsrv.spark.location import split_uri, table_handle
 from flightsrv.spark.types import spark_arrow_schema
-from flightsrv.table.commit import require_table
 from flightsrv.table.maintenance import (
     DEFAULT_SORT_GROUP_BYTES,
     CompactResult,
-    _carry_over,
     _Group,
     _plan_groups,
     _write_group,
-    _write_tombstone,
     compaction_options,
 )
+from flightsrv.table.maintenance import commit_groups as shared_commit_groups
 from flightsrv.table.scan import Snapshot
 from flightsrv.table.writer import WriteOptions
 
@@ -94,68 +91,11 @@ def rewrite_groups(spark, wh_uri: str, name: str, snap: Snapshot, groups: list[_
 
 def commit_groups(table, snap: Snapshot, groups: list[_Group],
                   result: CompactResult) -> CompactResult:
-    """One commit swapping each still-valid group's inputs for its outputs (see module doc)."""
-    head = snap.manifest
-    stash: dict = {}
-
-    def mutate(cur):
-        cur = require_table(cur, table.name)
-        stash.clear()
-        if cur.schema != head.schema:
-            stash["aborted"] = len(groups)
-            return None
-        by_path = cur.files_by_path()
-        replace: dict[str, list] = {}
-        removed: set[str] = set()
-        pending: list = []
-        st = dict.fromkeys(("groups_committed", "groups_aborted", "deletes_carried_over",
-                            "files_rewritten", "files_added", "bytes_rewritten", "bytes_written",
-                            "rows_written", "deleted_rows_purged"), 0)
-        for g in groups:
-            r = _carry_over(table, g, by_path)
-            if r is None:
-                st["groups_aborted"] += 1
-                continue
-            outs, carried, pend = r
-            pending += pend
-            removed |= {i.file.path for i in g.inputs}
-            replace[g.inputs[0].file.path] = outs
-            st["groups_committed"] += 1
-            st["deletes_carried_over"] += carried
-            st["files_rewritten"] += len(g.inputs)
-            st["files_added"] += len(outs)
-            st["bytes_rewritten"] += sum(i.file.size for i in g.inputs)
-            st["bytes_written"] += sum(o.size for o in g.outputs)
-            st["rows_written"] += sum(o.rows for o in g.outputs)
-            st["deleted_rows_purged"] += sum(len(i.deleted) for i in g.inputs)
-        stash.update(st)
-        if not st["groups_committed"]:
-            return None
-        descriptors = _write_tombstone(table, pending) if pending else {}
-        files = []
-        for f in cur.data_files:
-            if f.path in replace:
-                for o in replace[f.path]:
-                    o = dataclasses.replace(o, added_version=head.version)
-                    if o.dv == "pending":
-                        o = dataclasses.replace(o, dv=descriptors[o.path])
-                    files.append(o)
-            elif f.path not in removed:
-                files.append(f)
-        summary = {"rows_added": 0, "rows_deleted": st["deletes_carried_over"],
-                   "files_added": st["files_added"], "files_removed": st["files_rewritten"],
-                   "read_version": head.version, "bytes_rewritten": st["bytes_rewritten"],
-                   "bytes_written": st["bytes_written"],
-                   "deleted_rows_purged": st["deleted_rows_purged"],
-                   "deletes_carried_over": st["deletes_carried_over"], "engine": "spark"}
-        return dataclasses.replace(cur, operation="compact", summary=summary,
-                                   data_files=tuple(files))
-
-    m = table.commit(mutate)
-    for k, v in stash.items():
-        setattr(result, k, v)
-    if m is not None:
-        result.version = m.version
+    """One commit swapping each still-valid group's inputs for its outputs: the same commit
+    as ``Table.compact`` (``maintenance.commit_groups``: carry-over, abort on vanished
+    inputs, appends kept)."""
+    shared_commit_groups(table, snap.manifest, groups, result,
+                         extra_summary={"engine": "spark"})
     return result
 
 

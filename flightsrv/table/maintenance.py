@@ -461,6 +461,97 @@ def compaction_options(table, props: dict, *, target_file_size=None,
     return options, min_del, frac, small
 
 
+def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
+                  coalesced: dict | None = None, extra_summary: dict | None = None):
+    """The one compaction commit (used by ``compact`` and the Spark compaction): swap each
+    group's inputs for its written outputs, carrying over deletes that landed after ``head``
+    was read (or aborting a group whose input vanished), move coalesced DVs, keep every other
+    file of the head. Fills ``result``; returns the committed manifest or None."""
+    coalesced = coalesced or {}
+    read_dvs = {f.path: f.dv for f in head.data_files}
+    stash: dict = {}
+
+    def mutate(cur):
+        cur = require_table(cur, table.name)
+        if cur.schema != head.schema:
+            stash.clear()
+            stash["schema_changed"] = True
+            return None
+        by_path = cur.files_by_path()
+        replace: dict[str, list] = {}  # first input path -> outputs (placed there)
+        removed: set[str] = set()
+        pending: list = []
+        committed = aborted = carried = 0
+        stats = {"files_rewritten": 0, "files_added": 0, "bytes_rewritten": 0,
+                 "bytes_written": 0, "rows_written": 0, "deleted_rows_purged": 0}
+        for g in groups:
+            r = _carry_over(table, g, by_path)
+            if r is None:
+                aborted += 1
+                continue
+            outs, n, pend = r
+            committed += 1
+            carried += n
+            pending += pend
+            removed |= {i.file.path for i in g.inputs}
+            replace[g.inputs[0].file.path] = outs
+            stats["files_rewritten"] += len(g.inputs)
+            stats["files_added"] += len(outs)
+            stats["bytes_rewritten"] += sum(i.file.size for i in g.inputs)
+            stats["bytes_written"] += sum(o.size for o in g.outputs)
+            stats["rows_written"] += sum(o.rows for o in g.outputs)
+            stats["deleted_rows_purged"] += sum(len(i.deleted) for i in g.inputs)
+        moved = {p: d for p, d in coalesced.items()
+                 if p in by_path and p not in removed and by_path[p].dv == read_dvs.get(p)}
+        if not committed and not moved:
+            stash.clear()
+            stash["aborted"] = aborted
+            return None
+        descriptors = _write_tombstone(table, pending) if pending else {}
+        new_version = cur.version + 1
+        files = []
+        for f in cur.data_files:
+            if f.path in replace:
+                for o in replace[f.path]:
+                    o = dataclasses.replace(o, added_version=head.version)
+                    if o.dv == "pending":
+                        o = dataclasses.replace(o, dv=descriptors[o.path])
+                    files.append(o)
+            elif f.path in removed:
+                continue
+            elif f.path in moved:
+                files.append(dataclasses.replace(f, dv=moved[f.path]))
+            else:
+                files.append(f)
+        stash.clear()
+        stash.update(stats, groups_committed=committed, groups_aborted=aborted,
+                     deletes_carried_over=carried, dvs_coalesced=len(moved),
+                     version=new_version)
+        summary = {"rows_added": 0, "rows_deleted": carried,
+                   "files_added": stats["files_added"],
+                   "files_removed": stats["files_rewritten"], "read_version": head.version,
+                   "bytes_rewritten": stats["bytes_rewritten"],
+                   "bytes_written": stats["bytes_written"],
+                   "deleted_rows_purged": stats["deleted_rows_purged"],
+                   "deletes_carried_over": carried, "dvs_coalesced": len(moved),
+                   **(extra_summary or {})}
+        return dataclasses.replace(cur, operation="compact", summary=summary,
+                                   data_files=tuple(files))
+
+    m = table.commit(mutate)
+    if m is None:
+        result.groups_aborted = stash.get("aborted", len(groups))
+        if stash.get("schema_changed"):
+            log.warning("compaction abandoned: schema changed", extra=_table_ctx(table))
+        return None
+    for k, v in stash.items():
+        setattr(result, k, v)
+    result.version = m.version
+    result.dv_objects_after = len({f.dv.path for f in m.data_files
+                                   if f.dv is not None and f.dv.storage == "object"})
+    return m
+
+
 def compact(table, *, target_file_size: int | None = None,
             min_deleted_fraction: float | None = None, small_file_fraction: float | None = None,
             small_file_threshold: int | None = None, sort_by=None,
@@ -513,86 +604,9 @@ def compact(table, *, target_file_size: int | None = None,
         coalesced = _coalesce_plan(table, head, inputs) if coalesce_dvs else {}
         if not groups and not coalesced:
             return result
-        read_dvs = {f.path: f.dv for f in head.data_files}
-        stash: dict = {}
-
-        def mutate(cur):
-            cur = require_table(cur, table.name)
-            if cur.schema != head.schema:
-                stash.clear()
-                stash["schema_changed"] = True
-                return None
-            by_path = cur.files_by_path()
-            replace: dict[str, list] = {}  # first input path -> outputs (placed there)
-            removed: set[str] = set()
-            pending: list = []
-            committed = aborted = carried = 0
-            stats = {"files_rewritten": 0, "files_added": 0, "bytes_rewritten": 0,
-                     "bytes_written": 0, "rows_written": 0, "deleted_rows_purged": 0}
-            for g in groups:
-                r = _carry_over(table, g, by_path)
-                if r is None:
-                    aborted += 1
-                    continue
-                outs, n, pend = r
-                committed += 1
-                carried += n
-                pending += pend
-                removed |= {i.file.path for i in g.inputs}
-                replace[g.inputs[0].file.path] = outs
-                stats["files_rewritten"] += len(g.inputs)
-                stats["files_added"] += len(outs)
-                stats["bytes_rewritten"] += sum(i.file.size for i in g.inputs)
-                stats["bytes_written"] += sum(o.size for o in g.outputs)
-                stats["rows_written"] += sum(o.rows for o in g.outputs)
-                stats["deleted_rows_purged"] += sum(len(i.deleted) for i in g.inputs)
-            moved = {p: d for p, d in coalesced.items()
-                     if p in by_path and p not in removed and by_path[p].dv == read_dvs.get(p)}
-            if not committed and not moved:
-                stash.clear()
-                stash["aborted"] = aborted
-                return None
-            descriptors = _write_tombstone(table, pending) if pending else {}
-            new_version = cur.version + 1
-            files = []
-            for f in cur.data_files:
-                if f.path in replace:
-                    for o in replace[f.path]:
-                        o = dataclasses.replace(o, added_version=head.version)
-                        if o.dv == "pending":
-                            o = dataclasses.replace(o, dv=descriptors[o.path])
-                        files.append(o)
-                elif f.path in removed:
-                    continue
-                elif f.path in moved:
-                    files.append(dataclasses.replace(f, dv=moved[f.path]))
-                else:
-                    files.append(f)
-            stash.clear()
-            stash.update(stats, groups_committed=committed, groups_aborted=aborted,
-                         deletes_carried_over=carried, dvs_coalesced=len(moved),
-                         version=new_version)
-            summary = {"rows_added": 0, "rows_deleted": carried,
-                       "files_added": stats["files_added"],
-                       "files_removed": stats["files_rewritten"], "read_version": head.version,
-                       "bytes_rewritten": stats["bytes_rewritten"],
-                       "bytes_written": stats["bytes_written"],
-                       "deleted_rows_purged": stats["deleted_rows_purged"],
-                       "deletes_carried_over": carried, "dvs_coalesced": len(moved)}
-            return dataclasses.replace(cur, operation="compact", summary=summary,
-                                       data_files=tuple(files))
-
-        m = table.commit(mutate)
+        m = commit_groups(table, head, groups, result, coalesced=coalesced)
         if m is None:
-            result.groups_aborted = stash.get("aborted", len(groups))
-            if stash.get("schema_changed"):
-                log.warning("compaction abandoned: schema changed", extra=_table_ctx(table))
             return result
-        for k, v in stash.items():
-            setattr(result, k, v)
-        result.version = m.version
-        result.dv_objects_after = len({f.dv.path for f in m.data_files
-                                       if f.dv is not None and f.dv.storage == "object"})
         log.info("compact", extra={"table": table.name, "version": m.version,
                                    "files_rewritten": result.files_rewritten,
                                    "files_added": result.files_added})
