@@ -96,8 +96,7 @@ class Predicate:
         self.sql = sql
         self.schema = schema
         try:
-            tree = sqlglot.parse_one(sql, dialect="duckdb", into=exp.Condition) \
-                if False else sqlglot.parse_one(sql, dialect="duckdb")
+            tree = sqlglot.parse_one(sql, dialect="duckdb")
         except sqlglot.errors.ParseError as exc:
             err = exc.errors[0] if exc.errors else {}
             raise PredicateError("predicate does not parse", predicate=sql,
