@@ -374,10 +374,7 @@ class DuckEngine:
 
     def _create(self, stmt: st.CreateTable) -> int:
         if stmt.replace:
-            try:
-                self.warehouse.drop_table(stmt.table)
-            except TableNotFound:
-                pass
+            self.warehouse.drop_table(stmt.table, missing_ok=True)
         try:
             self.warehouse.create_table(stmt.table, stmt.schema)
         except TableExists:
@@ -392,10 +389,7 @@ class DuckEngine:
         reader = self._run_query(stmt, tree, "ctas", self._pinner(), values)
         schema = pa.schema([f.with_nullable(True) for f in reader.schema])
         if stmt.replace:
-            try:
-                self.warehouse.drop_table(stmt.table)
-            except TableNotFound:
-                pass
+            self.warehouse.drop_table(stmt.table, missing_ok=True)
         try:
             table = self.warehouse.create_table(stmt.table, schema)
         except BaseException:
