@@ -10,6 +10,7 @@ import time
 
 import pyarrow as pa
 import pytest
+from support import Hook
 
 from flightsrv import Warehouse
 from flightsrv.errors import ConfigurationError, VersionNotFound
@@ -71,23 +72,6 @@ def table(local_uri, rt):
 def table_any(warehouse_uri, rt):
     """The same table on the local store and on S3 (moto) for the storage-sensitive paths."""
     return make_table(warehouse_uri, rt)
-
-
-class Hook:
-    """A Progress stand-in that runs ``action`` once, the first time compaction reports
-    progress: after compaction pinned its read version, before it commits."""
-
-    def __init__(self, action):
-        self.action, self.fired = action, False
-        self.total, self.unit = None, ""
-
-    def advance(self, n=1, note=""):
-        if not self.fired:
-            self.fired = True
-            self.action()
-
-    def finish(self):
-        pass
 
 
 # -- compaction ----------------------------------------------------------------------

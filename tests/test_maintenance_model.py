@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import Hook
 
 from flightsrv import Warehouse
 from flightsrv.errors import VersionNotFound
@@ -40,19 +41,6 @@ op = st.one_of(
     st.tuples(st.just("vacuum"), st.just(0)),
     st.tuples(st.just("time_travel"), st.integers(0, 10**6)),
 )
-
-
-class Hook:
-    def __init__(self, action):
-        self.action, self.total, self.unit, self.fired = action, None, "", False
-
-    def advance(self, n=1, note=""):
-        if not self.fired:
-            self.fired = True
-            self.action()
-
-    def finish(self):
-        pass
 
 
 def key(rows):
