@@ -45,6 +45,16 @@ class PermissionDenied(FlightsrvError):
     """The caller lacks the role for this operation."""
 
 
+class QueryCancelled(FlightsrvError):
+    """The call was interrupted: the client cancelled it (``reason=cancelled``) or its
+    deadline passed (``reason=timeout``). Nothing it had not committed is committed."""
+
+
+class LimitExceeded(ConfigurationError):
+    """A configured limit was reached (statement size, nesting, open statements, ...);
+    the message names the limit and its value."""
+
+
 # -- store level ---------------------------------------------------------------
 
 

@@ -13,10 +13,13 @@ CommitConflict -> ABORTED, PermissionDenied -> UNAUTHORIZED, CorruptObject -> IN
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import pyarrow as pa
+
+from flightsrv.errors import QueryCancelled
 
 
 class Role(enum.Enum):
@@ -47,12 +50,92 @@ class Prepared:
     kind: StatementKind
     dataset_schema: pa.Schema  # empty schema for UPDATE
     parameter_schema: pa.Schema  # empty when the statement has no ``?`` / ``$n`` parameters
+    #: True when running the statement changes state (DML, DDL, maintenance, SET). Such a
+    #: statement must run exactly once, at the request that carries it (GetFlightInfo /
+    #: DoPut), never when a result is fetched; a QUERY with effects (OPTIMIZE, VACUUM,
+    #: PURGE) has its result kept by the caller and handed out once.
+    effects: bool = False
+    #: what the statement is, for logs and metrics: select | delete | update | merge |
+    #: insert | create | drop | maintenance | set | show ...
+    statement_kind: str = "select"
+
+
+class Cancel:
+    """A cancellation token for one call.
+
+    The server trips it (the client cancelled, the deadline passed, the server drains);
+    the engine registers callbacks that interrupt the running work (DuckDB's
+    ``interrupt()``) and calls :meth:`check` between steps. Once tripped it stays tripped.
+    ``reason`` is "cancelled" or "timeout".
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self.reason: str | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.reason is not None
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        with self._lock:
+            if self.reason is not None:
+                return
+            self.reason = reason
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - an interrupt is best effort
+                pass
+
+    def on_cancel(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Run ``fn`` when cancelled (now, if already cancelled). Returns an unregister
+        function; call it when the work that ``fn`` interrupts has finished."""
+        with self._lock:
+            if self.reason is None:
+                self._callbacks.append(fn)
+                return lambda: self._discard(fn)
+        fn()
+        return lambda: None
+
+    def _discard(self, fn) -> None:
+        with self._lock:
+            try:
+                self._callbacks.remove(fn)
+            except ValueError:
+                pass
+
+    def check(self, **context) -> None:
+        """Raise :class:`~flightsrv.errors.QueryCancelled` if cancelled."""
+        if self.reason is not None:
+            raise QueryCancelled(f"statement {'timed out' if self.reason == 'timeout' else 'was cancelled'}",
+                                 reason=self.reason, **context)
+
+
+@dataclass
+class ExecInfo:
+    """What a statement did, for the one log line per statement and for metrics. The engine
+    fills it while it runs (a streamed query keeps updating ``rows``/``bytes``)."""
+
+    kind: str = "select"
+    tables: dict[str, int] = field(default_factory=dict)  # table -> version read
+    rows: int = 0  # rows returned (queries) or affected (updates)
+    bytes: int = 0  # result bytes returned
+    files_scanned: int = 0
+    files_pruned: int = 0
+    row_groups_scanned: int = 0
+    row_groups_pruned: int = 0
+    rows_masked: int = 0  # rows hidden by deletion vectors in the files read
+    commits: list[tuple[str, int]] = field(default_factory=list)  # (table, version) written
 
 
 @dataclass
 class QueryResult:
     schema: pa.Schema
     reader: pa.RecordBatchReader  # streamed batch by batch; never materialised whole
+    info: ExecInfo = field(default_factory=ExecInfo)
 
 
 class IngestMode(enum.Enum):
@@ -63,18 +146,24 @@ class IngestMode(enum.Enum):
 
 
 class Engine(Protocol):
+    """``cancel`` (optional everywhere) interrupts the call; a cancelled call raises
+    :class:`~flightsrv.errors.QueryCancelled` and commits nothing it had not committed."""
+
     def prepare(self, sql: str, session: Session) -> Prepared: ...
 
     def execute_query(
-        self, sql: str, session: Session, params: pa.RecordBatch | None = None
+        self, sql: str, session: Session, params: pa.RecordBatch | None = None, *,
+        cancel: Cancel | None = None,
     ) -> QueryResult: ...
 
     def execute_update(
-        self, sql: str, session: Session, params: pa.RecordBatch | None = None
+        self, sql: str, session: Session, params: pa.RecordBatch | None = None, *,
+        cancel: Cancel | None = None, info: ExecInfo | None = None,
     ) -> int: ...
 
     def ingest(
-        self, table: str, mode: IngestMode, data: pa.RecordBatchReader, session: Session
+        self, table: str, mode: IngestMode, data: pa.RecordBatchReader, session: Session, *,
+        cancel: Cancel | None = None,
     ) -> int: ...
 
     def list_tables(self) -> list[str]: ...

@@ -44,7 +44,16 @@ import pyarrow as pa
 from sqlglot import exp
 
 from flightsrv.engine import maintenance as mx
-from flightsrv.engine.api import IngestMode, Prepared, QueryResult, Role, Session, StatementKind
+from flightsrv.engine.api import (
+    Cancel,
+    ExecInfo,
+    IngestMode,
+    Prepared,
+    QueryResult,
+    Role,
+    Session,
+    StatementKind,
+)
 from flightsrv.engine.connection import CursorSource, open_locked
 from flightsrv.engine.group_commit import GroupCommitter
 from flightsrv.engine.native import is_native, native_failure, native_root, plan_native
@@ -115,9 +124,11 @@ class DuckEngine:
         stmt = _parse(sql)
         param_schema = pa.schema([pa.field(str(i), pa.null()) for i in range(stmt.param_count)])
         if isinstance(stmt, st.Maintenance):
-            return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema)
+            return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema,
+                            effects=True, statement_kind="maintenance")
         if not isinstance(stmt, st.Query):
-            return Prepared(sql, StatementKind.UPDATE, pa.schema([]), param_schema)
+            return Prepared(sql, StatementKind.UPDATE, pa.schema([]), param_schema,
+                            effects=True, statement_kind=_kind_name(stmt))
         # Bind every parameter as NULL and run the query with LIMIT 0 over the pinned
         # relations: types come from DuckDB, no data is read. Cached by the text and the
         # referenced tables' schemas (ADBC prepares every statement it executes).
@@ -158,7 +169,8 @@ class DuckEngine:
     # -- Engine: queries ---------------------------------------------------------------------
 
     def execute_query(self, sql: str, session: Session,
-                      params: pa.RecordBatch | None = None) -> QueryResult:
+                      params: pa.RecordBatch | None = None, *,
+                      cancel: Cancel | None = None) -> QueryResult:
         stmt = _parse(sql)
         if isinstance(stmt, st.Maintenance):
             self._check_role(stmt, session)
@@ -297,7 +309,8 @@ class DuckEngine:
     # -- Engine: updates -------------------------------------------------------------------------
 
     def execute_update(self, sql: str, session: Session,
-                       params: pa.RecordBatch | None = None) -> int:
+                       params: pa.RecordBatch | None = None, *,
+                       cancel: Cancel | None = None, info: ExecInfo | None = None) -> int:
         stmt = _parse(sql)
         self._check_role(stmt, session)
         if isinstance(stmt, st.Query):
@@ -408,7 +421,7 @@ class DuckEngine:
     # -- Engine: ingest ---------------------------------------------------------------------------
 
     def ingest(self, table: str, mode: IngestMode, data: pa.RecordBatchReader,
-               session: Session) -> int:
+               session: Session, *, cancel: Cancel | None = None) -> int:
         if session.role == Role.READER:
             raise PermissionDenied("read-only session may not ingest", user=session.user,
                                    table=table)
@@ -466,6 +479,12 @@ class DuckEngine:
             raise SqlError("too few parameters", statement=st._short(stmt.sql),
                            expected=stmt.param_count, got=params.num_columns)
         return [sqlplan.params_from_batch(params, r) for r in range(params.num_rows)]
+
+
+def _kind_name(stmt: st.Statement) -> str:
+    return {st.Delete: "delete", st.Insert: "insert", st.CreateTable: "create",
+            st.CreateTableAs: "create", st.DropTable: "drop", st.SetSession: "set",
+            st.Maintenance: "maintenance"}.get(type(stmt), "select")
 
 
 def _schema_key(stmt: st.Statement, pinner: sqlplan.Pinner) -> tuple | None:

@@ -52,9 +52,41 @@ from flightsrv.sql import validate
 
 DIALECT = "duckdb"
 
-#: Session settings that ``SET`` may change, with their allowed values.
-SESSION_SETTINGS: dict[str, frozenset[str]] = {
-    "delete_mode": frozenset({"splice", "dv"}),
+def _one_of(*values: str):
+    def check(value: str) -> str:
+        v = value.lower()
+        if v not in values:
+            raise ValueError("|".join(sorted(values)))
+        return v
+
+    check.allowed = "|".join(sorted(values))  # type: ignore[attr-defined]
+    return check
+
+
+def parse_duration_ms(value: str) -> int:
+    """``'30s'``, ``'500ms'``, ``'5min'``, ``'1h'`` or a bare number of milliseconds
+    (PostgreSQL's statement_timeout convention); ``0`` means no limit."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|m|h)?\s*", value.lower())
+    if not m:
+        raise ValueError("a duration such as 30s, 500ms, 5min or 1h (0 = no limit)")
+    scale = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "min": 60_000, "m": 60_000,
+             "h": 3_600_000}[m.group(2)]
+    return int(float(m.group(1)) * scale)
+
+
+def _duration(value: str) -> str:
+    return str(parse_duration_ms(value))
+
+
+_duration.allowed = "a duration such as 30s, 500ms, 5min, 1h or 0"  # type: ignore[attr-defined]
+
+#: Session settings that ``SET`` may change: name -> validator returning the normalised
+#: value (raises ValueError). ``statement_timeout`` is kept in milliseconds.
+SESSION_SETTINGS = {
+    "delete_mode": _one_of("splice", "dv"),
+    "statement_timeout": _duration,
 }
 
 #: Maintenance verbs; parsed here from tokens (sqlglot has no grammar for them).
@@ -488,8 +520,10 @@ def _set(sql: str, tree: exp.Set, n: int) -> SetSession:
     val = eq.expression
     if not isinstance(val, (exp.Literal, exp.Column, exp.Identifier, exp.Var)):
         raise error(f"SET {name} needs a constant", sql, val)
-    value = val.name.lower()
-    if value not in SESSION_SETTINGS[name]:
-        raise error(f"bad value for {name}: {value!r}", sql, val,
-                    allowed="|".join(sorted(SESSION_SETTINGS[name])))
+    check = SESSION_SETTINGS[name]
+    try:
+        value = check(val.name)
+    except ValueError:
+        raise error(f"bad value for {name}: {val.name!r}", sql, val,
+                    allowed=check.allowed) from None
     return SetSession(sql, tree, n, name=name, value=value)
