@@ -187,7 +187,7 @@ class DuckEngine:
             raise SqlError("a query binds exactly one row of parameters",
                            statement=st._short(sql), rows=len(rows))
         tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
-        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0])
+        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0], cancel)
         return QueryResult(reader.schema, reader)
 
     def _plan(self, stmt: st.Statement, bound: exp.Expression, part: str,
@@ -205,12 +205,15 @@ class DuckEngine:
         return sqlplan.plan_query(query, pinner, stmt.sql, source)
 
     def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
-                   pinner: sqlplan.Pinner, values: list[pa.Scalar]) -> pa.RecordBatchReader:
-        """Plan, register and start a query; the returned reader owns the cursor."""
+                   pinner: sqlplan.Pinner, values: list[pa.Scalar],
+                   cancel: Cancel | None = None) -> pa.RecordBatchReader:
+        """Plan, register and start a query; the returned reader owns the cursor.
+        ``cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams."""
         sql = stmt.sql
         qp = self._plan(stmt, bound, part, pinner)
         params = [v.as_py() for v in values] if qp.needs_params and values else None
         cur = self._cursors.cursor()
+        unhook = cancel.on_cancel(cur.interrupt) if cancel is not None else (lambda: None)
         failures: list[BaseException] = []  # raised inside scans while DuckDB pulls
         natives: dict = {}  # local path -> (table, key) of files DuckDB reads itself
         try:
@@ -221,12 +224,15 @@ class DuckEngine:
                     self._register_scan(cur, scan, failures, natives)
                 inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size)
             except duckdb.Error as e:
+                if cancel is not None:
+                    cancel.check(statement=st._short(sql))
                 raise (_scan_failure(failures) or native_failure(e, natives)
                        or _sql_error(e, sql)) from None
         except BaseException:
+            unhook()
             cur.close()
             raise
-        batches = _stream(inner, cur, sql, failures, natives)
+        batches = _stream(inner, cur, sql, failures, natives, cancel, unhook)
         if self.min_batch_rows > 1:
             batches = _coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
         return pa.RecordBatchReader.from_batches(inner.schema, batches)
@@ -319,11 +325,11 @@ class DuckEngine:
         total = 0
         for values in self._param_rows(stmt, params):
             tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
-            total += self._run_update(stmt, tree, session, values)
+            total += self._run_update(stmt, tree, session, values, cancel)
         return total
 
     def _run_update(self, stmt: st.Statement, tree: exp.Expression, session: Session,
-                    values: list[pa.Scalar]) -> int:
+                    values: list[pa.Scalar], cancel: Cancel | None = None) -> int:
         sql = stmt.sql
         if isinstance(stmt, st.SetSession):
             session.settings[stmt.name] = stmt.value
@@ -336,11 +342,11 @@ class DuckEngine:
             # delete_mode (default "dv")
             return int(table.delete(pred, mode=session.settings.get("delete_mode")))
         if isinstance(stmt, st.Insert):
-            return self._insert(stmt, tree, values)
+            return self._insert(stmt, tree, values, cancel)
         if isinstance(stmt, st.CreateTable):
             return self._create(stmt)
         if isinstance(stmt, st.CreateTableAs):
-            return self._ctas(stmt, tree, values)
+            return self._ctas(stmt, tree, values, cancel)
         if isinstance(stmt, st.DropTable):
             try:
                 self.warehouse.drop_table(stmt.table)
@@ -354,7 +360,8 @@ class DuckEngine:
         raise SqlError("statement kind not handled", statement=st._short(sql),
                        kind=type(stmt).__name__)
 
-    def _insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar]) -> int:
+    def _insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar],
+                cancel: Cancel | None = None) -> int:
         table = self._table(stmt.table)
         pinner = self._pinner()
         target = pinner.pin(stmt.table).schema
@@ -368,7 +375,7 @@ class DuckEngine:
             resolved.append(by_lower[c.lower()])
         if len({c.lower() for c in resolved}) != len(resolved):
             raise SqlError("INSERT names a column twice", statement=st._short(stmt.sql))
-        reader = self._run_query(stmt, tree, "insert", pinner, values)
+        reader = self._run_query(stmt, tree, "insert", pinner, values, cancel)
         if len(reader.schema) != len(resolved):
             reader.close()
             raise SqlError("INSERT has a different number of values than columns",
@@ -396,10 +403,10 @@ class DuckEngine:
         return 0
 
     def _ctas(self, stmt: st.CreateTableAs, tree: exp.Expression,
-              values: list[pa.Scalar]) -> int:
+              values: list[pa.Scalar], cancel: Cancel | None = None) -> int:
         if stmt.if_not_exists and stmt.table in self.warehouse.list_tables():
             return 0
-        reader = self._run_query(stmt, tree, "ctas", self._pinner(), values)
+        reader = self._run_query(stmt, tree, "ctas", self._pinner(), values, cancel)
         schema = pa.schema([f.with_nullable(True) for f in reader.schema])
         if stmt.replace:
             self.warehouse.drop_table(stmt.table, missing_ok=True)
@@ -536,15 +543,20 @@ def _scan_failure(failures: list) -> BaseException | None:
 
 
 def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
-            sql: str, failures: list, natives: dict) -> Iterator[pa.RecordBatch]:
+            sql: str, failures: list, natives: dict, cancel: Cancel | None = None,
+            unhook=lambda: None) -> Iterator[pa.RecordBatch]:
     """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
     try:
         while True:
+            if cancel is not None:
+                cancel.check(statement=st._short(sql))
             try:
                 batch = inner.read_next_batch()
             except StopIteration:
                 return
             except (duckdb.Error, pa.ArrowException, OSError) as e:
+                if cancel is not None:
+                    cancel.check(statement=st._short(sql))
                 cause = _scan_failure(failures) or native_failure(e, natives)
                 if cause is not None:
                     raise cause from None
@@ -553,6 +565,7 @@ def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
                 raise
             yield batch
     finally:
+        unhook()
         try:
             inner.close()
         finally:
