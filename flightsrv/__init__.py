@@ -1,7 +1,8 @@
 """flightsrv: a lakehouse table on object storage with constant-time deletes, served over
 Arrow Flight SQL by DuckDB.
 
-Layers (dependencies point down): server → sql/engine → table → store.
+Layers (dependencies point down): server → engine → sql/table → store; the public
+``Warehouse``/``Table`` (``flightsrv.warehouse``) sit on top of the engine.
 """
 
 from flightsrv.errors import (  # noqa: F401
@@ -17,7 +18,6 @@ from flightsrv.errors import (  # noqa: F401
     VersionNotFound,
 )
 from flightsrv.runtime import Runtime  # noqa: F401
-from flightsrv.table.table import Table  # noqa: F401
-from flightsrv.warehouse import Warehouse  # noqa: F401
+from flightsrv.warehouse import Table, Warehouse  # noqa: F401
 
 __version__ = "0.1.0"

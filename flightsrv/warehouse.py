@@ -1,128 +1,223 @@
-"""``Warehouse``: a directory or bucket prefix holding tables, one sub-prefix each.
+"""The public Python API: ``flightsrv.Warehouse`` and ``flightsrv.Table``.
 
-No catalog service: a table ``t`` is the prefix ``t/`` with its ``_latest_manifest`` pointer.
-Creating a table commits version 0 (or, after a DROP, the next version) with operation
-"create"; dropping commits a "drop" version, so names can be reused and a reader pinned to an
-older version keeps working until vacuum.
+They extend the format-level classes (:mod:`flightsrv.table.warehouse`,
+:mod:`flightsrv.table.table`) with everything that needs SQL, and route all of it through
+the one engine (:class:`~flightsrv.engine.duck.DuckEngine`) that the Flight SQL server uses,
+so a filter, a DELETE, an UPDATE or a MERGE means exactly what the same SQL means over
+Flight: DuckDB decides which rows match.
+
+- ``Table.scan(columns, filter=..., version=..., as_of=...)`` / ``to_table`` /
+  ``count_rows``: ``SELECT cols FROM t [AT (...)] WHERE <filter>``;
+- ``Table.delete(where, mode="dv"|"splice", expire=...)``: ``DELETE FROM t WHERE <where>``;
+- ``Table.update({"col": "sql expression"}, where=...)``: ``UPDATE t SET ... WHERE ...``;
+- ``Table.merge(source, on=..., ...)``: ``MERGE INTO t USING <source> AS s ON ...``, where
+  ``source`` is another table's name or an Arrow table / record batch reader;
+- ``Warehouse.sql(statement)``: any statement the server accepts.
+
+``filter``/``where``/``on`` and SET expressions are SQL expressions over the table's
+columns, in DuckDB's dialect; each must be one expression (no statement separators, no
+query clauses).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 import threading
+from typing import Any
 
 import pyarrow as pa
 
-from flightsrv.errors import ConfigurationError, TableExists, TableNotFound
-from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
-from flightsrv.store import ensure_checked, open_store
-from flightsrv.table.commit import require_table
-from flightsrv.table.manifest import FORMAT_VERSION, Manifest
-from flightsrv.table.schema import normalize_schema, schema_to_json
-from flightsrv.table.table import Table
+from flightsrv.errors import SqlError
+from flightsrv.runtime import Runtime
+from flightsrv.table.table import Table as _FormatTable
+from flightsrv.table.warehouse import Warehouse as _FormatWarehouse
+from flightsrv.table.warehouse import check_name
 
-_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,127}$")
+__all__ = ["Table", "Warehouse", "check_name"]
 
-
-def check_name(name: str) -> str:
-    n = name.lower()
-    if not _NAME.match(n):
-        raise ConfigurationError("invalid table name (letters, digits, _; not starting with "
-                                 "a digit)", table=name)
-    return n
+_CLAUSE_WORDS = {"SELECT", "FROM", "UNION", "EXCEPT", "INTERSECT", "ORDER", "LIMIT", "GROUP",
+                 "HAVING", "WINDOW", "QUALIFY", "OFFSET", "RETURNING", "WHEN", "SET", "USING"}
+_SOURCE = "_merge_source"  # bound for one MERGE statement; shadows a table of that name
 
 
-class Warehouse:
-    def __init__(self, store, runtime: Runtime = DEFAULT_RUNTIME):
-        self.store = store
-        self.runtime = runtime
-        self.uri = store.uri
-        self._tables: dict[str, Table] = {}
-        self._lock = threading.Lock()
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
-    @classmethod
-    def open(cls, uri: str, runtime: Runtime | None = None) -> "Warehouse":
-        runtime = runtime or DEFAULT_RUNTIME
-        return cls(open_store(uri, runtime), runtime)
 
-    def __repr__(self) -> str:
-        return f"Warehouse({self.uri!r})"
+def _expression(text: str, what: str) -> str:
+    """``text`` if it is one SQL expression (checked on DuckDB's tokens), else SqlError."""
+    from flightsrv.engine.text import clause_starts, tokenize
 
-    def ensure_writable(self) -> None:
-        """Prove once that the store enforces If-None-Match / If-Match (StoreUnsupported)."""
-        ensure_checked(self.store, self.runtime.ids.new_id())
+    if not isinstance(text, str) or not text.strip():
+        raise SqlError(f"{what} must be a SQL expression", statement=repr(text))
+    toks = tokenize(text)
+    depth = 0
+    for t in toks:
+        if t.kind == "operator":
+            depth += t.upper.count("(") - t.upper.count(")")
+            if depth < 0 or ";" in t.upper:
+                break
+    else:
+        if depth == 0 and not clause_starts(toks, _CLAUSE_WORDS):
+            return text.strip()
+    raise SqlError(f"{what} must be one SQL expression (no query clauses or ';')",
+                   statement=repr(" ".join(text.split())[:200]))
 
-    def _table(self, name: str) -> Table:
-        n = check_name(name)
-        with self._lock:
-            t = self._tables.get(n)
-            if t is None:
-                t = self._tables[n] = Table(self, n)
-            return t
 
-    def table(self, name: str) -> Table:
-        t = self._table(name)
-        require_table(t.log.head(), t.name)
-        return t
+class Table(_FormatTable):
+    """A table of a :class:`Warehouse`, with SQL-backed reads and changes."""
 
-    def exists(self, name: str) -> bool:
-        try:
-            self.table(name)
-            return True
-        except TableNotFound:
-            return False
+    def _at(self, version=None, as_of=None) -> str:
+        if version is not None and as_of is not None:
+            raise SqlError("give version or as_of, not both", table=self.name)
+        if version is not None:
+            return f" AT (VERSION => {int(version)})"
+        if as_of is not None:
+            from flightsrv.table.table import parse_timestamp_ms
+            import datetime as dt
 
-    def list_tables(self) -> list[str]:
-        out = []
-        for n in self.store.list_prefixes(""):
-            if not _NAME.match(n):
-                continue
-            head = self._table(n).log.head()
-            if head is not None and not head.dropped:
-                out.append(n)
-        return out
+            ms = parse_timestamp_ms(as_of)
+            ts = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+            return f" AT (TIMESTAMP => '{ts.isoformat()}')"
+        return ""
 
-    def create_table(self, name: str, schema: pa.Schema, properties: dict | None = None, *,
-                     exist_ok: bool = False) -> Table:
-        t = self._table(name)
-        schema_json = schema_to_json(normalize_schema(schema))
-        if not schema_json["fields"]:
-            raise ConfigurationError("a table needs at least one column", table=t.name)
-        props = {k: str(v) for k, v in (properties or {}).items()}
-        existed = {}
+    def scan(self, columns=None, filter=None, *, version=None, as_of=None
+             ) -> pa.RecordBatchReader:
+        """Live rows of a version; with ``filter``, those DuckDB says it is TRUE for."""
+        if filter is None:
+            return super().scan(columns, version=version, as_of=as_of)
+        none = columns is not None and not columns
+        cols = "*" if columns is None else ("1 AS x" if none else
+                                            ", ".join(_ident(c) for c in columns))
+        sql = (f"SELECT {cols} FROM {_ident(self.name)}{self._at(version, as_of)} "
+               f"WHERE ({_expression(filter, 'filter')})")
+        reader = self.warehouse.engine.execute_query(sql, self.warehouse._session()).reader
+        if not none:
+            return reader
+        empty = pa.schema([])
+        return pa.RecordBatchReader.from_batches(empty, (b.select([]) for b in reader))
 
-        def mutate(head):
-            if head is not None and not head.dropped:
-                existed["yes"] = True
-                return None
-            return Manifest(version=0, previous=None, table_uuid=t.runtime.ids.new_id(),
-                            commit_id="", created_at_ms=0, operation="create",
-                            summary={"rows_added": 0, "rows_deleted": 0, "files_added": 0,
-                                     "files_removed": 0},
-                            schema=schema_json, properties=props, data_files=(),
-                            deletes={}, format_version=FORMAT_VERSION)
+    def to_table(self, columns=None, filter=None, *, version=None, as_of=None) -> pa.Table:
+        return self.scan(columns, filter, version=version, as_of=as_of).read_all()
 
-        t.commit(mutate)
-        if existed:
-            if exist_ok:
-                return t
-            raise TableExists("table already exists", table=t.name)
-        return t
+    def count_rows(self, filter=None, *, version=None, as_of=None) -> int:
+        if filter is None:
+            return super().count_rows(version=version, as_of=as_of)
+        sql = (f"SELECT count(*) FROM {_ident(self.name)}{self._at(version, as_of)} "
+               f"WHERE ({_expression(filter, 'filter')})")
+        return int(self.warehouse.engine.execute_query(
+            sql, self.warehouse._session()).reader.read_all().column(0)[0].as_py())
 
-    def drop_table(self, name: str, *, missing_ok: bool = False) -> None:
-        t = self._table(name)
-        found = {}
+    def delete(self, where: str = "TRUE", *, mode: str | None = None, expire: bool = False,
+               progress=None) -> int:
+        """``DELETE FROM t WHERE <where>``: the rows deleted. ``mode`` "dv" (deletion
+        vectors) or "splice" (erase the bytes; the result's ``.result`` is the report);
+        default: the table property ``delete_mode``, else "dv"."""
+        sql = f"DELETE FROM {_ident(self.name)} WHERE ({_expression(where, 'where')})"
+        return self.warehouse.engine.delete_statement(
+            sql, self.warehouse._session(), mode=mode, expire=expire, progress=progress)
 
-        def mutate(head):
-            if head is None or head.dropped:
-                return None
-            found["yes"] = True
-            return dataclasses.replace(
-                head, operation="drop", data_files=(),
-                summary={"rows_added": 0, "rows_deleted": head.live_rows, "files_added": 0,
-                         "files_removed": len(head.data_files)})
+    def update(self, set: dict[str, str], where: str | None = None) -> int:
+        """``UPDATE t SET col = <expr>, ... [WHERE <where>]``: the rows updated."""
+        if not set:
+            raise SqlError("update needs at least one column to set", table=self.name)
+        sets = ", ".join(f"{_ident(c)} = ({_expression(e, 'set ' + c)})" for c, e in set.items())
+        sql = f"UPDATE {_ident(self.name)} SET {sets}"
+        if where is not None:
+            sql += f" WHERE ({_expression(where, 'where')})"
+        return self.warehouse.engine.execute_update(sql, self.warehouse._session())
 
-        t.commit(mutate)
-        if not found and not missing_ok:
-            raise TableNotFound("no such table", table=t.name)
+    def merge(self, source, on: str, *, when_matched_update: dict[str, str] | str | None = None,
+              when_matched_delete: bool | str = False,
+              when_not_matched_insert: dict[str, str] | str | None = None,
+              source_alias: str = "s") -> int:
+        """``MERGE INTO t USING <source> AS <source_alias> ON <on> WHEN ...``.
+
+        ``source``: a table name of this warehouse, or Arrow data (bound for this statement
+        only). ``when_matched_update``: ``"*"`` or ``{col: expr}``; ``when_matched_delete``:
+        True or a condition; ``when_not_matched_insert``: ``"*"`` or ``{col: expr}``.
+        Clauses apply in the order delete, update, insert (DuckDB's first-match rule).
+        Returns the rows inserted, updated and deleted."""
+        extra: dict[str, Any] = {}
+        if isinstance(source, str):
+            src = _ident(check_name(source))
+        else:
+            if isinstance(source, pa.RecordBatchReader):
+                source = source.read_all()
+            elif isinstance(source, pa.RecordBatch):
+                source = pa.Table.from_batches([source])
+            if not isinstance(source, pa.Table):
+                raise SqlError("merge source must be a table name or Arrow data",
+                               got=type(source).__name__)
+            extra[_SOURCE] = source
+            src = _SOURCE
+        alias = _ident(source_alias)
+        clauses = []
+        if when_matched_delete:
+            cond = "" if when_matched_delete is True else \
+                f" AND ({_expression(when_matched_delete, 'when_matched_delete')})"
+            clauses.append(f"WHEN MATCHED{cond} THEN DELETE")
+        if when_matched_update is not None:
+            if when_matched_update == "*":
+                clauses.append("WHEN MATCHED THEN UPDATE SET *")
+            else:
+                sets = ", ".join(f"{_ident(c)} = ({_expression(e, 'update ' + c)})"
+                                 for c, e in when_matched_update.items())
+                clauses.append(f"WHEN MATCHED THEN UPDATE SET {sets}")
+        if when_not_matched_insert is not None:
+            if when_not_matched_insert == "*":
+                clauses.append("WHEN NOT MATCHED THEN INSERT *")
+            else:
+                cols = ", ".join(_ident(c) for c in when_not_matched_insert)
+                vals = ", ".join(f"({_expression(e, 'insert ' + c)})"
+                                 for c, e in when_not_matched_insert.items())
+                clauses.append(f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({vals})")
+        if not clauses:
+            raise SqlError("merge needs at least one WHEN clause", table=self.name)
+        sql = (f"MERGE INTO {_ident(self.name)} USING {src} AS {alias} "
+               f"ON ({_expression(on, 'on')}) " + " ".join(clauses))
+        return self.warehouse.engine.execute_update(sql, self.warehouse._session(),
+                                                    extra=extra)
+
+
+class Warehouse(_FormatWarehouse):
+    """A warehouse whose tables speak SQL (see the module docstring)."""
+
+    table_class = Table
+
+    def __init__(self, store, runtime: Runtime | None = None):
+        from flightsrv.runtime import DEFAULT_RUNTIME
+
+        super().__init__(store, runtime or DEFAULT_RUNTIME)
+        self._engine = None
+        self._engine_lock = threading.Lock()
+
+    @property
+    def engine(self):
+        """The DuckDB engine for this warehouse (created on first use)."""
+        with self._engine_lock:
+            if self._engine is None:
+                from flightsrv.engine.duck import DuckEngine
+
+                self._engine = DuckEngine(self, group_commit=False)
+            return self._engine
+
+    def _session(self):
+        from flightsrv.engine.api import Role, Session
+
+        return Session(session_id="python-api", user="python-api", role=Role.WRITER)
+
+    def sql(self, statement: str, params: list | None = None):
+        """Run one statement: a query returns a ``pyarrow.Table``, anything else the number
+        of rows it affected."""
+        engine = self.engine
+        session = self._session()
+        batch = None
+        if params:
+            batch = pa.RecordBatch.from_arrays([pa.array([v]) for v in params],
+                                               names=[str(i) for i in range(len(params))])
+        prepared = engine.prepare(statement, session)
+        from flightsrv.engine.api import StatementKind
+
+        if prepared.kind == StatementKind.QUERY:
+            return engine.execute_query(statement, session, batch).reader.read_all()
+        return engine.execute_update(statement, session, batch)

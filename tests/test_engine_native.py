@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine, Session
-from flightsrv.engine.native import plan_native
+from flightsrv.engine import relations
+from flightsrv.engine.prune import Pruner
+from flightsrv.sql.plan import PruneTerm
 from flightsrv.errors import CorruptObject, SqlError, TableNotFound
 
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("s", pa.string())])
@@ -72,10 +74,12 @@ def test_pinned_live_rows_native_and_arrow(warehouse_uri):
         assert (e.native_root is not None) == local
         if local:  # every way of reading a file is exercised below
             snap = t.snapshot()
-            body = plan_native(snap, None, None, "r").body  # clean: DuckDB; dirty: Arrow scan
-            assert "read_parquet" in body and "r_dv" in body
-            body = plan_native(snap, None, "id = 4103", "r").body  # a point: only dirty files
-            assert "r_dv" in body and "read_parquet" not in body
+            body = relations.build(snap, None, "r").body  # clean: DuckDB; dirty: Arrow scan
+            assert "read_parquet" in body and "r_a" in body
+            cur = duckdb.connect()
+            pruner = Pruner(cur, [PruneTerm("id", "=", ("4103",))], snap.schema)
+            body = relations.build(snap, None, "r", pruner=pruner).body  # a point: dirty only
+            assert "r_a" in body and "read_parquet" not in body
         # manifest order is kept across the runs of clean and dirty files
         assert ids(e, "SELECT id FROM t") == t.snapshot().to_table(["id"])["id"].to_pylist()
         assert ids(e, "SELECT * FROM t ORDER BY id") == expected_live()

@@ -9,7 +9,8 @@ Lock-down, in this order (FIELD_NOTES, DuckDB 2.0 section):
    (:mod:`flightsrv.engine.native`) keeps working after step 2, and nothing outside that
    directory is readable. User SQL never reaches files: the SQL front end refuses every file
    function (``read_*``, ``glob``, ``parquet_*``), COPY, ATTACH and EXPORT;
-2. ``SET enable_external_access=false``: no file, network or extension access, so
+2. ``SET python_enable_replacements=false`` (an unknown table name never reads a Python
+   variable), then ``SET enable_external_access=false``: no file, network or extension access, so
    ``read_csv``, ``read_text``, ``glob``, ``COPY ... TO``, ``ATTACH``, ``INSTALL`` and
    ``read_parquet`` of any path all fail; registered Arrow objects still work;
 3. ``SET lock_configuration=true``: no later ``SET`` can undo the above.
@@ -27,20 +28,27 @@ import duckdb
 
 LOCKDOWN = (
     "SET enable_progress_bar=false",
+    # a table name that is not a registered relation must never resolve to a Python
+    # variable of the calling frame (DuckDB's Python replacement scan)
+    "SET python_enable_replacements=false",
     "SET enable_external_access=false",
     "SET lock_configuration=true",
 )
 
 
 def open_locked(threads: int | None = None, memory_limit: str | None = None,
-                allowed_directory: str | None = None) -> duckdb.DuckDBPyConnection:
+                allowed_directory: str | None = None,
+                temp_directory: str | None = None) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB connection with external access disabled and settings frozen;
-    ``allowed_directory`` (an absolute path) stays readable."""
+    ``allowed_directory`` (an absolute path) stays readable; ``temp_directory`` is where
+    DuckDB spills (None: no spilling to disk)."""
     con = duckdb.connect(":memory:")
     if threads is not None:
         con.execute(f"SET threads={int(threads)}")
     if memory_limit is not None:
         con.execute("SET memory_limit=?", [memory_limit])
+    if temp_directory is not None:
+        con.execute("SET temp_directory=?", [os.path.abspath(temp_directory)])
     if allowed_directory is not None:
         root = os.path.join(os.path.abspath(allowed_directory), "")  # trailing "/": no siblings
         con.execute("SET allowed_directories=?", [[root]])

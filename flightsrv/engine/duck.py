@@ -1,32 +1,38 @@
 """``DuckEngine``: the :class:`~flightsrv.engine.api.Engine` over a warehouse, run by DuckDB.
 
-Per request: parse and classify (:mod:`flightsrv.sql`), check the role, bind parameters,
-pin every referenced table snapshot once at statement start, then
+One rule: **DuckDB decides** what a statement means (which rows a WHERE matches, NULL
+logic, casts, time zones); flightsrv pins versions, hands DuckDB the pinned rows, and
+records the decisions as commits. Per request:
 
-- SELECT: on a fresh cursor of the locked connection, give each table reference a unique
-  relation name. On a local warehouse that relation is a temporary view reading the pinned
-  snapshot's clean data files with DuckDB's own ``read_parquet``, ``UNION ALL`` flightsrv's
-  masked scan of the files with deletion vectors (:mod:`flightsrv.engine.native`); on S3 it
-  is the masked, projected, pre-filtered ``snap.scan(...)`` registered as an Arrow reader.
-  Then run the rewritten query and stream ``to_arrow_reader(batch_size)``; nothing is
-  materialised whole.
-- DELETE: ``table.delete(predicate, mode=...)`` with the WHERE clause as SQL text.
-- INSERT / CTAS: evaluate the source in DuckDB over pinned snapshots and stream it into
-  ``table.append``.
-- CREATE TABLE / DROP TABLE / SET delete_mode.
-- OPTIMIZE / VACUUM / PURGE (:mod:`flightsrv.engine.maintenance`): run as a query they
-  answer with a report (``MAINTENANCE_SCHEMA``), as an update with 0. Writers only.
-- ``flightsrv_table_stats('t')`` / ``flightsrv_history('t')`` in FROM: registered as Arrow
-  tables computed at statement start.
+1. parse and classify (:mod:`flightsrv.sql.statements`), check the role, bind parameters;
+2. resolve every relation with SQL scoping (:mod:`flightsrv.sql.binder`) and pin every
+   referenced table once at statement start (:class:`~flightsrv.sql.plan.Pinner`);
+3. check the exact text DuckDB will run against DuckDB's own parse of it
+   (:mod:`flightsrv.engine.guard`): it may read only relations registered here, visible CTEs
+   and allowed table functions, and call only allowed functions;
+4. register each table reference as a per-cursor view over its pinned snapshot
+   (:mod:`flightsrv.engine.relations`: DuckDB's Parquet reader for clean local files, the
+   masked Arrow scan otherwise; statistics pruning through :mod:`flightsrv.engine.prune`);
+5. run:
 
-INSERT and ingest appends go through a :class:`~flightsrv.engine.group_commit.GroupCommitter`
-so concurrent appends to one table share commits. Results are coalesced into batches of at
-least ``min_batch_rows`` rows (a selective filter otherwise yields many tiny batches).
+   - SELECT: the user's own text with only the table references replaced, streamed with
+     ``to_arrow_reader(batch_size)``; nothing is materialised whole;
+   - DELETE / UPDATE / MERGE: :mod:`flightsrv.engine.dml` (DuckDB finds the rows through
+     hidden file/position columns; the commit records them);
+   - INSERT / CTAS: the source query as above, cast to the table's types by DuckDB, streamed
+     into ``table.append`` through a :class:`~flightsrv.engine.group_commit.GroupCommitter`;
+   - CREATE TABLE / DROP TABLE / SET (session settings);
+   - OPTIMIZE / VACUUM / PURGE (:mod:`flightsrv.engine.maintenance`), writers only;
+   - ``flightsrv_table_stats('t')`` / ``flightsrv_history('t')`` in FROM: Arrow tables.
+
+The DuckDB database that reads the warehouse (:func:`~flightsrv.engine.connection.open_locked`)
+is locked down (no external access but the warehouse directory, no Python replacement
+scans, frozen configuration); the second phase of UPDATE/MERGE runs in a second database
+that can open no file at all.
 
 Errors: DuckDB errors become ``SqlError`` naming the statement; table errors
-(``TableNotFound``, ``VersionNotFound``, ``SchemaMismatch``, ...) pass through unchanged,
-including those raised inside a scan while DuckDB pulls from it (e.g. ``CorruptObject``
-naming a damaged deletion vector), which DuckDB would otherwise report as its own error.
+(``TableNotFound``, ``VersionNotFound``, ``CorruptObject`` raised inside a scan while DuckDB
+pulls from it, ...) pass through unchanged.
 """
 
 from __future__ import annotations
@@ -37,13 +43,16 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from flightsrv.engine import guard
 from flightsrv.engine import maintenance as mx
+from flightsrv.engine import relations as rels
 from flightsrv.engine.api import (
     Cancel,
     ExecInfo,
@@ -55,18 +64,20 @@ from flightsrv.engine.api import (
     StatementKind,
 )
 from flightsrv.engine.connection import CursorSource, open_locked
+from flightsrv.engine.dml import Dml
 from flightsrv.engine.group_commit import GroupCommitter
-from flightsrv.engine.native import is_native, native_failure, native_root, plan_native
+from flightsrv.engine.prune import Pruner
+from flightsrv.engine.relations import native_failure, native_root
 from flightsrv.errors import (
     ConfigurationError,
     FlightsrvError,
     PermissionDenied,
-    PredicateError,
     SchemaMismatch,
     SqlError,
     TableExists,
     TableNotFound,
 )
+from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 
@@ -78,7 +89,7 @@ COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)]
 
 
 #: Parsed statements by text. Parsing is pure, and every path copies a statement's tree
-#: before changing it (bind_params, plan_query, delete_predicate), so entries are shared.
+#: before changing it (bind_params, plan_query), so entries are shared.
 _parse = functools.lru_cache(maxsize=4096)(st.parse_statement)
 
 
@@ -87,12 +98,29 @@ def _sql_error(e: Exception, sql: str) -> SqlError:
     return SqlError(msg, statement=st._short(sql))
 
 
+@dataclass
+class _Ctx:
+    """One statement's execution: who runs it, how to stop it, what it did."""
+
+    session: Session
+    cancel: Cancel | None = None
+    info: ExecInfo = field(default_factory=ExecInfo)
+    extra: dict[str, pa.Table] = field(default_factory=dict)  # relations bound by name
+    failures: list = field(default_factory=list)  # raised inside scans while DuckDB pulls
+    natives: dict = field(default_factory=dict)  # local path -> (table, key) DuckDB reads
+
+    def check(self, sql: str) -> None:
+        if self.cancel is not None:
+            self.cancel.check(statement=st._short(sql))
+
+
 class DuckEngine:
     """Implements :class:`flightsrv.engine.api.Engine` for one warehouse."""
 
     def __init__(self, warehouse, *, batch_size: int = DEFAULT_BATCH_SIZE,
                  min_batch_rows: int = DEFAULT_MIN_BATCH_ROWS,
                  threads: int | None = None, memory_limit: str | None = None,
+                 temp_directory: str | None = None,
                  group_commit: bool = True, native_scans: bool = True):
         self.warehouse = warehouse
         self.batch_size = batch_size
@@ -101,7 +129,12 @@ class DuckEngine:
         #: the local warehouse directory DuckDB reads natively, or None (S3, or disabled)
         self.native_root = native_root(warehouse) if native_scans else None
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
-                                                 allowed_directory=self.native_root))
+                                                 allowed_directory=self.native_root,
+                                                 temp_directory=temp_directory))
+        #: phase 2 of UPDATE/MERGE: a database that can open no file at all
+        self._sandbox = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
+                                                 temp_directory=temp_directory))
+        self._dml = Dml(self)
         #: (sql, signature of the referenced tables' schemas) -> result schema; a query's
         #: result types depend only on its text and those schemas
         self._schemas: OrderedDict = OrderedDict()
@@ -109,6 +142,7 @@ class DuckEngine:
 
     def close(self) -> None:
         self._cursors.close()
+        self._sandbox.close()
 
     # -- Engine: metadata ----------------------------------------------------------------
 
@@ -129,9 +163,9 @@ class DuckEngine:
         if not isinstance(stmt, st.Query):
             return Prepared(sql, StatementKind.UPDATE, pa.schema([]), param_schema,
                             effects=True, statement_kind=_kind_name(stmt))
-        # Bind every parameter as NULL and run the query with LIMIT 0 over the pinned
-        # relations: types come from DuckDB, no data is read. Cached by the text and the
-        # referenced tables' schemas (ADBC prepares every statement it executes).
+        # Bind every parameter as NULL and run the query with LIMIT 0 over empty stand-ins
+        # of the pinned relations: types come from DuckDB, no data is read. Cached by the
+        # text and the referenced tables' schemas (ADBC prepares every statement it runs).
         pinner = self._pinner()
         key = _schema_key(stmt, pinner)
         if key is not None:
@@ -140,58 +174,65 @@ class DuckEngine:
                 if schema is not None:
                     self._schemas.move_to_end(key)
             if schema is not None:
-                return Prepared(sql, StatementKind.QUERY, schema, param_schema)
+                return Prepared(sql, StatementKind.QUERY, schema, param_schema,
+                                statement_kind="select")
         nulls = [pa.scalar(None)] * stmt.param_count
         tree = sqlplan.bind_params(stmt.tree, nulls, sql, stmt.param_count)
         qp = self._plan(stmt, tree, "query", pinner)
+        self._verify(qp, sql, {})
         params = [None] * stmt.param_count if qp.needs_params and stmt.param_count else None
-        cur = self._cursors.cursor()
-        try:
-            natives: dict = {}
+        ctx = _Ctx(session)
+        with self._statement_cursor(ctx) as cur:
             for fn in qp.functions:
                 cur.register(fn.relation, self._function_relation(fn))
             try:
                 for scan in qp.scans:
-                    self._register_scan(cur, scan, [], natives, data=False)
+                    self._register(cur, ctx, scan, data=False)
                 rel = cur.sql(qp.sql, params=params)
                 schema = rel.limit(0).to_arrow_table().schema
             except duckdb.Error as e:
-                raise native_failure(e, natives) or _sql_error(e, sql) from None
-        finally:
-            cur.close()
+                raise native_failure(e, ctx.natives) or _sql_error(e, sql) from None
         if key is not None:
             with self._schemas_lock:
                 self._schemas[key] = schema
                 while len(self._schemas) > PREPARED_CACHE:
                     self._schemas.popitem(last=False)
-        return Prepared(sql, StatementKind.QUERY, schema, param_schema)
+        return Prepared(sql, StatementKind.QUERY, schema, param_schema, statement_kind="select")
 
     # -- Engine: queries ---------------------------------------------------------------------
 
     def execute_query(self, sql: str, session: Session,
                       params: pa.RecordBatch | None = None, *,
-                      cancel: Cancel | None = None) -> QueryResult:
+                      cancel: Cancel | None = None,
+                      extra: dict[str, pa.Table] | None = None) -> QueryResult:
+        """Run a statement that returns rows. ``extra``: relations bound by name for this
+        statement only (the Python API's Arrow sources; the server never passes any)."""
         stmt = _parse(sql)
         if isinstance(stmt, st.Maintenance):
             self._check_role(stmt, session)
             table = mx.run_maintenance(self._table(stmt.table), stmt)
-            return QueryResult(table.schema, table.to_reader())
+            info = ExecInfo(kind="maintenance", rows=table.num_rows)
+            return QueryResult(table.schema, table.to_reader(), info)
         if not isinstance(stmt, st.Query):
             # A client that prepares everything (ADBC) may send DML down the query path:
             # run it and answer with its row count.
-            n = self.execute_update(sql, session, params)
+            info = ExecInfo(kind=_kind_name(stmt))
+            n = self.execute_update(sql, session, params, cancel=cancel, info=info,
+                                    extra=extra)
             batch = pa.record_batch([pa.array([n], pa.int64())], schema=COUNT_SCHEMA)
-            return QueryResult(COUNT_SCHEMA, pa.RecordBatchReader.from_batches(COUNT_SCHEMA, [batch]))
+            return QueryResult(COUNT_SCHEMA,
+                               pa.RecordBatchReader.from_batches(COUNT_SCHEMA, [batch]), info)
         rows = self._param_rows(stmt, params)
         if len(rows) > 1:
             raise SqlError("a query binds exactly one row of parameters",
                            statement=st._short(sql), rows=len(rows))
         tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
-        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0], cancel)
-        return QueryResult(reader.schema, reader)
+        ctx = _Ctx(session, cancel, ExecInfo(kind="select"), dict(extra or {}))
+        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0], ctx)
+        return QueryResult(reader.schema, reader, ctx.info)
 
     def _plan(self, stmt: st.Statement, bound: exp.Expression, part: str,
-              pinner: sqlplan.Pinner) -> sqlplan.QueryPlan:
+              pinner: sqlplan.Pinner, extra: frozenset[str] = frozenset()) -> sqlplan.QueryPlan:
         """Plan the query part of ``stmt`` (``part``: query | ctas | insert)."""
         query = bound if part == "query" else bound.expression
         original = stmt.tree if part == "query" else stmt.tree.expression
@@ -202,37 +243,45 @@ class DuckEngine:
                     if p.find_ancestor(exp.HistoricalData) is None}
             if used != {str(i) for i in range(1, stmt.param_count + 1)}:
                 source = None
-        return sqlplan.plan_query(query, pinner, stmt.sql, source)
+        return sqlplan.plan_query(query, pinner, stmt.sql, source, extra=extra)
+
+    @staticmethod
+    def _verify(qp: sqlplan.QueryPlan, sql: str, extra: dict) -> None:
+        relations = [s.relation for s in qp.scans] + [f.relation for f in qp.functions] \
+            + list(extra)
+        guard.verify(qp.sql, relations, sql=sql)
 
     def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
                    pinner: sqlplan.Pinner, values: list[pa.Scalar],
-                   cancel: Cancel | None = None) -> pa.RecordBatchReader:
-        """Plan, register and start a query; the returned reader owns the cursor.
-        ``cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams."""
+                   ctx: _Ctx) -> pa.RecordBatchReader:
+        """Plan, verify, register and start a query; the returned reader owns the cursor.
+        ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams."""
         sql = stmt.sql
-        qp = self._plan(stmt, bound, part, pinner)
+        qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra))
+        self._verify(qp, sql, ctx.extra)
         params = [v.as_py() for v in values] if qp.needs_params and values else None
         cur = self._cursors.cursor()
-        unhook = cancel.on_cancel(cur.interrupt) if cancel is not None else (lambda: None)
-        failures: list[BaseException] = []  # raised inside scans while DuckDB pulls
-        natives: dict = {}  # local path -> (table, key) of files DuckDB reads itself
+        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+            else (lambda: None)
         try:
+            for name, obj in ctx.extra.items():
+                cur.register(name, obj)
             for fn in qp.functions:
                 cur.register(fn.relation, self._function_relation(fn))
             try:
                 for scan in qp.scans:
-                    self._register_scan(cur, scan, failures, natives)
+                    self._register(cur, ctx, scan)
                 inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size)
             except duckdb.Error as e:
-                if cancel is not None:
-                    cancel.check(statement=st._short(sql))
-                raise (_scan_failure(failures) or native_failure(e, natives)
+                ctx.check(sql)
+                raise (_scan_failure(ctx.failures) or native_failure(e, ctx.natives)
                        or _sql_error(e, sql)) from None
         except BaseException:
             unhook()
             cur.close()
             raise
-        batches = _stream(inner, cur, sql, failures, natives, cancel, unhook)
+        batches = _stream(inner, cur, sql, ctx.failures, ctx.natives, ctx.cancel, unhook,
+                          ctx.info)
         if self.min_batch_rows > 1:
             batches = _coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
         return pa.RecordBatchReader.from_batches(inner.schema, batches)
@@ -265,88 +314,188 @@ class DuckEngine:
         if scan.columns:
             return scan.columns
         # Nothing referenced (count(*)): read one column so batches still carry row counts;
-        # prefer a fixed-width one.
+        # prefer a fixed-width one (cheapest to decode)
         schema = scan.snapshot.schema
         for f in schema:
-            if pa.types.is_primitive(f.type):
+            if pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or \
+                    pa.types.is_boolean(f.type) or pa.types.is_temporal(f.type):
                 return [f.name]
-        return [schema.names[0]] if schema.names else []
+        return [schema.names[0]]
 
-    def _register_scan(self, cur: duckdb.DuckDBPyConnection, scan: sqlplan.Scan,
-                       failures: list, natives: dict, *, data: bool = True) -> None:
-        """Make ``scan.relation`` readable on ``cur``: a native view on a local warehouse,
-        else the Arrow scan. ``data=False``: only the types matter (prepare), so dirty files'
-        scans are replaced by empty tables (clean files are only bound, never read)."""
-        if self.native_root is not None and is_native(scan.snapshot):
-            columns = self._scan_columns(scan)
-            plan = plan_native(scan.snapshot, columns, scan.filter, scan.relation,
-                               open_scans=data)
-            natives.update(plan.files)
-            for name, obj in plan.readers.items():
-                if isinstance(obj, pa.RecordBatchReader):
-                    obj = _guarded(obj, failures)
-                cur.register(name, obj)
-            cur.execute(f"CREATE TEMP VIEW {scan.relation} AS {plan.body}")
-            return
-        if not data:
-            schema = scan.snapshot.schema
-            if scan.columns is not None:
-                schema = pa.schema([schema.field(c) for c in self._scan_columns(scan)])
-            cur.register(scan.relation, schema.empty_table())
-            return
-        cur.register(scan.relation, _guarded(self._open_scan(scan), failures))
+    # -- registration and execution helpers (also used by engine.dml) ----------------------
 
-    def _open_scan(self, scan: sqlplan.Scan) -> pa.RecordBatchReader:
+    def _register(self, cur: duckdb.DuckDBPyConnection, ctx: _Ctx, scan: sqlplan.Scan, *,
+                  hidden: bool = False, physical: bool = False, data: bool = True) -> tuple:
+        """Make ``scan.relation`` readable on ``cur`` as a view over its pinned snapshot.
+        ``hidden``: add the file/position columns; ``physical``: every stored row, deleted
+        or not (a splice erases those too); ``data=False``: only the types matter
+        (prepare), so Arrow scans are replaced by empty tables. Returns the file list the
+        hidden file column indexes."""
         snap = scan.snapshot
-        columns = self._scan_columns(scan)
-        flt: Any = scan.filter
-        if flt is not None and hasattr(snap, "predicate"):
-            try:  # parse up front: the scan parses lazily, and a bad hint must not fail a query
-                flt = snap.predicate(flt)
-            except (PredicateError, ConfigurationError):
-                flt = None
+        if physical:
+            import dataclasses
+
+            from flightsrv.table.scan import Snapshot
+
+            snap = Snapshot(snap.table, dataclasses.replace(snap.manifest, data_files=tuple(
+                dataclasses.replace(f, dv=None, deleted_row_groups=())
+                for f in snap.manifest.data_files)))
+        pruner = Pruner(cur, scan.prune, snap.schema) if scan.prune else None
+        native = self.native_root is not None and rels.is_native(snap)
+        rel = rels.build(snap, self._scan_columns(scan), scan.relation, pruner=pruner,
+                         hidden=hidden, native=native, open_scans=data)
+        ctx.natives.update(rel.files)
+        for name, obj in rel.readers.items():
+            if isinstance(obj, pa.RecordBatchReader):
+                obj = _guarded(obj, ctx.failures)
+            cur.register(name, obj)
+        cur.execute(f"CREATE TEMP VIEW {scan.relation} AS {rel.body}")
+        info = ctx.info
+        info.tables.setdefault(scan.table, snap.version)
+        info.files_scanned += rel.files_scanned
+        info.files_pruned += rel.files_pruned
+        info.rows_masked += rel.rows_masked
+        if pruner is not None:
+            info.row_groups_pruned += pruner.row_groups_pruned
+        return rel.file_list
+
+    @contextlib.contextmanager
+    def _statement_cursor(self, ctx: _Ctx):
+        """A fresh cursor of the warehouse database, interrupted when ``ctx`` is cancelled."""
+        cur = self._cursors.cursor()
+        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+            else (lambda: None)
         try:
-            return snap.scan(columns=columns, filter=flt)
-        except (PredicateError, ConfigurationError):
-            if flt is None:
-                raise
-            return snap.scan(columns=columns, filter=None)
+            for name, obj in ctx.extra.items():
+                cur.register(name, obj)
+            yield cur
+        finally:
+            unhook()
+            cur.close()
+
+    def _fetch(self, cur, ctx: _Ctx, text: str, sql: str) -> pa.Table:
+        """Run ``text`` (already verified) on ``cur`` and return the whole result."""
+        try:
+            return cur.sql(text).to_arrow_table()
+        except duckdb.Error as e:
+            ctx.check(sql)
+            raise (_scan_failure(ctx.failures) or native_failure(e, ctx.natives)
+                   or _sql_error(e, sql)) from None
+
+    def _sandbox_run(self, ctx: _Ctx, text: str, rows: pa.Table, schema: pa.Schema,
+                     others: dict[str, pa.Table], sql: str, returning: str = ""):
+        """Phase 2 of UPDATE/MERGE: run the user's statement ``text`` against a plain DuckDB
+        table ``__fsrv_candidates`` holding ``rows`` (typed and constrained like the
+        table), with ``others`` registered by name, in the database that can open no file.
+        Returns (rows affected, the table's final contents, RETURNING rows or None)."""
+        from flightsrv.engine.dml import CANDIDATES
+
+        cur = self._sandbox.cursor()
+        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+            else (lambda: None)
+        try:
+            cur.register("__fsrv_rows", rows)
+            cur.execute(f"CREATE TEMP TABLE {CANDIDATES} AS SELECT * FROM __fsrv_rows LIMIT 0")
+            for f in schema:
+                if not f.nullable:
+                    cur.execute(f"ALTER TABLE {CANDIDATES} ALTER COLUMN "
+                                f"{rels._ident(f.name)} SET NOT NULL")
+            cur.execute(f"INSERT INTO {CANDIDATES} SELECT * FROM __fsrv_rows")
+            cur.unregister("__fsrv_rows")
+            for name, table in {**ctx.extra, **others}.items():
+                cur.register(name, table)
+            try:
+                if returning:
+                    returned = cur.sql(text + returning).to_arrow_table()
+                    count = returned.num_rows
+                else:
+                    returned = None
+                    count = int(cur.execute(text).fetchone()[0])
+                final = cur.sql(f"SELECT * FROM {CANDIDATES}").to_arrow_table()
+            except duckdb.Error as e:
+                ctx.check(sql)
+                raise _sql_error(e, sql) from None
+        finally:
+            unhook()
+            with contextlib.suppress(Exception):
+                cur.execute(f"DROP TABLE IF EXISTS {CANDIDATES}")
+            cur.close()
+        actions = None
+        if returned is not None:
+            actions = returned.column(0).to_pylist()
+            returned = returned.drop_columns([returned.column_names[0]])
+            if set(actions) <= {"INSERT"}:
+                final = returned
+        return count, final, actions
+
+    @staticmethod
+    def _summary(stmt: st.Statement) -> dict:
+        """What a DML commit records about its statement: its kind, never its text (the
+        text may hold the very value being erased)."""
+        return {"statement": _kind_name(stmt)}
 
     # -- Engine: updates -------------------------------------------------------------------------
 
     def execute_update(self, sql: str, session: Session,
                        params: pa.RecordBatch | None = None, *,
-                       cancel: Cancel | None = None, info: ExecInfo | None = None) -> int:
+                       cancel: Cancel | None = None, info: ExecInfo | None = None,
+                       extra: dict[str, pa.Table] | None = None) -> int:
         stmt = _parse(sql)
         self._check_role(stmt, session)
         if isinstance(stmt, st.Query):
             raise SqlError("a query returns rows; run it as a query, not an update",
                            statement=st._short(sql))
+        ctx = _Ctx(session, cancel, info if info is not None else ExecInfo(
+            kind=_kind_name(stmt)), dict(extra or {}))
+        ctx.info.kind = _kind_name(stmt)
         total = 0
         for values in self._param_rows(stmt, params):
             tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
-            total += self._run_update(stmt, tree, session, values, cancel)
+            total += self._run_update(stmt, tree, values, ctx)
+        ctx.info.rows = total
         return total
 
-    def _run_update(self, stmt: st.Statement, tree: exp.Expression, session: Session,
-                    values: list[pa.Scalar], cancel: Cancel | None = None) -> int:
+    def delete_statement(self, sql: str, session: Session, *, mode: str | None = None,
+                         expire: bool = False, progress=None) -> int:
+        """Run one DELETE (Python API): ``mode`` overrides the session and table setting;
+        a splice's count carries its report (``.result``); ``expire`` expires the versions
+        that still reach the erased bytes."""
+        stmt = _parse(sql)
+        if not isinstance(stmt, st.Delete):
+            raise SqlError("not a DELETE statement", statement=st._short(sql))
+        self._check_role(stmt, session)
+        ctx = _Ctx(session, info=ExecInfo(kind="delete"))
+        tree = sqlplan.bind_params(stmt.tree, [], sql, stmt.param_count)
+        mode = mode or session.settings.get("delete_mode") or \
+            self._table(stmt.table).head().properties.get("delete_mode", "dv")
+        if mode not in ("dv", "splice"):
+            raise SqlError("unknown delete mode (use 'dv' or 'splice')", mode=mode)
+        return self._dml.delete(ctx, stmt, tree, [], mode,
+                                splice_options={"expire": expire, "progress": progress})
+
+    def _run_update(self, stmt: st.Statement, tree: exp.Expression,
+                    values: list[pa.Scalar], ctx: _Ctx) -> int:
         sql = stmt.sql
+        session = ctx.session
         if isinstance(stmt, st.SetSession):
             session.settings[stmt.name] = stmt.value
             return 0
         if isinstance(stmt, st.Delete):
             table = self._table(stmt.table)
-            cond = tree.args["where"].this if tree.args.get("where") is not None else None
-            pred = sqlplan.delete_predicate(cond, stmt.table, stmt.alias, sql)
-            # the session setting wins; else Table.delete uses the table property
-            # delete_mode (default "dv")
-            return int(table.delete(pred, mode=session.settings.get("delete_mode")))
+            # the session setting wins; else the table property delete_mode (default dv)
+            mode = session.settings.get("delete_mode") or \
+                table.head().properties.get("delete_mode", "dv")
+            return self._dml.delete(ctx, stmt, tree, values, mode)
+        if isinstance(stmt, st.Update):
+            return self._dml.update(ctx, stmt, tree, values)
+        if isinstance(stmt, st.Merge):
+            return self._dml.merge(ctx, stmt, tree, values)
         if isinstance(stmt, st.Insert):
-            return self._insert(stmt, tree, values, cancel)
+            return self._insert(stmt, tree, values, ctx)
         if isinstance(stmt, st.CreateTable):
             return self._create(stmt)
         if isinstance(stmt, st.CreateTableAs):
-            return self._ctas(stmt, tree, values, cancel)
+            return self._ctas(stmt, tree, values, ctx)
         if isinstance(stmt, st.DropTable):
             try:
                 self.warehouse.drop_table(stmt.table)
@@ -361,7 +510,7 @@ class DuckEngine:
                        kind=type(stmt).__name__)
 
     def _insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar],
-                cancel: Cancel | None = None) -> int:
+                ctx: _Ctx) -> int:
         table = self._table(stmt.table)
         pinner = self._pinner()
         target = pinner.pin(stmt.table).schema
@@ -375,7 +524,7 @@ class DuckEngine:
             resolved.append(by_lower[c.lower()])
         if len({c.lower() for c in resolved}) != len(resolved):
             raise SqlError("INSERT names a column twice", statement=st._short(stmt.sql))
-        reader = self._run_query(stmt, tree, "insert", pinner, values, cancel)
+        reader = self._run_query(stmt, tree, "insert", pinner, values, ctx)
         if len(reader.schema) != len(resolved):
             reader.close()
             raise SqlError("INSERT has a different number of values than columns",
@@ -403,10 +552,10 @@ class DuckEngine:
         return 0
 
     def _ctas(self, stmt: st.CreateTableAs, tree: exp.Expression,
-              values: list[pa.Scalar], cancel: Cancel | None = None) -> int:
+              values: list[pa.Scalar], ctx: _Ctx) -> int:
         if stmt.if_not_exists and stmt.table in self.warehouse.list_tables():
             return 0
-        reader = self._run_query(stmt, tree, "ctas", self._pinner(), values, cancel)
+        reader = self._run_query(stmt, tree, "ctas", self._pinner(), values, ctx)
         schema = pa.schema([f.with_nullable(True) for f in reader.schema])
         if stmt.replace:
             self.warehouse.drop_table(stmt.table, missing_ok=True)
@@ -489,9 +638,9 @@ class DuckEngine:
 
 
 def _kind_name(stmt: st.Statement) -> str:
-    return {st.Delete: "delete", st.Insert: "insert", st.CreateTable: "create",
-            st.CreateTableAs: "create", st.DropTable: "drop", st.SetSession: "set",
-            st.Maintenance: "maintenance"}.get(type(stmt), "select")
+    return {st.Delete: "delete", st.Update: "update", st.Merge: "merge", st.Insert: "insert",
+            st.CreateTable: "create", st.CreateTableAs: "create", st.DropTable: "drop",
+            st.SetSession: "set", st.Maintenance: "maintenance"}.get(type(stmt), "select")
 
 
 def _schema_key(stmt: st.Statement, pinner: sqlplan.Pinner) -> tuple | None:
@@ -504,14 +653,15 @@ def _schema_key(stmt: st.Statement, pinner: sqlplan.Pinner) -> tuple | None:
         if any(True for _ in tree.find_all(exp.HistoricalData)
                for p in _.find_all(exp.Placeholder)):
             return None
+        bound = binder.bind(tree.copy(), stmt.sql)
+        if bound.functions or bound.extras:
+            return None
         parts = []
-        for ref in sqlplan.table_references(tree):
+        for ref in bound.tables:
             version, as_of = sqlplan._time_travel(ref, stmt.sql)
             snap = pinner.pin(ref.name, version, as_of)
             m = snap.manifest
             parts.append((ref.name, m.table_uuid, json.dumps(m.schema, sort_keys=True)))
-        if any(True for _ in sqlplan._metadata_calls(tree)):
-            return None
         return stmt.sql, tuple(parts)
     except Exception:  # noqa: BLE001 - see docstring
         return None
@@ -544,7 +694,7 @@ def _scan_failure(failures: list) -> BaseException | None:
 
 def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
             sql: str, failures: list, natives: dict, cancel: Cancel | None = None,
-            unhook=lambda: None) -> Iterator[pa.RecordBatch]:
+            unhook=lambda: None, info: ExecInfo | None = None) -> Iterator[pa.RecordBatch]:
     """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
     try:
         while True:
@@ -563,6 +713,9 @@ def _stream(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
                 if isinstance(e, duckdb.Error):
                     raise _sql_error(e, sql) from None
                 raise
+            if info is not None:
+                info.rows += batch.num_rows
+                info.bytes += batch.nbytes
             yield batch
     finally:
         unhook()

@@ -20,12 +20,12 @@ Read: ``spark.read.format("flightsrv").option("version", n) | option("timestampA
 - the snapshot is pinned once at planning; partitions are one per data file, split into
   chunks of ``rowGroupsPerPartition`` row groups (default 4) for big files;
 - deletion vectors and deleted row groups are applied inside the scan;
-- with ``option("pushFilters", "true")``, Spark's pushed filters that flightsrv can evaluate
-  exactly (``flightsrv.spark.filters``) prune files/row groups by statistics and filter rows;
-  the rest are left to Spark. Off by default because of a Spark 4.3 defect: the pushdown
-  worker stores the reader (with its filters) in the DataFrame's data source object, and a
-  later query on the *same* DataFrame that pushes no filter reuses it, so
-  ``df.where("x > 0").count(); df.count()`` would return the filtered count. Load a fresh
+- with ``option("pushFilters", "true")``, Spark's pushed filters prune files and row groups
+  by statistics (``flightsrv.spark.filters``); flightsrv never filters rows itself: every
+  filter is reported back as not handled and Spark evaluates it. Off by default because of a
+  Spark 4.3 defect: the pushdown worker stores the reader (with its filters) in the
+  DataFrame's data source object, and a later query on the *same* DataFrame that pushes no
+  filter reuses it, so its files would be pruned for the earlier filter. Load a fresh
   DataFrame per filtered query when pushdown is on;
 - projection: Spark 4.3 does not prune columns for Python sources, so pass the columns you
   need as ``option("columns", "a,b")`` or a user schema ``.schema("a long, b string")``;
@@ -60,7 +60,6 @@ from flightsrv.spark.types import (
 )
 from flightsrv.table.commit import require_table
 from flightsrv.table.manifest import DataFile
-from flightsrv.table.predicate import Predicate
 from flightsrv.table.scan import FileTask, Snapshot
 from flightsrv.table.schema import normalize_schema, schema_from_json, schema_to_json
 from flightsrv.table.writer import DataFileWriter, WriteOptions
@@ -168,17 +167,21 @@ class FlightsrvReader(DataSourceReader):
         self.want_position = POSITION_COLUMN in names
         self.rg_per_part = max(1, int(options.get("rowGroupsPerPartition",
                                                   DEFAULT_ROW_GROUPS_PER_PARTITION)))
-        self.filters: list[str] = []
+        self.prune: list = []  # PruneTerm hints from pushed filters (never decide rows)
         self.push = _flag(options, "pushFilters")
-
-    def _predicate(self, schema: pa.Schema) -> Predicate | None:
-        sql = F.combine(self.filters)
-        return Predicate.parse(sql, schema) if sql else None
 
     def partitions(self):
         snap = table_handle(self.wh_uri, self.name).snapshot(self.version)
         parts = []
-        for task in snap.plan(self._predicate(snap.schema), with_deletes=False):
+        file_filter = group_filter = None
+        if self.prune:
+            import duckdb
+
+            from flightsrv.engine.prune import Pruner
+
+            pruner = Pruner(duckdb.connect(), self.prune, snap.schema)
+            file_filter, group_filter = pruner.files, pruner.row_groups
+        for task in snap.plan(file_filter, group_filter, with_deletes=False):
             rgs = task.row_groups
             for i in range(0, len(rgs), self.rg_per_part):
                 parts.append(FilePartition(task.file, rgs[i:i + self.rg_per_part], self.version))
@@ -192,14 +195,10 @@ class FlightsrvReader(DataSourceReader):
         target = spark_arrow_schema(self.schema)
         task = FileTask(partition.file, partition.row_groups,
                         snap.deleted_positions(partition.file))
-        pred = self._predicate(snap.schema)
-        for _, t in snap.iter_tables(self.columns, pred, with_positions=self.want_position,
-                                     tasks=[task]):
+        positions = POSITION_COLUMN if self.want_position else None
+        for _, t in snap.iter_tables(self.columns, tasks=[task], positions=positions):
             if t.num_rows == 0:
                 continue
-            if self.want_position:
-                t = t.rename_columns([POSITION_COLUMN if n == "__pos" else n
-                                      for n in t.column_names])
             if self.want_file:
                 t = t.append_column(FILE_COLUMN, pa.array([partition.file.path] * t.num_rows,
                                                           pa.string()))
@@ -213,9 +212,8 @@ class FlightsrvPushdownReader(FlightsrvReader):
     def pushFilters(self, filters):
         if not self.push:
             return filters  # see the module docstring: Spark would reuse them stale
-        pushed, rest = F.push(filters, schema_from_json(self.table_schema_json))
-        self.filters = pushed
-        return rest
+        self.prune = F.prune_terms(filters, schema_from_json(self.table_schema_json))
+        return filters  # Spark evaluates every filter; flightsrv only prunes
 
 
 # -- write --------------------------------------------------------------------------------

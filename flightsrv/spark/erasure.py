@@ -8,8 +8,8 @@ ids against a big table):
 3. matching (a NULL key never matches):
    - *broadcast* (up to ``broadcast_limit`` distinct keys, default 5M): the driver collects
      the distinct keys as Arrow, cast to the table's key types, and ships them inside the
-     task; each task matches its rows in pyarrow and emits one roaring bitmap per file. No
-     shuffle, and only bitmaps cross into the JVM;
+     task; each task has DuckDB semi-join its rows with the keys (DuckDB decides equality)
+     and emits one roaring bitmap per file. No shuffle, and only bitmaps cross into the JVM;
    - *shuffle* (more keys): tasks emit ``(file id, row position, keys...)``, Spark left-semi
      joins that with the keys, and executors fold the matches into one bitmap per file;
 4. the driver turns them into a delete plan ``{path: FileDelete(positions)}`` and commits it
@@ -17,8 +17,9 @@ ids against a big table):
    with concurrent deletes; a file rewritten since S makes the whole job re-plan on a new
    snapshot).
 
-``delete_where(spark, uri, predicate)``: the same with the SQL predicate evaluated by the
-executors (files and row groups pruned by statistics first); no join, no shuffle.
+``delete_where(spark, uri, predicate)``: ``DELETE FROM t WHERE <predicate>`` through the one
+SQL engine (:meth:`flightsrv.Table.delete`), so it matches exactly the rows the same WHERE
+matches over Flight SQL.
 
 ``mode="splice"`` then physically removes the deleted rows (``Table.purge``, one more commit)
 when the build has ``flightsrv.table.erase``; otherwise it raises ``ConfigurationError``.
@@ -60,10 +61,10 @@ def _open(uri: str):
     return wh, name, t
 
 
-def _tasks_df(spark, snap: Snapshot, pred):
+def _tasks_df(spark, snap: Snapshot):
     """(file id, pickled (DataFile, row groups)) per chunk of row groups, and the paths."""
     paths, rows = [], []
-    for task in snap.plan(pred, with_deletes=False):
+    for task in snap.plan(with_deletes=False):
         fid = len(paths)
         paths.append(task.file.path)
         for i in range(0, len(task.row_groups), ROW_GROUPS_PER_TASK):
@@ -74,13 +75,18 @@ def _tasks_df(spark, snap: Snapshot, pred):
     return spark.createDataFrame(rows, TASKS_SCHEMA).repartition(n), paths
 
 
-def _match(t: pa.Table, keys: pa.Table) -> pa.Table:
-    """The rows of ``t`` (key columns + ``__pos``) whose keys are in ``keys``."""
+def _match(con, t: pa.Table, keys: pa.Table) -> pa.Table:
+    """The rows of ``t`` (key columns + ``__pos``) whose keys equal a row of ``keys``, as
+    DuckDB's semi join decides (a NULL key never matches)."""
     on = keys.column_names
-    if len(on) == 1:
-        return t.filter(pc.is_in(t.column(on[0]), value_set=keys.column(0), skip_nulls=True))
-    t = t.filter(_all_valid(t, on))
-    return t.join(keys, keys=on, join_type="left semi")
+    cond = " AND ".join(f't."{c}" = k."{c}"' for c in (n.replace('"', '""') for n in on))
+    con.register("__rows", t)
+    con.register("__keys", keys)
+    try:
+        return con.sql(f"SELECT t.* FROM __rows t SEMI JOIN __keys k ON {cond}").to_arrow_table()
+    finally:
+        con.unregister("__rows")
+        con.unregister("__keys")
 
 
 def _all_valid(t: pa.Table, on: list[str]):
@@ -90,24 +96,26 @@ def _all_valid(t: pa.Table, on: list[str]):
     return mask
 
 
-def _scanner(wh_uri: str, name: str, version: int, columns: list[str], predicate: str | None,
+def _scanner(wh_uri: str, name: str, version: int, columns: list[str],
              out_json: str, as_bitmaps: bool, keys: pa.Table | None = None):
     """mapInArrow function: per task row, the positions of live (and matching) rows; with
     ``keys``, only rows whose key columns are in ``keys``."""
 
     def scan(batches):
+        from flightsrv.engine.connection import open_locked
+
         out_schema = spark_arrow_schema(T.StructType.fromJson(json.loads(out_json)))
         table = table_handle(wh_uri, name)
         snap = Snapshot(table, table.log.load(version))
-        pred = snap.predicate(predicate) if predicate else None
+        con = open_locked(threads=1) if keys is not None else None
         for b in batches:
             for fid, blob in zip(b.column(FID).to_pylist(), b.column(TASK).to_pylist()):
                 f, rgs = pickle.loads(blob)
                 task = FileTask(f, rgs, snap.deleted_positions(f))
                 bm = BitMap64() if as_bitmaps else None
-                for _, t in snap.iter_tables(columns, pred, with_positions=True, tasks=[task]):
+                for _, t in snap.iter_tables(columns, tasks=[task], positions="__pos"):
                     if keys is not None and t.num_rows:
-                        t = _match(t, keys)
+                        t = _match(con, t, keys)
                     if t.num_rows == 0:
                         continue
                     pos = t.column("__pos")
@@ -218,7 +226,7 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
         if unknown:
             raise ConfigurationError("key columns are not in the table", table=name,
                                      columns=",".join(unknown))
-        tasks, paths = _tasks_df(spark, snap, None)
+        tasks, paths = _tasks_df(spark, snap)
         if tasks is None:
             return {}
         if "keys" not in shipped:
@@ -228,7 +236,7 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
             if small.num_rows == 0:
                 return {}
             bitmaps = tasks.mapInArrow(
-                _scanner(wh, name, snap.version, on, None, BITMAPS_SCHEMA.json(),
+                _scanner(wh, name, snap.version, on, BITMAPS_SCHEMA.json(),
                          as_bitmaps=True, keys=small), BITMAPS_SCHEMA)
             return _collect_plan(bitmaps, paths)
         out = T.StructType([T.StructField(FID, T.IntegerType(), True),
@@ -236,7 +244,7 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
                            + [T.StructField(c, arrow_to_spark(snap.schema.field(c).type,
                                                               column=c), True) for c in on])
         positions = tasks.mapInArrow(
-            _scanner(wh, name, snap.version, on, None, out.json(), as_bitmaps=False), out)
+            _scanner(wh, name, snap.version, on, out.json(), as_bitmaps=False), out)
         matched = positions.join(keys, on=on, how="left_semi").select(FID, POS)
         parts = max(1, min(len(paths), spark.sparkContext.defaultParallelism * 2))
         bitmaps = matched.repartition(parts, FID).mapInArrow(_fold_bitmaps, BITMAPS_SCHEMA)
@@ -246,17 +254,10 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
 
 
 def delete_where(spark, uri: str, predicate: str, *, mode: str = "dv") -> int:
-    """Delete every live row matching the SQL ``predicate``, with executors finding the rows;
-    one commit. Returns the rows deleted."""
-
-    def build_plan(wh, name, snap):
-        pred = snap.predicate(predicate)
-        tasks, paths = _tasks_df(spark, snap, pred)
-        if tasks is None:
-            return {}
-        bitmaps = tasks.mapInArrow(
-            _scanner(wh, name, snap.version, [], predicate, BITMAPS_SCHEMA.json(),
-                     as_bitmaps=True), BITMAPS_SCHEMA)
-        return _collect_plan(bitmaps, paths)
-
-    return _run(spark, uri, build_plan, {"predicate": predicate}, mode)
+    """``DELETE FROM t WHERE <predicate>`` through the one SQL engine (DuckDB decides which
+    rows match, exactly as over Flight SQL); one commit. Returns the rows deleted. ``spark``
+    is unused (kept so that both erasure entry points take the same arguments)."""
+    if mode not in ("dv", "splice"):
+        raise ConfigurationError("unknown delete mode (use 'dv' or 'splice')", mode=mode)
+    wh, name, table = _open(uri)
+    return int(table.delete(predicate, mode=mode))

@@ -1,13 +1,14 @@
-"""Spark pushed filters → SQL predicate text for ``flightsrv.table.predicate.Predicate``.
+"""Spark pushed filters → statistics pruning hints (:class:`~flightsrv.sql.plan.PruneTerm`).
 
-``translate(filter, schema)`` returns the SQL text of one filter, or None when flightsrv cannot
-evaluate it with exactly Spark's meaning (Spark then evaluates it after the scan). Pushed
-filters prune files and row groups by statistics and filter rows inside the scan.
+flightsrv never decides which rows a Spark filter keeps: every pushed filter is returned to
+Spark as *not handled*, so Spark evaluates all of them after the scan. The filters that have
+a prunable shape (``column op literal``, ``IN``, ``IS [NOT] NULL``) only let the scan skip
+files and row groups whose statistics rule them out (:mod:`flightsrv.engine.prune`, where
+DuckDB makes the comparisons; Spark and DuckDB agree on the order of numbers, NaN included,
+of strings and of dates).
 
-Not pushed: nested attributes (``a.b``), timestamp literals (Python datetimes carry the session
-zone ambiguously), NaN literals (Spark orders NaN above every number, Arrow does not),
-LIKE patterns containing ``%``, ``_`` or ``\\``, and anything ``Predicate`` rejects for the
-column type.
+Not used for pruning: nested attributes (``a.b``), timestamp literals (Python datetimes
+carry the session zone ambiguously), decimals (scale coercion), ``NOT``, ``LIKE``.
 """
 
 from __future__ import annotations
@@ -18,22 +19,6 @@ import math
 
 import pyarrow as pa
 from pyspark.sql import datasource as D
-
-from flightsrv.errors import PredicateError
-from flightsrv.table.predicate import Predicate
-
-_CMP_SQL: dict[type, str] = {
-    D.EqualTo: "=",
-    D.GreaterThan: ">",
-    D.GreaterThanOrEqual: ">=",
-    D.LessThan: "<",
-    D.LessThanOrEqual: "<=",
-}
-_LIKE_SQL: dict[type, str] = {
-    D.StringStartsWith: "{}%",
-    D.StringEndsWith: "%{}",
-    D.StringContains: "%{}%",
-}
 
 
 def quote_ident(name: str) -> str:
@@ -61,66 +46,36 @@ def sql_literal(value) -> str | None:
     return None
 
 
-def _column(attr: tuple, schema: pa.Schema) -> str | None:
-    if len(attr) != 1 or attr[0] not in schema.names:
+_OPS = {D.EqualTo: "=", D.GreaterThan: ">", D.GreaterThanOrEqual: ">=", D.LessThan: "<",
+        D.LessThanOrEqual: "<="}
+
+
+def prune_term(f: D.Filter, schema: pa.Schema):
+    """The pruning hint of one Spark filter, or None."""
+    from flightsrv.sql.plan import PruneTerm
+
+    attr = getattr(f, "attribute", None)
+    if attr is None or len(attr) != 1 or attr[0] not in schema.names:
         return None
-    return quote_ident(attr[0])
-
-
-def translate(f: D.Filter, schema: pa.Schema) -> str | None:
-    """SQL text for one Spark filter, or None."""
+    name = attr[0]
+    t = schema.field(name).type
+    if pa.types.is_decimal(t) or pa.types.is_timestamp(t):
+        return None
     kind = type(f)
-    if kind in _CMP_SQL:
-        col, lit = _column(f.attribute, schema), sql_literal(f.value)
-        if col is None or lit is None:
-            return None
-        if isinstance(f.value, decimal.Decimal) or pa.types.is_decimal(
-                schema.field(f.attribute[0]).type):
-            return None  # decimal scale coercion differs between engines; let Spark do it
-        return f"{col} {_CMP_SQL[kind]} {lit}"
+    if kind in _OPS:
+        lit = sql_literal(f.value)
+        return None if lit is None else PruneTerm(name, _OPS[kind], (lit,))
     if kind is D.In:
-        col = _column(f.attribute, schema)
-        if col is None or not f.value or pa.types.is_decimal(schema.field(f.attribute[0]).type):
-            return None
-        if any(v is None for v in f.value):
-            return None  # x IN (NULL, ...) is never TRUE for a miss; keep Spark's exact logic
-        lits = [sql_literal(v) for v in f.value]
-        if any(x is None for x in lits):
-            return None
-        return f"{col} IN ({', '.join(lits)})"
+        lits = [sql_literal(v) for v in f.value] if f.value else [None]
+        return None if any(x is None for x in lits) else PruneTerm(name, "in", tuple(lits))
     if kind is D.IsNull:
-        col = _column(f.attribute, schema)
-        return None if col is None else f"{col} IS NULL"
+        return PruneTerm(name, "is_null")
     if kind is D.IsNotNull:
-        col = _column(f.attribute, schema)
-        return None if col is None else f"{col} IS NOT NULL"
-    if kind in _LIKE_SQL:
-        col = _column(f.attribute, schema)
-        if col is None or any(c in f.value for c in "%_\\"):
-            return None
-        return f"{col} LIKE " + sql_literal(_LIKE_SQL[kind].format(f.value))
-    if kind is D.Not:
-        inner = translate(f.child, schema)
-        return None if inner is None else f"NOT ({inner})"
+        return PruneTerm(name, "not_null")
     return None
 
 
-def push(filters, schema: pa.Schema) -> tuple[list[str], list]:
-    """Split Spark's filters into (SQL texts flightsrv evaluates, filters left to Spark)."""
-    pushed, rest = [], []
-    for f in filters:
-        sql = translate(f, schema)
-        if sql is not None:
-            try:
-                Predicate.parse(sql, schema)
-            except PredicateError:
-                sql = None
-        if sql is None:
-            rest.append(f)
-        else:
-            pushed.append(sql)
-    return pushed, rest
-
-
-def combine(sqls: list[str]) -> str | None:
-    return " AND ".join(f"({s})" for s in sqls) if sqls else None
+def prune_terms(filters, schema: pa.Schema) -> list:
+    """Pruning hints of Spark's pushed filters (a conjunction); the filters themselves all
+    stay with Spark."""
+    return [t for t in (prune_term(f, schema) for f in filters) if t is not None]

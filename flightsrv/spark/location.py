@@ -10,8 +10,7 @@ from __future__ import annotations
 import threading
 
 from flightsrv.errors import ConfigurationError
-from flightsrv.table.table import Table
-from flightsrv.warehouse import Warehouse, check_name
+from flightsrv.warehouse import Table, Warehouse, check_name
 
 _lock = threading.Lock()
 _warehouses: dict[str, Warehouse] = {}

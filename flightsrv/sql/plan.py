@@ -35,13 +35,14 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.tokens import TokenType
 
 from flightsrv.errors import SqlError
+from flightsrv.sql import binder
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import validate
 from flightsrv.sql.statements import DIALECT, error
 
 Resolver = Callable[[str, "int | None", "str | None"], Any]
 
-RELATION_PREFIX = "__flightsrv_scan_"
+RELATION_PREFIX = "__fsrv_r"  # reserved prefix (flightsrv.sql.binder.RESERVED)
 
 
 # -- parameters ----------------------------------------------------------------------
@@ -132,7 +133,7 @@ class Scan:
     table: str
     snapshot: Any
     columns: list[str] | None  # None = all columns
-    filter: str | None  # SQL boolean over unqualified column names, or None
+    prune: tuple = ()  # PruneTerm hints for skipping files/row groups (never decide matches)
 
 
 @dataclass
@@ -161,39 +162,6 @@ class QueryPlan:
     @property
     def needs_params(self) -> bool:
         return self.text is not None
-
-
-def is_cte_reference(table: exp.Table) -> bool:
-    """True when ``table`` names a CTE visible from where it appears."""
-    if table.args.get("db") or table.args.get("catalog"):
-        return False
-    name = table.name.lower()
-    node: exp.Expression | None = table
-    while node is not None:
-        with_ = node.args.get("with_") if hasattr(node, "args") else None
-        if isinstance(with_, exp.With):
-            for cte in with_.expressions:
-                if cte.alias_or_name.lower() == name:
-                    return True
-        node = node.parent
-    return False
-
-
-def table_references(tree: exp.Expression) -> list[exp.Table]:
-    """Warehouse table references in ``tree``, in walk order."""
-    refs = []
-    for t in tree.find_all(exp.Table):
-        if not isinstance(t.this, exp.Identifier):
-            continue  # table function
-        if is_cte_reference(t):
-            continue
-        refs.append(t)
-    return refs
-
-
-def _metadata_calls(tree: exp.Expression) -> list[exp.Table]:
-    return [t for t in tree.find_all(exp.Table) if isinstance(t.this, exp.Anonymous)
-            and str(t.this.this).lower() in validate.METADATA_FUNCTIONS]
 
 
 def metadata_table_name(arg: str, sql: str) -> str:
@@ -234,7 +202,8 @@ def _time_travel(table: exp.Table, sql: str) -> tuple[int | None, str | None]:
 
 
 def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
-               source: tuple[str, int, int] | None = None) -> QueryPlan:
+               source: tuple[str, int, int] | None = None, *,
+               extra: frozenset[str] = frozenset()) -> QueryPlan:
     """Pin and rewrite every table reference in ``query`` (already bound); see module doc.
 
     ``source`` = (text, start, end): where ``query`` sits in the statement text (its nodes'
@@ -242,8 +211,8 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
     the table references spliced (see :attr:`QueryPlan.text`).
     """
     tree = query.copy()
-    refs = table_references(tree)
-    calls = _metadata_calls(tree)
+    bound = binder.bind(tree, sql, extra=extra)
+    refs, calls = bound.tables, bound.functions
     functions = []
     for i, call in enumerate(calls):
         fn = str(call.this.this).lower()
@@ -263,11 +232,11 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
         version, as_of = _time_travel(t, sql)
         snapshots.append(pinner.pin(t.name, version, as_of))
     columns = _projections(tree, refs, [s.schema for s in snapshots])
-    filters = _pushable_filters(tree, refs, [s.schema for s in snapshots])
+    terms = _prune_terms(tree, refs, [s.schema for s in snapshots])
     scans = []
     for i, (t, snap) in enumerate(zip(refs, snapshots)):
         relation = f"{RELATION_PREFIX}{i}"
-        scans.append(Scan(relation, t.name, snap, columns[i], filters[i]))
+        scans.append(Scan(relation, t.name, snap, columns[i], terms[i]))
     for i, t in enumerate(refs):
         alias = t.args.get("alias")
         if alias is None:
@@ -278,18 +247,18 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
     return QueryPlan(tree, scans, spliced, functions)
 
 
-def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
-                      relations: list[str]) -> str | None:
-    """``text[start:end]`` with each table reference (name and any ``AT (...)`` clause)
-    replaced by its relation name, keeping the alias. None when a span is not certain
-    (missing token offsets, parameters inside ``AT``): the caller then uses the tree."""
-    text, start, end = source
+def reference_edits(text: str, refs: list[exp.Table], relations: list[str],
+                    ) -> list[tuple[int, int, str]] | None:
+    """Edits (start, end, replacement) of ``text`` that replace each table reference (name,
+    qualifier and any ``AT (...)`` clause) by its relation name, keeping the alias (the
+    table's own name becomes the alias when it had none). None when a span is not certain
+    (missing token offsets, parameters inside ``AT``): the caller must not splice."""
     try:
         tokens = _tokens(text)
     except Exception:  # noqa: BLE001 - fall back to the tree
         return None
     by_start = {tok.start: i for i, tok in enumerate(tokens)}
-    edits: list[tuple[int, int, str]] = []  # (from, to_exclusive, replacement)
+    edits: list[tuple[int, int, str]] = []
     for t, rel in zip(refs, relations):
         ident = t.this
         meta = getattr(ident, "_meta", None) or {}
@@ -298,8 +267,6 @@ def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
         # ``main.t`` / ``flightsrv.main.t``: the qualifier goes too (validate strips it)
         a, b = meta.get(validate.QUALIFIED_START, meta["start"]), meta["end"] + 1
         if a not in by_start:
-            return None
-        if not start <= a < b <= end:
             return None
         alias = t.args.get("alias")
         repl = rel if alias is not None and alias.name else f"{rel} AS {ident.sql(DIALECT)}"
@@ -312,9 +279,20 @@ def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
             if span is None:
                 return None
             edits.append(span + ("",))
+    return sorted(edits)
+
+
+def splice_references(source: tuple[str, int, int], refs: list[exp.Table],
+                      relations: list[str]) -> str | None:
+    """``text[start:end]`` with each table reference replaced by its relation name
+    (:func:`reference_edits`); None when a span is not certain or falls outside."""
+    text, start, end = source
+    edits = reference_edits(text, refs, relations)
+    if edits is None:
+        return None
     out, pos = [], start
-    for a, b, repl in sorted(edits):
-        if a < pos:
+    for a, b, repl in edits:
+        if not start <= a < b <= end or a < pos:
             return None
         out.append(text[pos:a])
         out.append(repl)
@@ -439,38 +417,74 @@ def _projections(tree: exp.Expression, refs: list[exp.Table],
     return out
 
 
-# -- filter pushdown -------------------------------------------------------------------------
+# -- pruning hints ----------------------------------------------------------------------------
 
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+_COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<",
+                exp.LTE: "<="}
+_FLIPPED = {"=": "=", "<>": "<>", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 _INNER_KINDS = {"", "INNER", "CROSS"}
 
 
-def _literal_class(node: exp.Expression) -> str | None:
-    """'num' | 'str' | 'bool' | None for a constant operand we are willing to push."""
+@dataclass(frozen=True)
+class PruneTerm:
+    """A conjunct ``column op constant(s)`` of the WHERE that reads a reference directly:
+    a hint that lets the scan skip files and row groups whose statistics rule it out
+    (:mod:`flightsrv.engine.prune`). ``operands`` are DuckDB SQL texts of constants."""
+
+    column: str  # the table's own column name
+    op: str  # = <> < <= > >= in between is_null not_null
+    operands: tuple[str, ...] = ()
+
+
+def _constant_class(node: exp.Expression) -> str | None:
+    """'num' | 'str' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | None for a constant
+    operand we are willing to push (literals, signed numbers, typed literals)."""
+    if isinstance(node, exp.Paren):
+        return _constant_class(node.this)
     if isinstance(node, exp.Neg):
-        node = node.this
-        return "num" if isinstance(node, exp.Literal) and not node.is_string else None
+        inner = node.this
+        return "num" if isinstance(inner, exp.Literal) and not inner.is_string else None
     if isinstance(node, exp.Boolean):
         return "bool"
     if isinstance(node, exp.Literal):
         return "str" if node.is_string else "num"
-    if isinstance(node, exp.Cast) and isinstance(node.this, (exp.Literal, exp.Neg)):
+    if isinstance(node, exp.Cast) and _constant_class(node.this) in ("num", "str"):
         to = node.to
         if to.is_type(*exp.DataType.NUMERIC_TYPES):
-            return "num" if _literal_class(node.this) == "num" else None
+            return "num"
         if to.is_type(*exp.DataType.TEXT_TYPES):
             return "str"
+        if to.is_type(exp.DataType.Type.DATE):
+            return "date"
+        if to.is_type(exp.DataType.Type.TIMESTAMPTZ):
+            return "timestamptz"
+        if to.is_type(exp.DataType.Type.TIMESTAMP):
+            return "timestamp"
     return None
 
 
-def _type_class(t: pa.DataType) -> str | None:
+def _column_class(t: pa.DataType) -> str | None:
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
         return "num"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "str"
     if pa.types.is_boolean(t):
         return "bool"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "timestamptz" if t.tz is not None else "timestamp"
     return None
+
+
+def _comparable(column_class: str, constant_class: str | None) -> bool:
+    """Whether DuckDB compares the column with the constant in an order-preserving way:
+    same class, or a string literal that DuckDB casts to a temporal column's own type."""
+    if constant_class is None:
+        return False
+    if column_class == constant_class:
+        return True
+    return column_class in ("date", "timestamp", "timestamptz") and constant_class == "str"
 
 
 def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
@@ -481,49 +495,87 @@ def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
     return [cond]
 
 
-def _pushable_column(conj: exp.Expression) -> tuple[exp.Column, list[exp.Expression]] | None:
-    """(column, constant operands) when ``conj`` is ``column op constant``."""
-    if isinstance(conj, _COMPARISONS):
-        left, right = conj.this, conj.expression
-        if isinstance(left, exp.Column) and not isinstance(right, exp.Column):
-            return left, [right]
-        if isinstance(right, exp.Column) and not isinstance(left, exp.Column):
-            return right, [left]
-        return None
+def _term(conj: exp.Expression) -> tuple[exp.Column, str, list[exp.Expression]] | None:
+    """(column, op, constant operands) when ``conj`` has a prunable shape."""
+    for cls, op in _COMPARISONS.items():
+        if isinstance(conj, cls):
+            left, right = conj.this, conj.expression
+            if isinstance(left, exp.Column) and not isinstance(right, exp.Column):
+                return left, op, [right]
+            if isinstance(right, exp.Column) and not isinstance(left, exp.Column):
+                return right, _FLIPPED[op], [left]
+            return None
     if isinstance(conj, exp.In) and isinstance(conj.this, exp.Column):
         if conj.args.get("query") or conj.args.get("unnest") or conj.args.get("field"):
             return None
-        return conj.this, list(conj.expressions)
+        return conj.this, "in", list(conj.expressions)
     if isinstance(conj, exp.Between) and isinstance(conj.this, exp.Column):
-        return conj.this, [conj.args["low"], conj.args["high"]]
-    if isinstance(conj, exp.Is) and isinstance(conj.this, exp.Column):
-        return (conj.this, []) if isinstance(conj.expression, exp.Null) else None
-    if isinstance(conj, exp.Not) and isinstance(conj.this, exp.Is):
-        return _pushable_column(conj.this)
+        if conj.args.get("symmetric"):
+            return None
+        return conj.this, "between", [conj.args["low"], conj.args["high"]]
+    if isinstance(conj, exp.Is) and isinstance(conj.this, exp.Column) \
+            and isinstance(conj.expression, exp.Null):
+        return conj.this, "is_null", []
+    if isinstance(conj, exp.Not) and isinstance(conj.this, exp.Is) \
+            and isinstance(conj.this.this, exp.Column) \
+            and isinstance(conj.this.expression, exp.Null):
+        return conj.this.this, "not_null", []
     return None
 
 
-def _pushable_filters(tree: exp.Expression, refs: list[exp.Table],
-                      schemas: list[pa.Schema]) -> list[str | None]:
+def dml_prune_terms(cond: exp.Expression | None, target: exp.Table, schema: pa.Schema, *,
+                    only_target: bool) -> tuple[PruneTerm, ...]:
+    """Pruning hints for the target of a DELETE/UPDATE from its WHERE ``cond``: conjuncts on
+    the target's columns (qualified by its alias or name, or unqualified when the statement
+    reads no other relation at the top level, ``only_target``)."""
+    if cond is None:
+        return ()
+    names = {_alias(target)}
+    fields = {f.name.lower(): f for f in schema}
+    out = []
+    for conj in _conjuncts(cond):
+        hit = _term(conj)
+        if hit is None:
+            continue
+        col, op, operands = hit
+        if col.args.get("db") or col.args.get("catalog"):
+            continue
+        if col.table:
+            if col.table.lower() not in names:
+                continue
+        elif not only_target:
+            continue
+        f = fields.get(col.name.lower())
+        if f is None:
+            continue
+        cclass = _column_class(f.type)
+        if cclass is None or not all(_comparable(cclass, _constant_class(o)) for o in operands):
+            continue
+        out.append(PruneTerm(f.name, op, tuple(o.sql(DIALECT) for o in operands)))
+    return tuple(out)
+
+
+def _prune_terms(tree: exp.Expression, refs: list[exp.Table],
+                 schemas: list[pa.Schema]) -> list[tuple[PruneTerm, ...]]:
     ref_ids = {id(t): i for i, t in enumerate(refs)}
-    found: list[list[str]] = [[] for _ in refs]
+    found: list[list[PruneTerm]] = [[] for _ in refs]
     for select in tree.find_all(exp.Select):
         where = select.args.get("where")
         if where is None:
             continue
         joins = select.args.get("joins") or []
         if any((j.args.get("side") or "") or (j.args.get("kind") or "").upper() not in _INNER_KINDS
-               for j in joins):
+               or (j.args.get("method") or "") for j in joins):
             continue
         sources = _direct_sources(select)
         direct = [ref_ids[id(s)] for s in sources if id(s) in ref_ids]
         only_refs = len(direct) == len(sources)
         by_alias = {_alias(refs[i]): i for i in direct}
         for conj in _conjuncts(where.this):
-            hit = _pushable_column(conj)
+            hit = _term(conj)
             if hit is None:
                 continue
-            col, operands = hit
+            col, op, operands = hit
             if col.args.get("db") or col.args.get("catalog"):
                 continue
             name = col.name.lower()
@@ -540,31 +592,10 @@ def _pushable_filters(tree: exp.Expression, refs: list[exp.Table],
             fields = {f.name.lower(): f for f in schemas[ref]}
             if name not in fields:
                 continue
-            tclass = _type_class(fields[name].type)
-            if tclass is None or any(_literal_class(o) != tclass for o in operands):
+            cclass = _column_class(fields[name].type)
+            if cclass is None or not all(_comparable(cclass, _constant_class(o))
+                                         for o in operands):
                 continue
-            pushed = conj.copy()
-            for c in pushed.find_all(exp.Column):
-                c.set("table", None)
-            found[ref].append(f"({pushed.sql(DIALECT)})")
-    return [" AND ".join(f) if f else None for f in found]
-
-
-# -- DELETE predicates ------------------------------------------------------------------------
-
-
-def delete_predicate(where: exp.Expression | None, table: str, alias: str | None,
-                     sql: str) -> str:
-    """The WHERE condition of a DELETE as SQL over unqualified columns ("TRUE" if none)."""
-    if where is None:
-        return "TRUE"
-    cond = where.copy()
-    allowed = {table.lower()} | ({alias.lower()} if alias else set())
-    for c in cond.find_all(exp.Column):
-        if c.args.get("db") or c.args.get("catalog"):
-            raise error("qualified column names are not supported in DELETE", sql, c)
-        if c.table:
-            if c.table.lower() not in allowed:
-                raise error(f"DELETE predicate refers to another table: {c.table}", sql, c)
-            c.set("table", None)
-    return cond.sql(DIALECT)
+            found[ref].append(PruneTerm(fields[name].name, op,
+                                        tuple(o.sql(DIALECT) for o in operands)))
+    return [tuple(f) for f in found]

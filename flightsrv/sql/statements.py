@@ -8,7 +8,9 @@ Accepted:
 
 =====================  =====================================================================
 ``Query``              SELECT (WITH, joins, aggregates, windows, set operations, VALUES)
-``Delete``             DELETE FROM t [WHERE ...]
+``Delete``             DELETE FROM t [AS a] [USING ...] [WHERE ...]
+``Update``             UPDATE t [AS a] SET ... [FROM ...] [WHERE ...]
+``Merge``              MERGE INTO t [AS a] USING s ON ... WHEN [NOT] MATCHED ... THEN ...
 ``Insert``             INSERT INTO t [(cols)] SELECT ... | VALUES ...
 ``CreateTable``        CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t (col type, ...)
 ``CreateTableAs``      CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t AS SELECT ...
@@ -25,7 +27,7 @@ Table names may be qualified with the one schema and catalog the server advertis
 ``t``, ``main.t`` and ``flightsrv.main.t`` (quoted or not) all mean the table ``t``; any
 other qualifier is refused (:func:`flightsrv.sql.validate.normalize_qualified`).
 
-Everything else (ATTACH, COPY, INSTALL/LOAD, PRAGMA, engine SET, EXPORT/IMPORT, UPDATE,
+Everything else (ATTACH, COPY, INSTALL/LOAD, PRAGMA, engine SET, EXPORT/IMPORT,
 views, macros, ...) and more than one statement is refused with a reason. Table functions
 and file-reading functions are checked by :mod:`flightsrv.sql.validate`.
 
@@ -47,8 +49,9 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from flightsrv.errors import SqlError
+from flightsrv.sql import binder, validate
 from flightsrv.sql import types as sqltypes
-from flightsrv.sql import validate
+from flightsrv.sql.diag import error, position, short
 
 DIALECT = "duckdb"
 
@@ -130,6 +133,20 @@ class Delete(Statement):
 
 
 @dataclass(frozen=True)
+class Update(Statement):
+    table: str = ""
+    alias: str | None = None
+    writes = True
+
+
+@dataclass(frozen=True)
+class Merge(Statement):
+    table: str = ""
+    alias: str | None = None
+    writes = True
+
+
+@dataclass(frozen=True)
 class Insert(Statement):
     table: str = ""
     columns: tuple[str, ...] | None = None  # INSERT INTO t (a, b) ...
@@ -183,31 +200,9 @@ class SetSession(Statement):
     value: str = ""
 
 
-# -- errors and positions ------------------------------------------------------------
+# -- errors and positions (kept importable from here) --------------------------------
 
-
-def position(node: exp.Expression | None) -> tuple[int | None, int | None]:
-    """(line, col) of the first token sqlglot recorded under ``node``, else (None, None)."""
-    if node is None:
-        return None, None
-    for n in node.walk():
-        meta = getattr(n, "_meta", None) or {}
-        if "line" in meta:
-            col = meta.get("col")
-            if col is not None and "start" in meta and "end" in meta:
-                col = col - (meta["end"] - meta["start"])  # sqlglot's col is the token's end
-            return meta["line"], col
-    return None, None
-
-
-def error(message: str, sql: str, node: exp.Expression | None = None, **ctx) -> SqlError:
-    line, col = position(node)
-    return SqlError(message, statement=_short(sql), line=line, col=col, **ctx)
-
-
-def _short(sql: str, limit: int = 200) -> str:
-    s = " ".join(sql.split())
-    return repr(s if len(s) <= limit else s[: limit - 3] + "...")
+_short = short
 
 
 # -- placeholders --------------------------------------------------------------------
@@ -279,8 +274,19 @@ def parse_statement(sql: str) -> Statement:
     stmt = _classify(sql, tree, nparams)
     object.__setattr__(stmt, "text", text)
     object.__setattr__(stmt, "spliceable", not columns_changed)
-    validate.check_tree(stmt.tree, sql)
+    binder.bind(stmt.tree, sql, skip=_targets(stmt))  # refuse what no plan could read
     return stmt
+
+
+def _targets(stmt: Statement) -> tuple[exp.Table, ...]:
+    """The table nodes a statement writes (resolved by the engine, not read as relations)."""
+    tree = stmt.tree
+    if isinstance(stmt, (Query, SetSession, Maintenance)):
+        return ()
+    target = tree.this
+    if isinstance(target, exp.Schema):
+        target = target.this
+    return (target,) if isinstance(target, exp.Table) else ()
 
 
 def _significant_tokens(sql: str, text: str):
@@ -394,6 +400,10 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
         return Query(sql, tree, n)
     if isinstance(tree, exp.Delete):
         return _delete(sql, tree, n)
+    if isinstance(tree, exp.Update):
+        return _dml_target(Update, sql, tree, n, "UPDATE")
+    if isinstance(tree, exp.Merge):
+        return _dml_target(Merge, sql, tree, n, "MERGE")
     if isinstance(tree, exp.Insert):
         return _insert(sql, tree, n)
     if isinstance(tree, exp.Create):
@@ -418,11 +428,9 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
         exp.Detach: "DETACH is not allowed",
         exp.Install: "INSTALL is not allowed",
         exp.Pragma: "PRAGMA is not allowed",
-        exp.Update: "UPDATE is not supported; use DELETE and INSERT",
         exp.Use: "USE is not allowed",
         exp.Describe: "DESCRIBE is not supported; use the Flight SQL metadata calls",
         exp.Show: "SHOW is not supported; use the Flight SQL metadata calls",
-        exp.Merge: "MERGE is not supported",
     }
     for cls, reason in refused.items():
         if isinstance(tree, cls):
@@ -431,17 +439,30 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
     raise error(f"{verb} statements are not allowed", sql, tree)
 
 
+def _no_with(sql: str, tree: exp.Expression, what: str) -> None:
+    if tree.args.get("with_") is not None:
+        raise error(f"WITH ... {what} is not supported; use a subquery", sql, tree)
+
+
 def _delete(sql: str, tree: exp.Delete, n: int) -> Delete:
     target = tree.this
-    if tree.args.get("using") or tree.args.get("returning"):
-        raise error("DELETE ... USING/RETURNING is not supported", sql, tree)
+    _no_with(sql, tree, "DELETE")
+    if tree.args.get("returning"):
+        raise error("DELETE ... RETURNING is not supported", sql, tree)
     name = _table_name(target, sql, "DELETE")
     alias = target.alias or None
     where = tree.args.get("where")
     cond = where.this if where is not None else None
-    if cond is not None and cond.find(exp.Query, exp.Subquery):
-        raise error("DELETE ... WHERE with a subquery is not supported", sql, cond)
     return Delete(sql, tree, n, table=name, alias=alias, where=cond)
+
+
+def _dml_target(cls, sql: str, tree: exp.Expression, n: int, what: str):
+    _no_with(sql, tree, what)
+    if tree.args.get("returning"):
+        raise error(f"{what} ... RETURNING is not supported", sql, tree)
+    target = tree.this
+    name = _table_name(target, sql, what)
+    return cls(sql, tree, n, table=name, alias=target.alias or None)
 
 
 def _insert(sql: str, tree: exp.Insert, n: int) -> Insert:

@@ -1,18 +1,28 @@
-"""``Table.delete(predicate)`` as deletion-vector and metadata-only commits.
+"""Commit a decided change: rows to delete (physical positions per data file) and data files
+to add, in one version, with the conflict rules of docs/PROTOCOL.md §8.
 
-Plan against a pinned snapshot S:
-1. prune files by manifest statistics: NONE → skip; ALL → drop the whole file (metadata only);
-2. prune row groups by footer statistics: NONE → skip; ALL → mark the row group deleted
-   (metadata only, its bytes are never read);
-3. in the remaining row groups read only the predicate's columns, skip rows already deleted,
-   and collect the matching row positions.
+Which rows a DELETE, UPDATE or MERGE touches is decided elsewhere (by DuckDB, in
+:mod:`flightsrv.engine.dml`, or by Spark executors running the same planner) against a pinned
+*base* version; this module only records the decision. The commit goes through the one
+commit loop, and its mutator re-validates against whatever head it is given:
 
-Commit (one version, through the commit loop): for each touched file of the head, union the new
-positions with the head's DV (concurrent deletes merge), add deleted row groups, drop files
-with no live rows left. Rows appended after S live in files S never saw, so they are never
-deleted (snapshot isolation for the predicate). If a targeted file is gone from the head
-(compacted or spliced concurrently), the whole delete is re-planned against the new head.
-The returned count is the number of rows this commit turned from live to deleted.
+- a data file the change deletes from is gone from the head (compacted, spliced): the
+  positions mean nothing any more → :class:`Rerun` (the caller re-runs the statement on a
+  new snapshot; stale positions are never applied);
+- the head deleted, after the base, some of the rows this change deletes (a concurrent
+  DELETE, or an UPDATE that moved them): → :class:`Rerun` (the row may live on elsewhere,
+  e.g. as an updated copy, and only a re-run can find it);
+- the head deleted *other* rows of the same files (disjoint concurrent deletes): the bitmaps
+  merge, nothing re-runs;
+- ``appends_conflict`` (a MERGE that inserts): files added after the base → :class:`Rerun`
+  (a concurrently appended row could have matched);
+- everything else (appends, changes to other files) commutes.
+
+Representation: a row group whose live rows are all deleted is marked in
+``deleted_row_groups`` (metadata only); a file left with no live row is removed from the
+manifest; other positions merge into the file's deletion vector (inline when small, else one
+shared object per commit). The count returned is the number of rows this commit turned from
+live to deleted.
 """
 
 from __future__ import annotations
@@ -21,7 +31,6 @@ import dataclasses
 
 from pyroaring import BitMap64
 
-from flightsrv.errors import CommitConflict
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import (
     INLINE_LIMIT,
@@ -30,86 +39,62 @@ from flightsrv.table.deletes import (
     read_dv,
     write_dv_object,
 )
-from flightsrv.table.manifest import DataFile
-from flightsrv.table.predicate import Match, Predicate, manifest_stats_lookup, rowgroup_stats_lookup
-from flightsrv.table.scan import FileTask, open_parquet
+from flightsrv.table.manifest import DataFile, Manifest
 
-MAX_REPLANS = 5
+MAX_RERUNS = 8
 
 
-class _Replan(Exception):
-    pass
+class Rerun(Exception):
+    """The change was decided on a version the head no longer agrees with; re-run the
+    statement against a new snapshot (``reason`` says why)."""
+
+    def __init__(self, reason: str, path: str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
 
 
 @dataclasses.dataclass
 class FileDelete:
+    """Positions to delete in one data file (kept for callers that build plans by hand:
+    Spark executors). ``whole_file``/``row_groups`` are folded into positions on commit."""
+
     whole_file: bool = False
     row_groups: set = dataclasses.field(default_factory=set)
     positions: BitMap64 = dataclasses.field(default_factory=BitMap64)
 
 
-def plan_delete(snap, pred: Predicate) -> dict[str, FileDelete]:
-    plan: dict[str, FileDelete] = {}
-    tasks: list[FileTask] = []
-    for f in snap.manifest.data_files:
-        if f.live_rows == 0:
-            continue
-        m = pred.evaluate_stats(manifest_stats_lookup(f, snap.schema))
-        if m is Match.NONE:
-            continue
-        if m is Match.ALL:
-            plan[f.path] = FileDelete(whole_file=True)
-            continue
-        md = open_parquet(snap.store, f, table=snap.table.name).metadata
-        fd = FileDelete()
-        some = []
-        for i in range(f.row_groups):
-            if i in f.deleted_row_groups:
-                continue
-            rm = pred.evaluate_stats(rowgroup_stats_lookup(md.row_group(i), snap.schema))
-            if rm is Match.ALL:
-                fd.row_groups.add(i)
-            elif rm is Match.SOME:
-                some.append(i)
-        if fd.row_groups and len(fd.row_groups) + len(f.deleted_row_groups) == f.row_groups:
-            plan[f.path] = FileDelete(whole_file=True)
-            continue
-        if some:
-            tasks.append(FileTask(f, some, snap.deleted_positions(f)))
-        plan[f.path] = fd
-    for task, t in snap.iter_tables([], pred, with_positions=True, tasks=tasks):
-        if t.num_rows:
-            plan[task.file.path].positions.update(t.column("__pos").to_numpy().astype("uint64"))
-    return {p: d for p, d in plan.items() if d.whole_file or d.row_groups or d.positions}
+def dead_positions(table, f: DataFile) -> BitMap64:
+    """Every deleted position of ``f``: its deletion vector plus its deleted row groups."""
+    dead = read_dv(table.store, f.dv, table=table.name, data_file=f.path) if f.dv else BitMap64()
+    for g in f.deleted_row_groups:
+        start = f.row_group_offsets[g]
+        dead.add_range(start, start + f.row_group_rows(g))
+    return dead
 
 
-def _apply(table, head_file: DataFile, d: FileDelete, dvs_out: list) -> tuple[DataFile | None, int]:
-    """New entry for ``head_file`` after delete ``d`` (None: file removed) and rows deleted."""
-    if d.whole_file:
-        return None, head_file.live_rows
-    existing = read_dv(table.store, head_file.dv, table=table.name, data_file=head_file.path) \
-        if head_file.dv else BitMap64()
-    dead_groups = set(head_file.deleted_row_groups)
-    new_groups = d.row_groups - dead_groups
-    count = 0
-    for g in new_groups:
+def _same_deletes(a: DataFile, b: DataFile) -> bool:
+    return a.dv == b.dv and a.deleted_row_groups == b.deleted_row_groups
+
+
+def _apply(table, head_file: DataFile, positions: BitMap64, dead: BitMap64,
+           dvs_out: list) -> DataFile | None:
+    """``head_file`` with ``positions`` (disjoint from ``dead``, its current deletions)
+    deleted; None when no live row is left."""
+    merged = dead | positions
+    if len(merged) >= head_file.rows:
+        return None
+    groups = set(head_file.deleted_row_groups)
+    for g in range(head_file.row_groups):
+        if g in groups:
+            continue
         start = head_file.row_group_offsets[g]
         end = start + head_file.row_group_rows(g)
-        count += (end - start) - existing.range_cardinality(start, end)
-        existing.remove_range(start, end)  # the group marker now covers these rows
-    dead_groups |= new_groups
-    positions = BitMap64(d.positions)
-    for g in dead_groups:
+        if merged.range_cardinality(start, end) == end - start:
+            groups.add(g)  # a whole row group: metadata only
+    for g in groups:
         start = head_file.row_group_offsets[g]
-        positions.remove_range(start, start + head_file.row_group_rows(g))
-    fresh = positions - existing
-    count += len(fresh)
-    merged = existing | fresh
-    if count == 0:
-        return head_file, 0
-    live = head_file.rows - len(merged) - sum(head_file.row_group_rows(g) for g in dead_groups)
-    if live <= 0:
-        return None, count
+        merged.remove_range(start, start + head_file.row_group_rows(g))
     dv = None
     if len(merged):
         blob = encode_blob(merged)
@@ -118,78 +103,101 @@ def _apply(table, head_file: DataFile, d: FileDelete, dvs_out: list) -> tuple[Da
         else:
             dvs_out.append((head_file.path, blob, len(merged)))
             dv = "pending"
-    return dataclasses.replace(head_file, dv=dv, deleted_row_groups=tuple(sorted(dead_groups)),
-                               stats_wide=True), count
+    return dataclasses.replace(head_file, dv=dv, deleted_row_groups=tuple(sorted(groups)),
+                               stats_wide=True)
 
 
-def plan_mutator(table, plan: dict[str, FileDelete], summary: dict, result: dict,
-                 operation: str = "delete"):
-    """The commit mutator of a delete plan: merges each file's positions into the head's DV
-    (``_apply``), drops files left without live rows, writes large DVs in one object.
-    ``result["count"]`` gets the rows this commit deletes. Raises ``_Replan`` if a file the
-    plan targets is gone from the head (rewritten concurrently)."""
+def commit_changes(table, base: Manifest, deletes: dict[str, BitMap64],
+                   added: list[DataFile] = (), *, operation: str, summary: dict | None = None,
+                   appends_conflict: bool = False) -> tuple[Manifest | None, int]:
+    """Commit ``deletes`` (positions live in ``base``) and ``added`` files in one version.
+
+    Returns (manifest, rows deleted); (None, 0) when there is nothing to do. Raises
+    :class:`Rerun` per the module docstring."""
+    deletes = {p: bm for p, bm in deletes.items() if len(bm)}
+    if not deletes and not added:
+        return None, 0
+    base_files = base.files_by_path()
+    base_dead = {p: dead_positions(table, base_files[p]) for p in deletes}
+    for p, bm in deletes.items():
+        if len(bm & base_dead[p]):
+            raise ValueError(f"positions of {p} already deleted in version {base.version}")
+    base_paths = set(base_files)
+    result = {"count": 0}
 
     def mutate(head):
         head = require_table(head, table.name)
+        if head.table_uuid != base.table_uuid:
+            raise Rerun("the table was dropped and re-created")
         by_path = head.files_by_path()
-        if any(p not in by_path for p in plan):
-            raise _Replan()
+        for p in deletes:
+            if p not in by_path:
+                raise Rerun("a data file the statement changes was rewritten", p)
+        if appends_conflict and any(f.path not in base_paths for f in head.data_files):
+            raise Rerun("rows were appended concurrently")
         pending: list = []
         new_files, count, removed = [], 0, 0
         for f in head.data_files:
-            if f.path not in plan:
+            positions = deletes.get(f.path)
+            if positions is None:
                 new_files.append(f)
                 continue
-            nf, n = _apply(table, f, plan[f.path], pending)
-            count += n
+            if _same_deletes(f, base_files[f.path]):
+                dead = base_dead[f.path]
+            else:
+                dead = dead_positions(table, f)
+                if len(positions & (dead - base_dead[f.path])):
+                    raise Rerun("rows the statement changes were deleted concurrently", f.path)
+            nf = _apply(table, f, positions, dead, pending)
+            count += len(positions)
             if nf is None:
                 removed += 1
             else:
                 new_files.append(nf)
-        result["count"] = count
-        if count == 0:
-            return None
         if pending:
             descriptors = write_dv_object(table, pending)
             new_files = [dataclasses.replace(f, dv=descriptors[f.path])
                          if f.dv == "pending" else f for f in new_files]
-        full = {"rows_added": 0, "rows_deleted": count, "files_added": 0,
-                "files_removed": removed, **summary}
+        version = head.version + 1
+        fresh = tuple(dataclasses.replace(f, added_version=version) for f in added)
+        result["count"] = count
+        full = {"rows_added": sum(f.rows for f in added), "rows_deleted": count,
+                "files_added": len(added), "files_removed": removed,
+                "read_version": base.version, **(summary or {})}
         return dataclasses.replace(head, operation=operation, summary=full,
-                                   data_files=tuple(new_files))
+                                   data_files=tuple(new_files) + fresh)
 
-    return mutate
+    m = table.commit(mutate)
+    return m, result["count"]
 
 
 def commit_plan(table, plan: dict[str, FileDelete], *, read_version: int,
                 operation: str = "delete", summary: dict | None = None) -> int | None:
-    """Commit a delete plan computed elsewhere (e.g. by Spark executors) in one version.
-
-    Returns the rows deleted (0: nothing committed), or None when a file the plan targets is
-    gone from the head, so the caller must re-plan against a new snapshot."""
+    """Commit a delete plan computed elsewhere (e.g. by Spark executors) against
+    ``read_version``. Returns the rows deleted (0: nothing committed), or None when the
+    statement must be re-planned on a new snapshot (:class:`Rerun`)."""
     if not plan:
         return 0
-    result: dict = {}
+    base = table.log.load(read_version)
+    by_path = base.files_by_path()
+    deletes = {}
+    for path, d in plan.items():
+        f = by_path.get(path)
+        if f is None:
+            return None
+        bm = BitMap64(d.positions)
+        if d.whole_file:
+            bm.add_range(0, f.rows)
+        for g in d.row_groups:
+            start = f.row_group_offsets[g]
+            bm.add_range(start, start + f.row_group_rows(g))
+        deletes[path] = bm - dead_positions(table, f)
     try:
-        committed = table.commit(plan_mutator(
-            table, plan, {**(summary or {}), "read_version": read_version}, result, operation))
-    except _Replan:
+        _, n = commit_changes(table, base, deletes, operation=operation, summary=summary)
+    except Rerun:
         return None
-    return result.get("count", 0) if committed is not None else 0
+    return n
 
 
-def delete_rows(table, predicate: str) -> int:
-    snap = table.snapshot()
-    pred = Predicate.parse(predicate, snap.schema)
-    for _ in range(MAX_REPLANS):
-        plan = plan_delete(snap, pred)
-        if not plan:
-            return 0
-        n = commit_plan(table, plan, read_version=snap.version,
-                        summary={"predicate": predicate})
-        if n is None:
-            snap = table.snapshot()
-            continue
-        return n
-    raise CommitConflict("delete re-planned too often: its files keep being rewritten",
-                         table=table.name, predicate=predicate, attempts=MAX_REPLANS)
+__all__ = ["FileDelete", "MAX_RERUNS", "Rerun", "commit_changes", "commit_plan",
+           "dead_positions"]

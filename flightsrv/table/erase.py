@@ -2,8 +2,9 @@
 
 Two entry points, both one commit through the commit loop:
 
-- ``splice_delete(table, predicate)`` (``Table.delete(pred, mode="splice")``): the rows the
-  predicate matches, plus the rows already dead in each touched file, leave the bytes.
+- ``splice_positions(table, base, positions)`` (``DELETE`` with ``delete_mode = 'splice'``,
+  ``Table.delete(where, mode="splice")``): the rows DuckDB found (physical positions, decided
+  on version ``base``), plus the rows already dead in each touched row group, leave the bytes.
 - ``purge(table)`` (``Table.purge()``): every file with a deletion vector or deleted row
   groups loses those rows physically.
 
@@ -67,8 +68,8 @@ from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.splice import Copy, SpliceUnsupported, assemble, rewrite_row_groups
 from flightsrv.table.writer import DataFileWriter, WriteOptions, data_key, file_stats
 
-__all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "erase", "purge",
-           "splice_delete"]
+__all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "purge",
+           "splice_positions"]
 
 log = logging.getLogger("flightsrv.erase")
 
@@ -558,58 +559,37 @@ def _account(table, erased: dict[str, str], *, delete: bool) -> list[ErasedObjec
 # -- entry points --------------------------------------------------------------------
 
 
-def erase(table, predicate: str, *, expire: bool = False, progress=None) -> PurgeResult:
-    """Physically delete the rows matching ``predicate`` (and the already-dead rows of every
-    file touched) in one commit; see the module docstring. Returns the full report."""
-    from flightsrv.table.delete_plan import plan_delete
-    from flightsrv.table.predicate import Match, Predicate, manifest_stats_lookup
-    from flightsrv.table.scan import Snapshot
-    from flightsrv.table.schema import schema_from_json
+def splice_positions(table, base: Manifest, positions: dict, *, expire: bool = False,
+                     progress=None) -> "ErasedCount":
+    """Physically delete rows decided elsewhere (by DuckDB, ``delete_mode = 'splice'``).
 
-    digest = hashlib.sha256(predicate.encode()).hexdigest()
+    ``positions`` maps data file paths of ``base`` to *physical* row positions (rows already
+    deleted by a deletion vector may be among them: a splice erases their bytes too). The
+    dead rows of every row group re-encoded anyway go as well. Concurrent deletion vectors
+    on the same files are carried over by the commit; if a file is gone from the head
+    (rewritten concurrently), :class:`~flightsrv.table.delete_plan.Rerun` asks the caller
+    to decide again on a new snapshot. Returns the rows deleted (live before, gone now) as
+    an ``ErasedCount`` whose ``.result`` is the ``PurgeResult``."""
+    from flightsrv.table.delete_plan import Rerun
+
+    wanted = {p: np.asarray(bm.to_array(), dtype=np.int64) for p, bm in positions.items()
+              if len(bm)}
 
     def select(snap) -> list[_Target]:
-        pred = Predicate.parse(predicate, snap.schema)
-        # plan over the physical bytes: rows already deleted but still stored match too
-        physical = Snapshot(table, dataclasses.replace(snap.manifest, data_files=tuple(
-            dataclasses.replace(f, dv=None, deleted_row_groups=())
-            for f in snap.manifest.data_files)))
-        plan = plan_delete(physical, pred)
         by_path = snap.manifest.files_by_path()
         targets = []
-        for path, d in plan.items():
-            f = by_path[path]
-            if d.whole_file:
-                targets.append(_Target(f, np.arange(f.rows, dtype=np.int64)))
-                continue
-            bm = BitMap64(d.positions)
-            for g in d.row_groups:
-                start = f.row_group_offsets[g]
-                bm.add_range(start, start + f.row_group_rows(g))
-            new = np.asarray(bm.to_array(), dtype=np.int64)
-            # dead rows of the groups re-encoded anyway go too; other groups keep their DV
+        for path, new in wanted.items():
+            f = by_path.get(path)
+            if f is None:
+                raise Rerun("a data file the statement changes was rewritten", path)
             dead = _dead_positions(table, f)
             touched = np.unique(np.searchsorted(f.row_group_offsets, new, side="right") - 1)
             dead_groups = np.searchsorted(f.row_group_offsets, dead, side="right") - 1
             targets.append(_Target(f, np.union1d(new, dead[np.isin(dead_groups, touched)])))
         return targets
 
-    def suspect(m: Manifest, f: DataFile) -> bool:
-        try:
-            schema = schema_from_json(m.schema)
-            return Predicate.parse(predicate, schema).evaluate_stats(
-                manifest_stats_lookup(f, schema)) is not Match.NONE
-        except FlightsrvError:  # the columns differ in that version: assume it may match
-            return True
-
-    return _erase(table, select, suspect, "splice_delete", {"predicate_sha256": digest},
-                  expire=expire, progress=progress)
-
-
-def splice_delete(table, predicate: str, *, expire: bool = False, progress=None) -> int:
-    """``Table.delete(predicate, mode="splice")``: the number of rows deleted (live before,
-    gone now), as an ``ErasedCount`` whose ``.result`` is the ``PurgeResult``."""
-    result = erase(table, predicate, expire=expire, progress=progress)
+    result = _erase(table, select, lambda m, f: True, "splice_delete", {},
+                    expire=expire, progress=progress)
     return ErasedCount(result.rows_deleted, result)
 
 

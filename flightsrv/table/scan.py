@@ -1,13 +1,15 @@
 """Scans of a pinned snapshot (docs/PROTOCOL.md §Reading).
 
 A ``Snapshot`` is one manifest version. Its scan:
-1. prunes files by the manifest's column statistics, then row groups by the Parquet footer's
-   statistics, for the predicate;
+1. keeps the files and row groups a caller-supplied pruner allows (``file_filter``,
+   ``group_filter``: the engine's statistics pruning, which may only skip units that cannot
+   match; this layer never evaluates SQL);
 2. skips whole row groups marked deleted and never reads them;
-3. reads the remaining row groups (only the projected + predicate columns) in a small thread
-   pool with bounded read-ahead, in order, so memory stays at a few row groups;
-4. applies each file's deletion vector per row group by row offset (a keep mask), then the
-   predicate, then the projection.
+3. reads the remaining row groups (only the projected columns) in a small thread pool with
+   bounded read-ahead, in order, so memory stays at a few row groups;
+4. applies each file's deletion vector per row group by row offset (a keep mask), and can
+   add each row's physical position in its file and the file's ordinal (hidden columns the
+   engine uses to record which rows a DELETE/UPDATE/MERGE touched).
 
 Data files are write-once under unique keys; a scan reads them pinned to the ETag recorded in
 the manifest, so it never mixes versions. Footers are cached by (store, key, etag).
@@ -30,8 +32,11 @@ import pyarrow.parquet as pq
 from flightsrv.errors import CorruptObject, ObjectNotFound, PreconditionFailed
 from flightsrv.table.deletes import keep_mask, read_dv
 from flightsrv.table.manifest import DataFile, Manifest
-from flightsrv.table.predicate import Match, Predicate, manifest_stats_lookup, rowgroup_stats_lookup
 from flightsrv.table.schema import schema_from_json
+
+#: Names of the hidden columns a scan can add (the engine renames them).
+POSITION_COLUMN = "__pos"
+FILE_COLUMN = "__file"
 
 _POOL = ThreadPoolExecutor(max_workers=max(4, (os.cpu_count() or 2) * 2),
                            thread_name_prefix="flightsrv-scan")
@@ -126,6 +131,7 @@ class FileTask:
     file: DataFile
     row_groups: list[int]  # to read, in order
     deleted: np.ndarray | None  # sorted deleted positions (int64), or None
+    ordinal: int = 0  # the file's index in the caller's file list (the hidden file column)
 
 
 class Snapshot:
@@ -148,11 +154,6 @@ class Snapshot:
         """Exact live row count from metadata alone."""
         return self.manifest.live_rows
 
-    def predicate(self, filter) -> Predicate | None:
-        if filter is None or isinstance(filter, Predicate):
-            return filter
-        return Predicate.parse(filter, self.schema)
-
     def deleted_positions(self, f: DataFile) -> np.ndarray | None:
         if f.dv is None or f.dv.cardinality == 0:
             return None
@@ -161,75 +162,85 @@ class Snapshot:
         # whole array to float64, which made every per-row-group searchsorted O(deletes).
         return np.asarray(bitmap.to_array(), dtype=np.int64)
 
-    def plan(self, pred: Predicate | None, *, with_deletes: bool = True) -> Iterator[FileTask]:
-        """Files and row groups that may hold matching live rows."""
-        for f in self.manifest.data_files:
-            if f.live_rows == 0:
-                continue
-            if pred is not None and pred.evaluate_stats(
-                    manifest_stats_lookup(f, self.schema)) is Match.NONE:
-                continue
-            groups = [i for i in range(f.row_groups) if i not in set(f.deleted_row_groups)]
-            if pred is not None and groups:
+    def plan(self, file_filter=None, group_filter=None, *, with_deletes: bool = True,
+             files=None) -> Iterator[FileTask]:
+        """Files and row groups that may hold live rows a caller wants, in manifest order.
+
+        ``file_filter(files) -> files`` and ``group_filter(file, footer, groups) -> groups``
+        may drop units that cannot match (statistics pruning); ``files`` restricts the scan
+        to some of the snapshot's files. Each task's ``ordinal`` is its file's index in the
+        list considered (``files`` or the manifest's)."""
+        candidates = list(self.manifest.data_files if files is None else files)
+        ordinals = {id(f): i for i, f in enumerate(candidates)}
+        live = [f for f in candidates if f.live_rows > 0]
+        if file_filter is not None:
+            live = file_filter(live)
+        for f in live:
+            dead = set(f.deleted_row_groups)
+            groups = [i for i in range(f.row_groups) if i not in dead]
+            if group_filter is not None and groups:
                 md = open_parquet(self.store, f, table=self.table.name).metadata
-                groups = [i for i in groups if pred.evaluate_stats(
-                    rowgroup_stats_lookup(md.row_group(i), self.schema)) is not Match.NONE]
+                groups = group_filter(f, md, groups)
             if not groups:
                 continue
-            yield FileTask(f, groups, self.deleted_positions(f) if with_deletes else None)
+            yield FileTask(f, groups, self.deleted_positions(f) if with_deletes else None,
+                           ordinals[id(f)])
 
-    def _read_group(self, task: FileTask, rg: int, columns: list[str], pred: Predicate | None,
-                    with_positions: bool) -> pa.Table:
+    def _read_group(self, task: FileTask, rg: int, columns: list[str], positions: str | None,
+                    file_col: str | None) -> pa.Table:
         pf = open_parquet(self.store, task.file, table=self.table.name)
         t = pf.read_row_group(rg, columns=columns, use_threads=False)
         start = task.file.row_group_offsets[rg]
-        if with_positions:
-            t = t.append_column("__pos", pa.array(np.arange(start, start + t.num_rows,
-                                                            dtype=np.int64)))
+        if positions is not None:
+            t = t.append_column(positions, pa.array(np.arange(start, start + t.num_rows,
+                                                              dtype=np.int64)))
         if task.deleted is not None:
             mask = keep_mask(task.deleted, start, start + t.num_rows)
             if mask is not None:
                 t = t.filter(_bool_array(mask))
-        if pred is not None:
-            t = t.filter(pred.expression)
+        if file_col is not None:
+            t = t.append_column(file_col, pa.array(np.full(t.num_rows, task.ordinal,
+                                                           dtype=np.int32)))
         return t
 
-    def iter_tables(self, columns: list[str] | None = None, filter=None, *,
-                    with_positions: bool = False, tasks=None) -> Iterator[tuple[FileTask, pa.Table]]:
-        """(task, table) per surviving row group, in file/row-group order."""
-        pred = self.predicate(filter)
-        out_cols = list(self.schema.names) if columns is None else list(columns)
-        read_cols = out_cols + [c for c in (pred.columns if pred else []) if c not in out_cols]
-        work = ((task, rg) for task in (tasks if tasks is not None else self.plan(pred))
+    def iter_tables(self, columns: list[str] | None = None, *, tasks=None,
+                    positions: str | None = None,
+                    file_col: str | None = None) -> Iterator[tuple[FileTask, pa.Table]]:
+        """(task, table) per surviving row group, in file/row-group order. ``positions`` /
+        ``file_col`` name the hidden columns to add (None: not added)."""
+        cols = list(self.schema.names) if columns is None else list(columns)
+        work = ((task, rg) for task in (tasks if tasks is not None else self.plan())
                 for rg in task.row_groups)
         pending: deque = deque()
         for task, rg in work:
-            pending.append((task, _POOL.submit(self._read_group, task, rg, read_cols, pred,
-                                               with_positions)))
+            pending.append((task, _POOL.submit(self._read_group, task, rg, cols, positions,
+                                               file_col)))
             if len(pending) >= READ_AHEAD:
                 t_task, fut = pending.popleft()
-                yield t_task, self._project(fut.result(), out_cols, with_positions)
+                yield t_task, fut.result()
         while pending:
             t_task, fut = pending.popleft()
-            yield t_task, self._project(fut.result(), out_cols, with_positions)
+            yield t_task, fut.result()
 
-    @staticmethod
-    def _project(t: pa.Table, cols: list[str], with_positions: bool) -> pa.Table:
-        keep = cols + (["__pos"] if with_positions else [])
-        return t.select(keep) if t.column_names != keep else t
-
-    def scan(self, columns: list[str] | None = None, filter=None, *,
+    def scan(self, columns: list[str] | None = None, *, tasks=None,
+             positions: str | None = None, file_col: str | None = None,
              batch_size: int | None = None) -> pa.RecordBatchReader:
-        """A streaming reader of live rows; ``filter`` is a SQL predicate (or Predicate)."""
+        """A streaming reader of live rows (all of them, or those of ``tasks``), with the
+        hidden columns ``positions`` / ``file_col`` appended when named."""
         if columns is not None:
             unknown = [c for c in columns if c not in self.schema.names]
             if unknown:
                 from flightsrv.errors import ConfigurationError
                 raise ConfigurationError("unknown column in projection", table=self.table.name,
                                          columns=",".join(unknown))
-        schema = self.schema if columns is None else pa.schema(
-            [self.schema.field(c) for c in columns])
-        tables = self.iter_tables(columns, filter)
+        fields = [self.schema.field(c) for c in (self.schema.names if columns is None
+                                                  else columns)]
+        if positions is not None:
+            fields.append(pa.field(positions, pa.int64(), nullable=False))
+        if file_col is not None:
+            fields.append(pa.field(file_col, pa.int32(), nullable=False))
+        schema = pa.schema(fields)
+        tables = self.iter_tables(columns, tasks=tasks, positions=positions, file_col=file_col)
 
         def batches():
             for _, t in tables:
@@ -240,5 +251,5 @@ class Snapshot:
 
         return pa.RecordBatchReader.from_batches(schema, batches())
 
-    def to_table(self, columns: list[str] | None = None, filter=None) -> pa.Table:
-        return self.scan(columns, filter).read_all()
+    def to_table(self, columns: list[str] | None = None) -> pa.Table:
+        return self.scan(columns).read_all()

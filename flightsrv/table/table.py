@@ -97,11 +97,13 @@ class Table:
     def properties(self) -> dict:
         return dict(self.head().properties)
 
-    def scan(self, columns=None, filter=None, *, version=None, as_of=None) -> pa.RecordBatchReader:
-        return self.snapshot(version, as_of).scan(columns, filter)
+    def scan(self, columns=None, *, version=None, as_of=None) -> pa.RecordBatchReader:
+        """Every live row of a version (no filtering here: the public ``flightsrv.Table``
+        filters with SQL through the engine)."""
+        return self.snapshot(version, as_of).scan(columns)
 
-    def to_table(self, columns=None, filter=None, *, version=None, as_of=None) -> pa.Table:
-        return self.scan(columns, filter, version=version, as_of=as_of).read_all()
+    def to_table(self, columns=None, *, version=None, as_of=None) -> pa.Table:
+        return self.scan(columns, version=version, as_of=as_of).read_all()
 
     def count_rows(self, *, version=None, as_of=None) -> int:
         return self.snapshot(version, as_of).count_rows()
@@ -220,24 +222,6 @@ class Table:
                                        data_files=head.data_files + added)
 
         return self.commit(mutate)
-
-    def delete(self, predicate: str, *, mode: str | None = None, **splice_options) -> int:
-        """Delete rows matching a SQL predicate; returns the number deleted (0: no commit).
-        ``mode`` "dv" (default) writes deletion vectors; "splice" erases physically."""
-        from flightsrv.table.delete_plan import delete_rows
-
-        mode = mode or self.properties.get("delete_mode", "dv")
-        if mode == "splice":
-            try:
-                from flightsrv.table.erase import splice_delete
-            except ImportError:
-                raise ConfigurationError("splice deletes are not available in this build",
-                                         table=self.name) from None
-            return splice_delete(self, predicate, **splice_options)
-        if mode != "dv":
-            raise ConfigurationError("unknown delete mode (use 'dv' or 'splice')",
-                                     table=self.name, mode=mode)
-        return delete_rows(self, predicate)
 
     def set_properties(self, **props) -> Manifest:
         def mutate(head):

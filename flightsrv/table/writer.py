@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from flightsrv.runtime import Runtime
@@ -56,8 +57,13 @@ def data_key(runtime: Runtime) -> str:
     return f"data/{t:%Y/%m/%d/%H}/{runtime.ids.new_id()}.parquet"
 
 
-def file_stats(md: pq.FileMetaData, schema: pa.Schema) -> tuple[tuple[int, ...], dict]:
-    """Row-group offsets and per-column min/max/null count from a Parquet footer."""
+def file_stats(md: pq.FileMetaData, schema: pa.Schema,
+               nans: dict[str, int] | None = None) -> tuple[tuple[int, ...], dict]:
+    """Row-group offsets and per-column min/max/null count from a Parquet footer.
+
+    Parquet min/max leave NaN out, so a float column's bounds say nothing about NaN rows;
+    ``nans`` (NaN count per float column, counted while writing) is recorded as ``"nans"``
+    so that a reader can tell a NaN-free file (bounds are then exact) from an unknown one."""
     offsets, row = [], 0
     agg: dict[str, dict] = {}
     top = {f.name: f for f in schema if has_stats(f.type)}
@@ -91,6 +97,8 @@ def file_stats(md: pq.FileMetaData, schema: pa.Schema) -> tuple[tuple[int, ...],
     for name, a in agg.items():
         t = top[name].type
         entry = {"nulls": a["nulls"]}
+        if nans is not None and name in nans:
+            entry["nans"] = nans[name]
         if a["ok"]:
             entry["min"] = stat_to_json(a["min"], t, is_max=False)
             entry["max"] = stat_to_json(a["max"], t, is_max=True)
@@ -135,6 +143,14 @@ class DataFileWriter:
         self.files: list[DataFile] = []
         self.bytes_written = 0
         self.rows_written = 0
+        self._floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+        self._nans: dict[str, int] = {}
+
+    def _count_nans(self, group: pa.Table) -> None:
+        for name in self._floats:
+            col = group.column(name)
+            n = pc.sum(pc.is_nan(col)).as_py() if col.null_count < len(col) else 0
+            self._nans[name] = self._nans.get(name, 0) + (n or 0)
 
     def _open(self) -> tuple[str, str, pq.ParquetWriter]:
         key = data_key(self.runtime)
@@ -152,6 +168,7 @@ class DataFileWriter:
         md = w.writer.metadata
         if md.num_rows == 0:
             os.unlink(tmp)
+            self._nans = {}
             return
         if self.store.local_path(key) is not None and hasattr(self.store, "adopt"):
             meta = self.store.adopt(key, tmp, mode=PutMode.CREATE)
@@ -161,7 +178,8 @@ class DataFileWriter:
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-        offsets, stats = file_stats(md, self.schema)
+        offsets, stats = file_stats(md, self.schema, self._nans)
+        self._nans = {}
         self.files.append(DataFile(
             path=key, size=meta.size, etag=meta.etag, rows=md.num_rows,
             row_group_offsets=offsets, stats=stats, added_version=self.version_hint,
@@ -183,6 +201,7 @@ class DataFileWriter:
         key, tmp, w = self._open()
         try:
             for group in _rebatch(chain(), rows):
+                self._count_nans(group)
                 w.write_table(group, row_group_size=rows)
                 if os.path.getsize(tmp) >= self.options.target_file_size:
                     self._finish(key, tmp, w)

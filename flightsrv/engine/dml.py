@@ -1,0 +1,363 @@
+"""DELETE, UPDATE and MERGE: DuckDB decides which rows change; flightsrv records it.
+
+Every statement runs against pinned snapshots (the target and every table it reads, pinned
+once at statement start). The target is exposed with two hidden columns, the row's data
+file and physical position (:mod:`flightsrv.engine.relations`), which user SQL cannot name.
+
+- **DELETE** ``FROM t [AS a] [USING ...] [WHERE ...]`` runs as
+  ``SELECT [DISTINCT] a.file, a.position FROM <t> AS a [, ...] [WHERE ...]``, the user's own
+  USING items and WHERE condition, cut from the statement text along DuckDB's tokens. The
+  positions become deletion vectors (``delete_mode = 'dv'``) or a physical splice
+  (``'splice'``, over the files' physical rows, so already-deleted copies go too).
+- **UPDATE** ``t [AS a] SET ... [FROM ...] [WHERE ...]`` and **MERGE** ``INTO t USING s ON
+  ... WHEN ...`` run in two phases. Phase 1 selects the *candidate* rows of the target with
+  their identity (UPDATE: the rows the FROM/WHERE match; MERGE: the rows the ON condition
+  matches, or every row when a ``WHEN NOT MATCHED BY SOURCE`` clause exists). Phase 2 runs
+  the user's statement itself, unchanged but for the relation names, against a plain DuckDB
+  table holding exactly the candidates, in a second DuckDB database that can open no file at
+  all; every other relation it reads is handed over as Arrow. So casts, NULL logic, the
+  order of WHEN clauses and "a target row matched twice" are DuckDB's own. The commit
+  deletes every candidate and adds the candidates' final contents (updated, or unchanged
+  when no clause applied) plus the inserted rows, in one version; a MERGE that only
+  inserted just appends.
+- The part that decides which rows change (WHERE, USING, ON, FROM and the WHEN conditions)
+  must be deterministic: volatile functions and samples are refused, naming the function.
+- Conflicts (:mod:`flightsrv.table.delete_plan`): when the head disagrees with the pinned
+  version about the rows the statement touched, the whole statement re-runs on a new
+  snapshot; stale positions are never applied. Disjoint concurrent deletes merge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyroaring import BitMap64
+from sqlglot import exp
+
+from flightsrv.engine import guard
+from flightsrv.engine import text as tx
+from flightsrv.engine.relations import FILE_COLUMN, HIDDEN, POSITION_COLUMN
+from flightsrv.errors import CommitConflict, SqlError
+from flightsrv.sql import binder
+from flightsrv.sql import plan as sqlplan
+from flightsrv.sql import statements as st
+from flightsrv.sql import types as sqltypes
+from flightsrv.sql.allowed_functions import VOLATILE_FUNCTIONS
+from flightsrv.table.delete_plan import MAX_RERUNS, Rerun, commit_changes
+
+TARGET_RELATION = "__fsrv_target"  # the target's relation in phase 1
+CANDIDATES = "__fsrv_candidates"  # the candidates table of phase 2
+_SQLGLOT_VOLATILE = {"rand": "random", "uuid": "uuid"}
+
+
+@dataclass
+class Cut:
+    """The statement text, its tokens and the clauses found at depth 0."""
+
+    text: str
+    toks: list
+    clauses: dict[str, tuple[int, int]]  # WORD -> (char start of the clause body, end)
+
+
+def _cut(stmt: st.Statement, words: set[str], order: list[str], sql: str) -> Cut:
+    text = stmt.text
+    end = len(text.rstrip().rstrip(";").rstrip())
+    toks = [t for t in tx.tokenize(text[:end])]
+    found = tx.clause_starts(toks, words)
+    seen: dict[str, int] = {}
+    for word, i in found:
+        if word in seen:
+            if word in ("WHEN", "ON", "AND", "THEN"):
+                continue
+            raise SqlError(f"{word} appears twice at the top level", statement=st._short(sql))
+        seen[word] = i
+    clauses = {}
+    positions = sorted(seen.items(), key=lambda kv: kv[1])
+    for k, (word, i) in enumerate(positions):
+        stop = toks[positions[k + 1][1]].start if k + 1 < len(positions) else end
+        clauses[word] = (toks[i].end, stop)
+    return Cut(text[:end], toks, clauses)
+
+
+def _deterministic(nodes, sql: str) -> None:
+    """Refuse volatile functions in the parts of a statement that decide which rows change
+    (checked on the tree: the phase that re-evaluates them runs without the guard)."""
+    for node in nodes:
+        if node is None:
+            continue
+        for fn in node.find_all(exp.Func):
+            name = binder.function_name(fn)
+            name = _SQLGLOT_VOLATILE.get(name, name)
+            if name in VOLATILE_FUNCTIONS:
+                raise SqlError(f"function {name}() is volatile: its result cannot decide "
+                               "which rows a statement changes", statement=st._short(sql),
+                               function=name)
+        if node.find(exp.TableSample):
+            raise SqlError("a sample cannot decide which rows a statement changes",
+                           statement=st._short(sql))
+
+
+def _positions(found: pa.Table, file_list) -> dict[str, BitMap64]:
+    """Positions per data file path from (file ordinal, position) rows."""
+    if found.num_rows == 0:
+        return {}
+    files = found.column(FILE_COLUMN).to_numpy().astype(np.int64)
+    pos = found.column(POSITION_COLUMN).to_numpy().astype(np.uint64)
+    order = np.argsort(files, kind="stable")
+    files, pos = files[order], pos[order]
+    bounds = np.flatnonzero(np.diff(files)) + 1
+    out: dict[str, BitMap64] = {}
+    for chunk_f, chunk_p in zip(np.split(files, bounds), np.split(pos, bounds)):
+        bm = BitMap64()
+        bm.update(chunk_p.tolist())
+        out[file_list[int(chunk_f[0])].path] = bm
+    return out
+
+
+class Dml:
+    """The DML planner of one :class:`~flightsrv.engine.duck.DuckEngine`."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    # -- shared ------------------------------------------------------------------------------
+
+    def _attempts(self, stmt, run):
+        last = None
+        for _ in range(MAX_RERUNS):
+            try:
+                return run()
+            except Rerun as r:
+                last = r
+        raise CommitConflict("statement re-ran too often: the rows it changes keep changing",
+                             statement=st._short(stmt.sql), table=stmt.table,
+                             attempts=MAX_RERUNS, reason=last.reason if last else None)
+
+    def _plan(self, ctx, stmt, tree, target: exp.Table, pinner, sql: str):
+        """(target snapshot, other scans, reference edits of the statement text)."""
+        bound = binder.bind(tree, sql, skip=(target,), extra=frozenset(ctx.extra))
+        if bound.functions:
+            raise SqlError("metadata functions cannot be used in DELETE/UPDATE/MERGE",
+                           statement=st._short(sql))
+        if target.args.get("when") is not None:
+            raise SqlError("the target of a DELETE/UPDATE/MERGE is always the latest version; "
+                           "AT (...) is not allowed there", statement=st._short(sql))
+        snap = pinner.pin(stmt.table)
+        refs = bound.tables
+        snapshots = []
+        for t in refs:
+            version, as_of = sqlplan._time_travel(t, sql)
+            snapshots.append(pinner.pin(t.name, version, as_of))
+        columns = sqlplan._projections(tree, refs, [s.schema for s in snapshots])
+        scans = [sqlplan.Scan(f"{sqlplan.RELATION_PREFIX}{i}", t.name, s, columns[i], ())
+                 for i, (t, s) in enumerate(zip(refs, snapshots))]
+        edits = sqlplan.reference_edits(stmt.text, refs, [s.relation for s in scans])
+        if edits is None or not stmt.spliceable:
+            raise SqlError("cannot plan this statement's table references (write plain or "
+                           "main.-qualified table names, and t.col rather than main.t.col)",
+                           statement=st._short(sql))
+        return snap, scans, edits
+
+    def _target_columns(self, tree, target, snap) -> list[str]:
+        """The target columns a DELETE reads (its WHERE/USING), at least one."""
+        names = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+        cols = [n for n in snap.schema.names if n.lower() in names]
+        return cols or [snap.schema.names[0]]
+
+    @staticmethod
+    def _alias(target: exp.Table) -> str:
+        alias = target.args.get("alias")
+        if alias is not None and alias.name:
+            return alias.this.sql(st.DIALECT) if isinstance(alias, exp.TableAlias) \
+                else alias.sql(st.DIALECT)
+        return target.this.sql(st.DIALECT)
+
+    def _param_edits(self, cut: Cut, values) -> list:
+        literals = [sqltypes.literal_sql(v) for v in values]
+        return tx.parameter_edits(cut.toks, literals)
+
+    def _slice(self, cut: Cut, word: str, edits) -> str | None:
+        span = cut.clauses.get(word)
+        if span is None:
+            return None
+        body = tx.render(cut.text, cut.toks, span[0], span[1], edits)
+        if not body:
+            raise SqlError(f"{word} needs a body")
+        return body
+
+    # -- DELETE ------------------------------------------------------------------------------
+
+    def delete(self, ctx, stmt: st.Delete, tree, values, mode: str, *,
+               splice_options: dict | None = None) -> int:
+        sql = stmt.sql
+        target = tree.this
+        if tree.args.get("returning"):
+            raise SqlError("DELETE ... RETURNING is not supported", statement=st._short(sql))
+        _deterministic([tree.args.get("where"), *(tree.args.get("using") or [])], sql)
+        table = self.engine._table(stmt.table)
+
+        def run():
+            pinner = self.engine._pinner()
+            snap, scans, edits = self._plan(ctx, stmt, tree, target, pinner, sql)
+            cut = _cut(stmt, {"USING", "WHERE", "RETURNING"}, [], sql)
+            edits = edits + self._param_edits(cut, values)
+            items = self._slice(cut, "USING", edits)
+            cond = self._slice(cut, "WHERE", edits)
+            a = self._alias(target)
+            find = (f"SELECT {'DISTINCT ' if items else ''}{a}.{FILE_COLUMN}, "
+                    f"{a}.{POSITION_COLUMN} FROM {TARGET_RELATION} AS {a}"
+                    + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else ""))
+            relations = [TARGET_RELATION] + [s.relation for s in scans] + list(ctx.extra)
+            guard.verify(find, relations, sql=sql, columns=HIDDEN, deterministic=True)
+            physical = mode == "splice"
+            where = tree.args.get("where")
+            prune = sqlplan.dml_prune_terms(where.this if where is not None else None, target,
+                                            snap.schema, only_target=not items)
+            target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap,
+                                       self._target_columns(tree, target, snap), prune)
+            with self.engine._statement_cursor(ctx) as cur:
+                file_list = self.engine._register(cur, ctx, target_scan, hidden=True,
+                                                  physical=physical)
+                for scan in scans:
+                    self.engine._register(cur, ctx, scan)
+                found = self.engine._fetch(cur, ctx, find, sql)
+            deletes = _positions(found, file_list)
+            ctx.info.tables[stmt.table] = snap.version
+            if physical:
+                return self._splice(table, snap, deletes, splice_options or {})
+            m, n = commit_changes(table, snap.manifest, deletes, operation="delete",
+                                  summary=self.engine._summary(stmt))
+            if m is not None:
+                ctx.info.commits.append((stmt.table, m.version))
+            return n
+
+        return self._attempts(stmt, run)
+
+    def _splice(self, table, snap, deletes: dict[str, BitMap64], options: dict) -> int:
+        from flightsrv.table.erase import ErasedCount, PurgeResult, splice_positions
+
+        if not deletes:
+            return ErasedCount(0, PurgeResult(table.name, "splice_delete", None))
+        return splice_positions(table, snap.manifest, deletes, **options)
+
+    # -- UPDATE / MERGE ---------------------------------------------------------------------------
+
+    def update(self, ctx, stmt, tree, values) -> int:
+        sql = stmt.sql
+        target = tree.this
+        if tree.args.get("returning"):
+            raise SqlError("UPDATE ... RETURNING is not supported", statement=st._short(sql))
+        _deterministic([tree.args.get("where"), tree.args.get("from_")], sql)
+        for eq in tree.expressions:
+            col = eq.this if isinstance(eq, exp.EQ) else None
+            if isinstance(col, exp.Column) and col.name.lower().startswith(binder.RESERVED):
+                raise SqlError("reserved column name", statement=st._short(sql))
+
+        def candidates(cut, edits, a):
+            items = self._slice(cut, "FROM", edits)
+            cond = self._slice(cut, "WHERE", edits)
+            distinct = f"DISTINCT ON ({a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}) " if items else ""
+            return (f"SELECT {distinct}{a}.* FROM {TARGET_RELATION} AS {a}"
+                    + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else ""))
+
+        return self._two_phase(ctx, stmt, tree, values, {"SET", "FROM", "WHERE", "RETURNING"},
+                               candidates, "update", appends_conflict=False)
+
+    def merge(self, ctx, stmt, tree, values) -> int:
+        sql = stmt.sql
+        target = tree.this
+        whens = tree.args.get("whens")
+        clauses = whens.expressions if whens is not None else []
+        if tree.args.get("returning"):
+            raise SqlError("MERGE ... RETURNING is not supported", statement=st._short(sql))
+        _deterministic([tree.args.get("using"), tree.args.get("on")]
+                       + [w.args.get("condition") for w in clauses], sql)
+        by_source = any(w.args.get("source") for w in clauses)
+        inserts = any(isinstance(w.args.get("then"), exp.Insert) for w in clauses)
+
+        def candidates(cut, edits, a):
+            using = cut.clauses.get("USING")
+            on = cut.clauses.get("ON")
+            if using is None or on is None:
+                raise SqlError("MERGE needs USING ... ON ...", statement=st._short(sql))
+            inner = [t for t in cut.toks if using[0] <= t.start < using[1]]
+            if any(w == "JOIN" for w, _ in tx.clause_starts(inner, {"JOIN"})):
+                raise SqlError("a MERGE source with JOIN ... ON must be written as a "
+                               "subquery: USING (SELECT ...) AS s", statement=st._short(sql))
+            source = tx.render(cut.text, cut.toks, using[0], using[1], edits)
+            cond = tx.render(cut.text, cut.toks, on[0], on[1], edits)
+            if by_source:
+                return f"SELECT {a}.* FROM {TARGET_RELATION} AS {a}"
+            return (f"SELECT {a}.* FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} "
+                    f"ON {cond}")
+
+        return self._two_phase(ctx, stmt, tree, values, {"USING", "ON", "WHEN"}, candidates,
+                               "merge", appends_conflict=inserts)
+
+    def _two_phase(self, ctx, stmt, tree, values, words, candidates, operation: str, *,
+                   appends_conflict: bool) -> int:
+        sql = stmt.sql
+        target = tree.this
+        table = self.engine._table(stmt.table)
+
+        def run():
+            pinner = self.engine._pinner()
+            snap, scans, edits = self._plan(ctx, stmt, tree, target, pinner, sql)
+            cut = _cut(stmt, words, [], sql)
+            params = self._param_edits(cut, values)
+            a = self._alias(target)
+            find = candidates(cut, edits + params, a)
+            relations = [TARGET_RELATION] + [s.relation for s in scans] + list(ctx.extra)
+            guard.verify(find, relations, sql=sql, columns=HIDDEN, deterministic=True)
+            where = tree.args.get("where") if operation == "update" else None
+            prune = sqlplan.dml_prune_terms(
+                where.this if where is not None else None, target, snap.schema,
+                only_target=tree.args.get("from_") is None)
+            target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap, None, prune)
+            with self.engine._statement_cursor(ctx) as cur:
+                file_list = self.engine._register(cur, ctx, target_scan, hidden=True)
+                for scan in scans:
+                    self.engine._register(cur, ctx, scan)
+                found = self.engine._fetch(cur, ctx, find, sql)
+                others = {s.relation: self.engine._fetch(cur, ctx, f"SELECT * FROM {s.relation}",
+                                                         sql) for s in scans}
+            ctx.info.tables[stmt.table] = snap.version
+            names = list(snap.schema.names)
+            rows = found.select(names)
+            target_edit = sqlplan.reference_edits(stmt.text, [target], [CANDIDATES])
+            if target_edit is None:
+                raise SqlError("cannot plan the statement's target", statement=st._short(sql))
+            phase2 = tx.render(cut.text, cut.toks, 0, len(cut.text),
+                               sorted(edits + params + target_edit))
+            count, final, actions = self.engine._sandbox_run(
+                ctx, phase2, rows, snap.schema, others, sql,
+                returning=" RETURNING merge_action, *" if operation == "merge" else "")
+            if count == 0:
+                return 0
+            if operation == "merge" and actions is not None and set(actions) <= {"INSERT"}:
+                deletes, new_rows = {}, final
+            else:
+                deletes, new_rows = _positions(found, file_list), final
+            written = []
+            try:
+                if new_rows.num_rows:
+                    written, _, _ = table.write_files(new_rows, head=snap.manifest)
+                m, _ = commit_changes(table, snap.manifest, deletes, written,
+                                      operation=operation, summary=self.engine._summary(stmt),
+                                      appends_conflict=appends_conflict)
+            except BaseException:
+                for f in written:  # never committed: remove what was written
+                    with contextlib.suppress(Exception):
+                        table.store.delete(f.path)
+                raise
+            if m is not None:
+                ctx.info.commits.append((stmt.table, m.version))
+            return count
+
+        return self._attempts(stmt, run)
+
+
+__all__ = ["Dml"]

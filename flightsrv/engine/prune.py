@@ -1,0 +1,201 @@
+"""Statistics pruning whose comparisons DuckDB makes.
+
+A scan may skip a data file or a row group only when no row in it can satisfy the
+statement's WHERE. The planner (:mod:`flightsrv.sql.plan`) hands each table reference the
+conjuncts of its WHERE that have the shape ``column op constant``
+(:class:`~flightsrv.sql.plan.PruneTerm`); this module turns each into a condition on the
+unit's statistics that is TRUE whenever a row of the unit *could* match, and lets DuckDB
+evaluate it over a small relation of statistics, one row per unit, whose ``min``/``max``
+columns have the column's own type. The constant is written as the user wrote it, so DuckDB
+casts it (time zones, decimal scale, string-to-date) exactly as in the statement.
+
+=========================  ==========================================================
+conjunct                   keep the unit when (NULL, i.e. unknown, keeps it)
+=========================  ==========================================================
+``c = v``                  ``min <= v AND max >= v``
+``c < v`` / ``c <= v``     ``min < v`` / ``min <= v``
+``c > v`` / ``c >= v``     ``max > v`` / ``max >= v``
+``c <> v``                 ``NOT (min = v AND max = v)``
+``c IN (v1, ...)``         any ``c = vi``
+``c BETWEEN a AND b``      ``max >= a AND min <= b``
+``c IS NULL``              ``nulls > 0``
+``c IS NOT NULL``          ``nulls < rows``
+=========================  ==========================================================
+
+Soundness: every comparison DuckDB makes between the column's type and the constant's type
+is monotone (the planner only pushes same-class comparisons), so ``min``/``max`` bound the
+compared values. Parquet bounds leave NaN out and DuckDB orders NaN above every number, so a
+float column's ``max`` is taken as NaN unless the writer recorded the unit NaN-free. ``-0.0``
+and ``0.0`` compare equal in DuckDB, as in the bounds. A truncated string ``min`` is still a
+lower bound; a missing bound is NULL and keeps the unit. The pruner never decides that a row
+matches: every kept unit is read and DuckDB evaluates the whole WHERE on its rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from flightsrv.table.manifest import DataFile
+from flightsrv.table.schema import stat_from_json
+
+STATS_RELATION = "__fsrv_stats"
+_NAN = float("nan")
+_counter = itertools.count()
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _keep_condition(term, mn: str, mx: str, nulls: str) -> str:
+    op, vals = term.op, term.operands
+    if op == "=":
+        cond = f"({mn} <= {vals[0]} AND {mx} >= {vals[0]})"
+    elif op in ("<", "<="):
+        cond = f"({mn} {op} {vals[0]})"
+    elif op in (">", ">="):
+        cond = f"({mx} {op} {vals[0]})"
+    elif op == "<>":
+        cond = f"(NOT ({mn} = {vals[0]} AND {mx} = {vals[0]}))"
+    elif op == "in":
+        cond = "(" + " OR ".join(f"coalesce({mn} <= {v} AND {mx} >= {v}, TRUE)"
+                                 for v in vals) + ")"
+    elif op == "between":
+        cond = f"({mx} >= {vals[0]} AND {mn} <= {vals[1]})"
+    elif op == "is_null":
+        cond = f"({nulls} > 0)"
+    elif op == "not_null":
+        cond = f"({nulls} < __rows)"
+    else:  # unknown shape: keep everything
+        return "TRUE"
+    return f"coalesce({cond}, TRUE)"
+
+
+def _plain(v):
+    """A footer bound as a value Arrow can type: UTF-8 bytes of a string column decoded."""
+    if isinstance(v, bytes):
+        try:
+            return v.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return v
+
+
+class Pruner:
+    """Prunes the units of one table reference for its ``terms``, running the statistics
+    query on ``cursor`` (the statement's own DuckDB cursor, so settings such as the time
+    zone are the statement's)."""
+
+    def __init__(self, cursor, terms: Sequence[Any], schema: pa.Schema):
+        names = {f.name for f in schema}
+        self.terms = [t for t in terms if t.column in names]
+        self.cursor = cursor
+        self.schema = schema
+        self.files_pruned = 0
+        self.row_groups_pruned = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
+
+    @property
+    def columns(self) -> list[str]:
+        return sorted({t.column for t in self.terms})
+
+    def _run(self, rows: list[dict]) -> set[int]:
+        """Indices of the units to keep; ``rows`` hold ``min``/``max``/``nulls``/``nans``
+        per column (Python values of the column's type) and ``rows``."""
+        if not rows or not self.terms:
+            return set(range(len(rows)))
+        arrays, fields = [pa.array(range(len(rows)), pa.int64())], [pa.field("__i", pa.int64())]
+        arrays.append(pa.array([r["rows"] for r in rows], pa.int64()))
+        fields.append(pa.field("__rows", pa.int64()))
+        conds = []
+        for i, col in enumerate(self.columns):
+            t = self.schema.field(col).type
+            floating = pa.types.is_floating(t)
+            mins, maxs, nulls = [], [], []
+            for r in rows:
+                s = r["cols"].get(col) or {}
+                mins.append(s.get("min"))
+                mx = s.get("max")
+                if floating and s.get("nans") != 0:
+                    mx = _NAN  # NaN rows are not in the bounds; NaN is DuckDB's largest
+                maxs.append(mx)
+                nulls.append(s.get("nulls"))
+            try:
+                arrays += [pa.array(mins, t), pa.array(maxs, t), pa.array(nulls, pa.int64())]
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                continue  # bounds not representable: this column prunes nothing
+            fields += [pa.field(f"__min{i}", t), pa.field(f"__max{i}", t),
+                       pa.field(f"__nulls{i}", pa.int64())]
+            for term in self.terms:
+                if term.column == col:
+                    conds.append(_keep_condition(term, f"__min{i}", f"__max{i}",
+                                                 f"__nulls{i}"))
+        if not conds:
+            return set(range(len(rows)))
+        name = f"{STATS_RELATION}{next(_counter)}"
+        self.cursor.register(name, pa.Table.from_arrays(arrays, schema=pa.schema(fields)))
+        try:
+            keep = self.cursor.execute(
+                f"SELECT __i FROM {name} WHERE " + " AND ".join(conds)).fetchall()
+        except Exception:  # noqa: BLE001 - a bound DuckDB cannot compare: prune nothing
+            return set(range(len(rows)))
+        finally:
+            self.cursor.unregister(name)
+        return {k for (k,) in keep}
+
+    # -- units -----------------------------------------------------------------------------
+
+    def files(self, files: Sequence[DataFile]) -> list[DataFile]:
+        """The files whose manifest statistics allow a match, in order."""
+        if not self.terms or not files:
+            return list(files)
+        rows = []
+        for f in files:
+            cols = {}
+            for col in self.columns:
+                s = f.stats.get(col)
+                if s is None:
+                    continue
+                t = self.schema.field(col).type
+                lo, hi = stat_from_json(s.get("min"), t), stat_from_json(s.get("max"), t)
+                cols[col] = {"min": lo.as_py() if lo is not None else None,
+                             "max": hi.as_py() if hi is not None else None,
+                             "nulls": s.get("nulls"), "nans": s.get("nans")}
+            rows.append({"rows": f.rows, "cols": cols})
+        keep = self._run(rows)
+        self.files_pruned += len(files) - len(keep)
+        return [f for i, f in enumerate(files) if i in keep]
+
+    def row_groups(self, f: DataFile, md, groups: Sequence[int]) -> list[int]:
+        """The row groups of ``f`` (among ``groups``) whose footer statistics allow a match."""
+        if not self.terms or not groups:
+            return list(groups)
+        rows = []
+        for g in groups:
+            rg = md.row_group(g)
+            index = {rg.column(i).path_in_schema: i for i in range(rg.num_columns)}
+            cols = {}
+            for col in self.columns:
+                i = index.get(col)
+                st = rg.column(i).statistics if i is not None else None
+                if st is None:
+                    continue
+                entry = {"nulls": st.null_count if st.has_null_count else None,
+                         "nans": (f.stats.get(col) or {}).get("nans"),
+                         "min": None, "max": None}
+                if st.has_min_max:
+                    entry["min"], entry["max"] = _plain(st.min), _plain(st.max)
+                cols[col] = entry
+            rows.append({"rows": rg.num_rows, "cols": cols})
+        keep = self._run(rows)
+        self.row_groups_pruned += len(groups) - len(keep)
+        return [g for i, g in enumerate(groups) if i in keep]
+
+
+__all__ = ["Pruner"]

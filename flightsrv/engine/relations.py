@@ -1,0 +1,201 @@
+"""Pinned snapshots as DuckDB relations.
+
+:func:`build` turns one table reference of a statement (a pinned :class:`Snapshot`, the
+columns the statement can touch, its pruning hints) into
+
+- a SQL body for a per-cursor temporary view, one ``SELECT`` per run of data files joined by
+  ``UNION ALL`` in manifest order:
+
+  - on a local warehouse, *clean* files (no deletion vector, no deleted row groups) are read
+    by DuckDB's own multi-threaded Parquet reader,
+    ``SELECT cols FROM read_parquet([...])``, which also prunes their row groups itself;
+  - every other file (a deletion vector or deleted row groups, or any file of an S3
+    warehouse) is read by flightsrv's masked Arrow scan (:meth:`Snapshot.scan`): deleted
+    row groups are never read, the deletion vector is applied per row group as a keep mask,
+    row groups are pruned by footer statistics, and it is registered as an Arrow reader;
+
+- optionally two hidden columns, :data:`FILE_COLUMN` (the file's ordinal in the snapshot's
+  manifest) and :data:`POSITION_COLUMN` (the row's physical position in that file: DuckDB's
+  ``file_row_number``, or the masked scan's own count), which the DML planner selects to
+  record which rows a statement touched. User statements cannot name them (the prefix is
+  reserved by :mod:`flightsrv.sql.binder` and :mod:`flightsrv.engine.guard`).
+
+Files are pruned by manifest statistics through :class:`~flightsrv.engine.prune.Pruner`,
+whose comparisons DuckDB makes; pruning never decides that a row matches.
+
+Pinning: the file list comes from the pinned manifest; data files are write-once under
+unique keys, so reading them by path reads exactly the pinned version. Each clean file is
+checked against the manifest (present, same size) before the statement runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from flightsrv.errors import CorruptObject, ObjectNotFound
+from flightsrv.table.manifest import DataFile
+from flightsrv.table.scan import Snapshot
+
+FILE_COLUMN = "__fsrv_file"
+POSITION_COLUMN = "__fsrv_pos"
+HIDDEN = (FILE_COLUMN, POSITION_COLUMN)
+
+
+def native_root(warehouse) -> str | None:
+    """The warehouse's directory when its store is a local filesystem, else None."""
+    try:
+        probe = warehouse.store.local_path("probe")
+    except (AttributeError, ValueError):
+        return None
+    if probe is None:
+        return None
+    return os.path.dirname(os.path.abspath(probe))
+
+
+def is_native(snapshot) -> bool:
+    """Whether ``snapshot`` can be read natively (its table lives on a local store)."""
+    try:
+        return snapshot.store.local_path("probe") is not None
+    except (AttributeError, ValueError):
+        return False
+
+
+@dataclass
+class Relation:
+    body: str  # SQL of the view
+    readers: dict[str, Any] = field(default_factory=dict)  # name -> Arrow object to register
+    files: dict[str, tuple[str, str]] = field(default_factory=dict)  # local path -> (table, key)
+    file_list: tuple[DataFile, ...] = ()  # hidden file column value -> data file
+    files_scanned: int = 0
+    files_pruned: int = 0
+    rows_masked: int = 0
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _check_file(path: str, f: DataFile, table: str) -> None:
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise ObjectNotFound("data file referenced by the manifest is missing", table=table,
+                             object=f.path) from None
+    if size != f.size:
+        raise CorruptObject("data file size differs from the manifest", table=table,
+                            object=f.path, expected=f.size, actual=size)
+
+
+def _is_clean(f: DataFile) -> bool:
+    return (f.dv is None or f.dv.cardinality == 0) and not f.deleted_row_groups
+
+
+def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
+          hidden: bool = False, native: bool = True, open_scans: bool = True,
+          files: list[DataFile] | None = None) -> Relation:
+    """The view for one table reference (see the module docstring).
+
+    ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
+    come last when ``hidden``); ``pruner``: a :class:`~flightsrv.engine.prune.Pruner` or
+    None; ``native``: read clean local files with DuckDB; ``open_scans=False`` registers
+    empty stand-ins (for typing a prepared statement without reading data); ``files``
+    restricts the relation to some of the snapshot's files (hidden ordinals still index the
+    manifest's file list).
+    """
+    table = snapshot.table.name
+    schema = snapshot.schema
+    names = list(schema.names) if columns is None else list(columns)
+    select = ", ".join(_ident(c) for c in names)
+    all_files = tuple(snapshot.manifest.data_files)
+    ordinal = {id(f): i for i, f in enumerate(all_files)}
+    candidates = [f for f in (all_files if files is None else files) if f.live_rows > 0]
+    rel = Relation("", file_list=all_files)
+    if pruner:
+        kept = pruner.files(candidates)
+        rel.files_pruned = len(candidates) - len(kept)
+        candidates = kept
+    rel.files_scanned = len(candidates)
+    rel.rows_masked = sum(f.deleted_rows for f in candidates)
+    out_fields = [schema.field(c) for c in names]
+    if hidden:
+        out_fields += [pa.field(FILE_COLUMN, pa.int32(), nullable=False),
+                       pa.field(POSITION_COLUMN, pa.int64(), nullable=False)]
+    out_schema = pa.schema(out_fields)
+
+    runs: list[tuple[str, list[DataFile]]] = []  # (clean | arrow, files)
+    for f in candidates:
+        kind = "clean" if native and _is_clean(f) else "arrow"
+        contiguous = not hidden or not runs or not runs[-1][1] or \
+            ordinal[id(runs[-1][1][-1])] + 1 == ordinal[id(f)]
+        if runs and runs[-1][0] == kind and (kind == "arrow" or contiguous):
+            runs[-1][1].append(f)
+        else:
+            runs.append((kind, [f]))
+    parts = []
+    store = snapshot.store
+    for i, (kind, run) in enumerate(runs):
+        if kind == "clean":
+            paths = []
+            for f in run:
+                path = store.local_path(f.path)
+                _check_file(path, f, table)
+                rel.files[path] = (table, f.path)
+                paths.append(_literal(path))
+            cols = select
+            if hidden:
+                first = ordinal[id(run[0])]
+                cols += (f", CAST(file_index + {first} AS INTEGER) AS {FILE_COLUMN}"
+                         f", file_row_number AS {POSITION_COLUMN}")
+            parts.append(f"SELECT {cols} FROM read_parquet([{', '.join(paths)}], "
+                         "hive_partitioning=false, union_by_name=false)")
+            continue
+        name = f"{relation}_a{i}"
+        if not open_scans:
+            rel.readers[name] = out_schema.empty_table()
+        else:
+            group_filter = pruner.row_groups if pruner else None
+            tasks = list(snapshot.plan(None, group_filter, files=run))
+            by_path = {f.path: ordinal[id(f)] for f in run}
+            for task in tasks:
+                task.ordinal = by_path[task.file.path]
+            rel.readers[name] = snapshot.scan(
+                names, tasks=tasks, positions=POSITION_COLUMN if hidden else None,
+                file_col=FILE_COLUMN if hidden else None)
+        cols = select + (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
+        parts.append(f"SELECT {cols} FROM {name}")
+    if not parts:  # nothing to read: an empty relation of the snapshot's types
+        name = f"{relation}_empty"
+        rel.readers[name] = out_schema.empty_table()
+        cols = select + (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
+        parts.append(f"SELECT {cols} FROM {name}")
+    rel.body = "\nUNION ALL\n".join(parts)
+    return rel
+
+
+def native_failure(error: BaseException,
+                   files: dict[str, tuple[str, str]]) -> BaseException | None:
+    """The flightsrv error behind a DuckDB error that names one of the native scan's files:
+    ObjectNotFound if it is gone, CorruptObject otherwise (it is not valid Parquet)."""
+    msg = str(error)
+    for path, (table, key) in files.items():
+        if path in msg:
+            if not os.path.exists(path):
+                return ObjectNotFound("data file referenced by the manifest is missing",
+                                      table=table, object=key)
+            first = msg.strip().splitlines()[0] if msg.strip() else type(error).__name__
+            first = first.replace(path, key)
+            return CorruptObject("data file is not valid Parquet", table=table, object=key,
+                                 error=first)
+    return None
+
+
+__all__ = ["FILE_COLUMN", "HIDDEN", "POSITION_COLUMN", "Relation", "build", "is_native",
+           "native_failure", "native_root"]

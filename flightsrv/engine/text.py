@@ -1,0 +1,95 @@
+"""Statement text, cut and edited along DuckDB's own tokens.
+
+The engine runs the user's own text wherever it can (so DuckDB, not a re-rendering, decides
+what it means) and only cuts it into clauses and replaces table references. Cutting uses
+DuckDB's tokenizer (``duckdb.tokenize``), so a keyword inside a string literal, a quoted
+identifier or a comment is never taken for a clause boundary. Comments are blanked in every
+slice, so a trailing ``-- ...`` can never swallow text the engine appends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+from flightsrv.errors import SqlError
+
+
+@dataclass(frozen=True)
+class Tok:
+    start: int  # character offsets in the text
+    end: int
+    kind: str  # keyword | identifier | operator | numeric_const | string_const | comment
+    upper: str  # the token's text, upper case
+
+
+def tokenize(text: str) -> list[Tok]:
+    """DuckDB's tokens of ``text`` with character (not byte) offsets."""
+    raw = text.encode("utf-8")
+    try:
+        found = duckdb.tokenize(text)
+    except duckdb.Error as e:
+        raise SqlError(f"cannot tokenize: {str(e).splitlines()[0]}") from None
+    # byte offset -> character offset
+    starts = [len(raw[:p].decode("utf-8", "replace")) for p, _ in found]
+    out = []
+    for i, (_, kind) in enumerate(found):
+        a = starts[i]
+        b = starts[i + 1] if i + 1 < len(found) else len(text)
+        piece = text[a:b]
+        b = a + len(piece.rstrip())
+        name = str(kind).rsplit(".", 1)[-1]
+        out.append(Tok(a, b, name, text[a:b].upper()))
+    return out
+
+
+def clause_starts(toks: list[Tok], words: set[str], lo: int = 0,
+                  hi: int | None = None) -> list[tuple[str, int]]:
+    """(WORD, token index) of keywords in ``words`` at parenthesis depth 0 between token
+    indices ``lo`` and ``hi``."""
+    hi = len(toks) if hi is None else hi
+    depth, out = 0, []
+    for i in range(lo, hi):
+        t = toks[i]
+        if t.kind == "operator":
+            depth += t.upper.count("(") + t.upper.count("[") - t.upper.count(")") \
+                - t.upper.count("]")
+        elif depth == 0 and t.kind == "keyword" and t.upper in words:
+            out.append((t.upper, i))
+    return out
+
+
+def render(text: str, toks: list[Tok], a: int, b: int,
+           edits: list[tuple[int, int, str]] = ()) -> str:
+    """``text[a:b]`` with ``edits`` (char start, char end, replacement) applied and every
+    comment blanked."""
+    changes = sorted([e for e in edits if a <= e[0] < b]
+                     + [(t.start, t.end, " ") for t in toks
+                        if t.kind == "comment" and a <= t.start < b])
+    out, pos = [], a
+    for s, e, repl in changes:
+        if s < pos:
+            raise SqlError("overlapping edits while planning the statement")
+        out.append(text[pos:s])
+        out.append(repl)
+        pos = e
+    out.append(text[pos:b])
+    return "".join(out).strip()
+
+
+def parameter_edits(toks: list[Tok], literals: list[str]) -> list[tuple[int, int, str]]:
+    """Edits replacing each ``$n`` by the SQL literal of parameter ``n``."""
+    edits = []
+    for i, t in enumerate(toks[:-1]):
+        nxt = toks[i + 1]
+        if t.kind == "operator" and t.upper == "$" and nxt.kind == "numeric_const" \
+                and nxt.start == t.end and nxt.upper.isdigit():
+            n = int(nxt.upper)
+            if not 1 <= n <= len(literals):
+                raise SqlError(f"parameter ${n} has no value")
+            edits.append((t.start, nxt.end, literals[n - 1]))
+    return edits
+
+
+__all__ = ["Tok", "clause_starts", "parameter_edits", "render", "tokenize"]

@@ -1,0 +1,132 @@
+"""The format-level ``Warehouse``: a directory or bucket prefix holding tables, one
+sub-prefix each. (The public ``flightsrv.Warehouse`` extends it with SQL.)
+
+No catalog service: a table ``t`` is the prefix ``t/`` with its ``_latest_manifest`` pointer.
+Creating a table commits version 0 (or, after a DROP, the next version) with operation
+"create"; dropping commits a "drop" version, so names can be reused and a reader pinned to an
+older version keeps working until vacuum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+
+import pyarrow as pa
+
+from flightsrv.errors import ConfigurationError, TableExists, TableNotFound
+from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
+from flightsrv.store import ensure_checked, open_store
+from flightsrv.table.commit import require_table
+from flightsrv.table.manifest import FORMAT_VERSION, Manifest
+from flightsrv.table.schema import normalize_schema, schema_to_json
+from flightsrv.table.table import Table
+
+_NAME = re.compile(r"[a-z_][a-z0-9_]{0,127}")
+
+
+def check_name(name: str) -> str:
+    n = name.lower()
+    if not _NAME.fullmatch(n):
+        raise ConfigurationError("invalid table name (letters, digits, _; not starting with "
+                                 "a digit)", table=name)
+    return n
+
+
+class Warehouse:
+    #: the class of the table handles this warehouse hands out
+    table_class = Table
+
+    def __init__(self, store, runtime: Runtime = DEFAULT_RUNTIME):
+        self.store = store
+        self.runtime = runtime
+        self.uri = store.uri
+        self._tables: dict[str, Table] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, uri: str, runtime: Runtime | None = None) -> "Warehouse":
+        runtime = runtime or DEFAULT_RUNTIME
+        return cls(open_store(uri, runtime), runtime)
+
+    def __repr__(self) -> str:
+        return f"Warehouse({self.uri!r})"
+
+    def ensure_writable(self) -> None:
+        """Prove once that the store enforces If-None-Match / If-Match (StoreUnsupported)."""
+        ensure_checked(self.store, self.runtime.ids.new_id())
+
+    def _table(self, name: str) -> Table:
+        n = check_name(name)
+        with self._lock:
+            t = self._tables.get(n)
+            if t is None:
+                t = self._tables[n] = self.table_class(self, n)
+            return t
+
+    def table(self, name: str) -> Table:
+        t = self._table(name)
+        require_table(t.log.head(), t.name)
+        return t
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.table(name)
+            return True
+        except TableNotFound:
+            return False
+
+    def list_tables(self) -> list[str]:
+        out = []
+        for n in self.store.list_prefixes(""):
+            if not _NAME.fullmatch(n):
+                continue
+            head = self._table(n).log.head()
+            if head is not None and not head.dropped:
+                out.append(n)
+        return out
+
+    def create_table(self, name: str, schema: pa.Schema, properties: dict | None = None, *,
+                     exist_ok: bool = False) -> Table:
+        t = self._table(name)
+        schema_json = schema_to_json(normalize_schema(schema))
+        if not schema_json["fields"]:
+            raise ConfigurationError("a table needs at least one column", table=t.name)
+        props = {k: str(v) for k, v in (properties or {}).items()}
+        existed = {}
+
+        def mutate(head):
+            if head is not None and not head.dropped:
+                existed["yes"] = True
+                return None
+            return Manifest(version=0, previous=None, table_uuid=t.runtime.ids.new_id(),
+                            commit_id="", created_at_ms=0, operation="create",
+                            summary={"rows_added": 0, "rows_deleted": 0, "files_added": 0,
+                                     "files_removed": 0},
+                            schema=schema_json, properties=props, data_files=(),
+                            deletes={}, format_version=FORMAT_VERSION)
+
+        t.commit(mutate)
+        if existed:
+            if exist_ok:
+                return t
+            raise TableExists("table already exists", table=t.name)
+        return t
+
+    def drop_table(self, name: str, *, missing_ok: bool = False) -> None:
+        t = self._table(name)
+        found = {}
+
+        def mutate(head):
+            if head is None or head.dropped:
+                return None
+            found["yes"] = True
+            return dataclasses.replace(
+                head, operation="drop", data_files=(),
+                summary={"rows_added": 0, "rows_deleted": head.live_rows, "files_added": 0,
+                         "files_removed": len(head.data_files)})
+
+        t.commit(mutate)
+        if not found and not missing_ok:
+            raise TableNotFound("no such table", table=t.name)
