@@ -6,7 +6,8 @@ This is the first line of defence; the second is the locked-down DuckDB connecti
 
 - A table function in FROM must be on :data:`ALLOWED_TABLE_FUNCTIONS` (range,
   generate_series, unnest) or be one of flightsrv's :data:`METADATA_FUNCTIONS`
-  (``flightsrv_table_stats('t')``, ``flightsrv_history('t')``). ``read_csv('/etc/passwd')``, ``glob('*')``,
+  (``flightsrv_table_stats('t')``, ``flightsrv_history('t')``, ``flightsrv_erasures('t')``).
+  ``read_csv('/etc/passwd')``, ``glob('*')``,
   ``duckdb_settings()`` and the like are refused.
 - A function whose name is on :data:`DENIED_FUNCTIONS` or starts with one of
   :data:`DENIED_PREFIXES` is refused wherever it appears.
@@ -31,7 +32,8 @@ ALLOWED_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
 
 #: flightsrv's own table functions over table metadata, each taking one table name
 #: (``'t'``, ``'main.t'``); the planner replaces them with registered Arrow relations.
-METADATA_FUNCTIONS = frozenset({"flightsrv_table_stats", "flightsrv_history"})
+METADATA_FUNCTIONS = frozenset({"flightsrv_table_stats", "flightsrv_history",
+                                "flightsrv_erasures"})
 
 #: Functions refused anywhere in a statement.
 DENIED_FUNCTIONS = frozenset({

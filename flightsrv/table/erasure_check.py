@@ -10,7 +10,8 @@ and proves the result by re-reading the store instead of trusting what the erasu
     ``maintenance.expire_snapshots``, so the retained versions stay a contiguous run ending
     at the head), deletes every erased object no retained version references, and deletes
     unreferenced objects under ``data/`` and ``tombstone/`` older than ``grace_ms`` (outputs
-    of failed runs; a younger one may be a write in flight and is left, and reported).
+    of failed runs; a younger one may be a write in flight and is left, and reported; a
+    grace of 0 removes them all, whatever their time: only safe with no writer running).
     Then ``verify``.
 
 ``verify(table, erased, all_dead=...)`` re-reads, from the store and not from caches:
@@ -168,7 +169,7 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
         if m.key.startswith(("manifest/", "_erasures/", "tombstone/")):
             continue  # manifests are judged above; DV objects hold positions, never values
         if m.key.startswith("data/"):
-            young = grace_ms is None or not 0 < m.last_modified_ms <= now - grace_ms
+            young = grace_ms is None or not _old(m.last_modified_ms, now, grace_ms)
             if young:
                 v.pending.append({
                     "object": m.key, "reason": "unreferenced data object younger than the "
@@ -248,6 +249,12 @@ def references(table) -> dict[str, list[int]]:
     return out
 
 
+def _old(modified_ms: int, now: int, grace_ms: int) -> bool:
+    """Older than the grace period. An unknown (0) or future time counts as young, except
+    with a grace of 0, which an operator passes to remove every unreferenced object."""
+    return grace_ms == 0 or 0 < modified_ms <= now - grace_ms
+
+
 def sweep(table, erased: dict[str, str], grace_ms: int) -> tuple[list[str], list[str]]:
     """Delete erased objects no retained version references, and unreferenced objects under
     ``data/`` and ``tombstone/`` older than ``grace_ms`` (and older multipart uploads).
@@ -268,12 +275,12 @@ def sweep(table, erased: dict[str, str], grace_ms: int) -> tuple[list[str], list
     for m in listing:
         if m.key in live or m.key in done:
             continue
-        if 0 < m.last_modified_ms <= now - grace_ms:
+        if _old(m.last_modified_ms, now, grace_ms):
             table.store.delete(m.key)
             deleted.append(m.key)
     aborted = []
     for u in uploads:
-        if 0 < u.initiated_ms <= now - grace_ms:
+        if _old(u.initiated_ms, now, grace_ms):
             try:
                 table.store.abort_multipart(u.key, u.upload_id)
             except ObjectNotFound:
