@@ -2,8 +2,8 @@
 §Certificates).
 
 A certificate is a JSON object stored once, with a conditional create, at
-``<table>/_erasures/<id>.json``, where ``<id>`` is ``YYYYMMDDTHHMMSSZ-<16 hex>`` (so keys list
-in time order). It names no personal data: the request appears only as its keyed fingerprint
+``<table>/_erasures/<id>.json``, where ``<id>`` is ``YYYYMMDDTHHMMSSmmmZ-<16 hex>`` (UTC, to
+the millisecond, so keys list in time order). It names no personal data: the request appears only as its keyed fingerprint
 (``flightsrv.table.fingerprint``), objects by their random keys. Vacuum and expiry never
 delete ``_erasures/``; dropping the table leaves them too.
 
@@ -52,8 +52,9 @@ def _iso(ms: int | None) -> str | None:
 
 
 def new_id(runtime) -> str:
-    t = dt.datetime.fromtimestamp(runtime.clock.now_ms() / 1000, tz=dt.timezone.utc)
-    return f"{t:%Y%m%dT%H%M%SZ}-{runtime.ids.new_id()[:16]}"
+    ms = runtime.clock.now_ms()
+    t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    return f"{t:%Y%m%dT%H%M%S}{ms % 1000:03d}Z-{runtime.ids.new_id()[:16]}"
 
 
 def build(table, result, *, cert_id: str) -> dict:
@@ -103,7 +104,7 @@ def _parse(raw: bytes, key: str) -> dict:
 
 
 def list_certificates(table) -> list[dict]:
-    """Every certificate of the table, oldest first."""
+    """Every certificate of the table, oldest first (by start time, then id)."""
     out = []
     for m in table.store.list(PREFIX):
         if not m.key.endswith(".json"):
@@ -113,6 +114,7 @@ def list_certificates(table) -> list[dict]:
         except ObjectNotFound:
             continue
         out.append(_parse(raw, f"{table.name}/{m.key}"))
+    out.sort(key=lambda c: (c.get("started_at_ms") or 0, c.get("id", "")))
     return out
 
 
