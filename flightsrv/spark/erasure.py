@@ -49,9 +49,9 @@ from pyroaring import BitMap64
 from pyspark.sql import types as T
 
 from flightsrv.errors import CommitConflict, ConfigurationError
-from flightsrv.table import fingerprint as fpr
 from flightsrv.spark.location import split_uri, table_handle
 from flightsrv.spark.types import arrow_to_spark, spark_arrow_schema
+from flightsrv.table import fingerprint as fpr
 from flightsrv.table.delete_plan import FileDelete, commit_plan
 from flightsrv.table.scan import FileTask, Snapshot
 

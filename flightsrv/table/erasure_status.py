@@ -134,7 +134,7 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
         status.items.append({"kind": kind, "object": obj, "rows": rows, "since": _iso(since_ms),
                              "age_ms": age, "age_is_lower_bound": lower,
                              "overdue": age > deadline, "versions": versions,
-                             "requests": sorted(set(r for r in requests if r)),
+                             "requests": sorted({r for r in requests if r}),
                              "remedy": remedy})
 
     # per path: versions referencing it, first version it had deleted rows, request names

@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from flightsrv.errors import ConfigurationError, CorruptObject, ObjectNotFound, PreconditionFailed
 from flightsrv.store.base import PutMode
 
-__all__ = ["ErasureKey", "KeySetFingerprint", "KEY_OBJECT", "canonical_predicate",
-           "fingerprint", "key_for", "keys_fingerprint", "is_fingerprint"]
+__all__ = ["KEY_OBJECT", "ErasureKey", "KeySetFingerprint", "canonical_predicate",
+           "fingerprint", "is_fingerprint", "key_for", "keys_fingerprint"]
 
 #: Where the warehouse key lives when no key is configured (relative to the warehouse root;
 #: the ``-`` keeps it out of the table namespace).
@@ -185,12 +185,13 @@ def key_for(warehouse, *, create: bool = True) -> ErasureKey | None:
 def canonical_predicate(text: str) -> str:
     """The text a predicate is fingerprinted as (see the module docstring)."""
     import sqlglot
+    from sqlglot.errors import SqlglotError
     from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
     try:
         tree = sqlglot.parse_one(text, read="duckdb")
         return normalize_identifiers(tree, dialect="duckdb").sql(dialect="duckdb")
-    except Exception:  # sqlglot raises several types; any failure: fall back to plain text
+    except (SqlglotError, ValueError, RecursionError):  # unparsable: the plain text
         return " ".join(text.split())
 
 
@@ -220,7 +221,7 @@ class KeySetFingerprint:
         self.count = 0
         self.total = 0
 
-    def update(self, table) -> "KeySetFingerprint":
+    def update(self, table) -> KeySetFingerprint:
         cols = [table.column(c).to_pylist() for c in self.columns]
         for row in zip(*cols):
             d = self.key.digest("key-row", _row_text(row))
@@ -231,7 +232,7 @@ class KeySetFingerprint:
     def partial(self) -> tuple[int, str]:
         return self.count, f"{self.total:064x}"
 
-    def merge(self, count: int, total_hex: str) -> "KeySetFingerprint":
+    def merge(self, count: int, total_hex: str) -> KeySetFingerprint:
         self.count += int(count)
         self.total = (self.total + int(total_hex, 16)) % self.MOD
         return self
