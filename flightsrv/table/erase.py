@@ -602,7 +602,8 @@ def _finish(table, result: PurgeResult, erased: dict[str, str], *, expire: bool,
     result.verification = check.verify(table, erased, all_dead=all_dead, grace_ms=grace_ms)
     refs = check.references(table)
     absent = set(result.verification.erased_absent)
-    result.objects = [_erased_object(key, kind, refs, absent) for key, kind in sorted(erased.items())]
+    result.objects = [_erased_object(key, kind, refs, absent)
+                      for key, kind in sorted(erased.items())]
     head = table.log.head()
     result.head_after = head.version if head is not None else None
     changed = result.version is not None or result.expired_versions or result.deleted_objects \

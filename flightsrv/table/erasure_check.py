@@ -169,16 +169,17 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
         if m.key.startswith(("manifest/", "_erasures/", "tombstone/")):
             continue  # manifests are judged above; DV objects hold positions, never values
         if m.key.startswith("data/"):
-            young = grace_ms is None or not _old(m.last_modified_ms, now, grace_ms)
-            if young:
-                v.pending.append({
-                    "object": m.key, "reason": "unreferenced data object younger than the "
-                    "grace period (a write in flight, or a failed run's output) may hold the "
-                    "rows", "remedy": "run the erasure again after the grace period, or "
-                    "VACUUM"})
-            else:
-                v.pending.append({"object": m.key, "reason": "unreferenced data object",
-                                  "remedy": "PURGE ... EXPIRE or VACUUM"})
+            if grace_ms is None:
+                reason = "unreferenced data object (no sweep ran: an erasure without expire)"
+                remedy = "PURGE ... EXPIRE or VACUUM"
+            elif not _old(m.last_modified_ms, now, grace_ms):
+                reason = ("unreferenced data object younger than the grace period (a write in "
+                          "flight, or a failed run's output) may hold the rows")
+                remedy = "run the erasure again after the grace period, or VACUUM"
+            else:  # swept objects are gone; one left was written after the sweep listed
+                reason = "unreferenced data object"
+                remedy = "PURGE ... EXPIRE or VACUUM"
+            v.pending.append({"object": m.key, "reason": reason, "remedy": remedy})
             continue
         v.pending.append({"object": m.key, "reason": "object under a prefix the erasure "
                           "check does not know; not checked", "remedy": "inspect it"})
