@@ -3,7 +3,7 @@
     flightsrv serve            run the Flight SQL server (seeds a demo table on first start)
     flightsrv demo             walk through the format: create, append, delete, scan, history
     flightsrv table ...        list | create | append | scan | delete | history | stats |
-                               compact | expire | vacuum | purge
+                               compact | expire | vacuum | purge | erasures | erasure-status
     flightsrv user hash        hash a password for a users file
     flightsrv pipeline ...     the Spark example pipeline (needs pyspark)
 
@@ -218,10 +218,48 @@ def cmd_maintenance(args) -> int:
         result = t.vacuum(grace=dt.timedelta(seconds=args.grace), dry_run=args.dry_run,
                           progress=Progress(f"vacuum {t.name}"))
     elif args.cmd == "purge":
-        result = t.purge(expire=args.expire, progress=Progress(f"purge {t.name}"))
+        kw = {} if args.grace is None else {"grace": dt.timedelta(seconds=args.grace)}
+        result = t.purge(expire=args.expire, progress=Progress(f"purge {t.name}"),
+                         source="cli", **kw)
     else:
         result = t.stats()
     _print_result(result)
+    return 0
+
+
+def cmd_erasures(args) -> int:
+    from flightsrv.progress import print_table
+
+    t = _warehouse(args).table(args.table)
+    certs = t.erasures()
+    if args.json:
+        for c in certs:
+            print(json.dumps(c, sort_keys=True))
+        return 0
+    print_table([{"id": c["id"], "operation": c["operation"], "source": c.get("source", ""),
+                  "request": (c.get("request_fingerprint") or "-")[:40],
+                  "versions": f"{c['versions']['before']}->{c['versions']['after']}",
+                  "rows_removed": c["rows_removed"],
+                  "rewritten": len(c["objects_rewritten"]),
+                  "deleted": len(c["objects_deleted"]),
+                  "scanned": (c.get("verification") or {}).get("objects_scanned", ""),
+                  "matches": (c.get("verification") or {}).get("matches", ""),
+                  "status": c["status"], "verified_at": c.get("verified_at") or ""}
+                 for c in certs])
+    return 0
+
+
+def cmd_erasure_status(args) -> int:
+    from flightsrv.progress import print_table
+
+    t = _warehouse(args).table(args.table)
+    st = t.erasure_status()
+    if args.json:
+        print(json.dumps(st.to_dict(), sort_keys=True, default=str))
+        return 0
+    print_table(st.rows())
+    print(f"deadline {st.deadline_ms / 86_400_000:g}d (table property erasure.deadline); "
+          f"{len(st.items)} item(s), {len(st.overdue)} overdue")
     return 0
 
 
@@ -309,7 +347,17 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "purge":
             m.add_argument("--expire", action="store_true",
                            help="also expire versions and delete objects holding erased bytes")
+            m.add_argument("--grace", type=int, metavar="SECONDS",
+                           help="with --expire, also delete unreferenced objects older than "
+                           "this (default: table property erasure.orphan_grace, else 3600)")
         m.set_defaults(func=cmd_maintenance)
+    for name, func, text in (("erasures", cmd_erasures, "list the erasure certificates"),
+                             ("erasure-status", cmd_erasure_status,
+                              "deletions whose bytes are still stored, with age and deadline")):
+        e = t.add_parser(name, help=text)
+        e.add_argument("table")
+        e.add_argument("--json", action="store_true", help="one JSON document per line")
+        e.set_defaults(func=func)
 
     u = sub.add_parser("user", help="users file helpers").add_subparsers(dest="cmd", required=True)
     uh = u.add_parser("hash")

@@ -108,13 +108,17 @@ class Table(_FormatTable):
             sql, self.warehouse._session()).reader.read_all().column(0)[0].as_py())
 
     def delete(self, where: str = "TRUE", *, mode: str | None = None, expire: bool = False,
-               progress=None) -> int:
+               grace=None, progress=None, certificate: bool | None = None,
+               source: str = "python") -> int:
         """``DELETE FROM t WHERE <where>``: the rows deleted. ``mode`` "dv" (deletion
-        vectors) or "splice" (erase the bytes; the result's ``.result`` is the report);
-        default: the table property ``delete_mode``, else "dv"."""
+        vectors) or "splice" (erase the bytes; the result's ``.result`` is the erasure
+        report, with ``expire``/``certificate`` as for
+        :func:`flightsrv.table.erase.splice_positions`); default: the table property
+        ``delete_mode``, else "dv"."""
         sql = f"DELETE FROM {_ident(self.name)} WHERE ({_expression(where, 'where')})"
         return self.warehouse.engine.delete_statement(
-            sql, self.warehouse._session(), mode=mode, expire=expire, progress=progress)
+            sql, self.warehouse._session(), mode=mode, expire=expire, grace=grace,
+            progress=progress, certificate=certificate, source=source)
 
     def update(self, set: dict[str, str], where: str | None = None) -> int:
         """``UPDATE t SET col = <expr>, ... [WHERE <where>]``: the rows updated."""

@@ -23,6 +23,7 @@ from flightsrv.store import open_store
 from flightsrv.store.faults import FaultPlan, FaultyStore
 from flightsrv.table import erase
 from flightsrv.table.deletes import read_dv
+from flightsrv.table.fingerprint import fingerprint
 from flightsrv.table.manifest import manifest_key
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
@@ -112,7 +113,10 @@ def test_erased_value_is_gone_from_new_bytes_and_manifest(warehouse_uri):
     (f,) = head.data_files
     assert SECRET.encode() not in raw(t, f.path)
     assert SECRET.encode() not in raw(t, manifest_key(head.version))
-    assert "predicate" not in head.summary and SECRET not in json.dumps(head.summary)
+    assert SECRET not in json.dumps(head.summary)
+    fp = head.summary["request_fingerprint"]
+    assert fp.startswith("hmac-sha256:") and fp == fingerprint(t.warehouse, f"name = '{SECRET}'")
+    assert not {"predicate", "predicate_sha256"} & head.summary.keys()
     assert ids(t) == [i for i in range(6_000) if i != SECRET_ID]
 
 
@@ -521,4 +525,6 @@ def test_model_dv_splice_purge(ops):
 
 def test_purge_result_shapes_for_the_cli():
     r = erase.PurgeResult("t", "purge", None)
-    assert r.complete and r.rows()[-1]["kind"] == "total" and r.to_dict()["version"] is None
+    # never verified: never "erased"
+    assert not r.complete and r.status == "pending" and "not verified" in r.rows()[-1]["status"]
+    assert r.rows()[-1]["kind"] == "total" and r.to_dict()["version"] is None

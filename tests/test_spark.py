@@ -247,6 +247,45 @@ def test_erasure_by_join_agrees_with_duckdb(spark, local_uri):
     assert duck.to_pylist() == [{"n": len(survivors), "s": sum(survivors)}]
 
 
+def test_erasure_by_join_in_splice_mode_is_certified(spark, local_uri):
+    """mode="splice": the stored rows whose keys match (a DV-hidden one too) leave the bytes in
+    one erasure commit, with a certificate naming the key set only by its fingerprint."""
+    from flightsrv.table import fingerprint as fpr
+
+    uri = f"{local_uri}/sp"
+    _events(spark, 0, 2000).write.format("flightsrv").mode("append").save(uri)
+    table = Warehouse.open(local_uri).table("sp")
+    table.delete("user_id = 8")  # hidden by a DV, but its bytes are stored: erased too
+    keys = spark.createDataFrame([(7,), (8,), (7,)], "user_id INT")
+    n = fs.delete_matching(spark, uri, keys, on="user_id", mode="splice", expire=True)
+    assert n == sum(1 for i in range(2000) if i % 97 == 7)
+    result = n.result
+    assert result.complete and result.rows_removed == sum(
+        1 for i in range(2000) if i % 97 in (7, 8))
+    want = fpr.KeySetFingerprint(fpr.key_for(table.warehouse), ["user_id"]).update(
+        pa.table({"user_id": [7, 8]})).result()
+    head = table.head()
+    assert head.operation == "delete_matching" and head.summary["request_fingerprint"] == want
+    cert = table.erasures()[-1]
+    assert (cert["operation"], cert["source"], cert["status"]) == (
+        "delete_matching", "spark", "erased")
+    assert cert["request_fingerprint"] == want and cert["verification"]["matches"] == 0
+    for m in table.store.list("data/"):
+        users = pq.read_table(pa.BufferReader(table.store.get(m.key)[0]))["user_id"]
+        assert not {7, 8} & set(users.to_pylist()), m.key
+    # the shuffle path folds the same fingerprint on the executors; nothing left to erase
+    again = fs.delete_matching(spark, uri, keys, on="user_id", mode="splice",
+                               broadcast_limit=0)
+    assert again == 0 and again.result.fingerprint == want
+    # DV mode records the fingerprint, never the keys
+    fs.delete_matching(spark, uri, spark.createDataFrame([(9,)], "user_id INT"), on="user_id")
+    assert table.head().summary["request_fingerprint"].startswith("hmac-sha256:")
+    fs.delete_where(spark, uri, "user_id = 10")
+    assert table.head().summary["request_fingerprint"] == fpr.fingerprint(
+        table.warehouse, "user_id = 10")
+    assert "predicate" not in table.head().summary
+
+
 def test_compaction_on_spark_keeps_deletes(spark, local_uri):
     uri = f"{local_uri}/cmp"
     for lo in range(0, 2000, 500):

@@ -226,22 +226,27 @@ class Dml:
                 found = self.engine._fetch(cur, ctx, find, sql)
             deletes = _positions(found, file_list)
             ctx.info.tables[stmt.table] = snap.version
+            fp = self.engine._fingerprint(stmt, tree)
             if physical:
-                return self._splice(table, snap, deletes, splice_options or {})
+                return self._splice(table, snap, deletes, fp, splice_options or {})
             m, n = commit_changes(table, snap.manifest, deletes, operation="delete",
-                                  summary=self.engine._summary(stmt))
+                                  summary=self.engine._summary(stmt, fp))
             if m is not None:
                 ctx.info.commits.append((stmt.table, m.version))
             return n
 
         return self._attempts(stmt, run)
 
-    def _splice(self, table, snap, deletes: dict[str, BitMap64], options: dict) -> int:
-        from flightsrv.table.erase import ErasedCount, PurgeResult, splice_positions
+    def _splice(self, table, snap, deletes: dict[str, BitMap64], fp: str,
+                options: dict) -> int:
+        from flightsrv.table.erase import ErasedCount, StalePlan, splice_positions
 
-        if not deletes:
-            return ErasedCount(0, PurgeResult(table.name, "splice_delete", None))
-        return splice_positions(table, snap.manifest, deletes, **options)
+        try:
+            result = splice_positions(table, snap, deletes, fingerprint=fp,
+                                      operation="splice_delete", **options)
+        except StalePlan as e:
+            raise Rerun("a data file the statement changes was rewritten") from e
+        return ErasedCount(result.rows_deleted, result)
 
     # -- UPDATE / MERGE ---------------------------------------------------------------------------
 
@@ -346,7 +351,9 @@ class Dml:
                 if new_rows.num_rows:
                     written, _, _ = table.write_files(new_rows, head=snap.manifest)
                 m, _ = commit_changes(table, snap.manifest, deletes, written,
-                                      operation=operation, summary=self.engine._summary(stmt),
+                                      operation=operation,
+                                      summary=self.engine._summary(
+                                          stmt, self.engine._fingerprint(stmt, tree)),
                                       appends_conflict=appends_conflict)
             except BaseException:
                 for f in written:  # never committed: remove what was written

@@ -429,10 +429,29 @@ class DuckEngine:
         return count, final, actions
 
     @staticmethod
-    def _summary(stmt: st.Statement) -> dict:
-        """What a DML commit records about its statement: its kind, never its text (the
-        text may hold the very value being erased)."""
-        return {"statement": _kind_name(stmt)}
+    def _summary(stmt: st.Statement, fingerprint: str | None = None) -> dict:
+        """What a DML commit records about its statement: its kind and its keyed fingerprint
+        (equal requests match), never its text (the text may hold the very value being
+        erased)."""
+        out = {"statement": _kind_name(stmt)}
+        if fingerprint:
+            out["request_fingerprint"] = fingerprint
+        return out
+
+    def _fingerprint(self, stmt: st.Statement, tree: exp.Expression) -> str | None:
+        """The keyed fingerprint (:mod:`flightsrv.table.fingerprint`) of what a DML
+        statement decides on: a DELETE's or UPDATE's WHERE (canonical form), else the
+        statement."""
+        from flightsrv.table.fingerprint import fingerprint
+
+        where = tree.args.get("where")
+        if isinstance(stmt, (st.Delete, st.Update)) and where is not None \
+                and not tree.args.get("using") and not tree.args.get("from_"):
+            cond = where.this
+            while isinstance(cond, exp.Paren):
+                cond = cond.this
+            return fingerprint(self.warehouse, cond.sql(st.DIALECT))
+        return fingerprint(self.warehouse, tree.sql(st.DIALECT), kind="statement")
 
     # -- Engine: updates -------------------------------------------------------------------------
 
@@ -456,7 +475,8 @@ class DuckEngine:
         return total
 
     def delete_statement(self, sql: str, session: Session, *, mode: str | None = None,
-                         expire: bool = False, progress=None) -> int:
+                         expire: bool = False, grace=None, progress=None,
+                         certificate: bool | None = None, source: str = "python") -> int:
         """Run one DELETE (Python API): ``mode`` overrides the session and table setting;
         a splice's count carries its report (``.result``); ``expire`` expires the versions
         that still reach the erased bytes."""
@@ -470,8 +490,9 @@ class DuckEngine:
             self._table(stmt.table).head().properties.get("delete_mode", "dv")
         if mode not in ("dv", "splice"):
             raise SqlError("unknown delete mode (use 'dv' or 'splice')", mode=mode)
-        return self._dml.delete(ctx, stmt, tree, [], mode,
-                                splice_options={"expire": expire, "progress": progress})
+        return self._dml.delete(ctx, stmt, tree, [], mode, splice_options={
+            "expire": expire, "grace": grace, "progress": progress,
+            "certificate": certificate, "source": source})
 
     def _run_update(self, stmt: st.Statement, tree: exp.Expression,
                     values: list[pa.Scalar], ctx: _Ctx) -> int:

@@ -22,8 +22,10 @@
   runs (a prepared statement must announce it).
 
 - :func:`metadata_relation` evaluates ``flightsrv_table_stats('t')`` (one row: the typed
-  fields of ``table.stats()``, ``reasons`` as JSON) and ``flightsrv_history('t')`` (one row
-  per retained version, newest first, :data:`HISTORY_SCHEMA`).
+  fields of ``table.stats()``, ``reasons`` as JSON), ``flightsrv_history('t')`` (one row
+  per retained version, newest first, :data:`HISTORY_SCHEMA`) and ``flightsrv_erasures('t')``
+  (``SHOW ERASURES t``: one row per erasure certificate, oldest first,
+  :data:`ERASURES_SCHEMA`, the whole certificate as JSON in ``certificate``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,23 @@ HISTORY_SCHEMA = pa.schema([
 ])
 
 _HISTORY_FIXED = {f.name for f in HISTORY_SCHEMA} - {"summary"}
+
+ERASURES_SCHEMA = pa.schema([
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("verified_at", pa.timestamp("ms", tz="UTC")),
+    pa.field("operation", pa.string(), nullable=False),
+    pa.field("source", pa.string()),
+    pa.field("request_fingerprint", pa.string()),
+    pa.field("version_before", pa.int64()),
+    pa.field("version_after", pa.int64()),
+    pa.field("rows_removed", pa.int64()),
+    pa.field("objects_rewritten", pa.int64()),
+    pa.field("objects_deleted", pa.int64()),
+    pa.field("objects_scanned", pa.int64()),
+    pa.field("matches", pa.int64()),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("certificate", pa.string(), nullable=False),  # the whole record, JSON
+])
 
 
 def _text(v: Any) -> str | None:
@@ -111,7 +130,7 @@ def run_maintenance(table, stmt: Maintenance) -> pa.Table:
             kw["grace"] = dt.timedelta(hours=stmt.retain_hours)
         rows += _result_rows(table.name, "vacuum", table.vacuum(**kw))
     elif stmt.verb == "purge":
-        rows += _result_rows(table.name, "purge", table.purge(expire=stmt.expire))
+        rows += _result_rows(table.name, "purge", table.purge(expire=stmt.expire, source="sql"))
     else:
         raise ConfigurationError("unknown maintenance statement", verb=stmt.verb,
                                  table=table.name)
@@ -137,9 +156,29 @@ def _history_table(table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 
+def _erasures_table(table) -> pa.Table:
+    rows = []
+    for c in table.erasures():
+        ver = c.get("verification") or {}
+        ms = c.get("verified_at_ms")
+        rows.append({
+            "id": c["id"], "operation": c["operation"], "source": c.get("source"),
+            "verified_at": dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+            if ms is not None else None,
+            "request_fingerprint": c.get("request_fingerprint"),
+            "version_before": c["versions"].get("before"),
+            "version_after": c["versions"].get("after"), "rows_removed": c["rows_removed"],
+            "objects_rewritten": len(c["objects_rewritten"]),
+            "objects_deleted": len(c["objects_deleted"]),
+            "objects_scanned": ver.get("objects_scanned"), "matches": ver.get("matches"),
+            "status": c["status"], "certificate": json.dumps(c, sort_keys=True)})
+    return pa.Table.from_pylist(rows, schema=ERASURES_SCHEMA)
+
+
 METADATA_FUNCTIONS = {
     "flightsrv_table_stats": _stats_table,
     "flightsrv_history": _history_table,
+    "flightsrv_erasures": _erasures_table,
 }
 
 

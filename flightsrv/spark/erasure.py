@@ -21,10 +21,21 @@ ids against a big table):
 SQL engine (:meth:`flightsrv.Table.delete`), so it matches exactly the rows the same WHERE
 matches over Flight SQL.
 
-``mode="splice"`` then physically removes the deleted rows (``Table.purge``, one more commit)
-when the build has ``flightsrv.table.erase``; otherwise it raises ``ConfigurationError``.
+``mode="splice"`` erases instead: the executors match the *stored* rows (rows a DV already
+hides but whose bytes remain match too), and ``flightsrv.table.erase.splice_positions``
+removes exactly those rows from the data files in one commit (no DV commit first), then
+completes and verifies the erasure (``expire=True`` expires the versions that still reach the
+rows) and stores an erasure certificate under ``_erasures/`` (operation ``delete_matching``
+or ``splice_delete``, source ``spark``).
 
-Both return the number of rows this call turned from live to deleted.
+The request is recorded only as its keyed fingerprint (``request_fingerprint`` in the commit
+summary and the certificate; ``flightsrv.table.fingerprint``): for a key list, an
+order-independent HMAC over the distinct key rows, folded per partition on the executors;
+for a predicate, the HMAC of its canonical text. Neither keys nor predicate text are stored.
+
+Both return the number of rows this call turned from live to deleted; in splice mode the
+value is an ``ErasedCount`` whose ``.result`` is the erasure's ``PurgeResult`` (its
+``.certificate`` names the stored certificate).
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from pyspark.sql import types as T
 from flightsrv.errors import CommitConflict, ConfigurationError
 from flightsrv.spark.location import split_uri, table_handle
 from flightsrv.spark.types import arrow_to_spark, spark_arrow_schema
+from flightsrv.table import fingerprint as fpr
 from flightsrv.table.delete_plan import FileDelete, commit_plan
 from flightsrv.table.scan import FileTask, Snapshot
 
@@ -59,6 +71,14 @@ def _open(uri: str):
     t = table_handle(wh, name)
     t.head()  # TableNotFound early, on the driver
     return wh, name, t
+
+
+def _physical(table, snap: Snapshot) -> Snapshot:
+    """``snap`` with deletions ignored: every stored row is a candidate (splice mode)."""
+    import dataclasses
+
+    return Snapshot(table, dataclasses.replace(snap.manifest, data_files=tuple(
+        dataclasses.replace(f, dv=None, deleted_row_groups=()) for f in snap.manifest.data_files)))
 
 
 def _tasks_df(spark, snap: Snapshot):
@@ -97,9 +117,11 @@ def _all_valid(t: pa.Table, on: list[str]):
 
 
 def _scanner(wh_uri: str, name: str, version: int, columns: list[str],
-             out_json: str, as_bitmaps: bool, keys: pa.Table | None = None):
+             out_json: str, as_bitmaps: bool, keys: pa.Table | None = None,
+             physical: bool = False):
     """mapInArrow function: per task row, the positions of live (and matching) rows; with
-    ``keys``, only rows whose key columns are in ``keys``."""
+    ``keys``, only rows whose key columns are in ``keys``; with ``physical``, of every stored
+    row (deleted ones included)."""
 
     def scan(batches):
         from flightsrv.engine.connection import open_locked
@@ -111,7 +133,7 @@ def _scanner(wh_uri: str, name: str, version: int, columns: list[str],
         for b in batches:
             for fid, blob in zip(b.column(FID).to_pylist(), b.column(TASK).to_pylist()):
                 f, rgs = pickle.loads(blob)
-                task = FileTask(f, rgs, snap.deleted_positions(f))
+                task = FileTask(f, rgs, None if physical else snap.deleted_positions(f))
                 bm = BitMap64() if as_bitmaps else None
                 for _, t in snap.iter_tables(columns, tasks=[task], positions="__pos"):
                     if keys is not None and t.num_rows:
@@ -162,24 +184,36 @@ def _collect_plan(bitmaps_df, paths: list[str]) -> dict[str, FileDelete]:
     return {p: d for p, d in plan.items() if d.positions}
 
 
-def _run(spark, uri: str, build_plan, what: dict, mode: str) -> int:
+def _run(spark, uri: str, build_plan, what: dict, mode: str, request_fingerprint, *,
+         operation: str, expire: bool = False, certificate: bool | None = None) -> int:
+    """Plan (``build_plan(wh, name, snapshot, physical)``), then commit a DV delete or, in
+    splice mode, erase the planned rows physically; re-plan while targets are rewritten."""
     if mode not in ("dv", "splice"):
         raise ConfigurationError("unknown delete mode (use 'dv' or 'splice')", mode=mode)
     wh, name, table = _open(uri)
     if mode == "splice":
         try:
-            from flightsrv.table import erase  # noqa: F401
+            from flightsrv.table import erase
         except ImportError:
             raise ConfigurationError("splice erasure is not available in this build",
                                      table=name) from None
     for _ in range(MAX_REPLANS):
         snap = table.snapshot()
-        plan = build_plan(wh, name, snap)
-        n = commit_plan(table, plan, read_version=snap.version, summary=what)
+        plan = build_plan(wh, name, snap, mode == "splice")
+        fp = request_fingerprint(table)
+        if mode == "splice":
+            try:
+                result = erase.splice_positions(
+                    table, snap, {p: d.positions for p, d in plan.items()}, fingerprint=fp,
+                    operation=operation, expire=expire, certificate=certificate,
+                    source="spark")
+            except erase.StalePlan:
+                continue  # a targeted file was rewritten concurrently: re-plan
+            return erase.ErasedCount(result.rows_deleted, result)
+        n = commit_plan(table, plan, read_version=snap.version,
+                        summary={**what, "request_fingerprint": fp})
         if n is None:
             continue  # a targeted file was rewritten concurrently: re-plan on a new snapshot
-        if mode == "splice" and n:
-            table.purge()
         return n
     raise CommitConflict("erasure re-planned too often: its files keep being rewritten",
                          table=name, attempts=MAX_REPLANS)
@@ -206,11 +240,30 @@ def _broadcast_keys(keys_df, on: list[str], schema: pa.Schema, limit: int,
     return keys.filter(_all_valid(keys, on)).combine_chunks()
 
 
+def _keys_partials(secret: bytes, on: list[str]):
+    """mapInArrow function: (count, HMAC sum) of the distinct key rows of each partition."""
+
+    def fold(batches):
+        acc = fpr.KeySetFingerprint(fpr.ErasureKey(secret, "spark"), on)
+        for b in batches:
+            if b.num_rows:
+                t = pa.Table.from_batches([b])
+                acc.update(t.filter(_all_valid(t, on)))  # as the broadcast path: no NULLs
+        count, total = acc.partial()
+        yield pa.RecordBatch.from_arrays([pa.array([count], pa.int64()),
+                                          pa.array([total], pa.string())], names=["n", "h"])
+
+    return fold
+
+
 def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
-                    broadcast_limit: int = BROADCAST_LIMIT) -> int:
+                    broadcast_limit: int = BROADCAST_LIMIT, expire: bool = False,
+                    certificate: bool | None = None) -> int:
     """Delete every live row of the table at ``uri`` whose ``on`` columns equal a row of
     ``keys_df``; one commit. Returns the rows deleted. Up to ``broadcast_limit`` distinct
-    keys are shipped to the tasks (no shuffle); more are joined by Spark."""
+    keys are shipped to the tasks (no shuffle); more are joined by Spark. ``mode="splice"``
+    erases the matching stored rows physically (``expire``, ``certificate``: as for
+    ``flightsrv.table.erase.splice_positions``)."""
     on = [on] if isinstance(on, str) else list(on)
     if not on:
         raise ConfigurationError("delete_matching needs at least one key column", uri=uri)
@@ -221,43 +274,66 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
     keys = keys_df.select(*on).dropDuplicates()
     shipped: dict = {}
 
-    def build_plan(wh, name, snap):
+    def request_fingerprint(table):
+        if "fp" not in shipped:
+            key = fpr.key_for(table.warehouse)
+            small = shipped.get("keys")
+            acc = fpr.KeySetFingerprint(key, on)
+            if small is not None:
+                acc.update(small)
+            else:  # too many keys to collect: fold them on the executors
+                out = T.StructType([T.StructField("n", T.LongType(), False),
+                                    T.StructField("h", T.StringType(), False)])
+                for row in keys.mapInArrow(_keys_partials(key.secret, on), out).collect():
+                    acc.merge(row["n"], row["h"])
+            shipped["fp"] = acc.result()
+        return shipped["fp"]
+
+    def build_plan(wh, name, snap, physical):
         unknown = [c for c in on if c not in snap.schema.names]
         if unknown:
             raise ConfigurationError("key columns are not in the table", table=name,
                                      columns=",".join(unknown))
+        if "keys" not in shipped:
+            shipped["keys"] = _broadcast_keys(keys, on, snap.schema, broadcast_limit, name)
+        if physical:
+            snap = _physical(snap.table, snap)
         tasks, paths = _tasks_df(spark, snap)
         if tasks is None:
             return {}
-        if "keys" not in shipped:
-            shipped["keys"] = _broadcast_keys(keys, on, snap.schema, broadcast_limit, name)
         small = shipped["keys"]
         if small is not None:
             if small.num_rows == 0:
                 return {}
             bitmaps = tasks.mapInArrow(
                 _scanner(wh, name, snap.version, on, BITMAPS_SCHEMA.json(),
-                         as_bitmaps=True, keys=small), BITMAPS_SCHEMA)
+                         as_bitmaps=True, keys=small, physical=physical), BITMAPS_SCHEMA)
             return _collect_plan(bitmaps, paths)
         out = T.StructType([T.StructField(FID, T.IntegerType(), True),
                             T.StructField(POS, T.LongType(), True)]
                            + [T.StructField(c, arrow_to_spark(snap.schema.field(c).type,
                                                               column=c), True) for c in on])
         positions = tasks.mapInArrow(
-            _scanner(wh, name, snap.version, on, out.json(), as_bitmaps=False), out)
+            _scanner(wh, name, snap.version, on, out.json(), as_bitmaps=False,
+                     physical=physical), out)
         matched = positions.join(keys, on=on, how="left_semi").select(FID, POS)
         parts = max(1, min(len(paths), spark.sparkContext.defaultParallelism * 2))
         bitmaps = matched.repartition(parts, FID).mapInArrow(_fold_bitmaps, BITMAPS_SCHEMA)
         return _collect_plan(bitmaps, paths)
 
-    return _run(spark, uri, build_plan, {"erasure": "join", "on": ",".join(on)}, mode)
+    return _run(spark, uri, build_plan, {"erasure": "join", "on": ",".join(on)}, mode,
+                request_fingerprint, operation="delete_matching", expire=expire,
+                certificate=certificate)
 
 
-def delete_where(spark, uri: str, predicate: str, *, mode: str = "dv") -> int:
+def delete_where(spark, uri: str, predicate: str, *, mode: str = "dv", expire: bool = False,
+                 certificate: bool | None = None) -> int:
     """``DELETE FROM t WHERE <predicate>`` through the one SQL engine (DuckDB decides which
-    rows match, exactly as over Flight SQL); one commit. Returns the rows deleted. ``spark``
-    is unused (kept so that both erasure entry points take the same arguments)."""
+    rows match, exactly as over Flight SQL); one commit. Returns the rows deleted.
+    ``mode="splice"``: as for ``delete_matching``. ``spark`` is unused (both erasure entry
+    points take the same arguments)."""
     if mode not in ("dv", "splice"):
         raise ConfigurationError("unknown delete mode (use 'dv' or 'splice')", mode=mode)
     wh, name, table = _open(uri)
-    return int(table.delete(predicate, mode=mode))
+    return table.delete(predicate, mode=mode, expire=expire, certificate=certificate,
+                        source="spark")

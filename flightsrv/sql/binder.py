@@ -34,7 +34,8 @@ from flightsrv.sql.diag import error
 RESERVED = "__fsrv"
 
 #: flightsrv's own table functions over table metadata, each taking one table name.
-METADATA_FUNCTIONS = frozenset({"flightsrv_table_stats", "flightsrv_history"})
+METADATA_FUNCTIONS = frozenset({"flightsrv_table_stats", "flightsrv_history",
+                                "flightsrv_erasures"})
 
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,127}")
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

@@ -20,8 +20,9 @@ Accepted:
 ``SetSession``         SET delete_mode = 'splice' | 'dv'   (a flightsrv session setting)
 =====================  =====================================================================
 
-``SHOW STATS t`` and ``SHOW HISTORY t`` are ``Query``s over the metadata table functions
-``flightsrv_table_stats('t')`` and ``flightsrv_history('t')`` (see :mod:`.validate`).
+``SHOW STATS t``, ``SHOW HISTORY t`` and ``SHOW ERASURES t`` are ``Query``s over the metadata
+table functions ``flightsrv_table_stats('t')``, ``flightsrv_history('t')`` and
+``flightsrv_erasures('t')`` (see :mod:`.validate`).
 
 Table names may be qualified with the one schema and catalog the server advertises:
 ``t``, ``main.t`` and ``flightsrv.main.t`` (quoted or not) all mean the table ``t``; any
@@ -96,7 +97,8 @@ SESSION_SETTINGS = {
 MAINTENANCE_VERBS = frozenset({"VACUUM", "OPTIMIZE", "PURGE"})
 
 #: ``SHOW <what> t`` -> the metadata table function it stands for.
-SHOW_FUNCTIONS = {"STATS": "flightsrv_table_stats", "HISTORY": "flightsrv_history"}
+SHOW_FUNCTIONS = {"STATS": "flightsrv_table_stats", "HISTORY": "flightsrv_history",
+                  "ERASURES": "flightsrv_erasures"}
 
 # sqlglot warns on every Command fallback (VACUUM, LOAD, CALL); we classify those ourselves.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)

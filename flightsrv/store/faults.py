@@ -4,6 +4,7 @@
 
 - fail *before* a write (``StoreError``; nothing was written),
 - fail *after* a write succeeded (``StoreError``; the caller cannot know it landed),
+  at random (``fail_*_p``) or at the N-th matching write (``fail_before_at``/``fail_after_at``),
 - crash the process at a named protocol step (``os._exit``), for crash-injection tests,
 - add latency to every call,
 - run a hook before a write of a matching key (e.g. sneak in a competing commit).
@@ -37,6 +38,8 @@ class FaultPlan:
     key_pattern: str = ".*"  # faults apply to keys matching this regex
     crash_at: int | None = None  # crash (os._exit(99)) at the N-th matching write, before it
     crash_after: int | None = None  # crash right after the N-th matching write succeeded
+    fail_before_at: int | None = None  # StoreError instead of the N-th matching write
+    fail_after_at: int | None = None  # StoreError after the N-th matching write landed
     before_write: Callable[[str, str], None] | None = None  # hook(op, key)
     log: list = field(default_factory=list)
 
@@ -67,11 +70,16 @@ class FaultyStore:
                 os._exit(99)
             if self.plan.before_write is not None:
                 self.plan.before_write(name, key)
+            if n == self.plan.fail_before_at:
+                raise StoreError("injected failure before write", op=name, key=key, write=n)
             if self.rng.random() < self.plan.fail_before_p:
                 raise StoreError("injected failure before write", op=name, key=key)
             result = attr(*args, **kwargs)
             if self.plan.crash_after is not None and n == self.plan.crash_after:
                 os._exit(98)
+            if n == self.plan.fail_after_at:
+                raise StoreError("injected failure after a successful write", op=name, key=key,
+                                 write=n)
             if self.rng.random() < self.plan.fail_after_p:
                 raise StoreError("injected failure after a successful write", op=name, key=key)
             return result

@@ -1,53 +1,49 @@
 """Hard erasure: physically remove rows from data files (docs/ERASURE.md).
 
-Two entry points, both one commit through the commit loop:
+Layers, top to bottom:
 
-- ``splice_positions(table, base, positions)`` (``DELETE`` with ``delete_mode = 'splice'``,
-  ``Table.delete(where, mode="splice")``): the rows DuckDB found (physical positions, decided
-  on version ``base``), plus the rows already dead in each touched row group, leave the bytes.
-- ``purge(table)`` (``Table.purge()``): every file with a deletion vector or deleted row
-  groups loses those rows physically.
-
-Per affected file F (pinned to the snapshot S the work was planned on):
-
-1. *remove* = sorted old positions to drop: for a delete, the predicate's matches plus the
-   dead rows (in S) of the row groups that are re-encoded anyway; for a purge, every dead row.
-2. Build a new object under a new ``data/YYYY/MM/DD/HH/<id>.parquet`` key:
-   - **splice** (``flightsrv.table.splice``): re-encode only the touched row groups, copy every
-     other byte inside the store (UploadPartCopy / ``copy_file_range``), new footer;
-   - **rewrite**: read F's live rows and write them with ``DataFileWriter``, when the store
-     needs equal part sizes (R2), the file is smaller than two minimum parts, or the splice
-     engine refuses the file (``SpliceUnsupported``);
-   - **drop**: no row survives, nothing is written.
-3. One commit swaps F for its replacement. The mutator re-validates against the head it gets:
-   - F gone from the head (compacted, spliced by someone else) → delete what was written and
-     re-plan from a new snapshot;
-   - rows deleted in the head's DV / deleted row groups but not in *remove* (a concurrent
-     DV delete) are carried to the new file as a DV at their shifted positions, so no delete
-     is lost and no deleted row comes back.
+- **Who decides which rows.** ``purge(table)`` (``Table.purge``, SQL ``PURGE t``): every row
+  already marked deleted (DVs, deleted row groups). A ``DELETE`` with ``delete_mode =
+  'splice'`` (SQL, ``Table.delete(where, mode="splice")``, Spark): the stored rows DuckDB
+  finds for its WHERE (:mod:`flightsrv.engine.dml`). Both build a *positions plan* on a
+  pinned snapshot.
+- **The physical splice.** ``splice_positions(table, snapshot, plan)`` takes an
+  already-decided plan ``{data file path: BitMap64 of row positions}`` and removes those rows
+  (plus the dead rows of every row group it re-encodes anyway) in one commit. Per affected
+  file F:
+  1. build a new object under a new ``data/YYYY/MM/DD/HH/<id>.parquet`` key:
+     - **splice** (``flightsrv.table.splice``): re-encode only the touched row groups, copy
+       every other byte inside the store (UploadPartCopy / ``copy_file_range``), new footer;
+     - **rewrite**: read F's surviving rows and write them with ``DataFileWriter``, when the
+       store needs equal part sizes (R2), the file is smaller than two minimum parts, or the
+       splice engine refuses the file (``SpliceUnsupported``);
+     - **drop**: no row survives, nothing is written;
+  2. one commit swaps F for its replacement. The mutator re-validates against each head:
+     F gone from the head (compacted, spliced by someone else) → what was written is deleted
+     and ``StalePlan`` is raised (``erase_positions`` re-plans on a new snapshot); rows
+     deleted in the head but not removed (a concurrent DV delete) are carried to the new file
+     as a DV at their shifted positions, so no delete is lost and no deleted row comes back.
+- **Completion and proof** (``flightsrv.table.erasure_check``): older versions still reach
+  F. With ``expire=True`` the versions that reach an erased object or carry request text are
+  expired, the objects deleted, and stale unreferenced objects swept; then the store is
+  re-read and the result says ``erased`` only if nothing holding the rows is left.
+  A certificate (``flightsrv.table.certificate``) records it under ``_erasures/``.
 
 The commit summary names the path taken per file and the bytes downloaded, uploaded and
-copied. It never records the predicate text (it may hold the very value being erased), only
-its SHA-256.
-
-Erasure completeness: older versions still reference F and its old DV objects. The result
-(``PurgeResult``) lists those objects and the retained versions that reference them. With
-``expire=True`` those versions (never the head) are expired and the objects deleted once no
-retained version references them. Expiry goes through ``maintenance.expire_snapshots``:
-every version older than the newest one that reaches erased bytes expires, so the retained
-versions stay a contiguous run ending at the head. Multipart uploads left by a crash are
-aborted by ``maintenance.vacuum``.
+copied. The request is recorded only as its keyed fingerprint (``request_fingerprint``,
+``flightsrv.table.fingerprint``), never as text or an unkeyed hash.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
+import datetime as dt
 import logging
 import os
 import struct
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -56,28 +52,38 @@ from pyroaring import BitMap64
 
 from flightsrv.errors import (
     CommitConflict,
+    ConfigurationError,
     CorruptObject,
     FlightsrvError,
-    ObjectNotFound,
     PreconditionFailed,
 )
 from flightsrv.store.base import ObjectMeta, PutMode
+from flightsrv.table import erasure_check as check
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import INLINE_LIMIT, encode_blob, inline_descriptor, read_dv
 from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.splice import Copy, SpliceUnsupported, assemble, rewrite_row_groups
 from flightsrv.table.writer import DataFileWriter, WriteOptions, data_key, file_stats
 
-__all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "purge",
-           "splice_positions"]
+__all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "StalePlan",
+           "erase_positions", "purge", "splice_positions"]
 
 log = logging.getLogger("flightsrv.erase")
 
 MAX_REPLANS = 5
+#: Unreferenced objects younger than this may be writes in flight: an erasure with expire
+#: leaves them (and reports them). Table property ``erasure.orphan_grace`` overrides.
+DEFAULT_ORPHAN_GRACE = dt.timedelta(hours=1)
+ORPHAN_GRACE_PROPERTY = "erasure.orphan_grace"
 
 
 class _Replan(Exception):
-    """A file the erasure targets left the head: plan again from a new snapshot."""
+    """A file the erasure targets left the head (internal to the commit mutator)."""
+
+
+class StalePlan(CommitConflict):
+    """A file a positions plan targets is no longer in the head (rewritten concurrently):
+    the positions mean nothing there. Re-plan on a new snapshot (``erase_positions`` does)."""
 
 
 # -- results -------------------------------------------------------------------------
@@ -104,9 +110,10 @@ class FileErasure:
 
 @dataclass(frozen=True)
 class ErasedObject:
-    """An object that holds erased bytes: a replaced data file ("data") or the DV object that
-    described its deletions ("dv", row positions only). ``referenced_by`` lists the retained
-    versions that still reach it; ``deleted`` is True once it was removed from the store."""
+    """An object that held erased rows: a replaced data file ("data"), an earlier copy
+    rewritten away before ("history"), or an old DV object ("dv", row positions only).
+    ``referenced_by`` lists the retained versions that still reach it; ``deleted`` is True
+    once the verification found it gone from the store."""
 
     key: str
     kind: str
@@ -120,52 +127,96 @@ class ErasedObject:
 @dataclass
 class PurgeResult:
     table: str
-    operation: str  # "splice_delete" | "purge"
-    version: int | None  # the committed version (None: nothing to do)
+    operation: str  # "splice_delete" | "purge" | "delete_matching"
+    version: int | None  # the committed erasure version (None: nothing to rewrite)
     rows_deleted: int = 0  # rows this commit turned from live to deleted
     rows_removed: int = 0  # rows whose bytes left the data files
     files: list[FileErasure] = field(default_factory=list)
     objects: list[ErasedObject] = field(default_factory=list)
     expired_versions: list[int] = field(default_factory=list)
+    read_version: int | None = None
+    table_uuid: str | None = None
+    fingerprint: str | None = None  # the request's keyed fingerprint (purge: None)
+    covers: list[str] = field(default_factory=list)  # fingerprints of deletes it erased
+    source: str = "python"
+    head_before: int | None = None
+    head_after: int | None = None
+    redacted_version: int | None = None  # a clean head committed over request text
+    deleted_objects: list[str] = field(default_factory=list)
+    uploads_aborted: list[str] = field(default_factory=list)
+    verification: check.Verification | None = None
+    certificate: str | None = None  # key of the stored certificate
+    started_at_ms: int | None = None
+    committed_at_ms: int | None = None
+
+    @property
+    def status(self) -> str:
+        """"erased" once the verification found nothing that still holds the rows."""
+        return self.verification.status if self.verification is not None else check.PENDING
 
     @property
     def complete(self) -> bool:
-        """True when no object holding erased row bytes is left in the store."""
-        return all(o.deleted for o in self.objects if o.kind == "data")
+        """True when the re-read store holds no erased row (``status == "erased"``)."""
+        return self.status == check.ERASED
 
     @property
     def retained_versions(self) -> list[int]:
         """Retained versions that still reach erased bytes (time travel would show them)."""
-        return sorted({v for o in self.objects if not o.deleted for v in o.referenced_by})
+        return sorted({v for o in self.objects if not o.deleted and o.kind != "dv"
+                       for v in o.referenced_by})
 
     def to_dict(self) -> dict:
+        ver = self.verification
         return {
             "table": self.table, "operation": self.operation, "version": self.version,
             "rows_deleted": self.rows_deleted, "rows_removed": self.rows_removed,
-            "complete": self.complete, "retained_versions": self.retained_versions,
+            "status": self.status, "complete": self.complete,
+            "retained_versions": self.retained_versions,
             "expired_versions": list(self.expired_versions),
+            "request_fingerprint": self.fingerprint, "certificate": self.certificate,
             "files": [f.to_dict() for f in self.files],
             "objects": [o.to_dict() for o in self.objects],
+            "objects_deleted": len(self.deleted_objects),
+            "verification": None if ver is None else {
+                "objects_scanned": ver.objects_scanned, "matches": ver.matches,
+                "manifests_read": len(ver.manifests), "objects_listed": sum(ver.listed.values()),
+                "pending": ver.pending},
         }
 
     def rows(self) -> list[dict]:
-        """One row per file and per object still holding erased bytes (CLI table)."""
+        """One row per file, per object that held erased bytes, per pending item, and a
+        total row (the CLI table)."""
+        blank = {"path": "", "new": "", "rows_removed": "", "downloaded": "", "uploaded": "",
+                 "copied": ""}
         out = [{"kind": "file", "object": f.old_path, "path": f.path,
                 "new": ",".join(f.new_paths) or "-", "rows_removed": f.rows_removed,
                 "downloaded": f.bytes_downloaded, "uploaded": f.bytes_uploaded,
                 "copied": f.bytes_copied, "status": f.reason or "ok"} for f in self.files]
         for o in self.objects:
-            out.append({"kind": o.kind, "object": o.key, "path": "", "new": "",
-                        "rows_removed": "", "downloaded": "", "uploaded": "", "copied": "",
+            out.append({"kind": o.kind, "object": o.key, **blank,
                         "status": "deleted" if o.deleted else
                         "referenced by v" + ",".join(map(str, o.referenced_by))
                         if o.referenced_by else "unreferenced (vacuum removes it)"})
-        out.append({"kind": "total", "object": f"version {self.version}", "path": "",
-                    "new": "", "rows_removed": self.rows_removed, "downloaded": sum(
-                        f.bytes_downloaded for f in self.files),
+        ver = self.verification
+        for p in (ver.pending if ver else []):
+            out.append({"kind": "pending", "object": p["object"], **blank,
+                        "status": f"{p['reason']}; {p['remedy']}"})
+        if ver is not None:
+            checked = (f"verified: {ver.objects_scanned} objects read, "
+                       f"{sum(ver.listed.values())} listed, {ver.matches} matches")
+        else:
+            checked = "not verified"
+        status = "erased" if self.complete else (
+            "old versions still hold bytes" if self.retained_versions else "pending")
+        if self.certificate:
+            out.append({"kind": "certificate", "object": self.certificate, **blank,
+                        "status": "stored"})
+        out.append({"kind": "total", "object": f"version {self.version}", **blank,
+                    "rows_removed": self.rows_removed,
+                    "downloaded": sum(f.bytes_downloaded for f in self.files),
                     "uploaded": sum(f.bytes_uploaded for f in self.files),
                     "copied": sum(f.bytes_copied for f in self.files),
-                    "status": "erased" if self.complete else "old versions still hold bytes"})
+                    "status": f"{status} ({checked})"})
         return out
 
 
@@ -440,165 +491,271 @@ def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict
     return mutate
 
 
-def _erase(table, select, suspect, operation: str, extra: dict, *, expire: bool, progress
-           ) -> PurgeResult:
-    """Plan with ``select(snapshot) -> [_Target]``, build replacements, commit, report.
-    ``suspect(manifest, data_file)`` says whether an older file may hold erased rows."""
-    try:
-        for _ in range(MAX_REPLANS):
-            snap = table.snapshot()
-            targets = select(snap)
-            if not targets:
-                return PurgeResult(table.name, operation, None)
-            if progress is not None and progress.total is None:
-                progress.total = len(targets)
-            table.warehouse.ensure_writable()
-            prepared: list[_Prepared] = []
-            out: dict = {}
-            try:
-                for t in targets:
-                    prepared.append(_prepare(table, snap, t))
-                    if progress is not None:
-                        r = prepared[-1].report
-                        progress.advance(1, f"{r.path} {r.old_path}")
-                committed = table.commit(_mutator(table, snap, prepared, operation, extra, out))
-            except _Replan:
-                _discard(table, prepared)
-                continue
-            except BaseException:
-                _discard(table, prepared)
-                raise
-            result = PurgeResult(table.name, operation, committed.version,
-                                 out["newly_deleted"], out["rows_removed"],
-                                 [p.report for p in prepared])
-            erased = _history_copies(table, committed.version, suspect)
-            erased.update({k: "dv" for k in out["old_dv_objects"]})
-            erased.update({p.target.file.path: "data" for p in prepared})
-            if expire:
-                result.expired_versions = _expire_referencing(
-                    table, committed.version, {k for k, v in erased.items() if v != "dv"})
-            result.objects = _account(table, erased, delete=expire)
-            return result
-        raise CommitConflict("erasure re-planned too often: its files keep being rewritten",
-                             table=table.name, operation=operation, attempts=MAX_REPLANS)
-    finally:
-        if progress is not None:
-            progress.finish()
+# -- planning: a positions plan → targets ------------------------------------------
 
 
-# -- erasure completeness ------------------------------------------------------------
+def _targets(table, snap, plan: dict) -> list[_Target]:
+    """Validate a positions plan against ``snap`` and widen it to the dead rows of every row
+    group it touches (they are re-encoded anyway, so their bytes go too)."""
+    by_path = snap.manifest.files_by_path()
+    targets = []
+    for path, positions in plan.items():
+        f = by_path.get(path)
+        if f is None:
+            raise ConfigurationError("the positions plan names a data file that is not in its "
+                                     "snapshot", table=table.name, object=path,
+                                     version=snap.version)
+        new = np.asarray(BitMap64(positions).to_array(), dtype=np.int64)
+        if not len(new):
+            continue
+        if new[-1] >= f.rows:
+            raise ConfigurationError("the positions plan names a row past the end of the file",
+                                     table=table.name, object=path, rows=f.rows,
+                                     position=int(new[-1]))
+        dead = _dead_positions(table, f)
+        touched = np.unique(np.searchsorted(f.row_group_offsets, new, side="right") - 1)
+        dead_groups = np.searchsorted(f.row_group_offsets, dead, side="right") - 1
+        targets.append(_Target(f, np.union1d(new, dead[np.isin(dead_groups, touched)])))
+    return targets
 
 
-def _retained(table) -> list[Manifest]:
-    out = []
-    for v in table.log.versions():
-        m = table.log.try_load(v)
-        if m is not None:
-            out.append(m)
-    return out
+# -- the erasure: commit, complete, verify, certify ----------------------------------
 
 
-def _history_copies(table, erase_version: int, suspect) -> dict[str, str]:
-    """Data files of versions before the erasure that the head no longer references and that
-    may hold earlier copies of the erased rows (rewritten away before the erasure, e.g. by
-    compaction): kind "history"."""
+def _grace_ms(table, grace) -> int:
+    from flightsrv.table.erasure_status import parse_duration_ms
+
+    if grace is None:
+        prop = table.properties.get(ORPHAN_GRACE_PROPERTY)
+        if prop is None:
+            return int(DEFAULT_ORPHAN_GRACE.total_seconds() * 1000)
+        return parse_duration_ms(prop, what=ORPHAN_GRACE_PROPERTY, table=table.name)
+    if isinstance(grace, dt.timedelta):
+        ms = int(grace.total_seconds() * 1000)
+    elif isinstance(grace, (int, float)):
+        ms = int(grace * 1000)
+    else:
+        raise ConfigurationError("grace must be a timedelta or seconds", table=table.name,
+                                 got=type(grace).__name__)
+    if ms < 0:
+        raise ConfigurationError("grace must not be negative", table=table.name, seconds=ms / 1000)
+    return ms
+
+
+def _history(table, before: int, may_hold) -> dict[str, str]:
+    """Data files of retained versions before ``before`` that the head no longer references
+    and that may hold earlier copies of erased rows (e.g. rewritten away by a compaction):
+    kind "history". ``may_hold(manifest, data_file)`` narrows them (None: all)."""
     head = require_table(table.log.head(), table.name)
     current = head.referenced_keys()
     out = {}
-    for m in _retained(table):
-        if m.version >= erase_version:
+    for m in check.retained(table):
+        if m.version >= before:
             continue
         for f in m.data_files:
-            if f.path not in current and f.path not in out and suspect(m, f):
+            if f.path not in current and f.path not in out and (
+                    may_hold is None or may_hold(m, f)):
                 out[f.path] = "history"
     return out
 
 
-def _expire_referencing(table, erase_version: int, keys: set[str]) -> list[int]:
-    """Expire every version up to the newest one before ``erase_version`` that references
-    ``keys``, through ``maintenance.expire_snapshots`` (so retained versions stay a contiguous
-    run ending at the head, and the pointer is moved to the head first). Never the head.
+def _covers(table, manifests: list[Manifest], erased: set[str]) -> list[str]:
+    """Fingerprints of the retained deletes whose rows sat in ``erased`` objects. Versions
+    written before fingerprints existed carry the predicate text: it is fingerprinted here."""
+    from flightsrv.table.fingerprint import fingerprint
 
-    If a commit lands between reading the head here and inside ``expire_snapshots``, up to
-    that many more (older-than-head) versions expire; the erasure itself is never weakened.
-    """
-    doomed = [m.version for m in _retained(table)
-              if m.version < erase_version and m.referenced_keys() & keys]
-    if not doomed:
-        return []
-    keep_from = max(doomed) + 1
-    head = require_table(table.log.head(), table.name)
-    result = table.expire_snapshots(retain_last=max(1, head.version - keep_from + 1))
-    log.info("expired versions holding erased bytes",
-             extra={"table": table.name, "versions": result.expired_versions})
-    return list(result.expired_versions)
-
-
-def _account(table, erased: dict[str, str], *, delete: bool) -> list[ErasedObject]:
-    """Which retained versions reach each erased object; delete the unreferenced ones."""
-    refs: dict[str, list[int]] = {k: [] for k in erased}
-    for m in _retained(table):
-        for k in m.referenced_keys() & refs.keys():
-            refs[k].append(m.version)
+    by_version = {m.version: m for m in manifests}
     out = []
-    for key, kind in sorted(erased.items()):
-        deleted = False
-        if not refs[key]:
-            if delete:
-                table.store.delete(key)
-                deleted = True
-            else:
-                try:
-                    table.store.head(key)
-                except ObjectNotFound:
-                    deleted = True
-        out.append(ErasedObject(key, kind, tuple(refs[key]), deleted))
+    for m in manifests:
+        fp = m.summary.get("request_fingerprint")
+        text = m.summary.get("predicate")
+        if fp is None and not isinstance(text, str):
+            continue
+        prev = by_version.get(m.version - 1)
+        if prev is None:
+            continue
+        now = m.files_by_path()
+        touched = {f.path for f in prev.data_files
+                   if f.path not in now or now[f.path].deleted_rows > f.deleted_rows}
+        if touched & erased:
+            out.append(fp if fp is not None else fingerprint(table.warehouse, text))
     return out
+
+
+def _finish(table, result: PurgeResult, erased: dict[str, str], *, expire: bool, grace,
+            all_dead: bool, certificate) -> PurgeResult:
+    """Complete (with ``expire``), verify and certify; fills ``result``."""
+    grace_ms = _grace_ms(table, grace) if expire else None
+    retained = check.retained(table)
+    result.covers = _covers(table, retained, {k for k, v in erased.items() if v != "dv"})
+    if expire:
+        table.warehouse.ensure_writable()
+        clean = check.clean_head(table)
+        if clean is not None:
+            result.redacted_version = clean.version
+            retained = check.retained(table)
+        head = require_table(table.log.head(), table.name)
+        unclean = check.unclean_versions(retained, erased, head.version)
+        if unclean:
+            result.expired_versions = check.expire_through(table, max(unclean))
+        result.deleted_objects, result.uploads_aborted = check.sweep(table, erased, grace_ms)
+    result.verification = check.verify(table, erased, all_dead=all_dead, grace_ms=grace_ms)
+    refs = check.references(table)
+    absent = set(result.verification.erased_absent)
+    result.objects = [_erased_object(key, kind, refs, absent)
+                      for key, kind in sorted(erased.items())]
+    head = table.log.head()
+    result.head_after = head.version if head is not None else None
+    changed = result.version is not None or result.expired_versions or result.deleted_objects \
+        or result.redacted_version is not None
+    if certificate or (certificate is None and changed):
+        from flightsrv.table import certificate as cert
+
+        result.certificate = cert.write(table, cert.build(
+            table, result, cert_id=cert.new_id(table.runtime)))
+    log.info("erasure", extra={"table": table.name, "operation": result.operation,
+                               "version": result.version, "status": result.status,
+                               "rows_removed": result.rows_removed,
+                               "expired": len(result.expired_versions),
+                               "deleted": len(result.deleted_objects)})
+    return result
+
+
+def _erased_object(key: str, kind: str, refs: dict, absent: set) -> ErasedObject:
+    return ErasedObject(key, kind, tuple(refs.get(key, ())), key in absent)
+
+
+def splice_positions(table, snapshot, plan: dict, *, fingerprint: str | None = None,
+                     operation: str = "splice_delete", expire: bool = False, grace=None,
+                     progress=None, certificate: bool | None = None, source: str = "python",
+                     may_hold: Callable | None = None, all_dead: bool = False) -> PurgeResult:
+    """Physically delete already-decided rows in one commit, then complete and verify.
+
+    Contract:
+
+    - ``snapshot`` is the pinned ``Snapshot`` the rows were found on; ``plan`` maps the path
+      of a data file *of that snapshot* to the row positions (0-based, physical: the file's
+      own row order, counting rows a DV already hides) to remove, as a ``BitMap64`` (or
+      anything ``BitMap64()`` accepts). Positions past the file's end, or a path not in the
+      snapshot, raise ``ConfigurationError`` before anything is written.
+    - Every planned row leaves the bytes, whether it was live or already deleted. So do the
+      already-deleted rows of each row group that is re-encoded; other row groups keep their
+      DV. ``rows_deleted`` counts the planned rows that were live in the head at commit time
+      (a row deleted concurrently is not counted twice); ``rows_removed`` counts every row
+      whose bytes left.
+    - One commit (``operation``), whose summary records ``fingerprint`` as
+      ``request_fingerprint`` and never any text. Deletes that land on a target file between
+      ``snapshot`` and the commit are carried over to the replacement at shifted positions.
+      If a target file is no longer in the head (rewritten concurrently), the objects this
+      call wrote are deleted and ``StalePlan`` is raised: the caller re-plans on a new
+      snapshot (``erase_positions`` does this for a plan-building function).
+    - An empty plan commits nothing; completion and verification still run, so a repeated
+      call with ``expire=True`` finishes an earlier erasure of the same rows.
+    - Then, with ``expire``: versions that reach a replaced file, an earlier copy
+      (``may_hold(manifest, data_file)`` narrows which history files count; default all) or
+      request text are expired and those objects deleted; unreferenced objects older than
+      ``grace`` (default: table property ``erasure.orphan_grace``, else 1 hour) are swept.
+      The store is re-read (``erasure_check.verify``): ``result.status`` is ``"erased"`` only
+      when nothing that still holds the rows is stored. ``certificate`` (None: when anything
+      changed) stores a record under ``_erasures/``.
+    """
+    try:
+        return _splice_positions(table, snapshot, plan, fingerprint=fingerprint,
+                                 operation=operation, expire=expire, grace=grace,
+                                 progress=progress, certificate=certificate, source=source,
+                                 may_hold=may_hold, all_dead=all_dead)
+    finally:
+        if progress is not None and hasattr(progress, "finish"):
+            progress.finish()
+
+
+def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, expire, grace,
+                      progress, certificate, source, may_hold, all_dead) -> PurgeResult:
+    started = table.runtime.clock.now_ms()
+    targets = _targets(table, snapshot, plan)
+    if progress is not None and progress.total is None:
+        progress.total = len(targets) or None
+    result = PurgeResult(table.name, operation, None, read_version=snapshot.version,
+                         table_uuid=snapshot.manifest.table_uuid, fingerprint=fingerprint,
+                         source=source, head_before=snapshot.version, started_at_ms=started)
+    erased: dict[str, str] = {}
+    if targets:
+        table.warehouse.ensure_writable()
+        prepared: list[_Prepared] = []
+        out: dict = {}
+        extra = {"request_fingerprint": fingerprint} if fingerprint else {}
+        try:
+            for t in targets:
+                prepared.append(_prepare(table, snapshot, t))
+                if progress is not None:
+                    r = prepared[-1].report
+                    progress.advance(1, f"{r.path} {r.old_path}")
+            committed = table.commit(_mutator(table, snapshot, prepared, operation, extra,
+                                              out))
+        except _Replan:
+            _discard(table, prepared)
+            raise StalePlan("a data file of the erasure plan was rewritten concurrently",
+                            table=table.name, read_version=snapshot.version) from None
+        except BaseException:
+            _discard(table, prepared)
+            raise
+        result.version = committed.version
+        result.committed_at_ms = committed.created_at_ms
+        result.head_before = committed.version - 1
+        result.rows_deleted = out["newly_deleted"]
+        result.rows_removed = out["rows_removed"]
+        result.files = [p.report for p in prepared]
+        erased.update({k: "dv" for k in out["old_dv_objects"]})
+        erased.update({p.target.file.path: "data" for p in prepared})
+        before = committed.version
+    else:
+        head = require_table(table.log.head(), table.name)
+        result.head_before = head.version
+        before = head.version + 1
+    erased = {**_history(table, before, may_hold), **erased}
+    return _finish(table, result, erased, expire=expire, grace=grace, all_dead=all_dead,
+                   certificate=certificate)
+
+
+def erase_positions(table, find: Callable, **kw) -> PurgeResult:
+    """``splice_positions`` on a plan ``find(snapshot)`` builds, re-planned on a new
+    snapshot (at most ``MAX_REPLANS`` times) while target files keep being rewritten."""
+    kw = {"fingerprint": None, "operation": "splice_delete", "expire": False, "grace": None,
+          "progress": None, "certificate": None, "source": "python", "may_hold": None,
+          "all_dead": False, **kw}
+    progress = kw["progress"]
+    try:
+        for _ in range(MAX_REPLANS):
+            snap = table.snapshot()
+            try:
+                return _splice_positions(table, snap, find(snap), **kw)
+            except StalePlan:
+                continue
+    finally:
+        if progress is not None and hasattr(progress, "finish"):
+            progress.finish()
+    raise CommitConflict("erasure re-planned too often: its files keep being rewritten",
+                         table=table.name, operation=kw.get("operation", "splice_delete"),
+                         attempts=MAX_REPLANS)
 
 
 # -- entry points --------------------------------------------------------------------
 
 
-def splice_positions(table, base: Manifest, positions: dict, *, expire: bool = False,
-                     progress=None) -> "ErasedCount":
-    """Physically delete rows decided elsewhere (by DuckDB, ``delete_mode = 'splice'``).
+def purge(table, *, expire: bool = False, grace=None, progress=None,
+          certificate: bool | None = None, source: str = "python") -> PurgeResult:
+    """Physically remove every row already marked deleted (DVs, deleted row groups).
 
-    ``positions`` maps data file paths of ``base`` to *physical* row positions (rows already
-    deleted by a deletion vector may be among them: a splice erases their bytes too). The
-    dead rows of every row group re-encoded anyway go as well. Concurrent deletion vectors
-    on the same files are carried over by the commit; if a file is gone from the head
-    (rewritten concurrently), :class:`~flightsrv.table.delete_plan.Rerun` asks the caller
-    to decide again on a new snapshot. Returns the rows deleted (live before, gone now) as
-    an ``ErasedCount`` whose ``.result`` is the ``PurgeResult``."""
-    from flightsrv.table.delete_plan import Rerun
+    With ``expire`` the table reaches the erased state from any starting state: the versions
+    that reach a purged file, an earlier copy of any row (every data file older versions
+    reference and the head does not) or request text are expired, their objects deleted,
+    stale unreferenced objects swept, and the store re-read; see ``splice_positions``.
+    Running it again when nothing is left to purge only re-verifies."""
 
-    wanted = {p: np.asarray(bm.to_array(), dtype=np.int64) for p, bm in positions.items()
-              if len(bm)}
+    def find(snap) -> dict:
+        return {f.path: BitMap64(_dead_positions(table, f).astype(np.uint64))
+                for f in snap.manifest.data_files if f.dv is not None or f.deleted_row_groups}
 
-    def select(snap) -> list[_Target]:
-        by_path = snap.manifest.files_by_path()
-        targets = []
-        for path, new in wanted.items():
-            f = by_path.get(path)
-            if f is None:
-                raise Rerun("a data file the statement changes was rewritten", path)
-            dead = _dead_positions(table, f)
-            touched = np.unique(np.searchsorted(f.row_group_offsets, new, side="right") - 1)
-            dead_groups = np.searchsorted(f.row_group_offsets, dead, side="right") - 1
-            targets.append(_Target(f, np.union1d(new, dead[np.isin(dead_groups, touched)])))
-        return targets
-
-    result = _erase(table, select, lambda m, f: True, "splice_delete", {},
-                    expire=expire, progress=progress)
-    return ErasedCount(result.rows_deleted, result)
-
-
-def purge(table, *, expire: bool = False, progress=None) -> PurgeResult:
-    """Physically remove every row already marked deleted (DVs, deleted row groups)."""
-
-    def select(snap) -> list[_Target]:
-        return [_Target(f, _dead_positions(table, f)) for f in snap.manifest.data_files
-                if f.dv is not None or f.deleted_row_groups]
-
-    return _erase(table, select, lambda m, f: True, "purge", {}, expire=expire,
-                  progress=progress)
+    return erase_positions(table, find, operation="purge", expire=expire, grace=grace,
+                           progress=progress, certificate=certificate, source=source,
+                           all_dead=True)

@@ -99,6 +99,11 @@ class CompactResult(_Result):
     dv_objects_before: int = 0
     dv_objects_after: int = 0
     reasons: dict = field(default_factory=dict)  # input path -> "deletes" | "small" | "sort"
+    #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status)
+    erasures_overdue: list = field(default_factory=list)
+
+    def rows(self) -> list[dict]:
+        return super().rows() + _overdue_rows(self.erasures_overdue)
 
 
 @dataclass
@@ -133,6 +138,8 @@ class VacuumResult(_Result):
     uploads: list = field(default_factory=list)  # [{key, upload_id, age_s}] aborted
     kept_young: int = 0  # unreferenced, but younger than the grace period
     kept_young_bytes: int = 0
+    #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status)
+    erasures_overdue: list = field(default_factory=list)
 
     @property
     def deleted_objects(self) -> int:
@@ -153,7 +160,9 @@ class VacuumResult(_Result):
                      "age_h": round(o["age_s"] / 3600, 1)} for o in self.objects] + [
                 {"would_delete": f"{u['key']} (multipart {u['upload_id'][:12]})",
                  "kind": "upload", "bytes": "", "age_h": round(u["age_s"] / 3600, 1)}
-                for u in self.uploads]
+                for u in self.uploads] + [
+                {"would_delete": r["value"], "kind": r["metric"]}
+                for r in _overdue_rows(self.erasures_overdue)]
         by_kind: dict[str, list] = {}
         for o in self.objects:
             k = by_kind.setdefault(o["kind"], [0, 0])
@@ -164,7 +173,8 @@ class VacuumResult(_Result):
             out.append({"kind": "multipart upload", "deleted": len(self.uploads), "bytes": ""})
         out.append({"kind": "kept (younger than grace)", "deleted": self.kept_young,
                     "bytes": self.kept_young_bytes})
-        return out
+        return out + [{"kind": r["metric"], "deleted": r["value"]}
+                      for r in _overdue_rows(self.erasures_overdue)]
 
 
 @dataclass
@@ -197,6 +207,22 @@ class TableStats(_Result):
         for r in self.reasons:
             out.append({"metric": f"why {r['action']}", "value": r["reason"]})
         return out
+
+
+def _overdue_rows(items: list) -> list[dict]:
+    """Result rows naming deletions past their erasure deadline (VACUUM, OPTIMIZE)."""
+    if not items:
+        return []
+    return [{"metric": "erasures past deadline", "value": len(items)}] + [
+        {"metric": "erasure past deadline",
+         "value": f"{i['object']} ({i['kind']}, {i['rows']} rows, {i['age_days']}d): "
+                  f"{i['remedy']}"} for i in items]
+
+
+def _overdue(table) -> list:
+    from flightsrv.table.erasure_status import overdue_erasures
+
+    return overdue_erasures(table)
 
 
 # ---------------------------------------------------------------------------------------
@@ -594,6 +620,7 @@ def compact(table, *, target_file_size: int | None = None,
         result.files_rewritten = len(inputs)
         result.bytes_rewritten = sum(i.file.size for g in groups for i in g.inputs)
         result.deleted_rows_purged = sum(len(i.deleted) for g in groups for i in g.inputs)
+        result.erasures_overdue = _overdue(table)
         return result
 
     table.warehouse.ensure_writable()
@@ -602,14 +629,13 @@ def compact(table, *, target_file_size: int | None = None,
         for g in groups:
             _write_group(table, snap, g, options, sort_by, head.version, progress)
         coalesced = _coalesce_plan(table, head, inputs) if coalesce_dvs else {}
-        if not groups and not coalesced:
-            return result
-        m = commit_groups(table, head, groups, result, coalesced=coalesced)
-        if m is None:
-            return result
-        log.info("compact", extra={"table": table.name, "version": m.version,
-                                   "files_rewritten": result.files_rewritten,
-                                   "files_added": result.files_added})
+        m = commit_groups(table, head, groups, result, coalesced=coalesced) \
+            if groups or coalesced else None
+        if m is not None:
+            log.info("compact", extra={"table": table.name, "version": m.version,
+                                       "files_rewritten": result.files_rewritten,
+                                       "files_added": result.files_added})
+        result.erasures_overdue = _overdue(table)
         return result
     finally:
         _progress_finish(progress)
@@ -770,6 +796,7 @@ def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) 
                 progress.advance(1)
     finally:
         _progress_finish(progress)
+    result.erasures_overdue = _overdue(table)
     log.info("vacuum", extra={"table": table.name, "dry_run": dry_run,
                               "objects": result.deleted_objects, "bytes": result.deleted_bytes})
     return result

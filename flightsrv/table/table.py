@@ -261,3 +261,16 @@ class Table:
         from flightsrv.table.erase import purge
 
         return purge(self, **kw)
+
+    def erasures(self) -> list[dict]:
+        """The erasure certificates stored under ``_erasures/``, oldest first."""
+        from flightsrv.table.certificate import list_certificates
+
+        return list_certificates(self)
+
+    def erasure_status(self, **kw):
+        """Deletions whose bytes are still stored, with their age and deadline
+        (``flightsrv.table.erasure_status``)."""
+        from flightsrv.table.erasure_status import erasure_status
+
+        return erasure_status(self, **kw)

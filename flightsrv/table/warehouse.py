@@ -44,6 +44,10 @@ class Warehouse:
         self.uri = store.uri
         self._tables: dict[str, Table] = {}
         self._lock = threading.Lock()
+        #: HMAC key for request fingerprints (bytes); None: resolved by
+        #: ``flightsrv.table.fingerprint.key_for`` (environment, then the warehouse object)
+        self.erasure_key: bytes | None = None
+        self._erasure_key_cache = None
 
     @classmethod
     def open(cls, uri: str, runtime: Runtime | None = None) -> "Warehouse":

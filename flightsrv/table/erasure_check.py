@@ -1,0 +1,290 @@
+"""Completing and verifying an erasure (docs/ERASURE.md §What "erased" means).
+
+An erasure (``erase.splice_positions``, ``erase.purge``) first commits a version whose files no
+longer hold the rows. This module then deals with everything *else* that may still hold them,
+and proves the result by re-reading the store instead of trusting what the erasure did:
+
+``finish(table, erased, expire=..., grace_ms=...)``
+    With ``expire``: commits a clean head if the head's summary still carries request text,
+    expires every version that references an erased object or carries such text (through
+    ``maintenance.expire_snapshots``, so the retained versions stay a contiguous run ending
+    at the head), deletes every erased object no retained version references, and deletes
+    unreferenced objects under ``data/`` and ``tombstone/`` older than ``grace_ms`` (outputs
+    of failed runs; a younger one may be a write in flight and is left, and reported; a
+    grace of 0 removes them all, whatever their time: only safe with no writer running).
+    Then ``verify``.
+
+``verify(table, erased, all_dead=...)`` re-reads, from the store and not from caches:
+    - the listing of every object under the table prefix, and the open multipart uploads;
+    - every retained manifest (raw bytes, parsed) and the pointer.
+    A manifest *matches* when it references an erased object or its summary carries request
+    text (``TRACE_SUMMARY_KEYS``); an erased object matches while it is still listed. Status
+    ``erased`` needs 0 matches and nothing pending. Pending: an unreferenced ``data/`` object
+    or upload younger than the grace (it may hold the rows), objects under a prefix this
+    check does not know (a mirror, say), and, for a purge (``all_dead``), rows deleted in the
+    head after the purge planned (still stored behind a DV). The result says what was read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+
+from flightsrv.errors import ObjectNotFound
+from flightsrv.table.commit import require_table
+from flightsrv.table.manifest import POINTER_KEY, Manifest, Pointer, version_of_key
+
+log = logging.getLogger("flightsrv.erase")
+
+#: Summary keys that may hold request text (or an unkeyed, guessable hash of it). A version
+#: whose summary has one is a trace: an erasure with ``expire`` expires it.
+TRACE_SUMMARY_KEYS = frozenset({"predicate", "predicate_sha256", "where", "sql", "statement",
+                                "filter"})
+#: Prefixes under a table whose objects this module knows how to judge.
+KNOWN_PREFIXES = ("data/", "tombstone/", "manifest/", "_erasures/")
+ERASED, PENDING = "erased", "pending"
+
+
+def summary_traces(m: Manifest) -> list[str]:
+    """Summary keys of ``m`` that carry request text."""
+    return sorted(k for k in m.summary if k in TRACE_SUMMARY_KEYS)
+
+
+def _load_raw(table, version: int) -> Manifest | None:
+    """Read one manifest from the store, bypassing the cache (a re-read, not a belief)."""
+    from flightsrv.table.manifest import manifest_key
+
+    key = manifest_key(version)
+    try:
+        raw, _ = table.store.get(key)
+    except ObjectNotFound:
+        return None
+    return Manifest.from_json(raw, key=f"{table.name}/{key}")
+
+
+def retained(table) -> list[Manifest]:
+    """Every retained manifest, oldest first (cached reads)."""
+    out = []
+    for v in table.log.versions():
+        m = table.log.try_load(v)
+        if m is not None:
+            out.append(m)
+    return out
+
+
+# -- verification --------------------------------------------------------------------
+
+
+@dataclass
+class Verification:
+    """What the check read, what it found, and the resulting status."""
+
+    status: str  # "erased" | "pending"
+    checked_at_ms: int
+    head_version: int | None
+    manifests: list = field(default_factory=list)  # [{key, version, matches, traces?}]
+    pointer: dict | None = None  # {key, version, matches}
+    listed: dict = field(default_factory=dict)  # prefix -> objects listed
+    erased_absent: list = field(default_factory=list)  # erased keys confirmed gone
+    erased_present: list = field(default_factory=list)  # erased keys still stored
+    pending: list = field(default_factory=list)  # [{object, reason, remedy}]
+
+    @property
+    def matches(self) -> int:
+        return (sum(m["matches"] for m in self.manifests) + len(self.erased_present)
+                + (self.pointer or {}).get("matches", 0))
+
+    @property
+    def objects_scanned(self) -> int:
+        return len(self.manifests) + (1 if self.pointer else 0) + len(self.erased_absent) \
+            + len(self.erased_present)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["matches"] = self.matches
+        d["objects_scanned"] = self.objects_scanned
+        return d
+
+
+def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | None) -> Verification:
+    """Re-read the table's objects and decide whether the erasure is complete (see the
+    module docstring). ``erased``: key -> kind of every object that held the erased rows.
+    ``grace_ms`` None: unreferenced objects are pending whatever their age (no sweep ran)."""
+    now = table.runtime.clock.now_ms()
+    listing = list(table.store.list(""))
+    uploads = list(table.store.list_multipart(""))
+    v = Verification(status=PENDING, checked_at_ms=now, head_version=None)
+    for m in listing:
+        prefix = m.key.split("/", 1)[0] + "/" if "/" in m.key else m.key
+        v.listed[prefix] = v.listed.get(prefix, 0) + 1
+    stored = {m.key: m for m in listing}
+    # DV objects hold row positions, never values: a shared one may stay referenced
+    value_keys = {k for k, kind in erased.items() if kind != "dv"}
+    # manifests: every listed one, read raw; the head may roll past the listing
+    refs: set[str] = set()
+    versions = sorted(x for x in (version_of_key(k) for k in stored if k.startswith("manifest/"))
+                      if x is not None)
+    head = None
+    probe = versions[-1] + 1 if versions else 0
+    while True:  # roll forward from the listing: commits that landed meanwhile
+        if _load_raw(table, probe) is None:
+            break
+        versions.append(probe)
+        probe += 1
+    for ver in versions:
+        m = _load_raw(table, ver)
+        if m is None:
+            continue  # expired while we looked
+        head = m
+        hits = sorted(m.referenced_keys() & value_keys)
+        traces = summary_traces(m)
+        entry = {"key": f"manifest/v{ver:020d}.json", "version": ver,
+                 "matches": len(hits) + (1 if traces else 0)}
+        if hits:
+            entry["references"] = hits
+        if traces:
+            entry["traces"] = traces
+        v.manifests.append(entry)
+        refs |= m.referenced_keys()
+    v.head_version = head.version if head else None
+    try:
+        raw, _ = table.store.get(POINTER_KEY)
+        ptr = Pointer.from_json(raw, key=f"{table.name}/{POINTER_KEY}")
+        v.pointer = {"key": POINTER_KEY, "version": ptr.version, "matches": 0}
+        if ptr.version not in versions:
+            v.pending.append({"object": POINTER_KEY, "reason": "the pointer names version "
+                              f"{ptr.version}, which is not retained", "remedy": "commit to "
+                              "the table (the pointer moves forward)"})
+    except ObjectNotFound:
+        v.pointer = None
+    for key in sorted(erased):
+        if key in stored and key in value_keys:
+            v.erased_present.append(key)
+        elif key not in stored:
+            v.erased_absent.append(key)
+    for m in listing:
+        if m.key in refs or m.key in erased or m.key == POINTER_KEY:
+            continue
+        if m.key.startswith(("manifest/", "_erasures/", "tombstone/")):
+            continue  # manifests are judged above; DV objects hold positions, never values
+        if m.key.startswith("data/"):
+            if grace_ms is None:
+                reason = "unreferenced data object (no sweep ran: an erasure without expire)"
+                remedy = "PURGE ... EXPIRE or VACUUM"
+            elif not _old(m.last_modified_ms, now, grace_ms):
+                reason = ("unreferenced data object younger than the grace period (a write in "
+                          "flight, or a failed run's output) may hold the rows")
+                remedy = "run the erasure again after the grace period, or VACUUM"
+            else:  # swept objects are gone; one left was written after the sweep listed
+                reason = "unreferenced data object"
+                remedy = "PURGE ... EXPIRE or VACUUM"
+            v.pending.append({"object": m.key, "reason": reason, "remedy": remedy})
+            continue
+        v.pending.append({"object": m.key, "reason": "object under a prefix the erasure "
+                          "check does not know; not checked", "remedy": "inspect it"})
+    for u in uploads:
+        if u.key.startswith("data/"):
+            v.pending.append({"object": f"{u.key} (multipart upload)",
+                              "reason": "open multipart upload may hold parts with the rows",
+                              "remedy": "run the erasure again after the grace period, or "
+                              "VACUUM"})
+    if all_dead and head is not None and not head.dropped:
+        dead = [f.path for f in head.data_files if f.dv is not None or f.deleted_row_groups]
+        if dead:
+            v.pending.append({"object": ",".join(dead[:5]) + (" ..." if len(dead) > 5 else ""),
+                              "reason": f"{len(dead)} file(s) of the head have rows deleted "
+                              "after this purge planned; their bytes are still stored",
+                              "remedy": "PURGE again"})
+    v.status = ERASED if v.matches == 0 and not v.pending else PENDING
+    return v
+
+
+# -- completion ----------------------------------------------------------------------
+
+
+def unclean_versions(manifests: list[Manifest], erased: dict[str, str], below: int) -> list[int]:
+    """Versions before ``below`` that reach an erased object or carry request text."""
+    keys = {k for k, kind in erased.items() if kind != "dv"}
+    return [m.version for m in manifests if m.version < below and (
+        m.referenced_keys() & keys or summary_traces(m))]
+
+
+def clean_head(table) -> Manifest | None:
+    """If the head's summary carries request text, commit a version without it (same files,
+    operation ``redact``) so the text can expire with the old head. Returns the new head."""
+    head = require_table(table.log.head(), table.name)
+    if not summary_traces(head):
+        return None
+
+    def mutate(cur):
+        cur = require_table(cur, table.name)
+        if not summary_traces(cur):
+            return None
+        return dataclasses.replace(cur, operation="redact", summary={
+            "rows_added": 0, "rows_deleted": 0, "files_added": 0, "files_removed": 0,
+            "redacted_version": cur.version})
+
+    return table.commit(mutate)
+
+
+def expire_through(table, newest: int) -> list[int]:
+    """Expire every version up to ``newest`` (never the head) with ``expire_snapshots``."""
+    head = require_table(table.log.head(), table.name)
+    if newest >= head.version:
+        newest = head.version - 1
+    if newest < 0:
+        return []
+    result = table.expire_snapshots(retain_last=max(1, head.version - newest))
+    log.info("expired versions holding erased rows or request text",
+             extra={"table": table.name, "versions": len(result.expired_versions)})
+    return list(result.expired_versions)
+
+
+def references(table) -> dict[str, list[int]]:
+    """key -> retained versions referencing it (re-listed after expiry)."""
+    out: dict[str, list[int]] = {}
+    for m in retained(table):
+        for k in m.referenced_keys():
+            out.setdefault(k, []).append(m.version)
+    return out
+
+
+def _old(modified_ms: int, now: int, grace_ms: int) -> bool:
+    """Older than the grace period. An unknown (0) or future time counts as young, except
+    with a grace of 0, which an operator passes to remove every unreferenced object."""
+    return grace_ms == 0 or 0 < modified_ms <= now - grace_ms
+
+
+def sweep(table, erased: dict[str, str], grace_ms: int) -> tuple[list[str], list[str]]:
+    """Delete erased objects no retained version references, and unreferenced objects under
+    ``data/`` and ``tombstone/`` older than ``grace_ms`` (and older multipart uploads).
+    Lists before reading references, as vacuum does, so a commit that lands meanwhile
+    protects its objects. Returns (deleted keys, aborted uploads)."""
+    now = table.runtime.clock.now_ms()
+    listing = [m for p in ("data/", "tombstone/") for m in table.store.list(p)]
+    uploads = [u for u in table.store.list_multipart("") if u.key.startswith("data/")]
+    refs = references(table)
+    head = require_table(table.log.head(), table.name)  # a commit after the read above
+    live = set(refs) | head.referenced_keys()
+    deleted = []
+    for key in sorted(erased):
+        if key not in live:
+            table.store.delete(key)
+            deleted.append(key)
+    done = set(deleted)
+    for m in listing:
+        if m.key in live or m.key in done:
+            continue
+        if _old(m.last_modified_ms, now, grace_ms):
+            table.store.delete(m.key)
+            deleted.append(m.key)
+    aborted = []
+    for u in uploads:
+        if _old(u.initiated_ms, now, grace_ms):
+            try:
+                table.store.abort_multipart(u.key, u.upload_id)
+            except ObjectNotFound:
+                pass
+            aborted.append(u.key)
+    return deleted, aborted
