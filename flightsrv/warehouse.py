@@ -5,7 +5,7 @@ Creating a table commits version 0 (or, after a DROP, the next version) with ope
 "create"; dropping commits a "drop" version, so names can be reused and a reader pinned to an
 older version keeps working until vacuum.
 
-Opening a warehouse creates nothing; the first write does. ``exists()`` tells a location
+Opening a warehouse creates nothing; the first write does. ``is_initialized()`` tells a location
 that holds a warehouse from one that does not (a mistyped path, a table's own directory).
 """
 
@@ -54,7 +54,7 @@ class Warehouse:
     def __repr__(self) -> str:
         return f"Warehouse({self.uri!r})"
 
-    def exists(self) -> bool:
+    def is_initialized(self) -> bool:
         """Whether this location holds a warehouse: it holds a table (a dropped one counts)
         or, on a local directory, a write already happened here (``.flightsrv/``). Reads
         only; a location that is a file raises ConfigurationError."""

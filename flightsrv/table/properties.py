@@ -58,11 +58,12 @@ def parse_size(text, *, name: str = "size") -> int:
 
 def format_size(n: int) -> str:
     """The shortest exact spelling of ``n`` bytes: ``256MiB``, ``64MB``, ``1000B``."""
-    for unit in ("TiB", "GiB", "MiB", "KiB", "TB", "GB", "MB", "KB"):
-        factor = _UNITS[unit.lower()]
-        if n and n % factor == 0:
-            return f"{n // factor}{unit}"
-    return f"{n}B"
+    exact = [(n // _UNITS[u.lower()], u) for u in ("TiB", "GiB", "MiB", "KiB", "TB", "GB", "MB",
+                                                    "KB") if n and n % _UNITS[u.lower()] == 0]
+    if not exact:
+        return f"{n}B"
+    q, unit = min(exact, key=lambda e: e[0])
+    return f"{q}{unit}"
 
 
 @dataclass(frozen=True)
