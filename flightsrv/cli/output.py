@@ -2,7 +2,8 @@
 
 - ``table``: an aligned text table for people, at most ``--max-rows`` rows (it says so when
   it stopped early), then ``(N rows)``.
-- ``csv``: a header line, then RFC 4180 rows (pyarrow's CSV writer), streamed.
+- ``csv``: a header line, then RFC 4180 rows (pyarrow's CSV writer), streamed; NULL is an
+  empty field, an empty string is ``""``.
 - ``jsonl``: one JSON object per row, streamed. Timestamps and dates are ISO 8601 strings,
   decimals are strings (exact), binary is base64, NaN/Infinity are strings.
 - ``parquet``: one Parquet file (zstd); needs ``--output`` or a redirected stdout.

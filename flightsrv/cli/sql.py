@@ -201,7 +201,7 @@ class RemoteRunner:
         cur = self.conn.cursor()
         try:
             cur.execute(sql)
-            if cur.description is None:
+            if not cur.description:  # a statement without a result (DML through ADBC)
                 n = cur.rowcount
                 cur.close()
                 return _affected(max(n, 0))

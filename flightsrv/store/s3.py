@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
@@ -84,9 +85,11 @@ class S3Store:
                 "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
                 "AWS_PROFILE)", store=self.uri, op=op)
         if isinstance(exc, EndpointConnectionError):
+            url = urlsplit(str(getattr(exc, "kwargs", {}).get("endpoint_url") or ""))
             return StoreError("cannot reach the S3 endpoint (check AWS_ENDPOINT_URL and the "
-                              "network)", store=self.uri, endpoint=getattr(exc, "kwargs", {})
-                              .get("endpoint_url"), op=op)
+                              "network)", store=self.uri,
+                              endpoint=f"{url.scheme}://{url.netloc}" if url.netloc else None,
+                              op=op)
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
