@@ -32,12 +32,23 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 31337
 
 
+SERVE_HELP = """\
+Run the Arrow Flight SQL server over the warehouse (ADBC, JDBC, BI tools). The first start
+on an empty local warehouse seeds the demo table demo_events. Options are checked before
+anything starts; "flightsrv: serving ..." is printed once the port is bound (the real port
+for --port 0). Logs are JSON lines on stderr. Ctrl-C or SIGTERM stop it cleanly.
+
+Secrets stay off the command line with --auth-token-file / $FLIGHTSRV_AUTH_TOKEN_FILE (one
+TOKEN[:reader|writer] per line), $FLIGHTSRV_AUTH_TOKEN (one more token) and
+$FLIGHTSRV_USERS_FILE."""
+
+
 class ServerStartError(FlightsrvError):
     """The server could not start listening (port taken, address not local)."""
 
 
 def add_parser(sub, command) -> None:
-    s = command(sub, "serve", "run the Flight SQL server", cmd_serve, description=__doc__)
+    s = command(sub, "serve", "run the Flight SQL server", cmd_serve, description=SERVE_HELP)
     s.add_argument("--host", default=DEFAULT_HOST,
                    help="listen address; 0.0.0.0 for every interface (then use auth)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT,

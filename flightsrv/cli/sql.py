@@ -34,6 +34,18 @@ from flightsrv.cli.common import (
 )
 from flightsrv.errors import ConfigurationError, FlightsrvError, QueryCancelled
 
+SQL_HELP = """\
+Run SQL in process on the warehouse (the server's engine, as a writer), or on a Flight SQL
+server with --server. With SQL as an argument, run it; with -f FILE or SQL on stdin, run the
+statements one by one and stop at the first error; with neither, on a terminal, open a shell
+(history in ~/.flightsrv_history, statements end with ';', .help lists dot commands).
+Statements that change data print one row, rows_affected.
+
+examples:
+  flightsrv sql "SELECT event_type, count(*) FROM demo_events GROUP BY ALL"
+  flightsrv sql "SELECT * FROM demo_events" --format parquet --output events.parquet
+  flightsrv sql --server grpc://127.0.0.1:31337 --token-file token.txt"""
+
 AFFECTED = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
 HISTORY_FILE = "~/.flightsrv_history"
 PROMPT, CONTINUATION = "flightsrv> ", "      ...> "
@@ -41,7 +53,7 @@ PROMPT, CONTINUATION = "flightsrv> ", "      ...> "
 
 def add_parser(sub, command) -> None:
     p = command(sub, "sql", "run SQL: one statement, a script, or an interactive shell", cmd_sql,
-                description=__doc__)
+                description=SQL_HELP)
     p.add_argument("statement", nargs="?", metavar="SQL",
                    help="statement(s) to run (default: a shell on a terminal, else stdin)")
     p.add_argument("-f", "--file", metavar="FILE", help="run the statements in FILE")

@@ -29,6 +29,11 @@ from flightsrv.cli.common import (
 )
 from flightsrv.errors import ConfigurationError, FlightsrvError
 
+TABLE_HELP = """\
+Create, load, read, change and maintain the tables of the warehouse. Commands that only read
+refuse a location holding no warehouse (they never create one). 'append' of several files
+is one commit: all files or none."""
+
 # -- argument values -------------------------------------------------------------------
 
 SCHEMA_TYPES: dict[str, pa.DataType] = {
@@ -343,7 +348,13 @@ def cmd_describe(args) -> int:
         print(f"  {c['name']:<{w}}  {c['type']}{'' if c['nullable'] else ' NOT NULL'}")
     print("\nproperties (set; defaults of the others in parentheses):")
     for p in info["properties"]:
-        shown = p["value"] if p["value"] is not None else f"({p['default']})"
+        prop = P.PROPERTIES.get(p["name"])
+        if p["value"] is None:
+            shown = f"({p['default']})"
+        elif prop is not None and prop.kind == "size" and str(p["value"]).isdigit():
+            shown = f"{p['value']} ({P.format_size(int(p['value']))})"
+        else:
+            shown = p["value"]
         print(f"  {p['name']:<29} {shown}")
     return 0
 
@@ -472,7 +483,7 @@ def add_parser(sub, command) -> None:
     from flightsrv.table import properties as P
 
     t = sub.add_parser("table", help="create, load, read, change and maintain tables",
-                       description=__doc__)
+                       description=TABLE_HELP)
     ts = t.add_subparsers(dest="table_command", required=True, metavar="COMMAND")
 
     def name_arg(p):
