@@ -569,3 +569,30 @@ def test_pipeline_both_spellings_parse_the_same():
     # a table called "pipeline" is not the pipeline command
     c = parse_args(["table", "create", "pipeline", "--schema", "id:int64"])
     assert c.table == "pipeline"
+
+
+def test_secrets_from_environment_variables_and_files(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# tokens for the test\nfile-writer:writer\nfile-reader:reader\n")
+    env = {**os.environ, "FLIGHTSRV_AUTH_TOKEN_FILE": str(tokens),
+           "FLIGHTSRV_AUTH_TOKEN": "env-token:reader"}
+    path = str(tmp_path / "wh")
+    Warehouse.open(path).create_table("people", SCHEMA).append(
+        pa.table({"id": [1, 2], "name": ["a", "b"]}))
+    srv = Serving("serve", "--warehouse", path, "--port", "0", env=env)
+    try:
+        uri = f"grpc://127.0.0.1:{srv.port}"
+        for token in ("file-writer", "file-reader", "env-token"):
+            proc = run("sql", "--server", uri, "SELECT count(*) AS n FROM people",
+                       "--format", "csv", env={**os.environ, "FLIGHTSRV_TOKEN": token})
+            assert proc.returncode == 0, (token, proc.stderr)
+            assert proc.stdout.splitlines() == ['"n"', "2"]
+        failed(run("sql", "--server", uri, "SELECT 1",
+                   env={**os.environ, "FLIGHTSRV_TOKEN": "guess"}), 1, "UNAUTHENTICATED")
+        failed(run("sql", "--server", uri, "DELETE FROM people",
+                   env={**os.environ, "FLIGHTSRV_TOKEN": "env-token"}), 1, "UNAUTHORIZED")
+        proc = run("sql", "--server", uri, "DELETE FROM people WHERE id = 1",
+                   env={**os.environ, "FLIGHTSRV_TOKEN": "file-writer"})
+        assert proc.returncode == 0 and people(path).count_rows() == 1
+    finally:
+        assert srv.stop() == 0

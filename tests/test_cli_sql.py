@@ -7,12 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import subprocess
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
-from test_cli import failed, run, tree
+from test_cli import CMD, failed, run, tree
 
 from flightsrv import Warehouse
 from flightsrv.engine.api import Role
@@ -100,17 +101,16 @@ def test_format_parquet_to_a_file_and_to_stdout(target, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     assert pq.read_table(out).cast(ITEMS.schema).equals(ITEMS)  # DuckDB names UTC Etc/UTC
-    piped = pq.read_table(pa.BufferReader(
-        __import__("subprocess").run([*__import__("test_cli").CMD, "sql", QUERY, *target,
-                                      "--format", "parquet"], capture_output=True,
-                                     check=True).stdout))
+    piped = pq.read_table(pa.BufferReader(subprocess.run(
+        [*CMD, "sql", QUERY, *target, "--format", "parquet"], capture_output=True,
+        check=True).stdout))
     assert piped.cast(ITEMS.schema).equals(ITEMS)
 
 
 def test_errors_are_one_line_and_leave_no_output_file(target, tmp_path):
     out = tmp_path / "never.csv"
-    line = failed(run("sql", "SELEC 1", *target, "--format", "csv", "--output", out), 1,
-                  "syntax error", "SELEC 1")
+    failed(run("sql", "SELEC 1", *target, "--format", "csv", "--output", out), 1,
+           "syntax error", "SELEC 1")
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name != "token"]
     failed(run("sql", "SELECT * FROM nope", *target), 1, "nope")
 
@@ -161,9 +161,6 @@ def test_local_sql_needs_a_warehouse_unless_it_writes(tmp_path):
 def test_parquet_to_a_terminal_is_refused(warehouse):
     import os
     import pty
-    import subprocess
-
-    from test_cli import CMD
 
     master, slave = pty.openpty()
     try:
@@ -194,8 +191,8 @@ def test_the_shell_runs_multi_line_statements_and_keeps_history(warehouse, tmp_p
     out, err = capsys.readouterr()
     assert out.splitlines() == ['"id","name"', "1,\"ann\"", "2,", "items", '{"s": "a;b"}']
     assert [ln for ln in err.splitlines() if ln.startswith("flightsrv: error:")] == [
-        "flightsrv: error: syntax error: Invalid expression / Unexpected token "
-        "(statement='SELEC 1' line=1 col=7)"]
+        ("flightsrv: error: syntax error: Invalid expression / Unexpected token "
+         "(statement='SELEC 1' line=1 col=7)")]
     saved = history.read_text()
     assert "+SELECT id,\n+  name\n+FROM items" in saved and "+.tables" in saved
 

@@ -162,7 +162,7 @@ def _write_table(reader: pa.RecordBatchReader, out, max_rows: int) -> int:
 
     def line(cells):
         return "  ".join(c.rjust(w) if num else c.ljust(w)
-                         for c, w, num in zip(cells, widths, numeric)).rstrip() + "\n"
+                         for c, w, num in zip(cells, widths, numeric, strict=True)).rstrip() + "\n"
 
     out.write(line(names).encode(enc))
     out.write(("  ".join("-" * w for w in widths) + "\n").encode(enc))

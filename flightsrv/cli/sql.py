@@ -332,7 +332,7 @@ Statements end with ';' and may span lines. Dot commands:
 """
 
 
-def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 - prompt_toolkit names
+def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt_toolkit's name)
     """The interactive shell. ``input``/``output_stream`` are prompt_toolkit Input/Output
     objects (tests pass a pipe)."""
     from prompt_toolkit import PromptSession
