@@ -158,10 +158,15 @@ def error_text(exc: BaseException) -> str:
     caller's to fix), an OS error's reason and file, or an unexpected error's class."""
     import pyarrow as pa
 
-    if isinstance(exc, (ConfigurationError, serve.ServerStartError, sql.RemoteError)):
-        return one_line(exc)
+    from flightsrv.errors import _fmt
+
     if isinstance(exc, FlightsrvError):
-        return f"{type(exc).__name__}: {one_line(exc)}"
+        # the message's first line, then its key=value context (which a multi-line message
+        # would otherwise push off the line)
+        text = one_line(_fmt(one_line(exc.message), exc.context))
+        if isinstance(exc, (ConfigurationError, serve.ServerStartError, sql.RemoteError)):
+            return text
+        return f"{type(exc).__name__}: {text}"
     if isinstance(exc, OSError) and exc.strerror:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"

@@ -29,7 +29,7 @@ import os
 import shutil
 from typing import Iterator
 
-from flightsrv.errors import ObjectNotFound, PreconditionFailed, StoreError
+from flightsrv.errors import ConfigurationError, ObjectNotFound, PreconditionFailed, StoreError
 from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
 from flightsrv.store.base import CompletedPart, MultipartUpload, ObjectMeta, PutMode
 
@@ -84,13 +84,14 @@ class LocalStore:
         """``.flightsrv/<sub>``, created (with the root) on first use by a write."""
         if not self._meta_ready:
             if os.path.exists(self.root) and not os.path.isdir(self.root):
-                raise StoreError("the store root is not a directory", store=self.uri)
+                raise ConfigurationError("the store root is a file, not a directory",
+                                         store=self.uri)
             try:
                 for name in ("tmp", "locks", "mpu"):
                     os.makedirs(os.path.join(self._meta, name), exist_ok=True)
             except (FileExistsError, NotADirectoryError):
-                raise StoreError("the store root is not a directory (a file is in the way)",
-                                 store=self.uri) from None
+                raise ConfigurationError("the store root is not a directory (a file is in the "
+                                         "way)", store=self.uri) from None
             self._meta_ready = True
         return os.path.join(self._meta, sub)
 
