@@ -596,3 +596,36 @@ def test_secrets_from_environment_variables_and_files(tmp_path):
         assert proc.returncode == 0 and people(path).count_rows() == 1
     finally:
         assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("error,word", [(None, "done in"), (ValueError("bad row 7"), "failed"),
+                                        (KeyboardInterrupt(), "interrupted")])
+def test_progress_ends_with_how_the_work_ended(error, word):
+    import io
+
+    from flightsrv.progress import Progress
+
+    buf = io.StringIO()
+    p = Progress("job", total=3, stream=buf)
+
+    def work():  # like the maintenance code: finish() in a finally, no arguments
+        try:
+            p.advance(1)
+            if error is not None:
+                raise error
+        finally:
+            p.finish()
+
+    if error is None:
+        work()
+    else:
+        with pytest.raises(type(error)):
+            work()
+    p.finish()  # a second call (the CLI's own) changes nothing
+    last = buf.getvalue().splitlines()[-1]
+    assert word in last and len(buf.getvalue().splitlines()) == 2
+    assert p.outcome == word.split()[0]
+    if error is not None:
+        assert "done" not in last
+    if isinstance(error, ValueError):
+        assert "bad row 7" in last
