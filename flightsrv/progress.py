@@ -1,4 +1,9 @@
-"""Progress for long-running CLI work: a bar on a terminal, periodic JSON-ish lines otherwise."""
+"""Progress for long-running CLI work: a bar on a terminal, periodic lines otherwise.
+
+The last line says how the work ended: ``done in 1.2s``, ``failed after 1.2s: <error>`` or
+``interrupted after 1.2s``. ``finish()`` works that out itself when it is called while an
+exception propagates (from a ``finally`` or ``__exit__``), and only the first call counts.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +21,13 @@ class Progress:
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._last = 0.0
         self._start = time.monotonic()
+        self.outcome: str | None = None  # done | failed | interrupted, once finished
 
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.finish()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.finish(exc)
 
     def advance(self, n: int = 1, note: str = "") -> None:
         self.done += n
@@ -45,8 +51,21 @@ class Progress:
             self.stream.write(text + "\n")
         self.stream.flush()
 
-    def finish(self) -> None:
-        self._render(f"done in {time.monotonic() - self._start:.1f}s")
+    def finish(self, error: BaseException | None = None) -> None:
+        """Render the final line once: done, failed (with the error) or interrupted."""
+        if self.outcome is not None:
+            return
+        if error is None:
+            error = sys.exc_info()[1]  # called from a finally block while an error propagates
+        took = time.monotonic() - self._start
+        if error is None:
+            self.outcome, note = "done", f"done in {took:.1f}s"
+        elif isinstance(error, KeyboardInterrupt):
+            self.outcome, note = "interrupted", f"interrupted after {took:.1f}s"
+        else:
+            text = " ".join(str(error).split()) or type(error).__name__
+            self.outcome, note = "failed", f"failed after {took:.1f}s: {text[:200]}"
+        self._render(note)
         if self.tty:
             self.stream.write("\n")
         self.stream.flush()

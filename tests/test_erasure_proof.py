@@ -480,9 +480,10 @@ def test_expired_manifest_leaves_an_unreferenced_object(local_uri):
 
 
 def test_bad_deadline_property_is_a_clear_error(local_uri):
-    t = make(local_uri, props={"erasure.deadline": "soon"})
     with pytest.raises(ConfigurationError, match="erasure.deadline"):
-        t.erasure_status()
+        make(local_uri, props={"erasure.deadline": "soon"})  # refused before anything is stored
+    t = make(local_uri, props={"erasure.deadline": "12h"})
+    assert t.erasure_status().deadline_ms == 12 * 3600 * 1000
 
 
 # -- SQL ----------------------------------------------------------------------------------

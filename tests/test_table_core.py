@@ -42,14 +42,14 @@ def wh(warehouse_uri):
 
 
 def test_create_append_scan_roundtrip(wh):
-    t = wh.create_table("events", SCHEMA, {"owner": "tests"})
+    t = wh.create_table("events", SCHEMA, {"user.owner": "tests"})
     assert wh.list_tables() == ["events"]
     m = t.append(rows(0, 1000))
     assert m.version == 1 and m.summary["rows_added"] == 1000
     got = t.to_table().sort_by("id")
     assert got.equals(rows(0, 1000))
     assert t.to_table(columns=["name"]).column_names == ["name"]
-    assert t.properties["owner"] == "tests"
+    assert t.properties["user.owner"] == "tests"
     f = t.head().data_files[0]
     assert f.path.startswith("data/") and f.path.endswith(".parquet")
     assert f.stats["id"] == {"nulls": 0, "min": 0, "max": 999}

@@ -70,4 +70,8 @@ class CursorSource:
             return self._con.cursor()
 
     def close(self) -> None:
-        self._con.close()
+        """Close the connection and drop it: a server that failed to start may keep this
+        object alive until exit, and a live DuckDB object then makes nanobind report leaks."""
+        con, self._con = self._con, None
+        if con is not None:
+            con.close()

@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import threading
+from typing import Callable
 
 from flightsrv.engine.api import Engine
 from flightsrv.server.auth import AuthConfig
@@ -73,8 +74,10 @@ def start_in_thread(engine: Engine, host: str = "127.0.0.1", port: int = 0, *,
 
 def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
           auth: AuthConfig | None = None, tls: TlsConfig | None = None,
-          log_level: int = logging.INFO, **kwargs) -> None:  # fmt: skip
-    """Serve until SIGINT/SIGTERM. Must run in the main thread (signal handlers)."""
+          log_level: int = logging.INFO, on_start: Callable[[int], None] | None = None,
+          **kwargs) -> None:  # fmt: skip
+    """Serve until SIGINT/SIGTERM. Must run in the main thread (signal handlers).
+    ``on_start(port)`` runs once the port is bound (the real port when ``port`` is 0)."""
     configure_json_logging(log_level)
     server = FlightSqlServer(engine, _location(host, port, tls), auth=auth, tls=tls, **kwargs)
     stop = threading.Event()
@@ -88,6 +91,8 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
     log.info("serving", extra={"fields": {
         "event": "start", "host": host, "port": server.port, "tls": tls is not None,
         "auth": auth is not None}})  # fmt: skip
+    if on_start is not None:
+        on_start(server.port)
     try:
         while not stop.wait(0.5):
             pass

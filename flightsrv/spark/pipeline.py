@@ -1,6 +1,7 @@
 """The example pipeline: ``flightsrv pipeline [options]``.
 
-``flightsrv pipeline run [options]`` (``run`` first: the top-level CLI forwards the rest).
+``flightsrv pipeline [run] [options]`` (``run`` is optional; the top-level CLI forwards
+everything after ``pipeline`` here, with its global ``--warehouse``).
 
 1. (``--generate N``) write N sample events as raw JSON-lines or CSV files, plus an erasure
    list of user ids, so the pipeline runs out of the box;
@@ -15,7 +16,7 @@ Runs on Spark ``--master`` (default ``local[2]``) against the warehouse given by
 
 Example::
 
-    flightsrv pipeline run --generate 100000 --input ./raw --warehouse ./warehouse
+    flightsrv pipeline --generate 100000 --input ./raw --warehouse ./warehouse
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def generate(input_dir: str, n: int, *, files: int = 8, fmt: str = "json", users
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flightsrv pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("action", nargs="?", choices=["run"], default="run",
-                   help="'run' (the CLI's argument forwarding needs a word before options)")
+                   help="'run' (optional; the only action)")
     p.add_argument("--warehouse", default=os.environ.get("FLIGHTSRV_WAREHOUSE", "./warehouse"))
     p.add_argument("--table", default="events")
     p.add_argument("--input", default="./raw", help="directory of raw event files")

@@ -14,6 +14,9 @@ pyarrow can read data files in place. Atomicity across processes on one host:
   replace swaps the directory entry, never the bytes behind an open descriptor.
 
 Temp files, locks and multipart state live under ``.flightsrv/`` and are never listed.
+Opening a store creates nothing: the root and ``.flightsrv/`` are made by the first write,
+so reading a path that holds no warehouse leaves no trace (``initialized`` tells whether a
+write ever happened here).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import os
 import shutil
 from typing import Iterator
 
-from flightsrv.errors import ObjectNotFound, PreconditionFailed, StoreError
+from flightsrv.errors import ConfigurationError, ObjectNotFound, PreconditionFailed, StoreError
 from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
 from flightsrv.store.base import CompletedPart, MultipartUpload, ObjectMeta, PutMode
 
@@ -66,13 +69,32 @@ class LocalStore:
         self.uri = "file://" + self.root
         self.runtime = runtime
         self._meta = os.path.join(self.root, _META_DIR)
-        for sub in ("tmp", "locks", "mpu"):
-            os.makedirs(os.path.join(self._meta, sub), exist_ok=True)
+        self._meta_ready = False
 
     def __repr__(self) -> str:
         return f"LocalStore({self.root!r})"
 
+    @property
+    def initialized(self) -> bool:
+        """Whether a write ever happened under this root (its ``.flightsrv/`` exists)."""
+        return os.path.isdir(self._meta)
+
     # -- helpers -----------------------------------------------------------------
+    def _meta_dir(self, sub: str) -> str:
+        """``.flightsrv/<sub>``, created (with the root) on first use by a write."""
+        if not self._meta_ready:
+            if os.path.exists(self.root) and not os.path.isdir(self.root):
+                raise ConfigurationError("the store root is a file, not a directory",
+                                         store=self.uri)
+            try:
+                for name in ("tmp", "locks", "mpu"):
+                    os.makedirs(os.path.join(self._meta, name), exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise ConfigurationError("the store root is not a directory (a file is in the "
+                                         "way)", store=self.uri) from None
+            self._meta_ready = True
+        return os.path.join(self._meta, sub)
+
     def _path(self, key: str) -> str:
         if not key or key.startswith("/") or ".." in key.split("/") or key.startswith(_META_DIR):
             raise ValueError(f"invalid object key: {key!r}")
@@ -82,12 +104,12 @@ class LocalStore:
         return self._path(key)
 
     def _tmp_path(self) -> str:
-        return os.path.join(self._meta, "tmp", self.runtime.ids.new_id())
+        return os.path.join(self._meta_dir("tmp"), self.runtime.ids.new_id())
 
     @contextlib.contextmanager
     def _lock(self, key: str):
         name = hashlib.sha1(key.encode()).hexdigest()
-        fd = os.open(os.path.join(self._meta, "locks", name), os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(os.path.join(self._meta_dir("locks"), name), os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -229,6 +251,8 @@ class LocalStore:
 
     def delete(self, key: str) -> None:
         path = self._path(key)
+        if not self.initialized and not os.path.lexists(path):
+            return  # nothing was ever written here: deleting must not create .flightsrv/
         with self._lock(key):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -245,7 +269,7 @@ class LocalStore:
     def _mpu_dir(self, upload_id: str) -> str:
         if not upload_id.isalnum():
             raise ValueError(f"invalid upload id {upload_id!r}")
-        return os.path.join(self._meta, "mpu", upload_id)
+        return os.path.join(self._meta_dir("mpu"), upload_id)
 
     def create_multipart(self, key: str) -> str:
         self._path(key)
@@ -315,7 +339,11 @@ class LocalStore:
     def list_multipart(self, prefix: str = "") -> Iterator[MultipartUpload]:
         root = os.path.join(self._meta, "mpu")
         out = []
-        for upload_id in sorted(os.listdir(root)):
+        try:
+            ids = sorted(os.listdir(root))
+        except FileNotFoundError:  # nothing was ever written here
+            return iter(out)
+        for upload_id in ids:
             try:
                 with open(os.path.join(root, upload_id, "upload.json")) as f:
                     info = json.load(f)

@@ -13,12 +13,25 @@ from __future__ import annotations
 
 import os
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
 
-from flightsrv.errors import ObjectNotFound, PreconditionFailed, StoreError
+from flightsrv.errors import (
+    ConfigurationError,
+    ObjectNotFound,
+    PermissionDenied,
+    PreconditionFailed,
+    StoreError,
+)
 from flightsrv.store.base import CompletedPart, MultipartUpload, ObjectMeta, PutMode
 
 MIN_PART = 5 * 1024 * 1024
@@ -67,9 +80,26 @@ class S3Store:
         return None
 
     def _err(self, exc: Exception, key: str, op: str):
+        if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+            return ConfigurationError(
+                "no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+                "AWS_PROFILE)", store=self.uri, op=op)
+        if isinstance(exc, EndpointConnectionError):
+            url = urlsplit(str(getattr(exc, "kwargs", {}).get("endpoint_url") or ""))
+            return StoreError("cannot reach the S3 endpoint (check AWS_ENDPOINT_URL and the "
+                              "network)", store=self.uri,
+                              endpoint=f"{url.scheme}://{url.netloc}" if url.netloc else None,
+                              op=op)
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code == "NoSuchBucket":
+                return ConfigurationError("no such bucket", store=self.uri, bucket=self.bucket,
+                                          op=op)
+            if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied",
+                        "AllAccessDisabled", "ExpiredToken", "InvalidToken") or status == 403:
+                return PermissionDenied(f"the store refused the request ({code or status})",
+                                        store=self.uri, key=key, op=op)
             if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") \
                     or status == 409:
                 return PreconditionFailed(f"{op}: precondition failed ({code})", store=self.uri,
@@ -159,7 +189,7 @@ class S3Store:
     def delete(self, key: str) -> None:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             err = self._err(exc, key, "DELETE")
             if not isinstance(err, ObjectNotFound):
                 raise err from exc
@@ -208,23 +238,30 @@ class S3Store:
         try:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._k(key),
                                                UploadId=upload_id)
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
             err = self._err(exc, key, "AbortMultipartUpload")
             if not isinstance(err, ObjectNotFound):
                 raise err from exc
 
     def list_multipart(self, prefix: str = "") -> Iterator[MultipartUpload]:
         paginator = self.client.get_paginator("list_multipart_uploads")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix)):
-            for u in page.get("Uploads", []):
-                yield MultipartUpload(self._unk(u["Key"]), u["UploadId"], _ms(u.get("Initiated")))
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self._k(prefix)):
+                for u in page.get("Uploads", []):
+                    yield MultipartUpload(self._unk(u["Key"]), u["UploadId"],
+                                          _ms(u.get("Initiated")))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._err(exc, prefix, "ListMultipartUploads") from exc
 
     def list_prefixes(self, prefix: str = "") -> list[str]:
         """Immediate common prefixes under ``prefix`` (ListObjectsV2 with Delimiter='/')."""
         full = self._k(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
         out = []
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=full, Delimiter="/"):
-            for cp in page.get("CommonPrefixes", []):
-                out.append(cp["Prefix"][len(full):].rstrip("/"))
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full, Delimiter="/"):
+                for cp in page.get("CommonPrefixes", []):
+                    out.append(cp["Prefix"][len(full):].rstrip("/"))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._err(exc, prefix, "LIST") from exc
         return out

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import decimal
 import math
+import re
 
 import pyarrow as pa
 
-from flightsrv.errors import CorruptObject
+from flightsrv.errors import ConfigurationError, CorruptObject
 
 SIMPLE_TYPES: dict[str, pa.DataType] = {
     "null": pa.null(), "bool": pa.bool_(),
@@ -106,6 +107,43 @@ def schema_to_json(s: pa.Schema) -> dict:
 
 def schema_from_json(j: dict) -> pa.Schema:
     return pa.schema([field_from_json(f) for f in j["fields"]])
+
+
+MAX_COLUMN_NAME = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_column_names(schema: pa.Schema, table: str | None = None) -> None:
+    """Refuse names a table cannot hold: empty, longer than 255 characters, with control
+    characters or leading/trailing spaces, or equal to another column's name ignoring case
+    (SQL, DuckDB included, resolves identifiers case-insensitively). Nested struct fields
+    follow the same rules among their siblings."""
+
+    def check(fields: list[pa.Field], where: str | None) -> None:
+        seen: dict[str, str] = {}
+        for f in fields:
+            name = f.name
+            problem = None
+            if not name:
+                problem = "a column name is empty"
+            elif len(name) > MAX_COLUMN_NAME:
+                problem = f"a column name is longer than {MAX_COLUMN_NAME} characters"
+            elif _CONTROL.search(name):
+                problem = "a column name contains a control character"
+            elif name != name.strip():
+                problem = "a column name starts or ends with a space"
+            elif name.lower() in seen:
+                problem = "duplicate column name" + (
+                    "" if seen[name.lower()] == name else " (names are case-insensitive)")
+            if problem:
+                raise ConfigurationError(problem, table=table, column=repr(name),
+                                         parent=where)
+            seen[name.lower()] = name
+            if pa.types.is_struct(f.type):
+                check([f.type.field(i) for i in range(f.type.num_fields)],
+                      f"{where}.{name}" if where else name)
+
+    check(list(schema), None)
 
 
 def normalize_schema(s: pa.Schema) -> pa.Schema:

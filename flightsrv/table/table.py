@@ -192,8 +192,22 @@ class Table:
         schema = schema_from_json(head.schema)
         writer = DataFileWriter(self.store, schema, self.runtime,
                                 WriteOptions.from_properties(head.properties), head.version + 1)
-        files = writer.write(self._conform(data, schema))
+        try:
+            files = writer.write(self._conform(data, schema))
+        except BaseException:
+            # nothing references the files finished so far: remove them (best effort; vacuum
+            # would otherwise find them as orphans after its grace period)
+            self.discard_files(writer.files)
+            raise
         return files, writer.bytes_written, writer.rows_written
+
+    def discard_files(self, files) -> None:
+        """Delete data files that were written but never committed (best effort)."""
+        for f in files:
+            try:
+                self.store.delete(f.path)
+            except Exception:  # noqa: BLE001 - cleanup must not hide the original error
+                pass
 
     def append(self, data) -> Manifest | None:
         """Stream ``data`` into new data files and commit them in one version.
@@ -224,11 +238,29 @@ class Table:
         return self.commit(mutate)
 
     def set_properties(self, **props) -> Manifest:
+        """Set table properties in one commit; a value of None removes the property.
+        Every value is checked against its type first (``flightsrv.table.properties``:
+        unknown names outside ``user.`` are refused, sizes may be written ``64MB``)."""
+        from flightsrv.table import properties as table_properties
+
+        removed = sorted(k for k, v in props.items() if v is None)
+        for k in removed:
+            table_properties.check_name(k)
+        given = {k: v for k, v in props.items() if v is not None}
+        table_properties.normalize(given, table=self.name)  # fail before any I/O
+
         def mutate(head):
             head = require_table(head, self.name)
-            merged = {**head.properties, **{k: str(v) for k, v in props.items()}}
-            return dataclasses.replace(head, operation="set_properties",
-                                       summary={"properties": sorted(props)}, properties=merged)
+            names = schema_from_json(head.schema).names
+            merged = {**head.properties, **table_properties.normalize(given, names,
+                                                                      table=self.name)}
+            for k in removed:
+                merged.pop(k, None)
+            summary = {"properties": sorted(props)}
+            if removed:
+                summary["removed"] = removed
+            return dataclasses.replace(head, operation="set_properties", summary=summary,
+                                       properties=merged)
 
         return self.commit(mutate)
 

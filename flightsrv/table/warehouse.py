@@ -5,22 +5,27 @@ No catalog service: a table ``t`` is the prefix ``t/`` with its ``_latest_manife
 Creating a table commits version 0 (or, after a DROP, the next version) with operation
 "create"; dropping commits a "drop" version, so names can be reused and a reader pinned to an
 older version keeps working until vacuum.
+
+Opening a warehouse creates nothing; the first write does. ``is_initialized()`` tells a location
+that holds a warehouse from one that does not (a mistyped path, a table's own directory).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import threading
 
 import pyarrow as pa
 
-from flightsrv.errors import ConfigurationError, TableExists, TableNotFound
+from flightsrv.errors import ConfigurationError, ObjectNotFound, TableExists, TableNotFound
 from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
 from flightsrv.store import ensure_checked, open_store
 from flightsrv.table.commit import require_table
-from flightsrv.table.manifest import FORMAT_VERSION, Manifest
-from flightsrv.table.schema import normalize_schema, schema_to_json
+from flightsrv.table import properties as table_properties
+from flightsrv.table.manifest import FORMAT_VERSION, POINTER_KEY, Manifest
+from flightsrv.table.schema import check_column_names, normalize_schema, schema_to_json
 from flightsrv.table.table import Table
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,127}")
@@ -56,6 +61,35 @@ class Warehouse:
 
     def __repr__(self) -> str:
         return f"Warehouse({self.uri!r})"
+
+    def is_initialized(self) -> bool:
+        """Whether this location holds a warehouse: it holds a table (a dropped one counts)
+        or, on a local directory, a write already happened here (``.flightsrv/``). Reads
+        only; a location that is a file raises ConfigurationError."""
+        if getattr(self.store, "initialized", False):
+            return True
+        root = getattr(self.store, "root", None)
+        if root is not None and os.path.exists(root) and not os.path.isdir(root):
+            raise ConfigurationError("the warehouse path is a file, not a directory",
+                                     warehouse=root)
+        return any(_NAME.fullmatch(n) and self._has_pointer(n)
+                   for n in self.store.list_prefixes(""))
+
+    def is_table_location(self) -> bool:
+        """Whether this location is itself a table's prefix (someone passed a table's
+        directory as the warehouse)."""
+        try:
+            self.store.head(POINTER_KEY)
+            return True
+        except ObjectNotFound:
+            return False
+
+    def _has_pointer(self, name: str) -> bool:
+        try:
+            self.store.head(f"{name}/{POINTER_KEY}")
+            return True
+        except ObjectNotFound:
+            return False
 
     def ensure_writable(self) -> None:
         """Prove once that the store enforces If-None-Match / If-Match (StoreUnsupported)."""
@@ -94,10 +128,12 @@ class Warehouse:
     def create_table(self, name: str, schema: pa.Schema, properties: dict | None = None, *,
                      exist_ok: bool = False) -> Table:
         t = self._table(name)
-        schema_json = schema_to_json(normalize_schema(schema))
-        if not schema_json["fields"]:
+        schema = normalize_schema(schema)
+        if not len(schema):
             raise ConfigurationError("a table needs at least one column", table=t.name)
-        props = {k: str(v) for k, v in (properties or {}).items()}
+        check_column_names(schema, t.name)
+        schema_json = schema_to_json(schema)
+        props = table_properties.normalize(properties, schema.names, table=t.name)
         existed = {}
 
         def mutate(head):

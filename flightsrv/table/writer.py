@@ -26,10 +26,11 @@ import pyarrow.parquet as pq
 from flightsrv.runtime import Runtime
 from flightsrv.store.base import ObjectStore, PutMode
 from flightsrv.table.manifest import DataFile
+from flightsrv.table.properties import PROPERTIES, value
 from flightsrv.table.schema import has_stats, stat_to_json
 
-DEFAULT_TARGET_FILE_SIZE = 256 * 1024 * 1024
-DEFAULT_ROW_GROUP_BYTES = 16 * 1024 * 1024  # uncompressed; ~2-8 MiB compressed
+DEFAULT_TARGET_FILE_SIZE = PROPERTIES["target_file_size"].default
+DEFAULT_ROW_GROUP_BYTES = PROPERTIES["row_group_bytes"].default  # uncompressed; ~2-8 MiB zstd
 MAX_ROW_GROUP_ROWS = 1 << 20
 
 
@@ -37,19 +38,15 @@ MAX_ROW_GROUP_ROWS = 1 << 20
 class WriteOptions:
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
-    compression: str = "zstd"
+    compression: str = PROPERTIES["compression"].default
     compression_level: int | None = None
 
     @classmethod
     def from_properties(cls, props: dict) -> "WriteOptions":
-        kw = {}
-        if "target_file_size" in props:
-            kw["target_file_size"] = int(props["target_file_size"])
-        if "row_group_bytes" in props:
-            kw["row_group_bytes"] = int(props["row_group_bytes"])
-        if "compression" in props:
-            kw["compression"] = str(props["compression"])
-        return cls(**kw)
+        """From table properties (typed by ``flightsrv.table.properties``)."""
+        return cls(target_file_size=value(props, "target_file_size"),
+                   row_group_bytes=value(props, "row_group_bytes"),
+                   compression=value(props, "compression"))
 
 
 def data_key(runtime: Runtime) -> str:

@@ -1,0 +1,5 @@
+import sys
+
+from flightsrv.cli import main
+
+sys.exit(main())

@@ -1,0 +1,229 @@
+"""What every command shares: the argument parser with its global options, exit codes, opening
+the warehouse (read-only commands never create one), input files, durations and secrets.
+
+Exit codes: 0 success; 1 the command ran and failed (no such table, a SQL error, a taken
+port, the store refused); 2 the command line is wrong (``UsageError``: unknown option, bad
+value, missing input file), and nothing was touched; 130 interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+from flightsrv.errors import ConfigurationError
+
+DEFAULT_WAREHOUSE = "./warehouse"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class UsageError(ConfigurationError):
+    """The command line itself is wrong (exit code 2); nothing was read or written."""
+
+
+class NoWarehouse(ConfigurationError):
+    """A read-only command was pointed at a location that holds no warehouse."""
+
+
+# -- the parser ------------------------------------------------------------------------
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Appends ``(default: X)`` to every option whose default is a value (not None/False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if "%(default)" in text or "default" in text or d is None or d is False \
+                or d is argparse.SUPPRESS or d == []:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (``UsageError``) instead of usage + exit."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command accepts before or after its name. Only the top-level parser
+    holds their defaults; on a subcommand they are SUPPRESS, so a value given before the
+    subcommand survives unless it is given again after it."""
+
+    def d(value):
+        return value if top else argparse.SUPPRESS
+
+    g = parser.add_argument_group("global options (before or after the command)")
+    g.add_argument("--warehouse", metavar="PATH|s3://BUCKET/PREFIX",
+                   default=d(os.environ.get("FLIGHTSRV_WAREHOUSE", DEFAULT_WAREHOUSE)),
+                   help="where the tables live (default: $FLIGHTSRV_WAREHOUSE, else "
+                        f"{DEFAULT_WAREHOUSE})")
+    g.add_argument("--log-level", choices=LOG_LEVELS, default=d(None),
+                   help="log verbosity on stderr (default: info for serve, warning otherwise)")
+    g.add_argument("--debug", action="store_true", default=d(False),
+                   help="on an error, print the full traceback instead of one line")
+
+
+def global_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    for name, value in (("warehouse", os.environ.get("FLIGHTSRV_WAREHOUSE", DEFAULT_WAREHOUSE)),
+                        ("log_level", None), ("debug", False)):
+        if not hasattr(args, name):
+            setattr(args, name, value)
+    return args
+
+
+# -- the warehouse ---------------------------------------------------------------------
+
+
+def open_warehouse(args, *, must_exist: bool = True):
+    """The warehouse of ``--warehouse``. ``must_exist`` (every command that only reads, or
+    writes into an existing table) refuses a location holding no warehouse, creating
+    nothing; ``table create``, ``serve`` and the demo create it on their first write."""
+    from flightsrv.warehouse import Warehouse
+
+    wh = Warehouse.open(args.warehouse)
+    if must_exist and not wh.is_initialized():
+        hint = ""
+        if wh.is_table_location():
+            hint = "; this is the directory of a table, its warehouse is the parent directory"
+        raise NoWarehouse(f"no warehouse at {args.warehouse} (create one with "
+                          f"`flightsrv table create NAME --schema ...`{hint})")
+    return wh
+
+
+# -- input files -----------------------------------------------------------------------
+
+_KINDS = ((".csv", "csv"), (".csv.gz", "csv"), (".tsv", "tsv"), (".json", "json"),
+          (".jsonl", "json"), (".ndjson", "json"), (".json.gz", "json"),
+          (".jsonl.gz", "json"), (".parquet", "parquet"), (".pq", "parquet"))
+
+
+def input_kind(path: str) -> str:
+    """csv | tsv | json | parquet from the file name (case-insensitive); a directory is a
+    Parquet dataset. UsageError for a missing file or an unknown extension."""
+    if not os.path.exists(path):
+        raise UsageError(f"no such file: {path}")
+    if os.path.isdir(path):
+        return "parquet"
+    low = path.lower()
+    for ext, kind in _KINDS:
+        if low.endswith(ext):
+            return kind
+    raise UsageError(f"cannot tell the format of {path} from its name (use .parquet, .csv, "
+                     ".tsv, .json, .jsonl or .ndjson)")
+
+
+def read_input(path: str):
+    """A RecordBatchReader over one input file (kind from ``input_kind``)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.dataset as ds
+    import pyarrow.json as pjson
+
+    kind = input_kind(path)
+    try:
+        if kind in ("csv", "tsv"):
+            parse = pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",")
+            return pcsv.open_csv(path, parse_options=parse)
+        if kind == "json":
+            return pjson.read_json(path).to_reader()
+        return ds.dataset(path, format="parquet").scanner().to_reader()
+    except (pa.ArrowException, OSError) as exc:
+        raise ConfigurationError(f"cannot read {kind} file: {one_line(exc)}", file=path) from None
+
+
+def input_schema(path: str):
+    """The Arrow schema of an input file, read without loading it all (CSV: first block)."""
+    reader = read_input(path)
+    try:
+        return reader.schema
+    finally:
+        close = getattr(reader, "close", None)
+        if close:
+            close()
+
+
+# -- values --------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)?\s*$", re.IGNORECASE)
+_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """``3600``, ``90s``, ``15m``, ``1h``, ``7d``, ``2w`` -> seconds (argparse ``type``)."""
+    m = _DURATION.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (seconds, or a number with s, m, h, d or w)")
+    return float(m.group(1)) * _SECONDS[(m.group(2) or "").lower() or None]
+
+
+def format_duration(seconds: float) -> str:
+    for unit, n in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n and seconds % n == 0:
+            return f"{int(seconds // n)}{unit}"
+    return f"{seconds:g}s"
+
+
+def read_secret_file(path: str, option: str) -> str:
+    """The first non-empty line of a secret file (``--auth-token-file`` and friends)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    except FileNotFoundError:
+        raise UsageError(f"{option}: no such file: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {path}: {exc.strerror}") from None
+    if not lines:
+        raise UsageError(f"{option}: {path} holds no secret")
+    return lines[0]
+
+
+def secret_lines(path: str, option: str) -> list[str]:
+    """Every non-empty, non-comment line of a secrets file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    except FileNotFoundError:
+        raise UsageError(f"{option}: no such file: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {path}: {exc.strerror}") from None
+
+
+def require_file(path: str | None, option: str) -> None:
+    """UsageError naming the option when ``path`` is given but is not a readable file."""
+    if path is None:
+        return
+    if not os.path.exists(path):
+        raise UsageError(f"{option}: no such file: {path}")
+    if not os.path.isfile(path):
+        raise UsageError(f"{option}: not a file: {path}")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{option}: cannot read {path} (permission denied)")
+
+
+def one_line(exc: BaseException | str) -> str:
+    """An error's text on one line (the first line of a multi-line message, whitespace
+    collapsed)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return " ".join(first.split()) or type(exc).__name__
+
+
+def say(text: str) -> None:
+    """A human line on stderr (progress, notices): stdout carries only results."""
+    sys.stderr.write(f"flightsrv: {text}\n")
+    sys.stderr.flush()
+
+
+def warn(text: str) -> None:
+    say(f"warning: {text}")

@@ -1,0 +1,224 @@
+"""The ``flightsrv`` entry point: parser assembly and the error boundary.
+
+Every error leaves as one line on stderr, ``flightsrv: error: ...``, with exit code 2 when
+the command line is wrong and 1 when the command failed; ``--debug`` prints the traceback
+instead. A closed stdout (``flightsrv table scan t | head``) ends the command quietly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+
+from flightsrv.cli import output, serve, sql, table, tools
+from flightsrv.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    UsageError,
+    add_global_options,
+    global_defaults,
+    one_line,
+)
+from flightsrv.errors import ConfigurationError, FlightsrvError
+
+DESCRIPTION = """\
+flightsrv: lakehouse tables on object storage with constant-time deletes, served over
+Arrow Flight SQL by DuckDB.
+
+  flightsrv serve                  run the Flight SQL server (seeds a demo table on first start)
+  flightsrv sql ["SELECT ..."]     run SQL here or on a server (--server), or open a shell
+  flightsrv table COMMAND ...      list | create | append | scan | head | delete | history |
+                                   describe | set-property | drop | stats | compact | expire |
+                                   vacuum | purge
+  flightsrv demo                   the table format in one minute
+  flightsrv user hash NAME         a users-file line for basic auth
+  flightsrv pipeline ...           the Spark example pipeline (needs pyspark)
+
+Global options go before or after the command. Exit codes: 0 ok, 1 the command failed,
+2 the command line is wrong, 130 interrupted.
+"""
+
+_GLOBAL_WITH_VALUE = ("--warehouse", "--log-level")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("flightsrv")
+    except Exception:  # noqa: BLE001 - not installed: the source tree's version
+        from flightsrv import __version__
+
+        return __version__
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="flightsrv", description=DESCRIPTION)
+    p.add_argument("--version", action="version", version=f"flightsrv {_version()}",
+                   help="print the version and exit")
+    add_global_options(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    made: list = []
+
+    def command(subparsers, name, helptext, func, description=None):
+        leaf = subparsers.add_parser(name, help=helptext, description=description or helptext)
+        leaf.set_defaults(func=func)
+        made.append(leaf)
+        return leaf
+
+    serve.add_parser(sub, command)
+    sql.add_parser(sub, command)
+    table.add_parser(sub, command)
+    tools.add_parsers(sub, command)
+    # global options on every parser below the top (listed last in each help)
+    for parser in _all_parsers(p):
+        if parser is not p and parser.prog != "flightsrv pipeline":
+            add_global_options(parser, top=False)
+    return p
+
+
+def _all_parsers(p):
+    import argparse
+
+    out = [p]
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                out += _all_parsers(child)
+    return out
+
+
+def _command_index(argv: list[str]) -> int | None:
+    """Position of the command word in ``argv`` (skipping global options and values)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return i + 1 if i + 1 < len(argv) else None
+        if a in _GLOBAL_WITH_VALUE:
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        return i
+    return None
+
+
+def parse_args(argv: list[str]):
+    """Parse ``argv``; everything after ``pipeline`` goes to the pipeline's own parser, except
+    the global options, which are taken out wherever they are."""
+    import argparse
+
+    i = _command_index(argv)
+    rest = None
+    if i is not None and argv[i] == "pipeline":
+        argv, rest = argv[:i + 1], argv[i + 1:]
+    args = build_parser().parse_args(argv)
+    if rest is not None:
+        g = Parser(prog="flightsrv pipeline", add_help=False)
+        add_global_options(g, top=False)
+        known, args.rest = g.parse_known_args(rest, argparse.Namespace())
+        for k, v in vars(known).items():
+            setattr(args, k, v)
+    return global_defaults(args)
+
+
+class _LogfmtFormatter(logging.Formatter):
+    """``level logger: message key=value ...`` for the commands' logs (serve logs JSON)."""
+
+    def format(self, record):
+        from flightsrv.server.app import _RECORD_ATTRS
+
+        extra = {k: v for k, v in record.__dict__.items() if k not in _RECORD_ATTRS}
+        fields = record.__dict__.get("fields")
+        if isinstance(fields, dict):
+            extra.update(fields)
+        kv = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+        return f"flightsrv: {record.levelname.lower()} {record.name}: {record.getMessage()}" + (
+            f" {kv}" if kv else "")
+
+
+def configure_logging(level_name: str | None) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LogfmtFormatter())
+    root = logging.getLogger("flightsrv")
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, (level_name or "warning").upper()))
+    root.propagate = False
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for an error: the message (class name first for errors that are not the
+    caller's to fix), an OS error's reason and file, or an unexpected error's class."""
+    import pyarrow as pa
+
+    from flightsrv.errors import _fmt
+
+    if isinstance(exc, FlightsrvError):
+        # the message's first line, then its key=value context (which a multi-line message
+        # would otherwise push off the line)
+        text = one_line(_fmt(one_line(exc.message), exc.context))
+        if isinstance(exc, (ConfigurationError, serve.ServerStartError, sql.RemoteError)):
+            return text
+        return f"{type(exc).__name__}: {text}"
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    if isinstance(exc, pa.ArrowException):
+        return one_line(exc)
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(exc, ClientError):
+            err = exc.response.get("Error", {})
+            return f"S3: {err.get('Code', '?')}: {err.get('Message', '')}".strip()
+        if isinstance(exc, BotoCoreError):
+            return f"S3: {one_line(exc)}"
+    except ImportError:
+        pass
+    return (f"unexpected {type(exc).__name__}: {one_line(exc)} (run with --debug for the "
+            "traceback)")
+
+
+def _quiet_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null so the interpreter's final flush is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = parse_args(argv)
+        debug = args.debug
+        if args.func is not serve.cmd_serve:
+            configure_logging(args.log_level)
+        if getattr(args, "format", None) in output.FORMATS and hasattr(args, "output"):
+            output.check_output_args(args)
+        return args.func(args) or EXIT_OK
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_OK
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write("flightsrv: interrupted\n")
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the one place every error becomes one line
+        if debug:
+            traceback.print_exc()
+        try:
+            sys.stderr.write(f"flightsrv: error: {error_text(exc)}\n")
+        except BrokenPipeError:
+            pass
+        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED

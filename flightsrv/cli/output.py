@@ -1,0 +1,250 @@
+"""Writing results: ``--format table|csv|jsonl|parquet`` and ``--output FILE``.
+
+- ``table``: an aligned text table for people, at most ``--max-rows`` rows (it says so when
+  it stopped early), then ``(N rows)``.
+- ``csv``: a header line, then RFC 4180 rows (pyarrow's CSV writer), streamed; NULL is an
+  empty field, an empty string is ``""``.
+- ``jsonl``: one JSON object per row, streamed. Timestamps and dates are ISO 8601 strings,
+  decimals are strings (exact), binary is base64, NaN/Infinity are strings.
+- ``parquet``: one Parquet file (zstd); needs ``--output`` or a redirected stdout.
+
+``--output FILE`` is written to a temporary name next to it and renamed when complete, so a
+failed or interrupted command leaves no file, and never half of one.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import decimal
+import json
+import math
+import os
+import sys
+from typing import Iterator
+
+import pyarrow as pa
+
+from flightsrv.cli.common import UsageError
+
+FORMATS = ("table", "csv", "jsonl", "parquet")
+DEFAULT_MAX_ROWS = 1000
+_MAX_CELL = 80
+
+
+def add_output_options(parser, *, default: str = "table") -> None:
+    g = parser.add_argument_group("output")
+    g.add_argument("--format", choices=FORMATS, default=default,
+                   help="result format: an aligned table, CSV, JSON lines or Parquet")
+    g.add_argument("--output", "-o", metavar="FILE",
+                   help="write the result to FILE (atomically) instead of stdout")
+    g.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, metavar="N",
+                   help="rows shown by --format table (0: all); other formats write every row")
+
+
+def check_output_args(args) -> None:
+    """Usage errors found before anything runs."""
+    if getattr(args, "max_rows", 0) < 0:
+        raise UsageError("--max-rows must be 0 or more")
+    if args.format == "parquet" and not args.output and sys.stdout.isatty():
+        raise UsageError("parquet is binary: give --output FILE or redirect stdout")
+    out = args.output
+    if out:
+        parent = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--output: no such directory: {parent}")
+        if os.path.isdir(out):
+            raise UsageError(f"--output: {out} is a directory")
+
+
+@contextlib.contextmanager
+def _binary_target(output: str | None):
+    """A binary stream for the result: a temp file renamed to ``output`` on success (removed
+    on failure), or stdout."""
+    if output is None:
+        sys.stdout.flush()
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    tmp = os.path.join(os.path.dirname(os.path.abspath(output)),
+                       f".{os.path.basename(output)}.{os.getpid()}.partial")
+    f = open(tmp, "wb")
+    try:
+        yield f
+        f.close()
+        os.replace(tmp, output)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_result(reader: pa.RecordBatchReader, args) -> int:
+    """Write every batch of ``reader`` in ``args.format`` to ``args.output`` or stdout;
+    returns the number of rows written."""
+    fmt = args.format
+    with _binary_target(getattr(args, "output", None)) as out:
+        if fmt == "table":
+            return _write_table(reader, out, getattr(args, "max_rows", DEFAULT_MAX_ROWS))
+        if fmt == "csv":
+            return _write_csv(reader, out)
+        if fmt == "jsonl":
+            return _write_jsonl(reader, out)
+        if fmt == "parquet":
+            return _write_parquet(reader, out)
+    raise UsageError(f"unknown format {fmt}")
+
+
+def write_rows(rows: list[dict], args) -> int:
+    """``write_result`` for a small list of dicts (summaries, listings)."""
+    if rows:
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        data = {c: [_plain(r.get(c)) for r in rows] for c in cols}
+        for c, values in data.items():  # a column of mixed types becomes text
+            if len({type(v) for v in values if v is not None and v != ""}) > 1 \
+                    or any(v == "" for v in values):
+                data[c] = [None if v is None else str(v) for v in values]
+        table = pa.table(data)
+    else:
+        table = pa.table({})
+    return write_result(table.to_reader(), args)
+
+
+def _plain(v):
+    """Nested values become JSON text, so a listing always fits flat columns."""
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, default=str)
+    return v
+
+
+# -- table -------------------------------------------------------------------------
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, dt.datetime):
+        s = v.isoformat(sep=" ")
+    elif isinstance(v, (bytes, bytearray)):
+        s = "\\x" + bytes(v).hex()
+    elif isinstance(v, float):
+        s = repr(v)
+    elif isinstance(v, (dict, list)):
+        s = json.dumps(v, default=_json_default)
+    else:
+        s = str(v)
+    s = s.replace("\n", "\\n").replace("\t", " ")
+    return s if len(s) <= _MAX_CELL else s[:_MAX_CELL - 1] + "…"
+
+
+def _write_table(reader: pa.RecordBatchReader, out, max_rows: int) -> int:
+    names = reader.schema.names
+    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+               or pa.types.is_decimal(f.type) for f in reader.schema]
+    rows: list[list[str]] = []
+    more = False
+    for batch in reader:
+        for row in batch.to_pylist():
+            if max_rows and len(rows) >= max_rows:
+                more = True
+                break
+            rows.append([_cell(row[n]) for n in names])
+        if more:
+            break
+    enc = "utf-8"
+    if not names:
+        out.write(b"(no columns)\n")
+        return 0
+    widths = [max(len(n), *(len(r[i]) for r in rows)) if rows else len(n)
+              for i, n in enumerate(names)]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if num else c.ljust(w)
+                         for c, w, num in zip(cells, widths, numeric, strict=True)).rstrip() + "\n"
+
+    out.write(line(names).encode(enc))
+    out.write(("  ".join("-" * w for w in widths) + "\n").encode(enc))
+    for r in rows:
+        out.write(line(r).encode(enc))
+    if more:
+        out.write(f"({len(rows)} rows shown; more rows were not read: use --max-rows 0 for all, "
+                  f"or --format csv)\n".encode(enc))
+    else:
+        out.write(f"({len(rows)} row{'' if len(rows) == 1 else 's'})\n".encode(enc))
+    return len(rows)
+
+
+# -- csv ---------------------------------------------------------------------------
+
+
+def _write_csv(reader: pa.RecordBatchReader, out) -> int:
+    import pyarrow.csv as pcsv
+
+    from flightsrv.errors import ConfigurationError
+
+    for f in reader.schema:
+        if pa.types.is_nested(f.type):
+            raise ConfigurationError("CSV cannot hold a nested column; use --format jsonl or "
+                                     "parquet", column=f.name, type=str(f.type))
+    n = 0
+    with pcsv.CSVWriter(out, reader.schema) as w:
+        for batch in reader:
+            w.write_batch(batch)
+            n += batch.num_rows
+    return n
+
+
+# -- jsonl -------------------------------------------------------------------------
+
+
+def _json_default(v):
+    if isinstance(v, (dt.datetime, dt.date, dt.time)):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, dt.timedelta):
+        return v.total_seconds()
+    return str(v)
+
+
+def _finite(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def jsonl_lines(reader: pa.RecordBatchReader) -> Iterator[str]:
+    for batch in reader:
+        for row in batch.to_pylist():
+            yield json.dumps(_finite(row), default=_json_default, ensure_ascii=False,
+                             allow_nan=False) + "\n"
+
+
+def _write_jsonl(reader: pa.RecordBatchReader, out) -> int:
+    n = 0
+    for text in jsonl_lines(reader):
+        out.write(text.encode("utf-8"))
+        n += 1
+    return n
+
+
+# -- parquet -----------------------------------------------------------------------
+
+
+def _write_parquet(reader: pa.RecordBatchReader, out) -> int:
+    import pyarrow.parquet as pq
+
+    n = 0
+    with pq.ParquetWriter(out, reader.schema, compression="zstd") as w:
+        for batch in reader:
+            w.write_batch(batch)
+            n += batch.num_rows
+    return n

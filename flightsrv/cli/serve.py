@@ -1,0 +1,202 @@
+"""``flightsrv serve``: the Flight SQL server over the warehouse.
+
+Everything that can be checked before the server starts is checked first, each failure one
+line: tokens and their files, the users file, the TLS files, the warehouse location and the
+port. ``flightsrv: serving ...`` is printed once the port is bound, with the real port (also
+for ``--port 0``). Serving beyond loopback without auth is allowed but warned about.
+
+Secrets need not be on the command line (where ``ps`` shows them): ``--auth-token-file FILE``
+or ``$FLIGHTSRV_AUTH_TOKEN_FILE`` (one ``TOKEN[:reader|writer]`` per line) and
+``$FLIGHTSRV_AUTH_TOKEN`` (one ``TOKEN[:reader|writer]``) add to ``--auth-token``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import sys
+
+from flightsrv.cli.common import (
+    UsageError,
+    one_line,
+    open_warehouse,
+    require_file,
+    secret_lines,
+    warn,
+)
+from flightsrv.errors import ConfigurationError, FlightsrvError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 31337
+
+
+SERVE_HELP = """\
+Run the Arrow Flight SQL server over the warehouse (ADBC, JDBC, BI tools). The first start
+on an empty local warehouse seeds the demo table demo_events. Options are checked before
+anything starts; "flightsrv: serving ..." is printed once the port is bound (the real port
+for --port 0). Logs are JSON lines on stderr. Ctrl-C or SIGTERM stop it cleanly.
+
+Secrets stay off the command line with --auth-token-file / $FLIGHTSRV_AUTH_TOKEN_FILE (one
+TOKEN[:reader|writer] per line), $FLIGHTSRV_AUTH_TOKEN (one more token) and
+$FLIGHTSRV_USERS_FILE."""
+
+
+class ServerStartError(FlightsrvError):
+    """The server could not start listening (port taken, address not local)."""
+
+
+def add_parser(sub, command) -> None:
+    s = command(sub, "serve", "run the Flight SQL server", cmd_serve, description=SERVE_HELP)
+    s.add_argument("--host", default=DEFAULT_HOST,
+                   help="listen address; 0.0.0.0 for every interface (then use auth)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help="listen port; 0 picks a free one (printed once bound)")
+    a = s.add_argument_group("auth (none given: every client is a writer)")
+    a.add_argument("--auth-token", action="append", metavar="TOKEN[:reader|writer]",
+                   help="accept this bearer token (repeatable; role default writer); "
+                        "prefer --auth-token-file, the command line is visible to other users")
+    a.add_argument("--auth-token-file", metavar="FILE",
+                   default=os.environ.get("FLIGHTSRV_AUTH_TOKEN_FILE"),
+                   help="accept the tokens in FILE, one TOKEN[:reader|writer] per line "
+                        "(default: $FLIGHTSRV_AUTH_TOKEN_FILE; $FLIGHTSRV_AUTH_TOKEN adds one "
+                        "more)")
+    a.add_argument("--users-file", metavar="FILE", default=os.environ.get("FLIGHTSRV_USERS_FILE"),
+                   help="user:hash:role lines for basic auth, made with `flightsrv user hash` "
+                        "(default: $FLIGHTSRV_USERS_FILE)")
+    t = s.add_argument_group("TLS")
+    t.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (with --tls-key)")
+    t.add_argument("--tls-key", metavar="FILE", help="PEM private key (with --tls-cert)")
+    d = s.add_argument_group("demo table")
+    d.add_argument("--no-demo", action="store_true",
+                   help="do not seed the demo table (default: seed an empty local warehouse)")
+    d.add_argument("--demo", action="store_true",
+                   help="seed the demo table into an empty warehouse, also on S3")
+
+
+def _token_specs(args) -> list[tuple[str, str]]:
+    """(spec, where it came from) for every token source."""
+    specs = [(spec, "--auth-token") for spec in args.auth_token or []]
+    env = os.environ.get("FLIGHTSRV_AUTH_TOKEN")
+    if env and env.strip():
+        specs.append((env.strip(), "$FLIGHTSRV_AUTH_TOKEN"))
+    if args.auth_token_file:
+        specs += [(line, f"--auth-token-file {args.auth_token_file}")
+                  for line in secret_lines(args.auth_token_file, "--auth-token-file")]
+    return specs
+
+
+def resolve_auth(args):
+    """The AuthConfig from tokens and the users file, or None (no auth). UsageError for a
+    bad token spec or a missing file."""
+    from flightsrv.engine.api import Role
+    from flightsrv.server.auth import AuthConfig, Principal
+
+    tokens = {}
+    for spec, where in _token_specs(args):
+        token, colon, role = spec.rpartition(":")
+        if not colon:
+            token, role = spec, ""
+        if not token or role.lower() not in ("", "reader", "writer"):
+            raise UsageError(f"{where}: a token is TOKEN[:reader|writer]")
+        role = role.lower()
+        tokens[token] = Principal(user=f"token-{len(tokens) + 1}", role=Role(role or "writer"))
+    if args.users_file:
+        require_file(args.users_file, "--users-file")
+        try:
+            return AuthConfig.from_users_file(args.users_file, tokens=tokens)
+        except ConfigurationError as exc:
+            raise UsageError(f"--users-file: {exc}") from None
+    return AuthConfig(tokens=tokens) if tokens else None
+
+
+def resolve_tls(args):
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("TLS needs both --tls-cert and --tls-key")
+    if not args.tls_cert:
+        return None
+    require_file(args.tls_cert, "--tls-cert")
+    require_file(args.tls_key, "--tls-key")
+    from flightsrv.server.flight import TlsConfig
+
+    return TlsConfig(cert_path=args.tls_cert, key_path=args.tls_key)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail early, in one line, when ``host:port`` cannot be listened on. gRPC's own failure
+    is an opaque "Server did not start properly" plus native log lines."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a port number (0-65535)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ServerStartError(f"cannot listen on {host}: {exc.strerror}", host=host) from None
+    if port == 0:
+        return
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            if exc.errno in (98, 48):  # EADDRINUSE (Linux, macOS)
+                raise ServerStartError(
+                    f"port {port} on {host} is already in use (stop the other server, or pick "
+                    "another with --port, or --port 0 for a free one)") from None
+            raise ServerStartError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def cmd_serve(args) -> int:
+    from flightsrv.demo import DEMO_TABLE, seed_demo
+    from flightsrv.engine.duck import DuckEngine
+    from flightsrv.server.app import configure_json_logging, serve
+
+    auth = resolve_auth(args)
+    tls = resolve_tls(args)
+    check_port(args.host, args.port)
+    level = getattr(logging, (args.log_level or "info").upper())
+    if level > logging.DEBUG:
+        # gRPC's own log lines are unstructured and, for a bind failure, precede our one
+        # line; --log-level debug (or setting GRPC_VERBOSITY yourself) keeps them
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    configure_json_logging(level)
+    wh = open_warehouse(args, must_exist=False)
+    wh.is_initialized()  # a file where the warehouse should be fails here, in one line
+    seed = args.demo or (not args.no_demo and not args.warehouse.startswith("s3://"))
+    if seed and seed_demo(wh):
+        logging.getLogger("flightsrv.cli").info(
+            "seeded demo table", extra={"fields": {"table": DEMO_TABLE, "warehouse": wh.uri}})
+    scheme = "grpc+tls" if tls else "grpc"
+
+    def started(port: int) -> None:
+        tables = ", ".join(wh.list_tables()) or "-"
+        sys.stderr.write(f"flightsrv: serving {wh.uri} on {scheme}://{args.host}:{port} "
+                         f"(tables: {tables}; Ctrl-C stops)\n")
+        if auth is None and not is_loopback(args.host):
+            warn(f"serving on {args.host} without --auth-token or --users-file: anyone who "
+                 f"can reach port {port} can read and change every table")
+        sys.stderr.flush()
+
+    engine = DuckEngine(wh)
+    try:
+        serve(engine, args.host, args.port, auth=auth, tls=tls, log_level=level,
+              on_start=started)
+    except FlightsrvError:
+        raise
+    except Exception as exc:  # gRPC's failure to bind is an opaque ArrowException
+        raise ServerStartError(f"the server did not start on {args.host}:{args.port} "
+                               f"({one_line(exc)}); is the port in use or the address not "
+                               "one of this machine's?") from None
+    finally:
+        engine.close()
+    return 0

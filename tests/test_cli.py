@@ -1,0 +1,631 @@
+"""The ``flightsrv`` executable, run as a real subprocess, for every case of issue 17: each
+failing case asserts its exit code, a one-line stderr without a traceback, and that nothing
+was written where nothing should be.
+
+Exit codes: 0 ok, 1 the command failed, 2 the command line is wrong, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from flightsrv import Warehouse
+
+BIN = Path(sys.executable).with_name("flightsrv")
+CMD = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "flightsrv.cli"]
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+def run(*args, cwd=None, env=None, timeout=120, stdin=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CMD, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=timeout, input=stdin)
+
+
+def failed(proc, code: int, *needles: str) -> str:
+    """Assert the one-line failure and return the line."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("flightsrv: error: "), lines
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def tree(path) -> dict[str, int]:
+    """Every file under ``path`` (relative name -> size): the 'nothing written' check."""
+    root = Path(path)
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
+            if p.is_file() or p.is_dir()}
+
+
+@pytest.fixture
+def wh(tmp_path) -> str:
+    """A warehouse with table ``people`` (3 rows over 2 versions)."""
+    path = str(tmp_path / "wh")
+    t = Warehouse.open(path).create_table("people", SCHEMA)
+    t.append(pa.table({"id": [1, 2, 3], "name": ["ann", "bob", "cy"]}))
+    return path
+
+
+def people(path):
+    return Warehouse.open(path).table("people")
+
+
+# -- read-only commands never create a warehouse ------------------------------------------
+
+READ_ONLY = [["table", "list"], ["table", "scan", "people"], ["table", "head", "people"],
+             ["table", "history", "people"], ["table", "describe", "people"],
+             ["table", "stats", "people"], ["sql", "SELECT 1"]]
+
+
+@pytest.mark.parametrize("command", READ_ONLY, ids=lambda c: "-".join(c[:2]))
+def test_read_only_commands_on_a_mistyped_path_create_nothing(tmp_path, command):
+    proc = run("--warehouse", "./whh", *command, cwd=tmp_path)
+    failed(proc, 1, "no warehouse at ./whh", "flightsrv table create")
+    assert tree(tmp_path) == {}
+
+
+def test_missing_parent_dot_and_a_tables_own_directory_are_not_warehouses(tmp_path, wh):
+    failed(run("table", "list", "--warehouse", tmp_path / "no" / "such" / "dir"), 1,
+           "no warehouse at")
+    assert not (tmp_path / "no").exists()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("hello")
+    before = tree(project)
+    failed(run("--warehouse", ".", "table", "list", cwd=project), 1, "no warehouse at .")
+    assert tree(project) == before
+    before = tree(wh)
+    failed(run("--warehouse", Path(wh) / "people", "table", "list"), 1,
+           "directory of a table", "parent")
+    assert tree(wh) == before
+
+
+def test_a_file_as_warehouse_is_one_line(tmp_path):
+    f = tmp_path / "wh"
+    f.write_text("not a directory")
+    failed(run("--warehouse", f, "table", "list"), 1, "is a file")
+    failed(run("--warehouse", f, "table", "create", "t", "--schema", "id:int64"), 1,
+           "not a directory")
+    assert f.read_text() == "not a directory"
+
+
+# -- validation before writing ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--schema", "id:int64,id:string"], "duplicate column name"),
+    (["--schema", "id:int64,ID:string"], "case-insensitive"),
+    (["--schema", "id:int65"], "is not name:type"),
+    (["--schema", "id:int64", "--property", "target_file_size=64XB"], "64MB or 1GiB"),
+    (["--schema", "id:int64", "--property", "target_filesize=64MB"], "known="),
+    (["--schema", "id:int64", "--property", "sort_key=ts"], "missing=ts"),
+    (["--schema", "id:int64", "--property", "novalue"], "KEY=VALUE"),
+    ([], "exactly one of --schema and --from-file"),
+])
+def test_create_refuses_bad_definitions_before_writing(tmp_path, args, needle):
+    failed(run("--warehouse", tmp_path / "wh", "table", "create", "t", *args), 2, needle)
+    assert tree(tmp_path) == {}
+
+
+def test_sizes_as_64MB_are_accepted_and_appends_work(tmp_path):
+    wh = tmp_path / "wh"
+    proc = run("--warehouse", wh, "table", "create", "t", "--schema", "id:int64,name:string",
+               "--property", "target_file_size=64MB", "--property", "row_group_bytes=1KiB",
+               "--property", "user.owner=data team")
+    assert proc.returncode == 0, proc.stderr
+    csv = tmp_path / "rows.csv"
+    csv.write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(2000)))
+    proc = run("--warehouse", wh, "table", "append", "t", csv)
+    assert proc.returncode == 0, proc.stderr
+    t = Warehouse.open(str(wh)).table("t")
+    assert t.count_rows() == 2000
+    assert t.properties == {"target_file_size": "64000000", "row_group_bytes": "1024",
+                            "user.owner": "data team"}
+    assert t.head().data_files[0].row_group_offsets[1] > 0  # 1KiB row groups took effect
+
+
+def test_set_property_checks_types_and_commits_once(wh):
+    v = people(wh).head().version
+    failed(run("--warehouse", wh, "table", "set-property", "people", "target_file_size=big"), 2,
+           "property=target_file_size")
+    failed(run("--warehouse", wh, "table", "set-property", "people", "colour=red"), 2,
+           "user.", "known=")
+    failed(run("--warehouse", wh, "table", "set-property", "people", "sort_key=age"), 2,
+           "missing=age")
+    failed(run("--warehouse", wh, "table", "set-property", "people"), 2, "KEY=VALUE")
+    assert people(wh).head().version == v
+    proc = run("--warehouse", wh, "table", "set-property", "people", "target_file_size=1GiB",
+               "delete_mode=splice", "sort_key=id")
+    assert proc.returncode == 0, proc.stderr
+    assert "1073741824 (1GiB)" in proc.stdout
+    t = people(wh)
+    assert t.head().version == v + 1
+    assert t.properties == {"target_file_size": str(1 << 30), "delete_mode": "splice",
+                            "sort_key": "id"}
+    proc = run("--warehouse", wh, "table", "set-property", "people", "--unset", "delete_mode")
+    assert proc.returncode == 0 and "delete_mode" not in people(wh).properties
+
+
+# -- appends: file checks, atomicity, progress ----------------------------------------------
+
+
+def test_append_checks_every_file_before_writing(wh, tmp_path):
+    good = tmp_path / "good.csv"
+    good.write_text("id,name\n4,dee\n")
+    before = tree(wh)
+    failed(run("--warehouse", wh, "table", "append", "people", good, tmp_path / "missing.csv"),
+           2, "no such file", "missing.csv")
+    (tmp_path / "notes.txt").write_text("x")
+    failed(run("--warehouse", wh, "table", "append", "people", good, tmp_path / "notes.txt"),
+           2, "cannot tell the format")
+    assert tree(wh) == before
+
+
+def test_append_upper_case_extensions(wh, tmp_path):
+    (tmp_path / "good.CSV").write_text("id,name\n4,dee\n")
+    (tmp_path / "more.JSONL").write_text('{"id": 5, "name": "eve"}\n')
+    pq.write_table(pa.table({"id": [6], "name": ["fay"]}), tmp_path / "x.PARQUET")
+    proc = run("--warehouse", wh, "table", "append", "people", tmp_path / "good.CSV",
+               tmp_path / "more.JSONL", tmp_path / "x.PARQUET")
+    assert proc.returncode == 0, proc.stderr
+    t = people(wh)
+    assert sorted(t.to_table().column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]
+    assert t.history(limit=1)[0]["files_added"] == 3  # one commit for the three files
+
+
+def test_a_bad_file_mid_append_commits_nothing_and_leaves_no_files(wh, tmp_path):
+    files = []
+    for i in range(3):
+        f = tmp_path / f"ok{i}.csv"
+        f.write_text("id,name\n" + "".join(f"{i * 100 + j},x\n" for j in range(100)))
+        files.append(f)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,name\n7,ok\nnot-a-number,x\n")
+    v = people(wh).head().version
+    before = tree(wh)
+    proc = run("--warehouse", wh, "table", "append", "people", *files, bad)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[-1].startswith("flightsrv: error: ") and "file=" in lines[-1]
+    assert "bad.csv" in lines[-1]
+    progress = [ln for ln in lines[:-1] if ln.startswith("append people")]
+    assert progress and "failed" in progress[-1] and "done" not in progress[-1]
+    assert people(wh).head().version == v
+    after = tree(wh)
+    assert not [k for k in after if k.startswith(".flightsrv/tmp/")]
+    # no new object anywhere: the data files of ok0..ok2 were deleted again (lock files of
+    # the store's per-key locks are its own bookkeeping, never listed as objects)
+    assert {k for k in set(after) - set(before) if not k.startswith(".flightsrv/locks/")} \
+        <= {k for k in after if (Path(wh) / k).is_dir()}
+
+
+def test_ctrl_c_during_a_many_file_append_commits_nothing(wh, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(300):
+        (src / f"f{i:03d}.csv").write_text(f"id,name\n{i},x\n")
+    v = people(wh).head().version
+    proc = subprocess.Popen([*CMD, "--warehouse", wh, "table", "append", "people",
+                             *sorted(map(str, src.iterdir()))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    data = Path(wh) / "people" / "data"
+    before = set(data.rglob("*.parquet"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(set(data.rglob("*.parquet")) - before) < 3:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[-1] == "flightsrv: interrupted"
+    assert "interrupted" in lines[-2] and lines[-2].startswith("append people")
+    assert people(wh).head().version == v
+    assert set(data.rglob("*.parquet")) == before  # the files written so far were deleted
+    assert not list((Path(wh) / ".flightsrv" / "tmp").iterdir())
+
+
+def test_create_from_file(tmp_path):
+    src = tmp_path / "Events.Parquet"
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int32()), "kind": ["a", "b"]}), src)
+    wh = tmp_path / "wh"
+    proc = run("--warehouse", wh, "table", "create", "events", "--from-file", src)
+    assert proc.returncode == 0, proc.stderr
+    t = Warehouse.open(str(wh)).table("events")
+    assert t.schema == pa.schema([("id", pa.int32()), ("kind", pa.string())])
+    assert t.to_table().to_pylist() == [{"id": 1, "kind": "a"}, {"id": 2, "kind": "b"}]
+    proc = run("--warehouse", wh, "table", "create", "empty", "--from-file", src,
+               "--schema-only")
+    assert proc.returncode == 0 and Warehouse.open(str(wh)).table("empty").count_rows() == 0
+    dup = tmp_path / "dup.csv"
+    dup.write_text("id,ID\n1,2\n")
+    failed(run("--warehouse", wh, "table", "create", "d", "--from-file", dup), 2,
+           "case-insensitive")
+    assert "d" not in Warehouse.open(str(wh)).list_tables()
+
+
+# -- broken pipes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["table", "scan", "big"], ["table", "history", "big"],
+                                     ["table", "scan", "big", "--format", "csv"]],
+                         ids=["scan", "history", "scan-csv"])
+def test_a_closed_pipe_ends_quietly(tmp_path, command):
+    path = str(tmp_path / "wh")
+    t = Warehouse.open(path).create_table("big", SCHEMA)
+    t.append(pa.table({"id": list(range(50_000)), "name": ["n" * 20] * 50_000}))
+    t.delete("id < 10")
+    proc = subprocess.Popen([*CMD, "--warehouse", path, *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    first = proc.stdout.readline()  # like `| head -1`
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 0
+    assert first and err == ""
+
+
+# -- serve ----------------------------------------------------------------------------------
+
+
+def _taken_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s
+
+
+def test_serve_on_a_taken_port_says_so(tmp_path):
+    with _taken_port() as s:
+        port = s.getsockname()[1]
+        proc = run("--warehouse", tmp_path / "wh", "serve", "--port", port, timeout=60)
+    line = failed(proc, 1, f"port {port}", "already in use")
+    assert "serving" not in proc.stderr and "nanobind" not in line
+    assert tree(tmp_path) == {}
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--users-file", "users.txt"], "--users-file: no such file: users.txt"),
+    (["--tls-cert", "c.pem", "--tls-key", "k.pem"], "--tls-cert: no such file: c.pem"),
+    (["--tls-cert", "c.pem"], "--tls-key"),
+    (["--auth-token-file", "tokens"], "--auth-token-file: no such file"),
+    (["--auth-token", "tok:admin"], "TOKEN[:reader|writer]"),
+    (["--port", "70000"], "not a port number"),
+    (["--nope"], "unrecognized arguments: --nope"),
+])
+def test_serve_refuses_bad_options_before_touching_anything(tmp_path, args, needle):
+    proc = run("serve", "--warehouse", "wh", *args, cwd=tmp_path, timeout=60)
+    failed(proc, 2, needle)
+    assert tree(tmp_path) == {}
+
+
+class Serving:
+    """``flightsrv serve`` in a subprocess, stopped by SIGTERM; its stderr lines."""
+
+    def __init__(self, *args, env=None):
+        self.proc = subprocess.Popen([*CMD, *map(str, args)], stderr=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if line.startswith("flightsrv: serving"):
+                # the warning, if any, follows at once
+                return
+        self.stop()
+        raise AssertionError("did not start:\n" + "\n".join(self.lines))
+
+    @property
+    def port(self) -> int:
+        return next(json.loads(ln)["port"] for ln in self.lines if ln.startswith("{")
+                    and json.loads(ln).get("event") == "start")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        _, rest = self.proc.communicate(timeout=60)
+        self.lines += rest.splitlines()
+        return self.proc.returncode
+
+
+def test_serve_port_0_prints_the_bound_port_and_takes_options_after_the_command(tmp_path):
+    srv = Serving("serve", "--warehouse", tmp_path / "wh", "--port", "0", "--no-demo",
+                  "--log-level", "warning")
+    try:
+        serving = next(ln for ln in srv.lines if ln.startswith("flightsrv: serving"))
+        port = int(serving.split("127.0.0.1:")[1].split()[0])
+        assert port != 0
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        assert str(tmp_path / "wh") in serving
+    finally:
+        assert srv.stop() == 0
+    assert not [ln for ln in srv.lines if ln.startswith("{") and '"info"' in ln]  # warning level
+    assert not any("warning" in ln for ln in srv.lines)  # loopback: no warning
+
+
+def test_serve_on_all_interfaces_without_auth_warns(tmp_path):
+    srv = Serving("--warehouse", tmp_path / "wh", "serve", "--host", "0.0.0.0", "--port", "0",
+                  "--no-demo")
+    try:
+        line = srv.proc.stderr.readline()
+    finally:
+        srv.stop()
+    assert line.startswith("flightsrv: warning: serving on 0.0.0.0 without --auth-token")
+    token = tmp_path / "token"
+    token.write_text("s3cret:reader\n")
+    srv = Serving("--warehouse", tmp_path / "wh", "serve", "--host", "0.0.0.0", "--port", "0",
+                  "--no-demo", "--auth-token-file", token)
+    try:
+        pass
+    finally:
+        srv.stop()
+    assert not any("warning" in ln for ln in srv.lines)
+
+
+def test_serve_help_shows_the_global_options():
+    proc = run("serve", "--help")
+    assert proc.returncode == 0
+    for option in ("--warehouse", "--log-level", "--debug", "--auth-token-file"):
+        assert option in proc.stdout
+
+
+# -- S3 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_s3_missing_bucket_and_missing_credentials_are_one_line(subprocess_env, moto_s3):
+    failed(run("--warehouse", "s3://no-such-bucket-x/wh", "table", "list", env=subprocess_env),
+           1, "no such bucket", "bucket=no-such-bucket-x")
+    failed(run("--warehouse", "s3://no-such-bucket-x/wh", "table", "create", "t", "--schema",
+               "id:int64", env=subprocess_env), 1, "no such bucket")
+    env = {k: v for k, v in subprocess_env.items() if not k.startswith("AWS_")}
+    env.update(AWS_ENDPOINT_URL=moto_s3.endpoint, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+               AWS_CONFIG_FILE=os.devnull, AWS_EC2_METADATA_DISABLED="true")
+    failed(run("--warehouse", "s3://flightsrv-test/creds", "table", "list", env=env), 1,
+           "no AWS credentials found")
+
+
+@pytest.mark.s3
+def test_s3_read_only_commands_create_nothing(s3_uri, subprocess_env):
+    import boto3
+
+    failed(run("--warehouse", s3_uri, "table", "list", env=subprocess_env), 1, "no warehouse at")
+    bucket, prefix = s3_uri[5:].split("/", 1)
+    listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)
+    assert listed.get("KeyCount", 0) == 0
+
+
+# -- other commands ---------------------------------------------------------------------
+
+
+def test_global_options_before_or_after_the_command(wh, tmp_path):
+    for args in (["--warehouse", wh, "table", "list"], ["table", "list", "--warehouse", wh],
+                 ["table", "--warehouse", wh, "list"],
+                 ["--warehouse", "elsewhere", "table", "list", "--warehouse", wh]):
+        proc = run(*args, "--format", "csv", cwd=tmp_path)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert proc.stdout.splitlines()[1].startswith('"people",1,3,1,')
+    env = {**os.environ, "FLIGHTSRV_WAREHOUSE": wh}
+    assert run("table", "list", env=env, cwd=tmp_path).returncode == 0
+
+
+def test_version_and_usage_errors():
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("flightsrv 0.")
+    failed(run("tabel", "list"), 2, "invalid choice")
+    failed(run("table", "scan"), 2, "the following arguments are required: table",
+           "flightsrv table scan --help")
+    failed(run("table", "vacuum", "t", "--grace", "soon"), 2, "is not a duration")
+
+
+def test_runtime_errors_exit_1_and_debug_shows_the_traceback(wh):
+    failed(run("--warehouse", wh, "table", "scan", "nope"), 1, "no such table", "table=nope")
+    failed(run("--warehouse", wh, "table", "scan", "people", "--version", "99"), 1,
+           "version=99")
+    proc = run("--warehouse", wh, "table", "scan", "nope", "--debug")
+    assert proc.returncode == 1 and "Traceback" in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("flightsrv: error: no such table")
+
+
+def test_describe_drop_and_history(wh):
+    proc = run("--warehouse", wh, "table", "describe", "people", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["version"] == 1 and info["live_rows"] == 3
+    assert info["columns"] == [{"name": "id", "type": "int64", "nullable": True},
+                               {"name": "name", "type": "string", "nullable": True}]
+    assert {p["name"] for p in info["properties"]} >= {"target_file_size", "delete_mode"}
+    proc = run("--warehouse", wh, "table", "describe", "people")
+    assert "target_file_size" in proc.stdout and "(256MiB)" in proc.stdout
+    proc = run("--warehouse", wh, "table", "history", "people", "--format", "jsonl")
+    ops = [json.loads(ln)["operation"] for ln in proc.stdout.splitlines()]
+    assert ops == ["append", "create"]
+    assert run("--warehouse", wh, "table", "drop", "people").returncode == 0
+    assert Warehouse.open(wh).list_tables() == []
+    failed(run("--warehouse", wh, "table", "drop", "people"), 1, "no such table")
+    assert run("--warehouse", wh, "table", "drop", "people", "--if-exists").returncode == 0
+
+
+def test_delete_dry_run_counts_with_the_engine_and_changes_nothing(wh):
+    v = people(wh).head().version
+    proc = run("--warehouse", wh, "table", "delete", "people", "--where",
+               "name LIKE '%b%' OR id IS NULL", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "would delete 1 rows" in proc.stdout
+    assert people(wh).head().version == v
+    proc = run("--warehouse", wh, "table", "delete", "people", "--where",
+               "name LIKE '%b%' OR id IS NULL")
+    assert proc.returncode == 0 and "deleted 1 rows" in proc.stdout
+    assert sorted(people(wh).to_table().column("id").to_pylist()) == [1, 3]
+    failed(run("--warehouse", wh, "table", "delete", "people", "--where", "nope = 1",
+               "--dry-run"), 1, "nope")
+
+
+def test_compact_and_expire_dry_runs_change_nothing(wh, tmp_path):
+    t = people(wh)
+    for i in range(3):
+        t.append(pa.table({"id": [10 + i], "name": ["x"]}))
+    t.delete("id = 10")
+    head = t.head()
+    before = tree(wh)
+    proc = run("--warehouse", wh, "table", "compact", "people", "--dry-run", "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert '"dry_run",true' in proc.stdout or '"dry_run","True"' in proc.stdout
+    proc = run("--warehouse", wh, "table", "expire", "people", "--retain-last", "1",
+               "--dry-run", "--format", "jsonl")
+    rows = {r["metric"]: r["value"] for r in map(json.loads, proc.stdout.splitlines())}
+    assert rows["versions_expired"] == str(head.version)
+    assert tree(wh) == before and people(wh).head().version == head.version
+    proc = run("--warehouse", wh, "table", "compact", "people", "--target-file-size", "64MB")
+    assert proc.returncode == 0, proc.stderr
+    assert "compact people" in proc.stderr and "done" in proc.stderr
+    assert people(wh).head().operation == "compact"
+
+
+def test_vacuum_enforces_the_minimum_grace_like_sql(wh):
+    t = people(wh)
+    files, _, _ = t.write_files(pa.table({"id": [9], "name": ["orphan"]}))  # never committed
+    orphan = Path(wh) / "people" / files[0].path
+    failed(run("--warehouse", wh, "table", "vacuum", "people", "--grace", "0"), 1,
+           "minimum grace of 1 hour", "vacuum.allow_short_grace=true", "table=people")
+    assert orphan.exists()
+    assert run("--warehouse", wh, "table", "vacuum", "people", "--grace", "0",
+               "--dry-run").returncode == 1
+    run("--warehouse", wh, "table", "set-property", "people", "vacuum.allow_short_grace=true")
+    proc = run("--warehouse", wh, "table", "vacuum", "people", "--grace", "0s")
+    assert proc.returncode == 0, proc.stderr
+    assert not orphan.exists()
+
+
+def test_log_level_info_shows_commits(wh, tmp_path):
+    (tmp_path / "a.csv").write_text("id,name\n9,z\n")
+    proc = run("--warehouse", wh, "--log-level", "info", "table", "append", "people",
+               tmp_path / "a.csv")
+    assert proc.returncode == 0
+    assert any(ln.startswith("flightsrv: info flightsrv.commit: commit") and "table=people" in ln
+               for ln in proc.stderr.splitlines())
+    proc = run("--warehouse", wh, "table", "append", "people", tmp_path / "a.csv")
+    assert "flightsrv.commit" not in proc.stderr  # default: warnings only
+
+
+def test_user_hash_reads_the_password_from_the_environment():
+    from flightsrv.server.auth import AuthConfig
+
+    env = {**os.environ, "FLIGHTSRV_PASSWORD": "pw"}
+    proc = run("user", "hash", "ann", "--role", "writer", env=env)
+    assert proc.returncode == 0, proc.stderr
+    name, pw_hash, role = proc.stdout.strip().split(":")
+    assert (name, role) == ("ann", "writer") and pw_hash.startswith("pbkdf2_sha256$")
+    failed(run("user", "hash", "ann", stdin=""), 2, "no password")
+    assert AuthConfig  # the users-file format is covered by test_serve_cli
+
+
+def test_every_option_has_help_and_shows_its_default():
+    import argparse
+
+    from flightsrv.cli.main import _all_parsers, build_parser
+
+    for parser in _all_parsers(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            assert action.help, (parser.prog, action.dest)
+            d = action.default
+            if d is not None and d is not False and d is not argparse.SUPPRESS and d != []:
+                text = parser.formatter_class(parser.prog)._get_help_string(action)
+                assert "default" in text, (parser.prog, action.dest)
+
+
+def test_pipeline_both_spellings_parse_the_same():
+    from flightsrv.cli.main import parse_args
+    from flightsrv.spark.pipeline import build_parser
+
+    a = parse_args(["pipeline", "--generate", "100", "--warehouse", "w1"])
+    b = parse_args(["--warehouse", "w1", "pipeline", "run", "--generate", "100"])
+    assert a.rest == ["--generate", "100"] and b.rest == ["run", "--generate", "100"]
+    assert a.warehouse == b.warehouse == "w1"
+    pa_, pb = build_parser().parse_args(a.rest), build_parser().parse_args(b.rest)
+    assert vars(pa_) == vars(pb)
+    # a table called "pipeline" is not the pipeline command
+    c = parse_args(["table", "create", "pipeline", "--schema", "id:int64"])
+    assert c.table == "pipeline"
+
+
+def test_secrets_from_environment_variables_and_files(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# tokens for the test\nfile-writer:writer\nfile-reader:reader\n")
+    env = {**os.environ, "FLIGHTSRV_AUTH_TOKEN_FILE": str(tokens),
+           "FLIGHTSRV_AUTH_TOKEN": "env-token:reader"}
+    path = str(tmp_path / "wh")
+    Warehouse.open(path).create_table("people", SCHEMA).append(
+        pa.table({"id": [1, 2], "name": ["a", "b"]}))
+    srv = Serving("serve", "--warehouse", path, "--port", "0", env=env)
+    try:
+        uri = f"grpc://127.0.0.1:{srv.port}"
+        for token in ("file-writer", "file-reader", "env-token"):
+            proc = run("sql", "--server", uri, "SELECT count(*) AS n FROM people",
+                       "--format", "csv", env={**os.environ, "FLIGHTSRV_TOKEN": token})
+            assert proc.returncode == 0, (token, proc.stderr)
+            assert proc.stdout.splitlines() == ['"n"', "2"]
+        failed(run("sql", "--server", uri, "SELECT 1",
+                   env={**os.environ, "FLIGHTSRV_TOKEN": "guess"}), 1, "UNAUTHENTICATED")
+        failed(run("sql", "--server", uri, "DELETE FROM people",
+                   env={**os.environ, "FLIGHTSRV_TOKEN": "env-token"}), 1, "UNAUTHORIZED")
+        proc = run("sql", "--server", uri, "DELETE FROM people WHERE id = 1",
+                   env={**os.environ, "FLIGHTSRV_TOKEN": "file-writer"})
+        assert proc.returncode == 0 and people(path).count_rows() == 1
+    finally:
+        assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("error,word", [(None, "done in"), (ValueError("bad row 7"), "failed"),
+                                        (KeyboardInterrupt(), "interrupted")])
+def test_progress_ends_with_how_the_work_ended(error, word):
+    import io
+
+    from flightsrv.progress import Progress
+
+    buf = io.StringIO()
+    p = Progress("job", total=3, stream=buf)
+
+    def work():  # like the maintenance code: finish() in a finally, no arguments
+        try:
+            p.advance(1)
+            if error is not None:
+                raise error
+        finally:
+            p.finish()
+
+    if error is None:
+        work()
+    else:
+        with pytest.raises(type(error)):
+            work()
+    p.finish()  # a second call (the CLI's own) changes nothing
+    last = buf.getvalue().splitlines()[-1]
+    assert word in last and len(buf.getvalue().splitlines()) == 2
+    assert p.outcome == word.split()[0]
+    if error is not None:
+        assert "done" not in last
+    if isinstance(error, ValueError):
+        assert "bad row 7" in last

@@ -1,0 +1,209 @@
+"""``flightsrv sql`` as a real subprocess, in process on the warehouse and against a running
+server (``--server``), for every output format; the interactive shell through a
+prompt_toolkit pipe; scripts on stdin and ``-f``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import subprocess
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from test_cli import CMD, failed, run, tree
+
+from flightsrv import Warehouse
+from flightsrv.engine.api import Role
+from flightsrv.engine.duck import DuckEngine
+from flightsrv.server import AuthConfig, Principal, start_in_thread
+
+TOKEN = "cli-test-token"
+T0 = dt.datetime(2026, 11, 1, 12, 0, tzinfo=dt.timezone.utc)
+ITEMS = pa.table({
+    "id": pa.array([1, 2, 3], pa.int64()),
+    "name": ["ann", None, "c;d"],
+    "amount": [1.5, 2.25, None],
+    "at": pa.array([T0, T0 + dt.timedelta(hours=1), None], pa.timestamp("us", tz="UTC")),
+    "ok": [True, False, None],
+})
+QUERY = "SELECT * FROM items ORDER BY id"
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("sql") / "wh")
+    Warehouse.open(path).create_table("items", ITEMS.schema).append(ITEMS)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(warehouse):
+    engine = DuckEngine(Warehouse.open(warehouse))
+    auth = AuthConfig(tokens={TOKEN: Principal("cli", Role.WRITER)})
+    srv, port = start_in_thread(engine, auth=auth)
+    yield f"grpc://127.0.0.1:{port}"
+    srv.shutdown()
+    engine.close()
+
+
+@pytest.fixture(params=["local", "server"])
+def target(request, warehouse, tmp_path) -> list[str]:
+    """The arguments that point ``flightsrv sql`` at the warehouse, or at the server."""
+    if request.param == "local":
+        return ["--warehouse", warehouse]
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    return ["--server", request.getfixturevalue("server"), "--token-file", str(token)]
+
+
+def test_format_table(target):
+    proc = run("sql", QUERY, *target)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["id", "name", "amount", "at", "ok"]
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    assert lines[2].split()[:3] == ["1", "ann", "1.5"]
+    assert lines[3].split()[:2] == ["2", "NULL"]
+    assert "2026-11-01 12:00:00+00:00" in lines[2]
+    assert lines[-1] == "(3 rows)"
+
+
+def test_format_csv(target):
+    proc = run("sql", QUERY, *target, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == '"id","name","amount","at","ok"'
+    back = pcsv.read_csv(io.BytesIO(proc.stdout.encode()), convert_options=pcsv.ConvertOptions(
+        strings_can_be_null=True, quoted_strings_can_be_null=False))  # NULL: an empty field
+    assert back.column("id").to_pylist() == [1, 2, 3]
+    assert back.column("name").to_pylist() == ["ann", None, "c;d"]
+    assert back.column("amount").to_pylist() == [1.5, 2.25, None]
+    assert back.column("ok").to_pylist() == [True, False, None]
+    assert back.column("at").cast(pa.timestamp("us", tz="UTC")).equals(ITEMS.column("at"))
+
+
+def test_format_jsonl(target):
+    proc = run("sql", QUERY, *target, "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert rows == [
+        {"id": 1, "name": "ann", "amount": 1.5, "at": "2026-11-01T12:00:00+00:00", "ok": True},
+        {"id": 2, "name": None, "amount": 2.25, "at": "2026-11-01T13:00:00+00:00", "ok": False},
+        {"id": 3, "name": "c;d", "amount": None, "at": None, "ok": None},
+    ]
+
+
+def test_format_parquet_to_a_file_and_to_stdout(target, tmp_path):
+    out = tmp_path / "items.parquet"
+    proc = run("sql", QUERY, *target, "--format", "parquet", "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert pq.read_table(out).cast(ITEMS.schema).equals(ITEMS)  # DuckDB names UTC Etc/UTC
+    piped = pq.read_table(pa.BufferReader(subprocess.run(
+        [*CMD, "sql", QUERY, *target, "--format", "parquet"], capture_output=True,
+        check=True).stdout))
+    assert piped.cast(ITEMS.schema).equals(ITEMS)
+
+
+def test_errors_are_one_line_and_leave_no_output_file(target, tmp_path):
+    out = tmp_path / "never.csv"
+    failed(run("sql", "SELEC 1", *target, "--format", "csv", "--output", out), 1,
+           "syntax error", "SELEC 1")
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name != "token"]
+    failed(run("sql", "SELECT * FROM nope", *target), 1, "nope")
+
+
+def test_statements_that_write_answer_rows_affected(target, warehouse):
+    name = "w_" + ("local" if "--warehouse" in target else "remote")
+    proc = run("sql", f"CREATE TABLE {name} AS SELECT range AS id FROM range(10)", *target)
+    assert proc.returncode == 0, proc.stderr
+    proc = run("sql", f"DELETE FROM {name} WHERE id < 4", *target, "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"rows_affected": 4}
+    assert Warehouse.open(warehouse).table(name).count_rows() == 6
+    proc = run("sql", f"DROP TABLE {name}", *target)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_script_on_stdin_and_from_a_file(target, tmp_path):
+    script = "SELECT 1 AS a;\n-- a comment; with a semicolon\nSELECT 'x;y' AS b;\n"
+    proc = run("sql", *target, "--format", "jsonl", stdin=script)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(ln) for ln in proc.stdout.splitlines()] == [{"a": 1}, {"b": "x;y"}]
+    f = tmp_path / "q.sql"
+    f.write_text("SELECT 2 AS a; SELEC; SELECT 3 AS a;")
+    proc = run("sql", *target, "-f", f, "--format", "jsonl")
+    assert proc.returncode == 1 and proc.stdout.strip() == '{"a": 2}'  # stops at the error
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_server_auth_errors_are_one_line(server, tmp_path):
+    failed(run("sql", "SELECT 1", "--server", server), 1, "UNAUTHENTICATED")
+    failed(run("sql", "SELECT 1", "--server", server, "--token", "wrong"), 1, "UNAUTHENTICATED")
+    failed(run("sql", "SELECT 1", "--server", "grpc://127.0.0.1:1", "--token", "x"), 1,
+           "grpc://127.0.0.1:1")
+    failed(run("sql", "SELECT 1", "--server", "http://x"), 2, "grpc://HOST:PORT")
+    failed(run("sql", "SELECT 1", "--token", "x", "--warehouse", tmp_path), 2, "need --server")
+    failed(run("sql", "SELECT 1", "--server", server, "--token-file", tmp_path / "none"), 2,
+           "--token-file: no such file")
+
+
+def test_local_sql_needs_a_warehouse_unless_it_writes(tmp_path):
+    failed(run("sql", "SELECT 1", "--warehouse", tmp_path / "nowh"), 1, "no warehouse at")
+    assert tree(tmp_path) == {}
+    proc = run("sql", "CREATE TABLE t (a INTEGER)", "--warehouse", tmp_path / "new")
+    assert proc.returncode == 0, proc.stderr
+    assert Warehouse.open(str(tmp_path / "new")).list_tables() == ["t"]
+
+
+def test_parquet_to_a_terminal_is_refused(warehouse):
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([*CMD, "sql", QUERY, "--warehouse", warehouse, "--format",
+                               "parquet"], stdout=slave, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 2 and "parquet is binary" in proc.stderr
+
+
+def test_the_shell_runs_multi_line_statements_and_keeps_history(warehouse, tmp_path,
+                                                               monkeypatch, capsys):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from flightsrv.cli import sql
+    from flightsrv.cli.main import parse_args
+
+    history = tmp_path / "history"
+    monkeypatch.setenv("FLIGHTSRV_HISTORY", str(history))
+    args = parse_args(["sql", "--warehouse", warehouse, "--format", "csv"])
+    with create_pipe_input() as inp:
+        inp.send_text("SELECT id,\n  name\nFROM items\nWHERE id < 3\nORDER BY id;\n"
+                      "SELEC 1;\n.tables\n.format jsonl\nSELECT 'a;b' AS s;\n.quit\n")
+        assert sql.shell(args, input=inp, output_stream=DummyOutput()) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ['"id","name"', "1,\"ann\"", "2,", "items", '{"s": "a;b"}']
+    assert [ln for ln in err.splitlines() if ln.startswith("flightsrv: error:")] == [
+        ("flightsrv: error: syntax error: Invalid expression / Unexpected token "
+         "(statement='SELEC 1' line=1 col=7)")]
+    saved = history.read_text()
+    assert "+SELECT id,\n+  name\n+FROM items" in saved and "+.tables" in saved
+
+
+def test_statement_splitting_and_completeness():
+    from flightsrv.cli.sql import is_complete, split_statements
+
+    assert split_statements("SELECT 1; SELECT ';' ; -- x;\n") == ["SELECT 1", "SELECT ';'"]
+    assert split_statements('SELECT "a;b" FROM t') == ['SELECT "a;b" FROM t']
+    assert split_statements("SELECT 'open") == ["SELECT 'open"]
+    assert split_statements("  ;; ") == []
+    assert is_complete("SELECT 1;") and is_complete(".tables") and is_complete("")
+    assert not is_complete("SELECT 1") and not is_complete("SELECT ';")
+    assert is_complete("SELECT 1; -- a trailing comment")
