@@ -34,6 +34,18 @@ def s3_uri(moto_s3, request):
 
 
 @pytest.fixture
+def s3_uri_factory(moto_s3, request):
+    """A function returning a fresh S3 warehouse location per call (for hypothesis tests,
+    whose examples share one function-scoped fixture)."""
+    name = request.node.name.split("[")[0][:32].replace("_", "-")
+
+    def make() -> str:
+        return f"s3://{BUCKET}/{name}-{uuid.uuid4().hex[:10]}"
+
+    return make
+
+
+@pytest.fixture
 def local_uri(tmp_path):
     return str(tmp_path / "warehouse")
 

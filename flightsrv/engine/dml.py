@@ -62,10 +62,10 @@ class Cut:
     clauses: dict[str, tuple[int, int]]  # WORD -> (char start of the clause body, end)
 
 
-def _cut(stmt: st.Statement, words: set[str], order: list[str], sql: str) -> Cut:
+def _cut(stmt: st.Statement, words: set[str], sql: str) -> Cut:
     text = stmt.text
     end = len(text.rstrip().rstrip(";").rstrip())
-    toks = [t for t in tx.tokenize(text[:end])]
+    toks = tx.tokenize(text[:end])
     found = tx.clause_starts(toks, words)
     seen: dict[str, int] = {}
     for word, i in found:
@@ -112,7 +112,7 @@ def _positions(found: pa.Table, file_list) -> dict[str, BitMap64]:
     out: dict[str, BitMap64] = {}
     for chunk_f, chunk_p in zip(np.split(files, bounds), np.split(pos, bounds)):
         bm = BitMap64()
-        bm.update(chunk_p.tolist())
+        bm.update(chunk_p)
         out[file_list[int(chunk_f[0])].path] = bm
     return out
 
@@ -202,7 +202,7 @@ class Dml:
         def run():
             pinner = self.engine._pinner()
             snap, scans, edits = self._plan(ctx, stmt, tree, target, pinner, sql)
-            cut = _cut(stmt, {"USING", "WHERE", "RETURNING"}, [], sql)
+            cut = _cut(stmt, {"USING", "WHERE", "RETURNING"}, sql)
             edits = edits + self._param_edits(cut, values)
             items = self._slice(cut, "USING", edits)
             cond = self._slice(cut, "WHERE", edits)
@@ -252,7 +252,6 @@ class Dml:
 
     def update(self, ctx, stmt, tree, values) -> int:
         sql = stmt.sql
-        target = tree.this
         if tree.args.get("returning"):
             raise SqlError("UPDATE ... RETURNING is not supported", statement=st._short(sql))
         _deterministic([tree.args.get("where"), tree.args.get("from_")], sql)
@@ -273,7 +272,6 @@ class Dml:
 
     def merge(self, ctx, stmt, tree, values) -> int:
         sql = stmt.sql
-        target = tree.this
         whens = tree.args.get("whens")
         clauses = whens.expressions if whens is not None else []
         if tree.args.get("returning"):
@@ -311,7 +309,7 @@ class Dml:
         def run():
             pinner = self.engine._pinner()
             snap, scans, edits = self._plan(ctx, stmt, tree, target, pinner, sql)
-            cut = _cut(stmt, words, [], sql)
+            cut = _cut(stmt, words, sql)
             params = self._param_edits(cut, values)
             a = self._alias(target)
             find = candidates(cut, edits + params, a)
@@ -324,11 +322,16 @@ class Dml:
             target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap, None, prune)
             with self.engine._statement_cursor(ctx) as cur:
                 file_list = self.engine._register(cur, ctx, target_scan, hidden=True)
+                others = {}
                 for scan in scans:
+                    # read each other relation once, as Arrow: both phases scan it, and an
+                    # Arrow scan of a snapshot can be read only once
                     self.engine._register(cur, ctx, scan)
+                    others[scan.relation] = self.engine._fetch(
+                        cur, ctx, f"SELECT * FROM {scan.relation}", sql)
+                    cur.execute(f"DROP VIEW {scan.relation}")
+                    cur.register(scan.relation, others[scan.relation])
                 found = self.engine._fetch(cur, ctx, find, sql)
-                others = {s.relation: self.engine._fetch(cur, ctx, f"SELECT * FROM {s.relation}",
-                                                         sql) for s in scans}
             ctx.info.tables[stmt.table] = snap.version
             names = list(snap.schema.names)
             rows = found.select(names)

@@ -210,7 +210,7 @@ class DuckEngine:
         stmt = _parse(sql)
         if isinstance(stmt, st.Maintenance):
             self._check_role(stmt, session)
-            table = mx.run_maintenance(self._table(stmt.table), stmt)
+            table = mx.run_maintenance(self._maintenance_table(stmt), stmt)
             info = ExecInfo(kind="maintenance", rows=table.num_rows)
             return QueryResult(table.schema, table.to_reader(), info)
         if not isinstance(stmt, st.Query):
@@ -293,6 +293,17 @@ class DuckEngine:
             if isinstance(e, TableNotFound):
                 raise
             raise TableNotFound("no such table", table=fn.table, reason=e.message) from None
+
+    def _maintenance_table(self, stmt: st.Maintenance):
+        """The table a maintenance verb runs on; VACUUM also cleans up after a DROP."""
+        if stmt.verb == "vacuum":
+            try:
+                return self.warehouse.table(stmt.table, dropped_ok=True)
+            except ConfigurationError as e:
+                if isinstance(e, TableNotFound):
+                    raise
+                raise TableNotFound("no such table", table=stmt.table, reason=e.message) from None
+        return self._table(stmt.table)
 
     def _table(self, name: str):
         try:
@@ -525,7 +536,7 @@ class DuckEngine:
                     raise
             return 0
         if isinstance(stmt, st.Maintenance):
-            mx.run_maintenance(self._table(stmt.table), stmt)
+            mx.run_maintenance(self._maintenance_table(stmt), stmt)
             return 0
         raise SqlError("statement kind not handled", statement=st._short(sql),
                        kind=type(stmt).__name__)

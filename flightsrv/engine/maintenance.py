@@ -113,8 +113,9 @@ def run_maintenance(table, stmt: Maintenance) -> pa.Table:
     if stmt.verb == "optimize":
         rows += _result_rows(table.name, "compact", table.compact())
     elif stmt.verb == "vacuum":
+        props = table.log.head().properties  # (a dropped table keeps its last properties)
         if stmt.retain_hours is not None and stmt.retain_hours < MIN_GRACE_HOURS and \
-                str(table.properties.get(ALLOW_SHORT_GRACE, "")).strip().lower() != "true":
+                str(props.get(ALLOW_SHORT_GRACE, "")).strip().lower() != "true":
             raise ConfigurationError(
                 f"VACUUM RETAIN {stmt.retain_hours} HOURS is below the minimum grace of "
                 f"{MIN_GRACE_HOURS} hour: it can delete the files of a write that has not "

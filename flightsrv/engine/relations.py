@@ -98,6 +98,39 @@ def _is_clean(f: DataFile) -> bool:
     return (f.dv is None or f.dv.cardinality == 0) and not f.deleted_row_groups
 
 
+def _has_nested_float(t: pa.DataType) -> bool:
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_nested_float(t.value_type) or pa.types.is_floating(t.value_type)
+    if pa.types.is_struct(t):
+        return any(pa.types.is_floating(t.field(i).type) or _has_nested_float(t.field(i).type)
+                   for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return any(pa.types.is_floating(x) or _has_nested_float(x)
+                   for x in (t.key_type, t.item_type))
+    return False
+
+
+def _native_kind(f: DataFile, fields: list[pa.Field]) -> str:
+    """How DuckDB may read a clean file: "clean" (as is), "nan" (with its float columns
+    wrapped, see below) or "arrow" (not natively).
+
+    DuckDB 2.0's Parquet reader trusts footer min/max for floats, which leave NaN out: it
+    folds ``isnan(f)`` and ``f > 2.0`` to FALSE from the statistics and skips row groups
+    whose max is below the literal, losing NaN rows (NaN sorts above every number in
+    DuckDB). A file whose float columns the writer recorded NaN-free is safe; otherwise each
+    float column is read as ``nextafter(f, f)`` (the same value, -0.0 and NaN included,
+    with no statistics and no filter pushed into the scan); floats nested in lists or
+    structs cannot be wrapped, so such a file goes through the Arrow scan."""
+    risky = False
+    for fld in fields:
+        if pa.types.is_floating(fld.type):
+            if (f.stats.get(fld.name) or {}).get("nans") != 0:
+                risky = True
+        elif _has_nested_float(fld.type):
+            return "arrow"
+    return "nan" if risky else "clean"
+
+
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
           hidden: bool = False, native: bool = True, open_scans: bool = True,
           files: list[DataFile] | None = None) -> Relation:
@@ -130,9 +163,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                        pa.field(POSITION_COLUMN, pa.int64(), nullable=False)]
     out_schema = pa.schema(out_fields)
 
-    runs: list[tuple[str, list[DataFile]]] = []  # (clean | arrow, files)
+    fields = [schema.field(c) for c in names]
+    runs: list[tuple[str, list[DataFile]]] = []  # (clean | nan | arrow, files)
     for f in candidates:
-        kind = "clean" if native and _is_clean(f) else "arrow"
+        kind = _native_kind(f, fields) if native and _is_clean(f) else "arrow"
         contiguous = not hidden or not runs or not runs[-1][1] or \
             ordinal[id(runs[-1][1][-1])] + 1 == ordinal[id(f)]
         if runs and runs[-1][0] == kind and (kind == "arrow" or contiguous):
@@ -141,15 +175,18 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             runs.append((kind, [f]))
     parts = []
     store = snapshot.store
+    wrapped = ", ".join(f"nextafter({_ident(c)}, {_ident(c)}) AS {_ident(c)}"
+                        if pa.types.is_floating(schema.field(c).type) else _ident(c)
+                        for c in names)
     for i, (kind, run) in enumerate(runs):
-        if kind == "clean":
+        if kind in ("clean", "nan"):
             paths = []
             for f in run:
                 path = store.local_path(f.path)
                 _check_file(path, f, table)
                 rel.files[path] = (table, f.path)
                 paths.append(_literal(path))
-            cols = select
+            cols = select if kind == "clean" else wrapped
             if hidden:
                 first = ordinal[id(run[0])]
                 cols += (f", CAST(file_index + {first} AS INTEGER) AS {FILE_COLUMN}"

@@ -70,6 +70,11 @@ def function_name(node: exp.Expression) -> str:
     return type(node).__name__.lower()
 
 
+def _order(root: exp.Expression):
+    index = {id(n): i for i, n in enumerate(root.walk())}
+    return lambda node: index.get(id(node), len(index))
+
+
 def _check_reserved(tree: exp.Expression, sql: str) -> None:
     for node in tree.find_all(exp.Identifier):
         if str(node.this).lower().startswith(RESERVED):
@@ -83,31 +88,40 @@ class _Binder:
         self.skip = skip  # ids of Table nodes the caller handles (a DML target)
         self.out = Binding()
 
-    def visit(self, node: exp.Expression, scope: frozenset[str]) -> None:
-        with_ = node.args.get("with_") if isinstance(node, exp.Expression) else None
-        if isinstance(with_, exp.With):
-            names: list[str] = []
-            recursive = bool(with_.args.get("recursive"))
-            for cte in with_.expressions:
-                name = cte.alias_or_name
-                if not _PLAIN.fullmatch(name or ""):
-                    raise _err("a CTE name must be a plain identifier (letters, digits, _)",
-                               self.sql, cte, cte=repr(name))
-                own = {name.lower()} if recursive else set()
-                self.visit(cte.this, scope | frozenset(names) | own)
-                names.append(name.lower())
-            scope = scope | frozenset(names)
-        if isinstance(node, exp.Table):
-            self.table(node, scope)
-            return
-        for key, child in node.args.items():
-            if key == "with_":
+    def visit(self, root: exp.Expression, scope: frozenset[str]) -> None:
+        # iterative (an explicit stack): a WHERE of thousands of ANDed terms nests that deep
+        stack = [(root, scope)]
+        while stack:
+            node, scope = stack.pop()
+            with_ = node.args.get("with_")
+            if isinstance(with_, exp.With):
+                names: list[str] = []
+                recursive = bool(with_.args.get("recursive"))
+                for cte in with_.expressions:
+                    name = cte.alias_or_name
+                    if not _PLAIN.fullmatch(name or ""):
+                        raise _err("a CTE name must be a plain identifier (letters, digits, _)",
+                                   self.sql, cte, cte=repr(name))
+                    own = {name.lower()} if recursive else set()
+                    stack.append((cte.this, scope | frozenset(names) | own))
+                    names.append(name.lower())
+                scope = scope | frozenset(names)
+            if isinstance(node, exp.Table):
+                stack.extend((c, scope) for c in self.table(node, scope))
                 continue
-            for c in (child if isinstance(child, list) else [child]):
-                if isinstance(c, exp.Expression):
-                    self.visit(c, scope)
+            for key, child in node.args.items():
+                if key == "with_":
+                    continue
+                for c in (child if isinstance(child, list) else [child]):
+                    if isinstance(c, exp.Expression):
+                        stack.append((c, scope))
+        # walk order: callers expect references in the order they appear
+        self.out.tables.sort(key=_order(root))
+        self.out.functions.sort(key=_order(root))
+        self.out.extras.sort(key=_order(root))
 
-    def table(self, node: exp.Table, scope: frozenset[str]) -> None:
+    def table(self, node: exp.Table, scope: frozenset[str]) -> list[exp.Expression]:
+        """Resolve one table reference; returns its children that may hold subqueries."""
         inner = node.this
         if isinstance(inner, exp.Identifier):
             for part in ("db", "catalog"):
@@ -138,12 +152,14 @@ class _Binder:
                 raise _err(f"table function {name}() is not allowed", self.sql, node,
                            allowed=",".join(sorted(TABLE_FUNCTIONS | METADATA_FUNCTIONS)))
         # arguments of table functions, a sample clause, joins: may hold subqueries
+        out = []
         for key, child in node.args.items():
             if key in ("this", "db", "catalog", "alias") and isinstance(inner, exp.Identifier):
                 continue
             for c in (child if isinstance(child, list) else [child]):
                 if isinstance(c, exp.Expression):
-                    self.visit(c, scope)
+                    out.append(c)
+        return out
 
 
 def bind(tree: exp.Expression, sql: str, *, extra: frozenset[str] = frozenset(),

@@ -39,6 +39,7 @@ parsing, so every statement carries numbered placeholders and ``param_count``.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -49,7 +50,7 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from flightsrv.errors import SqlError
+from flightsrv.errors import LimitExceeded, SqlError
 from flightsrv.sql import binder, validate
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql.diag import error, position, short
@@ -210,6 +211,28 @@ _short = short
 # -- placeholders --------------------------------------------------------------------
 
 
+#: Deepest nesting of parentheses/brackets a statement may use (DuckDB's own expression depth
+#: limit is 1000; the front end's parser needs about 23 Python frames per level).
+MAX_NESTING = 250
+
+# room for MAX_NESTING levels in the recursive-descent parser (pure-Python frames)
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+
+def _check_nesting(tokens, sql: str) -> None:
+    depth = deepest = 0
+    for tok in tokens:
+        if tok.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif tok.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE):
+            depth -= 1
+    if deepest > MAX_NESTING:
+        raise LimitExceeded(f"statement nests {deepest} levels deep; the limit is "
+                            f"{MAX_NESTING}", statement=_short(sql), limit="max_nesting",
+                            value=MAX_NESTING)
+
+
 def number_placeholders(sql: str) -> tuple[str, int]:
     """Rewrite ``?`` to ``$1, $2, ...`` in text order; return the text and parameter count.
 
@@ -220,6 +243,7 @@ def number_placeholders(sql: str) -> tuple[str, int]:
         tokens = DuckDB().tokenize(sql)
     except TokenError as e:
         raise SqlError(f"cannot tokenize: {e}", statement=_short(sql)) from None
+    _check_nesting(tokens, sql)
     out, last, qmarks, numbered = [], 0, 0, 0
     for i, tok in enumerate(tokens):
         if (tok.token_type == TokenType.PLACEHOLDER and tok.text == "?") or (
@@ -249,6 +273,14 @@ def parse_statement(sql: str) -> Statement:
     """Parse and classify exactly one statement; SqlError on anything we do not run."""
     if not sql or not sql.strip():
         raise SqlError("empty statement", statement=_short(sql or ""))
+    try:
+        return _parse_statement(sql)
+    except RecursionError:
+        raise LimitExceeded("statement is too deeply nested to plan", statement=_short(sql),
+                            limit="max_nesting", value=MAX_NESTING) from None
+
+
+def _parse_statement(sql: str) -> Statement:
     text, nparams = number_placeholders(sql)
     special = _parse_special(sql, text)
     if special is not None:

@@ -140,6 +140,8 @@ class VacuumResult(_Result):
     kept_young_bytes: int = 0
     #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status)
     erasures_overdue: list = field(default_factory=list)
+    #: manifests of dropped incarnations removed (their DROP is older than the grace)
+    dropped_versions: list = field(default_factory=list)
 
     @property
     def deleted_objects(self) -> int:
@@ -722,17 +724,61 @@ def _kind(key: str) -> str:
     return key.split("/", 1)[0]
 
 
-def _retained_refs(table) -> tuple[set[str], int | None, int]:
-    """Objects referenced by any retained version (oldest listed .. head), and that range."""
+def incarnation(table, head: Manifest) -> tuple[int, int | None]:
+    """(first version of the head's incarnation, when the previous incarnation was dropped
+    in ms or None). A table dropped and created again is a new incarnation (a new
+    ``table_uuid``); a dropped head is its own incarnation, holding no data."""
+    start, v = head.version, head.version - 1
+    while v >= 0:
+        m = table.log.try_load(v)
+        if m is None or m.table_uuid != head.table_uuid or m.dropped:
+            break
+        start, v = v, v - 1
+    if head.dropped:
+        return head.version, head.created_at_ms
+    prev = table.log.try_load(start - 1) if start > 0 else None
+    return start, (prev.created_at_ms if prev is not None else None)
+
+
+def _retained_refs(table, grace_s: float = 0.0) -> tuple[set[str], int | None, int]:
+    """Objects referenced by any retained version (oldest listed .. head), and that range.
+
+    Versions of a dropped incarnation (before the last DROP) stop counting once the DROP is
+    older than ``grace_s``: SQL can no longer reach them (time travel never crosses a DROP)
+    and a reader pinned before the DROP has had the grace period to finish."""
     versions = table.log.versions()
-    head = table.head()
+    head = table.log.head()
+    if head is None:
+        return set(), None, -1
+    start, dropped_ms = incarnation(table, head)
+    now = table.runtime.clock.now_ms()
+    old_gone = dropped_ms is not None and now - dropped_ms >= grace_s * 1000
     refs: set[str] = set()
     lo = versions[0] if versions else head.version
     for v in range(lo, head.version + 1):
+        if v < start and old_gone:
+            continue
         m = head if v == head.version else table.log.try_load(v)
         if m is not None:  # missing below the head: expired meanwhile
             refs |= m.referenced_keys()
     return refs, lo, head.version
+
+
+def _expire_dropped(table, grace_s: float, dry_run: bool) -> list[int]:
+    """Delete the manifests of dropped incarnations once their DROP is older than the grace
+    (oldest first, so the retained versions stay a contiguous run ending at the head)."""
+    head = table.log.head()
+    if head is None:
+        return []
+    start, dropped_ms = incarnation(table, head)
+    now = table.runtime.clock.now_ms()
+    if dropped_ms is None or now - dropped_ms < grace_s * 1000:
+        return []
+    gone = [v for v in table.log.versions() if v < start]
+    if not dry_run:
+        for v in gone:
+            table.store.delete(manifest_key(v))
+    return gone
 
 
 def _scan_orphans(table, grace_s: float):
@@ -741,7 +787,7 @@ def _scan_orphans(table, grace_s: float):
     limit = now - int(grace_s * 1000)
     listing = [m for p in VACUUM_PREFIXES for m in table.store.list(p)]
     uploads = list(table.store.list_multipart(""))
-    refs, lo, hv = _retained_refs(table)  # read AFTER listing: sees commits that raced it
+    refs, lo, hv = _retained_refs(table, grace_s)  # AFTER listing: sees commits that raced it
     old, young = [], []
     for m in listing:
         if m.key in refs:
@@ -765,8 +811,8 @@ def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) 
     old, young, uploads, refs, lo, hv = _scan_orphans(table, grace_s)
     if old and not dry_run:
         # re-read the head: a commit after our reference read may name a listed object
-        head = table.head()
-        if head.version != hv:
+        head = table.log.head()
+        if head is not None and head.version != hv:
             for v in range(hv + 1, head.version + 1):
                 m = table.log.try_load(v)
                 if m is not None:
@@ -796,7 +842,9 @@ def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) 
                 progress.advance(1)
     finally:
         _progress_finish(progress)
-    result.erasures_overdue = _overdue(table)
+    result.dropped_versions = _expire_dropped(table, grace_s, dry_run)
+    head = table.log.head()
+    result.erasures_overdue = _overdue(table) if head is not None and not head.dropped else []
     log.info("vacuum", extra={"table": table.name, "dry_run": dry_run,
                               "objects": result.deleted_objects, "bytes": result.deleted_bytes})
     return result

@@ -62,15 +62,21 @@ class Table:
         ``as_of`` (datetime, ISO string or epoch milliseconds)."""
         if version is not None and as_of is not None:
             raise ConfigurationError("give version or as_of, not both", table=self.name)
+        head = self.head()
         if version is not None:
             m = self.log.load(int(version))
         elif as_of is not None:
             m = self._version_as_of(parse_timestamp_ms(as_of))
         else:
-            m = self.head()
+            return Snapshot(self, head)
         if m.dropped:
             raise VersionNotFound("the table was dropped at that version", table=self.name,
                                   version=m.version)
+        if m.table_uuid != head.table_uuid:
+            # time travel never crosses a DROP: a re-created table does not expose the rows
+            # of the table it replaced
+            raise VersionNotFound("that version belongs to a dropped table of the same name",
+                                  table=self.name, version=m.version)
         return Snapshot(self, m)
 
     def _version_as_of(self, ts_ms: int) -> Manifest:

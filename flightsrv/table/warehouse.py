@@ -103,9 +103,14 @@ class Warehouse:
                 t = self._tables[n] = self.table_class(self, n)
             return t
 
-    def table(self, name: str) -> Table:
+    def table(self, name: str, *, dropped_ok: bool = False) -> Table:
+        """The table ``name``; TableNotFound if it never existed or (unless ``dropped_ok``,
+        for VACUUM of what a DROP left behind) if it was dropped."""
         t = self._table(name)
-        require_table(t.log.head(), t.name)
+        head = t.log.head()
+        if dropped_ok and head is not None:
+            return t
+        require_table(head, t.name)
         return t
 
     def exists(self, name: str) -> bool:
