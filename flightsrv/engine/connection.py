@@ -33,14 +33,18 @@ LOCKDOWN = (
 
 
 def open_locked(threads: int | None = None, memory_limit: str | None = None,
-                allowed_directory: str | None = None) -> duckdb.DuckDBPyConnection:
+                allowed_directory: str | None = None,
+                temp_directory: str | None = None) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB connection with external access disabled and settings frozen;
-    ``allowed_directory`` (an absolute path) stays readable."""
+    ``allowed_directory`` (an absolute path) stays readable; ``temp_directory`` is where
+    DuckDB spills (its default is ``.tmp`` in the working directory)."""
     con = duckdb.connect(":memory:")
     if threads is not None:
         con.execute(f"SET threads={int(threads)}")
     if memory_limit is not None:
         con.execute("SET memory_limit=?", [memory_limit])
+    if temp_directory is not None:
+        con.execute("SET temp_directory=?", [os.path.abspath(temp_directory)])
     if allowed_directory is not None:
         root = os.path.join(os.path.abspath(allowed_directory), "")  # trailing "/": no siblings
         con.execute("SET allowed_directories=?", [[root]])

@@ -93,6 +93,7 @@ class DuckEngine:
     def __init__(self, warehouse, *, batch_size: int = DEFAULT_BATCH_SIZE,
                  min_batch_rows: int = DEFAULT_MIN_BATCH_ROWS,
                  threads: int | None = None, memory_limit: str | None = None,
+                 temp_directory: str | None = None,
                  group_commit: bool = True, native_scans: bool = True):
         self.warehouse = warehouse
         self.batch_size = batch_size
@@ -101,7 +102,8 @@ class DuckEngine:
         #: the local warehouse directory DuckDB reads natively, or None (S3, or disabled)
         self.native_root = native_root(warehouse) if native_scans else None
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
-                                                 allowed_directory=self.native_root))
+                                                 allowed_directory=self.native_root,
+                                                 temp_directory=temp_directory))
         #: (sql, signature of the referenced tables' schemas) -> result schema; a query's
         #: result types depend only on its text and those schemas
         self._schemas: OrderedDict = OrderedDict()
@@ -112,8 +114,8 @@ class DuckEngine:
 
     # -- Engine: metadata ----------------------------------------------------------------
 
-    def list_tables(self) -> list[str]:
-        return list(self.warehouse.list_tables())
+    def list_tables(self, broken: list | None = None) -> list[str]:
+        return list(self.warehouse.list_tables(broken))
 
     def table_schema(self, table: str) -> pa.Schema:
         return self.warehouse.table(table).snapshot().schema
