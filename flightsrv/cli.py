@@ -73,47 +73,10 @@ def _read_input(path: str):
 
 
 def cmd_serve(args) -> int:
-    from flightsrv.demo import seed_demo
-    from flightsrv.engine.api import Role
-    from flightsrv.engine.duck import DuckEngine
-    from flightsrv.server.app import configure_json_logging, serve
-    from flightsrv.server.auth import AuthConfig, Principal
+    from flightsrv.server.app import run
+    from flightsrv.server.config import ServerConfig
 
-    configure_json_logging(logging.INFO)
-    log = logging.getLogger("flightsrv.cli")
-    wh = _warehouse(args)
-    seed = args.demo or (not args.no_demo and not args.warehouse.startswith("s3://"))
-    if seed and seed_demo(wh):
-        log.info("seeded demo table", extra={"fields": {"table": "demo_events",
-                                                        "warehouse": wh.uri}})
-    auth = None
-    tokens = {}
-    for spec in args.auth_token or []:
-        token, _, role = spec.partition(":")
-        if not token or (role or "writer") not in ("reader", "writer"):
-            from flightsrv.errors import ConfigurationError
-
-            raise ConfigurationError("--auth-token is TOKEN[:reader|writer]", role=role or None)
-        tokens[token] = Principal(user=f"token-{len(tokens) + 1}", role=Role(role or "writer"))
-    if args.users_file:
-        auth = AuthConfig.from_users_file(args.users_file, tokens=tokens)
-    elif tokens:
-        auth = AuthConfig(tokens=tokens)
-    tls = None
-    if bool(args.tls_cert) != bool(args.tls_key):
-        from flightsrv.errors import ConfigurationError
-
-        raise ConfigurationError("TLS needs both --tls-cert and --tls-key",
-                                 tls_cert=args.tls_cert, tls_key=args.tls_key)
-    if args.tls_cert and args.tls_key:
-        from flightsrv.server.flight import TlsConfig
-
-        tls = TlsConfig(cert_path=args.tls_cert, key_path=args.tls_key)
-    engine = DuckEngine(wh)
-    sys.stderr.write(f"flightsrv: serving {wh.uri} on grpc{'+tls' if tls else ''}://"
-                     f"{args.host}:{args.port} (tables: {', '.join(wh.list_tables()) or '-'})\n")
-    serve(engine, args.host, args.port, auth=auth, tls=tls)
-    return 0
+    return run(ServerConfig.from_args(args), args.warehouse)
 
 
 def cmd_demo(args) -> int:
@@ -251,15 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the Flight SQL server")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=31337)
-    s.add_argument("--auth-token", action="append", metavar="TOKEN[:reader|writer]",
-                   help="accept this bearer token (repeatable)")
-    s.add_argument("--users-file", help="user:hash:role lines (see `flightsrv user hash`)")
-    s.add_argument("--tls-cert")
-    s.add_argument("--tls-key")
-    s.add_argument("--no-demo", action="store_true", help="do not seed the demo table")
-    s.add_argument("--demo", action="store_true", help="seed the demo table even on S3")
+    from flightsrv.server.config import add_serve_arguments
+
+    add_serve_arguments(s)
     s.set_defaults(func=cmd_serve)
 
     sub.add_parser("demo", help="walk through create/append/delete/scan/history").set_defaults(
