@@ -125,6 +125,7 @@ class _Statement:
     affected: int = 0
     done: bool = False
     streaming: bool = False
+    slot_released: bool = False
 
     @property
     def cancel(self) -> Cancel:
@@ -371,14 +372,25 @@ class FlightSqlServer(flight.FlightServerBase):
         except BaseException:
             self._slots.release(principal.user)
             raise
-        return _Statement(rpc, principal, prepared, call)
+        st = _Statement(rpc, principal, prepared, call)
+        # a cancelled statement gives its slot back at once, even if its stream waits for
+        # a client that is not reading
+        call.cancel.on_cancel(lambda: self._release_slot(st))
+        return st
+
+    def _release_slot(self, st: _Statement) -> None:
+        with self._active_lock:
+            if st.slot_released:
+                return
+            st.slot_released = True
+        self._slots.release(st.principal.user)
 
     def _end(self, st: _Statement, error: BaseException | None = None) -> None:
         if st.done:
             return
         st.done = True
         self._calls.finish(st.call)
-        self._slots.release(st.principal.user)
+        self._release_slot(st)
         seconds = time.perf_counter() - st.start
         mapped = None if error is None else self._map(error, st.prepared.sql, None)
         status = grpc_status_name(mapped)
