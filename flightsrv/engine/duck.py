@@ -124,7 +124,7 @@ class DuckEngine:
 
     def prepare(self, sql: str, session: Session) -> Prepared:
         stmt = _parse(sql)
-        param_schema = pa.schema([pa.field(str(i), pa.null()) for i in range(stmt.param_count)])
+        param_schema = _parameter_schema(stmt, self.warehouse)
         if isinstance(stmt, st.Maintenance):
             return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema,
                             effects=True, statement_kind="maintenance")
@@ -488,6 +488,67 @@ class DuckEngine:
             raise SqlError("too few parameters", statement=st._short(stmt.sql),
                            expected=stmt.param_count, got=params.num_columns)
         return [sqlplan.params_from_batch(params, r) for r in range(params.num_rows)]
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _parameter_schema(stmt: st.Statement, warehouse) -> pa.Schema:
+    """The parameters' Arrow types where a statement fixes them, else null: a parameter
+    compared with (``=``, ``<``, ``IN``, ``BETWEEN``) a column of a referenced table takes
+    that column's type; ``INSERT INTO t [(cols)] VALUES (?, ...)`` takes the target
+    columns' types. DuckDB 2.0 reports every parameter of a prepared statement as UNKNOWN,
+    and clients that build typed parameter vectors (the Flight SQL JDBC driver) cannot
+    bind a value to a null-typed field. The type is only how the client encodes the value;
+    DuckDB still binds and casts it."""
+    types: list[pa.DataType] = [pa.null()] * stmt.param_count
+    if not stmt.param_count:
+        return pa.schema([])
+    try:
+        columns: dict[str, pa.DataType | None] = {}
+        for ref in sqlplan.table_references(stmt.tree):
+            try:
+                schema = warehouse.table(ref.name).snapshot().schema
+            except Exception:  # noqa: BLE001 - unknown table: prepare reports it
+                continue
+            for f in schema:
+                key = f.name.lower()
+                columns[key] = f.type if columns.get(key, f.type) == f.type else None
+        target = None
+        if isinstance(stmt, st.Insert) and isinstance(stmt.tree.expression, exp.Values):
+            schema = warehouse.table(stmt.table).snapshot().schema
+            names = list(stmt.columns) if stmt.columns is not None else schema.names
+            by_lower = {f.name.lower(): f.type for f in schema}
+            target = [by_lower.get(n.lower()) for n in names]
+        for p in stmt.tree.find_all(exp.Placeholder):
+            try:
+                k = int(str(p.this)) - 1
+            except ValueError:
+                continue
+            if not 0 <= k < len(types):
+                continue
+            parent, other = p.parent, None
+            if isinstance(parent, _COMPARISONS):
+                other = parent.left if parent.right is p else parent.right
+            elif isinstance(parent, (exp.In, exp.Between)) and parent.this is not p:
+                other = parent.this
+            elif target is not None and isinstance(parent, exp.Tuple) \
+                    and isinstance(parent.parent, exp.Values):
+                pos = parent.expressions.index(p)
+                if pos < len(target) and target[pos] is not None:
+                    types[k] = target[pos]
+                continue
+            if isinstance(other, exp.Column):
+                t = columns.get(other.name.lower())
+                if t is not None:
+                    types[k] = t
+    except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
+        pass
+    # the JDBC driver (18.x) writes milliseconds into timestamp/time parameter vectors
+    # whatever their unit, so announce those in ms (ADBC sends its own types anyway)
+    types = [pa.timestamp("ms", t.tz) if pa.types.is_timestamp(t)
+             else pa.time32("ms") if pa.types.is_time(t) else t for t in types]
+    return pa.schema([pa.field(str(i), t) for i, t in enumerate(types)])
 
 
 def _kind_name(stmt: st.Statement) -> str:
