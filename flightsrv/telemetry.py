@@ -21,7 +21,7 @@ Events:
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 Subscriber = Callable[[str, dict], None]
 

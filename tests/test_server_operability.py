@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -226,3 +225,22 @@ def test_sql_info_matches_behaviour(tmp_path):
     finally:
         server.shutdown()
         engine.close()
+
+
+def test_readme_adbc_example_runs(tmp_path):
+    """The README's ADBC example, bulk ingest of 1M rows in moderate batches included."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"Connect with ADBC:\n\n```python\n(.*?)```", readme, re.S).group(1)
+    srv = Served(str(tmp_path / "wh"))
+    try:
+        code = block.replace("grpc://127.0.0.1:31337", srv.uri()).replace("print(", "str(")
+        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the documented example
+        with adbc(srv.uri()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*), count(DISTINCT id) FROM events_copy")
+            assert cur.fetchone() == (1_000_000, 1_000_000)
+        assert srv.stop() == 0
+    finally:
+        srv.kill()

@@ -133,7 +133,7 @@ class MetricsHttpServer:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
+            def do_GET(self):
                 path = self.path.split("?", 1)[0]
                 if path == "/healthz":
                     self._send(200, b"ok\n", "text/plain")
