@@ -365,10 +365,12 @@ class FlightSqlServer(flight.FlightServerBase):
     # == statements ==========================================================================
 
     def _begin(self, rpc: str, context, principal: Principal, session: Session,
-               prepared: Prepared, nonce: str | None = None) -> _Statement:
+               prepared: Prepared, nonce: str | None = None,
+               deadline: bool = True) -> _Statement:
         self._slots.acquire(principal.user)
         try:
-            call = self._calls.start(principal.user, self._timeout_s(session), context, nonce)
+            timeout = self._timeout_s(session) if deadline else None
+            call = self._calls.start(principal.user, timeout, context, nonce)
         except BaseException:
             self._slots.release(principal.user)
             raise
@@ -648,7 +650,9 @@ class FlightSqlServer(flight.FlightServerBase):
         session = self._session(context, principal)
         prepared = Prepared(f"-- ingest {mode.value} into {table}", StatementKind.UPDATE,
                             EMPTY_SCHEMA, EMPTY_SCHEMA, effects=True, statement_kind="ingest")
-        st = self._begin("DoPut", context, principal, session, prepared)
+        # an upload runs as long as the client sends (no statement deadline); cancelling
+        # the call still stops it
+        st = self._begin("DoPut", context, principal, session, prepared, deadline=False)
         data = ingest.limited(reader, self.config.max_message_bytes, st.cancel)
         n = self._run(st, self._engine.ingest, table, mode, data, session, cancel=st.cancel)
         st.affected = int(n)
