@@ -406,3 +406,19 @@ def test_errors_carry_no_trace_path_or_setting(served, sql, code):
     except pa.ArrowException as exc:
         _clean(str(exc))
         assert 'File "<flightsrv>"' in str(exc) or "Detail" not in str(exc)
+
+
+def test_cancel_query_action_checks_the_principal(served):
+    """The deprecated CancelQuery action behaves as CancelFlightInfo."""
+    _, _, _, client, _ = served
+    info = client.get_flight_info(query("SELECT id FROM t"), opts(WRITER))
+    body = proto.pack(proto.ActionCancelQueryRequest(info=info.serialize()))
+    with pytest.raises(flight.FlightUnauthorizedError, match="another principal"):
+        action(client, "CancelQuery", body, READER)
+    (raw,) = action(client, "CancelQuery", body, WRITER)
+    assert proto.unpack(raw).result == proto.CancelStatus.CANCELLED
+    with pytest.raises(flight.FlightCancelledError):
+        client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_all()
+    garbage = proto.pack(proto.ActionCancelQueryRequest(info=b"\xff\x00junk"))
+    with pytest.raises(pa.ArrowInvalid, match="FlightInfo"):
+        action(client, "CancelQuery", garbage, WRITER)
