@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from flightsrv.errors import ConfigurationError
 
@@ -62,13 +62,12 @@ class ServerConfig:
     metrics_host: str = "127.0.0.1"
     log_statements: str = "redacted"  # full | redacted | off
     drain_timeout_s: float = 30.0
-    extra: dict = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerConfig:
         values = {}
         for f in fields(cls):
-            if f.name == "extra" or not hasattr(args, f.name):
+            if not hasattr(args, f.name):
                 continue
             v = getattr(args, f.name)
             if v is None and f.name not in _NULLABLE:

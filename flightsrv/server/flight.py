@@ -179,7 +179,9 @@ class FlightSqlServer(flight.FlightServerBase):
         if auth is not None:
             middleware[MIDDLEWARE_KEY] = AuthMiddlewareFactory(
                 auth, clock, on_failure=lambda reason: self.metrics.auth_failures.inc())
-            kwargs.setdefault("auth_handler", HandshakeHandler())
+        # Handshake is answered even without auth: JDBC tools that send a user name by
+        # default (DBeaver) then connect as anonymous instead of failing UNIMPLEMENTED
+        kwargs.setdefault("auth_handler", HandshakeHandler())
         tls_certificates = []
         if tls is not None:
             with open(tls.cert_path, "rb") as c, open(tls.key_path, "rb") as k:
