@@ -428,8 +428,12 @@ class FlightSqlServer(flight.FlightServerBase):
         try:
             return fn(*args, **kwargs)
         except BaseException as exc:
+            if st.cancel.cancelled and not isinstance(exc, errors.QueryCancelled):
+                exc = errors.QueryCancelled(
+                    "statement timed out" if st.cancel.reason == "timeout"
+                    else "statement was cancelled", reason=st.cancel.reason)
             self._end(st, exc)
-            raise
+            raise exc from None
 
     def _statement_info(self, context, principal: Principal, prepared: Prepared,
                         params: pa.RecordBatch | None,
@@ -609,6 +613,11 @@ class FlightSqlServer(flight.FlightServerBase):
         except GeneratorExit:  # the client stopped reading
             raise
         except BaseException as exc:  # noqa: BLE001 - mapped for the client
+            if st.cancel.cancelled and not isinstance(exc, errors.QueryCancelled):
+                # an interrupted DuckDB reader fails with its own error: report the cause
+                exc = errors.QueryCancelled(
+                    "statement timed out" if st.cancel.reason == "timeout"
+                    else "statement was cancelled", reason=st.cancel.reason)
             error = exc
             raise self._map(exc, st.prepared.sql, None) from None
         finally:
