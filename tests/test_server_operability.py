@@ -244,3 +244,29 @@ def test_readme_adbc_example_runs(tmp_path):
         assert srv.stop() == 0
     finally:
         srv.kill()
+
+
+def test_spill_directory_is_private_and_outside_the_warehouse(tmp_path):
+    import os
+
+    from flightsrv import Warehouse
+    from flightsrv.engine import DuckEngine
+    from flightsrv.errors import ConfigurationError
+    from flightsrv.server.config import ServerConfig, resolve_temp_dir
+
+    root = tmp_path / "wh"
+    root.mkdir()
+    for inside in (root, root / "spill"):
+        with pytest.raises(ConfigurationError, match="outside the warehouse"):
+            resolve_temp_dir(ServerConfig(temp_dir=str(inside)), str(root))
+    path, owned = resolve_temp_dir(ServerConfig(), str(root))
+    assert owned and not path.startswith(str(root)) and os.stat(path).st_mode & 0o077 == 0
+    engine = DuckEngine(Warehouse.open(str(root)), temp_directory=path, memory_limit="1GiB",
+                        threads=1)
+    con = engine._cursors.cursor()  # the engine's own connection (users cannot read settings)
+    got = dict(con.execute("SELECT name, value FROM duckdb_settings() WHERE name IN "
+                           "('temp_directory', 'threads', 'memory_limit')").fetchall())
+    assert got["temp_directory"] == path and got["threads"] == "1"
+    assert got["memory_limit"].startswith("1.0 GiB") or got["memory_limit"] == "1.0 GiB"
+    engine.close()
+    os.rmdir(path)
