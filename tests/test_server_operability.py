@@ -270,3 +270,36 @@ def test_spill_directory_is_private_and_outside_the_warehouse(tmp_path):
     assert got["memory_limit"].startswith("1.0 GiB") or got["memory_limit"] == "1.0 GiB"
     engine.close()
     os.rmdir(path)
+
+
+def test_commit_conflicts_are_counted_by_table_and_operation(tmp_path):
+    """A competing commit lands between a writer's read of the head and its write: the
+    table layer reports the lost race through flightsrv.telemetry, the server counts it."""
+    import dataclasses
+
+    from flightsrv import Warehouse
+    from flightsrv.server.metrics import Metrics
+
+    metrics = Metrics()
+    try:
+        wh = Warehouse.open(str(tmp_path / "wh"))
+        make_table(wh, "c", batches=1, rows=10)
+        other = Warehouse.open(str(tmp_path / "wh"))  # a second writer with its own cache
+        sneaked = []
+
+        def competing_commit():
+            if not sneaked:
+                sneaked.append(other.table("c").delete("id = 0"))
+
+        def touch(head):
+            return dataclasses.replace(head, operation="set_properties")
+
+        wh.table("c").commit(touch, before_write=competing_commit)
+        sample = metrics.registry.get_sample_value
+        assert sample("flightsrv_commit_conflicts_total",
+                      {"table": "c", "operation": "set_properties"}) == 1
+        assert sample("flightsrv_commits_total",
+                      {"table": "c", "operation": "set_properties"}) == 1
+        assert sample("flightsrv_commits_total", {"table": "c", "operation": "delete"}) == 1
+    finally:
+        metrics.close()
