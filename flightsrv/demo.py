@@ -33,8 +33,10 @@ def demo_batch(start: int, n: int, seed: int = 0) -> pa.Table:
 
 
 def seed_demo(warehouse, rows: int = 100_000, batches: int = 4) -> bool:
-    """Create and fill ``demo_events`` if the warehouse has no tables. True if seeded."""
-    if warehouse.list_tables():
+    """Create and fill ``demo_events`` if the warehouse has no tables, healthy or broken.
+    True if seeded."""
+    broken: list = []
+    if warehouse.list_tables(broken) or broken:
         return False
     t = warehouse.create_table(DEMO_TABLE, DEMO_SCHEMA, {"sort_key": "event_time"}, exist_ok=True)
     if t.count_rows():

@@ -15,6 +15,8 @@ import pyarrow as pa
 
 from flightsrv import errors
 from flightsrv.engine.api import (
+    Cancel,
+    ExecInfo,
     IngestMode,
     Prepared,
     QueryResult,
@@ -80,7 +82,9 @@ class DuckDBTestEngine:
                 schema = rel.to_arrow_table().schema
             except duckdb.Error as exc:
                 raise self._translate(exc, sql) from None
-        return Prepared(sql=sql, kind=kind, dataset_schema=schema, parameter_schema=param_schema)
+        effects = kind == StatementKind.UPDATE
+        return Prepared(sql=sql, kind=kind, dataset_schema=schema, parameter_schema=param_schema,
+                        effects=effects, statement_kind=st.type.name.lower())
 
     @staticmethod
     def _rows(params: pa.RecordBatch | None) -> list[list]:
@@ -89,11 +93,19 @@ class DuckDBTestEngine:
         cols = [c.to_pylist() for c in params.columns]
         return [list(r) for r in zip(*cols)]
 
-    def execute_query(self, sql, session, params=None) -> QueryResult:
+    @staticmethod
+    def _interruptible(cur, cancel: Cancel | None):
+        if cancel is None:
+            return lambda: None
+        return cancel.on_cancel(cur.interrupt)
+
+    def execute_query(self, sql, session, params=None, *, cancel: Cancel | None = None
+                      ) -> QueryResult:
         self.calls.append(("query", sql))
         rows = self._rows(params)
         try:
             cur = self._cursor()
+            self._interruptible(cur, cancel)
             if len(rows) == 1:
                 rel = cur.sql(sql, params=rows[0] or None)
                 reader = rel.to_arrow_reader(self._batch_rows)
@@ -103,9 +115,12 @@ class DuckDBTestEngine:
             return QueryResult(table.schema, pa.RecordBatchReader.from_batches(
                 table.schema, table.to_batches()))  # fmt: skip
         except duckdb.Error as exc:
+            if cancel is not None:
+                cancel.check(statement=sql)
             raise self._translate(exc, sql) from None
 
-    def execute_update(self, sql, session, params=None) -> int:
+    def execute_update(self, sql, session, params=None, *, cancel: Cancel | None = None,
+                       info: ExecInfo | None = None) -> int:
         self.calls.append(("update", sql))
         if session.role != Role.WRITER:
             raise errors.PermissionDenied("role reader may not modify data",
@@ -113,6 +128,7 @@ class DuckDBTestEngine:
         total = 0
         try:
             cur = self._cursor()
+            self._interruptible(cur, cancel)
             cur.execute("BEGIN")
             for row in self._rows(params):
                 cur.execute(sql, row or None)
@@ -125,10 +141,14 @@ class DuckDBTestEngine:
                 cur.execute("ROLLBACK")
             except duckdb.Error:
                 pass
+            if cancel is not None:
+                cancel.check(statement=sql)
             raise self._translate(exc, sql) from None
+        if info is not None:
+            info.rows = total
         return total
 
-    def ingest(self, table, mode, data, session) -> int:
+    def ingest(self, table, mode, data, session, *, cancel: Cancel | None = None) -> int:
         self.calls.append(("ingest", table))
         if session.role != Role.WRITER:
             raise errors.PermissionDenied("role reader may not ingest", table=table)
@@ -156,7 +176,7 @@ class DuckDBTestEngine:
             cur.unregister("_ingest_src")
         return data_table.num_rows
 
-    def list_tables(self) -> list[str]:
+    def list_tables(self, broken: list | None = None) -> list[str]:
         rows = self._cursor().execute(
             "SELECT table_name FROM duckdb_tables() "
             "WHERE database_name='flightsrv' AND schema_name='main' ORDER BY 1"

@@ -63,3 +63,14 @@ def subprocess_env(moto_s3):
     env = dict(os.environ)
     env.update(moto_s3.env())
     return env
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow`` tests (large hypothesis runs) run only when asked for: ``-m slow`` or
+    ``FLIGHTSRV_SLOW=1``; the default run stays a few minutes."""
+    if "slow" in (config.getoption("-m") or "") or os.environ.get("FLIGHTSRV_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow or FLIGHTSRV_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

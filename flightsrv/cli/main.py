@@ -133,9 +133,9 @@ class _LogfmtFormatter(logging.Formatter):
     """``level logger: message key=value ...`` for the commands' logs (serve logs JSON)."""
 
     def format(self, record):
-        from flightsrv.server.app import _RECORD_ATTRS
+        from flightsrv.server.logs import RECORD_ATTRS
 
-        extra = {k: v for k, v in record.__dict__.items() if k not in _RECORD_ATTRS}
+        extra = {k: v for k, v in record.__dict__.items() if k not in RECORD_ATTRS}
         fields = record.__dict__.get("fields")
         if isinstance(fields, dict):
             extra.update(fields)

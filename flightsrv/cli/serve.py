@@ -28,8 +28,6 @@ from flightsrv.cli.common import (
 )
 from flightsrv.errors import ConfigurationError, FlightsrvError
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 31337
 
 
 SERVE_HELP = """\
@@ -48,36 +46,22 @@ class ServerStartError(FlightsrvError):
 
 
 def add_parser(sub, command) -> None:
+    from flightsrv.server.config import add_serve_arguments
+
     s = command(sub, "serve", "run the Flight SQL server", cmd_serve, description=SERVE_HELP)
-    s.add_argument("--host", default=DEFAULT_HOST,
-                   help="listen address; 0.0.0.0 for every interface (then use auth)")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help="listen port; 0 picks a free one (printed once bound)")
-    a = s.add_argument_group("auth (none given: every client is a writer)")
-    a.add_argument("--auth-token", action="append", metavar="TOKEN[:reader|writer]",
-                   help="accept this bearer token (repeatable; role default writer); "
-                        "prefer --auth-token-file, the command line is visible to other users")
+    add_serve_arguments(s)  # every server option, with its default (flightsrv.server.config)
+    a = s.add_argument_group("secrets kept off the command line")
     a.add_argument("--auth-token-file", metavar="FILE",
                    default=os.environ.get("FLIGHTSRV_AUTH_TOKEN_FILE"),
                    help="accept the tokens in FILE, one TOKEN[:reader|writer] per line "
                         "(default: $FLIGHTSRV_AUTH_TOKEN_FILE; $FLIGHTSRV_AUTH_TOKEN adds one "
-                        "more)")
-    a.add_argument("--users-file", metavar="FILE", default=os.environ.get("FLIGHTSRV_USERS_FILE"),
-                   help="user:hash:role lines for basic auth, made with `flightsrv user hash` "
-                        "(default: $FLIGHTSRV_USERS_FILE)")
-    t = s.add_argument_group("TLS")
-    t.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain (with --tls-key)")
-    t.add_argument("--tls-key", metavar="FILE", help="PEM private key (with --tls-cert)")
-    d = s.add_argument_group("demo table")
-    d.add_argument("--no-demo", action="store_true",
-                   help="do not seed the demo table (default: seed an empty local warehouse)")
-    d.add_argument("--demo", action="store_true",
-                   help="seed the demo table into an empty warehouse, also on S3")
+                        "more); prefer it to --auth-token, whose value other users can see")
+    s.set_defaults(users_file=os.environ.get("FLIGHTSRV_USERS_FILE"))
 
 
 def _token_specs(args) -> list[tuple[str, str]]:
     """(spec, where it came from) for every token source."""
-    specs = [(spec, "--auth-token") for spec in args.auth_token or []]
+    specs = [(spec, "--auth-token") for spec in args.auth_tokens or []]
     env = os.environ.get("FLIGHTSRV_AUTH_TOKEN")
     if env and env.strip():
         specs.append((env.strip(), "$FLIGHTSRV_AUTH_TOKEN"))
@@ -157,46 +141,41 @@ def check_port(host: str, port: int) -> None:
 
 
 def cmd_serve(args) -> int:
-    from flightsrv.demo import DEMO_TABLE, seed_demo
-    from flightsrv.engine.duck import DuckEngine
-    from flightsrv.server.app import configure_json_logging, serve
+    import dataclasses
+
+    from flightsrv.server.app import run
+    from flightsrv.server.config import ServerConfig
 
     auth = resolve_auth(args)
-    tls = resolve_tls(args)
+    resolve_tls(args)
     check_port(args.host, args.port)
+    try:
+        cfg = ServerConfig.from_args(args)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
+    cfg = dataclasses.replace(cfg, auth_tokens=tuple(spec for spec, _ in _token_specs(args)))
     level = getattr(logging, (args.log_level or "info").upper())
     if level > logging.DEBUG:
         # gRPC's own log lines are unstructured and, for a bind failure, precede our one
         # line; --log-level debug (or setting GRPC_VERBOSITY yourself) keeps them
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    configure_json_logging(level)
     wh = open_warehouse(args, must_exist=False)
     wh.is_initialized()  # a file where the warehouse should be fails here, in one line
-    seed = args.demo or (not args.no_demo and not args.warehouse.startswith("s3://"))
-    if seed and seed_demo(wh):
-        logging.getLogger("flightsrv.cli").info(
-            "seeded demo table", extra={"fields": {"table": DEMO_TABLE, "warehouse": wh.uri}})
-    scheme = "grpc+tls" if tls else "grpc"
+    scheme = "grpc+tls" if args.tls_cert else "grpc"
 
-    def started(port: int) -> None:
-        tables = ", ".join(wh.list_tables()) or "-"
+    def started(port: int, tables: list[str]) -> None:
         sys.stderr.write(f"flightsrv: serving {wh.uri} on {scheme}://{args.host}:{port} "
-                         f"(tables: {tables}; Ctrl-C stops)\n")
+                         f"(tables: {', '.join(tables) or '-'}; Ctrl-C stops)\n")
         if auth is None and not is_loopback(args.host):
             warn(f"serving on {args.host} without --auth-token or --users-file: anyone who "
                  f"can reach port {port} can read and change every table")
         sys.stderr.flush()
 
-    engine = DuckEngine(wh)
     try:
-        serve(engine, args.host, args.port, auth=auth, tls=tls, log_level=level,
-              on_start=started)
+        return run(cfg, args.warehouse, level, warehouse=wh, auth=auth, on_start=started)
     except FlightsrvError:
         raise
     except Exception as exc:  # gRPC's failure to bind is an opaque ArrowException
         raise ServerStartError(f"the server did not start on {args.host}:{args.port} "
                                f"({one_line(exc)}); is the port in use or the address not "
                                "one of this machine's?") from None
-    finally:
-        engine.close()
-    return 0

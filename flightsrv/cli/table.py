@@ -140,12 +140,13 @@ def append_files(t, paths: list[str], label: str):
 
     head = t.head()
     written, rows, nbytes = [], 0, 0
+    keys: list[str] = []  # every object key written, recorded before it is written
     committed = None
     with Progress(label, total=len(paths), unit=" files") as progress:
         try:
             for path in paths:
                 try:
-                    files, b, n = t.write_files(read_input(path), head=head)
+                    files, b, n = t.write_files(read_input(path), head=head, keys=keys)
                 except pa.ArrowException as exc:
                     raise ConfigurationError(f"cannot read {input_kind(path)} file: "
                                              f"{one_line(exc)}", table=t.name,
@@ -167,7 +168,7 @@ def append_files(t, paths: list[str], label: str):
                         "committed")
         except BaseException:
             if committed is None:
-                t.discard_files(written)
+                t.discard_keys(keys)
             raise
     return committed, rows, len(paths)
 

@@ -41,7 +41,7 @@ def open_locked(threads: int | None = None, memory_limit: str | None = None,
                 temp_directory: str | None = None) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB connection with external access disabled and settings frozen;
     ``allowed_directory`` (an absolute path) stays readable; ``temp_directory`` is where
-    DuckDB spills (None: no spilling to disk)."""
+    DuckDB spills (its default is ``.tmp`` in the working directory)."""
     con = duckdb.connect(":memory:")
     if threads is not None:
         con.execute(f"SET threads={int(threads)}")

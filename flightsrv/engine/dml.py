@@ -62,22 +62,24 @@ class Cut:
     clauses: dict[str, tuple[int, int]]  # WORD -> (char start of the clause body, end)
 
 
-def _cut(stmt: st.Statement, words: set[str], sql: str) -> Cut:
+def _cut(stmt: st.Statement, order: list[str], sql: str) -> Cut:
+    """The statement's top-level clauses: for each word of ``order`` (the grammar's clause
+    order), its first occurrence after the previous clause; later occurrences belong to a
+    clause body (``JOIN ... USING (...)``, ``WHEN ...``)."""
     text = stmt.text
     end = len(text.rstrip().rstrip(";").rstrip())
     toks = tx.tokenize(text[:end])
-    found = tx.clause_starts(toks, words)
-    seen: dict[str, int] = {}
-    for word, i in found:
-        if word in seen:
-            if word in ("WHEN", "ON", "AND", "THEN"):
-                continue
-            raise SqlError(f"{word} appears twice at the top level", statement=st._short(sql))
-        seen[word] = i
+    found = tx.clause_starts(toks, set(order))
+    picked: list[tuple[str, int]] = []
+    after = -1
+    for word in order:
+        hit = next((i for w, i in found if w == word and i > after), None)
+        if hit is not None:
+            picked.append((word, hit))
+            after = hit
     clauses = {}
-    positions = sorted(seen.items(), key=lambda kv: kv[1])
-    for k, (word, i) in enumerate(positions):
-        stop = toks[positions[k + 1][1]].start if k + 1 < len(positions) else end
+    for k, (word, i) in enumerate(picked):
+        stop = toks[picked[k + 1][1]].start if k + 1 < len(picked) else end
         clauses[word] = (toks[i].end, stop)
     return Cut(text[:end], toks, clauses)
 
@@ -202,7 +204,7 @@ class Dml:
         def run():
             pinner = self.engine._pinner()
             snap, scans, edits = self._plan(ctx, stmt, tree, target, pinner, sql)
-            cut = _cut(stmt, {"USING", "WHERE", "RETURNING"}, sql)
+            cut = _cut(stmt, ["USING", "WHERE", "RETURNING"], sql)
             edits = edits + self._param_edits(cut, values)
             items = self._slice(cut, "USING", edits)
             cond = self._slice(cut, "WHERE", edits)
@@ -267,7 +269,7 @@ class Dml:
             return (f"SELECT {distinct}{a}.* FROM {TARGET_RELATION} AS {a}"
                     + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else ""))
 
-        return self._two_phase(ctx, stmt, tree, values, {"SET", "FROM", "WHERE", "RETURNING"},
+        return self._two_phase(ctx, stmt, tree, values, ["SET", "FROM", "WHERE", "RETURNING"],
                                candidates, "update", appends_conflict=False)
 
     def merge(self, ctx, stmt, tree, values) -> int:
@@ -297,7 +299,7 @@ class Dml:
             return (f"SELECT {a}.* FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} "
                     f"ON {cond}")
 
-        return self._two_phase(ctx, stmt, tree, values, {"USING", "ON", "WHEN"}, candidates,
+        return self._two_phase(ctx, stmt, tree, values, ["USING", "ON", "WHEN"], candidates,
                                "merge", appends_conflict=inserts)
 
     def _two_phase(self, ctx, stmt, tree, values, words, candidates, operation: str, *,

@@ -146,8 +146,8 @@ class DuckEngine:
 
     # -- Engine: metadata ----------------------------------------------------------------
 
-    def list_tables(self) -> list[str]:
-        return list(self.warehouse.list_tables())
+    def list_tables(self, broken: list | None = None) -> list[str]:
+        return list(self.warehouse.list_tables(broken))
 
     def table_schema(self, table: str) -> pa.Schema:
         return self.warehouse.table(table).snapshot().schema
@@ -156,7 +156,7 @@ class DuckEngine:
 
     def prepare(self, sql: str, session: Session) -> Prepared:
         stmt = _parse(sql)
-        param_schema = pa.schema([pa.field(str(i), pa.null()) for i in range(stmt.param_count)])
+        param_schema = _parameter_schema(stmt, self.warehouse)
         if isinstance(stmt, st.Maintenance):
             return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema,
                             effects=True, statement_kind="maintenance")
@@ -563,9 +563,58 @@ class DuckEngine:
                            statement=st._short(stmt.sql), table=stmt.table,
                            columns=len(resolved), values=len(reader.schema))
         counter = _Counter()
-        shaped = _shape_for_insert(reader, resolved, target, counter)
-        self._append(table, shaped)
+        shaped = self._cast_for_insert(reader, resolved, target, stmt, ctx)
+        self._append(table, pa.RecordBatchReader.from_batches(
+            shaped.schema, counter.count(shaped)))
         return counter.rows
+
+    def _cast_for_insert(self, reader: pa.RecordBatchReader, columns: list[str],
+                         target: pa.Schema, stmt: st.Statement, ctx: _Ctx
+                         ) -> pa.RecordBatchReader:
+        """The INSERT's rows in the table's column order and types, cast by DuckDB (as an
+        INSERT into a DuckDB table would: ``'5'`` into an integer is 5, 2.5 rounds to 3, a
+        string that does not parse is an error), with NULL for the columns the INSERT does
+        not list and DuckDB's error for a NULL in a NOT NULL column. Streams through the
+        database that can open no file."""
+        from flightsrv.sql.types import sql_type_name
+
+        # the source columns take the names of the target columns they go to (DuckDB's
+        # errors then name them), in the statement's order
+        src_schema = pa.schema([pa.field(n, t) for n, t in zip(columns, reader.schema.types)])
+        source = pa.RecordBatchReader.from_batches(src_schema, (
+            pa.RecordBatch.from_arrays(b.columns, schema=src_schema) for b in reader))
+        pos = {c: i for i, c in enumerate(columns)}
+        select = []
+        for f in target:
+            try:
+                typ = sql_type_name(f.type)
+            except SqlError:
+                typ = None  # no DuckDB spelling (e.g. MAP): passed through, cast by Arrow
+            expr = rels._ident(f.name) if f.name in pos else "NULL"
+            if typ is not None:
+                expr = f"CAST({expr} AS {typ})"
+            if not f.nullable:
+                msg = f"NOT NULL constraint failed: {stmt.table}.{f.name}".replace("'", "''")
+                expr = f"CASE WHEN {expr} IS NULL THEN error('{msg}') ELSE {expr} END"
+            select.append(f"{expr} AS {rels._ident(f.name)}")
+        cur = self._sandbox.cursor()
+        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+            else (lambda: None)
+        try:
+            cur.register("__fsrv_insert", source)
+            inner = cur.sql(f"SELECT {', '.join(select)} FROM __fsrv_insert").to_arrow_reader(
+                self.batch_size)
+        except duckdb.Error as e:
+            unhook()
+            cur.close()
+            raise _sql_error(e, stmt.sql) from None
+        except BaseException:
+            unhook()
+            cur.close()
+            raise
+        return pa.RecordBatchReader.from_batches(
+            inner.schema, _stream(inner, cur, stmt.sql, ctx.failures, ctx.natives, ctx.cancel,
+                                  unhook))
 
     def _append(self, table, data) -> None:
         if self.committer is None:
@@ -667,6 +716,72 @@ class DuckEngine:
             raise SqlError("too few parameters", statement=st._short(stmt.sql),
                            expected=stmt.param_count, got=params.num_columns)
         return [sqlplan.params_from_batch(params, r) for r in range(params.num_rows)]
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _parameter_schema(stmt: st.Statement, warehouse) -> pa.Schema:
+    """The parameters' Arrow types where a statement fixes them, else null: a parameter
+    compared with (``=``, ``<``, ``IN``, ``BETWEEN``) a column of a referenced table takes
+    that column's type; ``INSERT INTO t [(cols)] VALUES (?, ...)`` takes the target
+    columns' types. DuckDB 2.0 reports every parameter of a prepared statement as UNKNOWN,
+    and clients that build typed parameter vectors (the Flight SQL JDBC driver) cannot
+    bind a value to a null-typed field. The type is only how the client encodes the value;
+    DuckDB still binds and casts it."""
+    types: list[pa.DataType] = [pa.null()] * stmt.param_count
+    if not stmt.param_count:
+        return pa.schema([])
+    try:
+        columns: dict[str, pa.DataType | None] = {}
+        tree = stmt.tree.copy()
+        skip: tuple = ()
+        if not isinstance(stmt, st.Query):
+            target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+            skip = (target,) if isinstance(target, exp.Table) else ()
+        for ref in list(skip) + binder.bind(tree, stmt.sql, skip=skip).tables:
+            try:
+                schema = warehouse.table(ref.name).snapshot().schema
+            except Exception:  # noqa: BLE001 - unknown table: prepare reports it
+                continue
+            for f in schema:
+                key = f.name.lower()
+                columns[key] = f.type if columns.get(key, f.type) == f.type else None
+        target = None
+        if isinstance(stmt, st.Insert) and isinstance(stmt.tree.expression, exp.Values):
+            schema = warehouse.table(stmt.table).snapshot().schema
+            names = list(stmt.columns) if stmt.columns is not None else schema.names
+            by_lower = {f.name.lower(): f.type for f in schema}
+            target = [by_lower.get(n.lower()) for n in names]
+        for p in stmt.tree.find_all(exp.Placeholder):
+            try:
+                k = int(str(p.this)) - 1
+            except ValueError:
+                continue
+            if not 0 <= k < len(types):
+                continue
+            parent, other = p.parent, None
+            if isinstance(parent, _COMPARISONS):
+                other = parent.left if parent.right is p else parent.right
+            elif isinstance(parent, (exp.In, exp.Between)) and parent.this is not p:
+                other = parent.this
+            elif target is not None and isinstance(parent, exp.Tuple) \
+                    and isinstance(parent.parent, exp.Values):
+                pos = parent.expressions.index(p)
+                if pos < len(target) and target[pos] is not None:
+                    types[k] = target[pos]
+                continue
+            if isinstance(other, exp.Column):
+                t = columns.get(other.name.lower())
+                if t is not None:
+                    types[k] = t
+    except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
+        pass
+    # the JDBC driver (18.x) writes milliseconds into timestamp/time parameter vectors
+    # whatever their unit, so announce those in ms (ADBC sends its own types anyway)
+    types = [pa.timestamp("ms", t.tz) if pa.types.is_timestamp(t)
+             else pa.time32("ms") if pa.types.is_time(t) else t for t in types]
+    return pa.schema([pa.field(str(i), t) for i, t in enumerate(types)])
 
 
 def _kind_name(stmt: st.Statement) -> str:
@@ -789,41 +904,6 @@ class _Counter:
             if schema is not None and b.schema != schema:
                 b = pa.RecordBatch.from_arrays(b.columns, schema=schema)
             yield b
-
-
-def _shape_for_insert(reader: pa.RecordBatchReader, columns: list[str], target: pa.Schema,
-                      counter: _Counter) -> pa.RecordBatchReader:
-    """Name the source columns after the target columns (by position) and add NULL columns
-    for target columns the INSERT does not list; the table casts types."""
-    src_types = {c: t for c, t in zip(columns, reader.schema.types)}
-    out_fields = []
-    for f in target:
-        if f.name in src_types:
-            t = src_types[f.name]
-            out_fields.append(pa.field(f.name, f.type if pa.types.is_null(t) else t))
-        else:
-            if not f.nullable:
-                raise SchemaMismatch("INSERT leaves a NOT NULL column without values",
-                                     column=f.name)
-            out_fields.append(pa.field(f.name, f.type))
-    out_schema = pa.schema(out_fields)
-    pos = {c: i for i, c in enumerate(columns)}
-
-    def gen():
-        for b in reader:
-            arrays = []
-            for f in out_schema:
-                if f.name in pos:
-                    col = b.column(pos[f.name])
-                    if pa.types.is_null(col.type):
-                        col = pa.nulls(b.num_rows, f.type)
-                    arrays.append(col)
-                else:
-                    arrays.append(pa.nulls(b.num_rows, f.type))
-            counter.rows += b.num_rows
-            yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
-
-    return pa.RecordBatchReader.from_batches(out_schema, gen())
 
 
 __all__ = ["DuckEngine"]

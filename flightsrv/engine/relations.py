@@ -111,24 +111,23 @@ def _has_nested_float(t: pa.DataType) -> bool:
 
 
 def _native_kind(f: DataFile, fields: list[pa.Field]) -> str:
-    """How DuckDB may read a clean file: "clean" (as is), "nan" (with its float columns
-    wrapped, see below) or "arrow" (not natively).
+    """How a clean file may be read: "clean" (by DuckDB's Parquet reader) or "arrow" (by
+    flightsrv's Arrow scan).
 
-    DuckDB 2.0's Parquet reader trusts footer min/max for floats, which leave NaN out: it
-    folds ``isnan(f)`` and ``f > 2.0`` to FALSE from the statistics and skips row groups
-    whose max is below the literal, losing NaN rows (NaN sorts above every number in
-    DuckDB). A file whose float columns the writer recorded NaN-free is safe; otherwise each
-    float column is read as ``nextafter(f, f)`` (the same value, -0.0 and NaN included,
-    with no statistics and no filter pushed into the scan); floats nested in lists or
-    structs cannot be wrapped, so such a file goes through the Arrow scan."""
-    risky = False
+    DuckDB 2.0's Parquet reader trusts footer min/max of floats, which leave NaN out: it
+    folds ``isnan(f)`` and ``f > 2.0`` to FALSE, skips row groups whose max is below the
+    literal, and answers ``count(*) ... WHERE f = 1.5`` from the statistics alone (a NaN
+    row counted as 1.5), whatever expression wraps the column. So a file is read natively
+    only when the writer recorded every float column it reads NaN-free (``"nans": 0``);
+    otherwise, and for floats nested in lists or structs, DuckDB gets the rows from the
+    Arrow scan, which carries no statistics."""
     for fld in fields:
         if pa.types.is_floating(fld.type):
             if (f.stats.get(fld.name) or {}).get("nans") != 0:
-                risky = True
+                return "arrow"
         elif _has_nested_float(fld.type):
             return "arrow"
-    return "nan" if risky else "clean"
+    return "clean"
 
 
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
@@ -164,7 +163,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     out_schema = pa.schema(out_fields)
 
     fields = [schema.field(c) for c in names]
-    runs: list[tuple[str, list[DataFile]]] = []  # (clean | nan | arrow, files)
+    runs: list[tuple[str, list[DataFile]]] = []  # (clean | arrow, files)
     for f in candidates:
         kind = _native_kind(f, fields) if native and _is_clean(f) else "arrow"
         contiguous = not hidden or not runs or not runs[-1][1] or \
@@ -175,18 +174,15 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             runs.append((kind, [f]))
     parts = []
     store = snapshot.store
-    wrapped = ", ".join(f"nextafter({_ident(c)}, {_ident(c)}) AS {_ident(c)}"
-                        if pa.types.is_floating(schema.field(c).type) else _ident(c)
-                        for c in names)
     for i, (kind, run) in enumerate(runs):
-        if kind in ("clean", "nan"):
+        if kind == "clean":
             paths = []
             for f in run:
                 path = store.local_path(f.path)
                 _check_file(path, f, table)
                 rel.files[path] = (table, f.path)
                 paths.append(_literal(path))
-            cols = select if kind == "clean" else wrapped
+            cols = select
             if hidden:
                 first = ordinal[id(run[0])]
                 cols += (f", CAST(file_index + {first} AS INTEGER) AS {FILE_COLUMN}"

@@ -46,8 +46,9 @@ def tokenize(text: str) -> list[Tok]:
 
 def clause_starts(toks: list[Tok], words: set[str], lo: int = 0,
                   hi: int | None = None) -> list[tuple[str, int]]:
-    """(WORD, token index) of keywords in ``words`` at parenthesis depth 0 between token
-    indices ``lo`` and ``hi``."""
+    """(WORD, token index) of keywords in ``words`` at depth 0 between token indices ``lo``
+    and ``hi``: outside parentheses, brackets and ``CASE ... END``, and not the ``FROM`` of
+    ``IS [NOT] DISTINCT FROM``."""
     hi = len(toks) if hi is None else hi
     depth, out = 0, []
     for i in range(lo, hi):
@@ -55,7 +56,13 @@ def clause_starts(toks: list[Tok], words: set[str], lo: int = 0,
         if t.kind == "operator":
             depth += t.upper.count("(") + t.upper.count("[") - t.upper.count(")") \
                 - t.upper.count("]")
+        elif t.kind == "keyword" and t.upper == "CASE":
+            depth += 1
+        elif t.kind == "keyword" and t.upper == "END" and depth > 0:
+            depth -= 1
         elif depth == 0 and t.kind == "keyword" and t.upper in words:
+            if t.upper == "FROM" and i > 0 and toks[i - 1].upper == "DISTINCT":
+                continue
             out.append((t.upper, i))
     return out
 

@@ -1,61 +1,41 @@
-"""Run the Flight SQL server: ``serve`` for a process, ``start_in_thread`` for tests.
+"""Run the Flight SQL server: ``run`` for ``flightsrv serve``, ``serve`` for an engine you
+built, ``start_in_thread`` for tests.
 
-``serve`` logs one JSON object per line (``JsonFormatter``), blocks until SIGINT or SIGTERM
-and then shuts down cleanly: new calls are refused, in-flight calls finish, and the engine's
-``close()`` (if it has one) runs.
+Contract:
+
+- ``run(cfg, warehouse_uri)`` opens the warehouse, reports every table that cannot be read
+  (one ``table_unavailable`` warning each, naming the object and the failed check) and
+  keeps going, seeds the demo table when asked (a failure there is a warning too), builds
+  ``DuckEngine`` with the configured threads, memory limit and spill directory (outside
+  the warehouse), then ``serve``s. Returns the process exit status.
+- ``serve`` logs one JSON object per line and blocks until SIGINT or SIGTERM, then drains:
+  new calls get UNAVAILABLE, calls and result streams in progress may finish for
+  ``drain_timeout_s``, whatever still runs is cancelled, and it returns (exit status 0).
+  With ``metrics_port`` it also serves ``/healthz``, ``/readyz`` and ``/metrics``;
+  ``/readyz`` answers 503 while draining or when the warehouse cannot be listed or has not
+  proven its conditional-write preconditions.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import logging
+import os
+import shutil
 import signal
 import sys
 import threading
-from typing import Callable
+import time
+from collections.abc import Callable
 
-from flightsrv.engine.api import Engine
-from flightsrv.server.auth import AuthConfig
+from flightsrv.engine.api import Engine, Role
+from flightsrv.errors import ConfigurationError, FlightsrvError
+from flightsrv.server.auth import AuthConfig, Principal
+from flightsrv.server.config import ServerConfig, resolve_temp_dir
 from flightsrv.server.flight import FlightSqlServer, TlsConfig
+from flightsrv.server.logs import JsonFormatter, configure_json_logging  # noqa: F401
+from flightsrv.server.metrics import MetricsHttpServer
 
 log = logging.getLogger("flightsrv.server")
-
-
-_RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "fields", "message", "asctime", "taskName"}
-
-
-class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "logger", "msg", ...fields}`` on one line; ``extra={"fields": {}}``
-    or any other ``extra=`` keys add structured fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "ts": _dt.datetime.fromtimestamp(record.created, tz=_dt.UTC).isoformat(),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            out.update({k: v for k, v in fields.items() if v is not None})
-        for k, v in record.__dict__.items():  # plain ``extra={...}`` (e.g. the commit log)
-            if k not in _RECORD_ATTRS and k not in out and v is not None:
-                out[k] = v
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
-def configure_json_logging(level: int = logging.INFO, stream=None) -> logging.Handler:
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger("flightsrv")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
-    return handler
 
 
 def _location(host: str, port: int, tls: TlsConfig | None) -> str:
@@ -72,14 +52,136 @@ def start_in_thread(engine: Engine, host: str = "127.0.0.1", port: int = 0, *,
     return server, server.port
 
 
+def auth_from_config(cfg: ServerConfig) -> AuthConfig | None:
+    tokens = {}
+    for spec in cfg.auth_tokens:
+        token, _, role = spec.partition(":")
+        if not token or (role or "writer") not in ("reader", "writer"):
+            raise ConfigurationError("--auth-token is TOKEN[:reader|writer]", role=role or None)
+        tokens[token] = Principal(user=f"token-{len(tokens) + 1}", role=Role(role or "writer"))
+    common = dict(token_ttl_s=cfg.token_ttl_s, free_failures=cfg.auth_free_failures,
+                  backoff_base_s=cfg.auth_backoff_base_s, backoff_max_s=cfg.auth_backoff_max_s)
+    if cfg.users_file:
+        auth = AuthConfig.from_users_file(cfg.users_file, tokens=tokens,
+                                          token_ttl_s=cfg.token_ttl_s)
+        auth.free_failures = cfg.auth_free_failures
+        auth.backoff_base_s = cfg.auth_backoff_base_s
+        auth.backoff_max_s = cfg.auth_backoff_max_s
+        return auth
+    if tokens:
+        return AuthConfig(tokens=tokens, **common)
+    return None
+
+
+def report_tables(engine) -> list[str]:
+    """List the warehouse's tables, logging each one that cannot be read."""
+    broken: list = []
+    names = engine.list_tables(broken)
+    for name, exc in broken:
+        ctx = getattr(exc, "context", {}) or {}
+        log.warning("table unavailable", extra={"fields": {
+            "event": "table_unavailable", "table": name,
+            "object": ctx.get("key") or ctx.get("object"),
+            "check": getattr(exc, "message", None) or str(exc),
+            "error_class": type(exc).__name__}})
+    return names
+
+
+def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
+        warehouse=None, auth: AuthConfig | None = None,
+        on_start: Callable[[int, list[str]], None] | None = None) -> int:
+    """``flightsrv serve``: see the module docstring. ``warehouse`` / ``auth``: already
+    opened / resolved by the caller (the CLI); ``on_start(port, tables)`` runs once the port
+    is bound (default: print the "serving" line)."""
+    from flightsrv import Warehouse
+    from flightsrv.demo import DEMO_TABLE, seed_demo
+    from flightsrv.engine.duck import DuckEngine
+    from flightsrv.engine.relations import native_root
+
+    configure_json_logging(log_level)
+    wh = warehouse if warehouse is not None else Warehouse.open(warehouse_uri)
+    root = native_root(wh)
+    if auth is None:
+        auth = auth_from_config(cfg)
+    tls = TlsConfig(cfg.tls_cert, cfg.tls_key) if cfg.tls_cert else None
+    seed = cfg.demo or (not cfg.no_demo and not warehouse_uri.startswith("s3://"))
+    if seed:
+        try:
+            if seed_demo(wh):
+                log.info("seeded demo table", extra={"fields": {"table": DEMO_TABLE,
+                                                                "warehouse": wh.uri}})
+        except FlightsrvError as exc:
+            log.warning("demo table not seeded", extra={"fields": {
+                "event": "demo_not_seeded", "error_class": type(exc).__name__,
+                "error": str(exc)}})
+    temp_dir, own_temp = resolve_temp_dir(cfg, root)
+    try:
+        engine = DuckEngine(wh, threads=cfg.effective_threads, memory_limit=cfg.memory_limit,
+                            temp_directory=temp_dir)
+        names = report_tables(engine)
+
+        def started(port: int) -> None:
+            if on_start is not None:
+                on_start(port, names)
+                return
+            sys.stderr.write(f"flightsrv: serving {wh.uri} on grpc{'+tls' if tls else ''}://"
+                             f"{cfg.host}:{port} (tables: {', '.join(names) or '-'})\n")
+
+        paths = [(temp_dir, "<temp>")]
+        if root:
+            paths.append((root, "<warehouse>"))
+        serve(engine, cfg.host, cfg.port, auth=auth, tls=tls, config=cfg,
+              ready=_readiness(wh), scrub_paths=tuple(paths), log_level=log_level,
+              on_start=started)
+    finally:
+        if own_temp:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    return 0
+
+
+def _readiness(wh) -> Callable[[], tuple[bool, str]]:
+    state = {"at": 0.0, "answer": (False, "not checked yet")}
+    lock = threading.Lock()
+
+    def ready() -> tuple[bool, str]:
+        with lock:
+            if time.monotonic() - state["at"] < 2.0:
+                return state["answer"]
+            try:
+                wh.store.list_prefixes("")
+                wh.ensure_writable()
+                answer = (True, f"ready: warehouse {wh.uri} reachable, preconditions proven")
+            except Exception as exc:  # noqa: BLE001 - not ready, and why
+                answer = (False, f"not ready: {type(exc).__name__}: {exc}")
+            state["at"], state["answer"] = time.monotonic(), answer
+            return answer
+
+    return ready
+
+
 def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
           auth: AuthConfig | None = None, tls: TlsConfig | None = None,
+          config: ServerConfig | None = None,
+          ready: Callable[[], tuple[bool, str]] | None = None,
           log_level: int = logging.INFO, on_start: Callable[[int], None] | None = None,
           **kwargs) -> None:  # fmt: skip
-    """Serve until SIGINT/SIGTERM. Must run in the main thread (signal handlers).
+    """Serve until SIGINT/SIGTERM, then drain. Must run in the main thread (signals).
     ``on_start(port)`` runs once the port is bound (the real port when ``port`` is 0)."""
+    cfg = config or ServerConfig()
     configure_json_logging(log_level)
-    server = FlightSqlServer(engine, _location(host, port, tls), auth=auth, tls=tls, **kwargs)
+    server = FlightSqlServer(engine, _location(host, port, tls), auth=auth, tls=tls,
+                             config=cfg, **kwargs)
+    metrics_http = None
+    if cfg.metrics_port is not None:
+        base_ready = ready or (lambda: (True, "ready"))
+
+        def ready_now() -> tuple[bool, str]:
+            if server.draining:
+                return False, "not ready: draining"
+            return base_ready()
+
+        metrics_http = MetricsHttpServer(server.metrics, ready_now, cfg.metrics_port,
+                                         cfg.metrics_host)
     stop = threading.Event()
     received: list[str] = []
 
@@ -90,18 +192,43 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     log.info("serving", extra={"fields": {
         "event": "start", "host": host, "port": server.port, "tls": tls is not None,
-        "auth": auth is not None}})  # fmt: skip
+        "auth": auth is not None, "pid": os.getpid(),
+        "metrics_port": metrics_http.port if metrics_http else None}})  # fmt: skip
     if on_start is not None:
         on_start(server.port)
     try:
         while not stop.wait(0.5):
             pass
     finally:
-        log.info("shutting down", extra={"fields": {"event": "stop", "signal": ",".join(received)}})
-        server.shutdown()
+        log.info("shutting down", extra={"fields": {
+            "event": "stop", "signal": ",".join(received),
+            "drain_timeout_s": cfg.drain_timeout_s}})
+        server.begin_drain()
+        drained = server.wait_idle(cfg.drain_timeout_s)
+        if not drained:
+            n = server.cancel_all("cancelled")
+            log.warning("drain deadline passed; cancelled running statements",
+                        extra={"fields": {"event": "drain_timeout", "cancelled": n}})
+        _shutdown_within(server, 10.0)
+        if metrics_http is not None:
+            metrics_http.close()
         close = getattr(engine, "close", None)
         if callable(close):
             close()
         for s, handler in previous.items():
             signal.signal(s, handler)
-        log.info("stopped", extra={"fields": {"event": "stopped"}})
+        log.info("stopped", extra={"fields": {"event": "stopped", "drained": drained}})
+
+
+def _shutdown_within(server: FlightSqlServer, seconds: float) -> None:
+    """``server.shutdown()``, which waits for every call; a stream blocked on a client
+    that stopped reading must not keep the process alive forever."""
+    t = threading.Thread(target=server.shutdown, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        log.warning("shutdown did not finish; exiting anyway",
+                    extra={"fields": {"event": "shutdown_timeout"}})
+        for h in logging.getLogger("flightsrv").handlers:
+            h.flush()
+        os._exit(0)

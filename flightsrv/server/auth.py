@@ -13,6 +13,16 @@ Contract:
     static token from ``AuthConfig.tokens``.
 - The role decides what a caller may do: READER may query and read metadata; DML and
   ingest need WRITER (the engine raises PermissionDenied; the server pre-checks ingest).
+- Basic auth costs the same for unknown and known users: an unknown name is checked
+  against a dummy hash with as many PBKDF2 iterations as the costliest user in the file.
+- Failed basic logins back off exponentially per user name (known or not): after
+  ``free_failures`` failures, that name is refused without a password check for
+  ``base_s * 2**(n - free_failures - 1)`` seconds (at most ``max_s``). Credentials that
+  verified within the last minute are served from a cache and never delayed, so an
+  attacker failing logins under a name cannot lock out its active sessions. (pyarrow's
+  server middleware is not told the peer address, so the back-off cannot be per peer.)
+  Bearer tokens are not throttled: issued ones are 256-bit HMACs, and static tokens must
+  be long random strings.
 
 Users file: one user per line, ``user:password_hash:role``; ``#`` starts a comment.
 ``password_hash`` is ``pbkdf2_sha256$<iterations>$<salt b64>$<hash b64>``, made by
@@ -27,10 +37,11 @@ import hashlib
 import hmac
 import os
 import threading
-from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cachetools import TTLCache
 from pyarrow import flight
 
 from flightsrv.engine.api import Role
@@ -65,6 +76,9 @@ class AuthConfig:
     users: dict[str, UserRecord] = field(default_factory=dict)
     tokens: dict[str, Principal] = field(default_factory=dict)
     token_ttl_s: int = 12 * 3600
+    free_failures: int = 5
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 300.0
 
     @classmethod
     def from_users_file(cls, path: str | Path, tokens: dict[str, Principal] | None = None,
@@ -142,28 +156,40 @@ class TokenIssuer:
             return None
 
 
-class _BasicCache:
-    """Recently verified basic credentials, so PBKDF2 runs once per client, not per RPC."""
+def _iterations(encoded: str) -> int:
+    try:
+        return int(encoded.split("$")[1])
+    except (IndexError, ValueError):
+        return DEFAULT_ITERATIONS
 
-    def __init__(self, max_entries: int = 1024):
-        self._entries: OrderedDict[bytes, tuple[Principal, int]] = OrderedDict()
-        self._max = max_entries
+
+class _Backoff:
+    """Failed logins per user name; see the module docstring."""
+
+    def __init__(self, clock: Clock, free: int, base_s: float, max_s: float):
+        self._clock, self._free, self._base, self._max = clock, free, base_s, max_s
+        self._failures: TTLCache = TTLCache(100_000, max(max_s * 4, 3600),
+                                            timer=lambda: clock.now_ms() / 1000.0)
         self._lock = threading.Lock()
 
-    def get(self, key: bytes, now_ms: int) -> Principal | None:
+    def wait_s(self, name: str) -> float:
+        """Seconds until ``name`` may try again (0: now)."""
         with self._lock:
-            hit = self._entries.get(key)
-            if hit is None or hit[1] < now_ms:
-                return None
-            self._entries.move_to_end(key)
-            return hit[0]
+            entry = self._failures.get(name)
+        if entry is None:
+            return 0.0
+        return max(0.0, (entry[1] - self._clock.now_ms()) / 1000.0)
 
-    def put(self, key: bytes, principal: Principal, expiry_ms: int) -> None:
+    def failed(self, name: str) -> None:
         with self._lock:
-            self._entries[key] = (principal, expiry_ms)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+            count = self._failures.get(name, (0, 0))[0] + 1
+            over = count - self._free
+            delay = 0.0 if over <= 0 else min(self._max, self._base * 2 ** (over - 1))
+            self._failures[name] = (count, self._clock.now_ms() + int(delay * 1000))
+
+    def succeeded(self, name: str) -> None:
+        with self._lock:
+            self._failures.pop(name, None)
 
 
 class AuthMiddleware(flight.ServerMiddleware):
@@ -178,21 +204,34 @@ class AuthMiddleware(flight.ServerMiddleware):
 
 
 class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
-    def __init__(self, config: AuthConfig, clock: Clock | None = None):
+    def __init__(self, config: AuthConfig, clock: Clock | None = None,
+                 on_failure: Callable[[str], None] | None = None):
         self._config = config
         self._clock = clock or Clock()
         self._issuer = TokenIssuer(self._clock, config.token_ttl_s)
-        self._basic_cache = _BasicCache()
+        self._basic_cache: TTLCache = TTLCache(4096, 60,
+                                               timer=lambda: self._clock.now_ms() / 1000.0)
+        self._cache_lock = threading.Lock()
+        self._backoff = _Backoff(self._clock, config.free_failures, config.backoff_base_s,
+                                 config.backoff_max_s)
+        self._on_failure = on_failure or (lambda reason: None)
+        iterations = max((_iterations(u.password_hash) for u in config.users.values()),
+                         default=DEFAULT_ITERATIONS)
+        # unknown users are checked against this, so they cost what known ones do
+        self._dummy_hash = hash_password(os.urandom(16).hex(), iterations=iterations)
         self._static = {
             hashlib.sha256(tok.encode()).digest(): p for tok, p in config.tokens.items()
         }
 
+    def _fail(self, reason: str, message: str):
+        self._on_failure(reason)
+        return flight.FlightUnauthenticatedError(message)
+
     def start_call(self, info, headers):
         values = headers.get("authorization") or headers.get("Authorization") or []
         if not values:
-            raise flight.FlightUnauthenticatedError(
-                f"missing authorization header (method={_method_name(info)})"
-            )
+            raise self._fail("missing", "missing authorization header "
+                             f"(method={_method_name(info)})")
         scheme, _, credential = values[0].strip().partition(" ")
         scheme = scheme.lower()
         if scheme == "basic":
@@ -200,24 +239,33 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
             return AuthMiddleware(principal, self._issuer.issue(principal))
         if scheme == "bearer":
             return AuthMiddleware(self._check_bearer(credential.strip()))
-        raise flight.FlightUnauthenticatedError(f"unsupported authorization scheme={scheme}")
+        raise self._fail("scheme", f"unsupported authorization scheme={scheme[:16]}")
 
     def _check_basic(self, credential: str) -> Principal:
-        now = self._clock.now_ms()
         cache_key = hashlib.sha256(credential.encode()).digest()
-        cached = self._basic_cache.get(cache_key, now)
+        with self._cache_lock:
+            cached = self._basic_cache.get(cache_key)
         if cached is not None:
             return cached
         try:
             padded = credential + "=" * (-len(credential) % 4)  # ADBC (Go) omits padding
             user, _, password = base64.b64decode(padded).decode().partition(":")
         except (ValueError, binascii.Error):
-            raise flight.FlightUnauthenticatedError("malformed basic credentials") from None
+            raise self._fail("malformed", "malformed basic credentials") from None
+        wait = self._backoff.wait_s(user)
+        if wait > 0:
+            raise self._fail("backoff", "too many failed logins for this user; retry in "
+                             f"{wait:.0f} s")
         record = self._config.users.get(user)
-        if record is None or not verify_password(password, record.password_hash):
-            raise flight.FlightUnauthenticatedError(f"invalid user or password (user={user})")
+        encoded = record.password_hash if record is not None else self._dummy_hash
+        ok = verify_password(password, encoded)  # always runs: same cost either way
+        if record is None or not ok:
+            self._backoff.failed(user)
+            raise self._fail("password", "invalid user or password")
+        self._backoff.succeeded(user)
         principal = Principal(record.name, record.role)
-        self._basic_cache.put(cache_key, principal, now + 60_000)
+        with self._cache_lock:
+            self._basic_cache[cache_key] = principal
         return principal
 
     def _check_bearer(self, token: str) -> Principal:
@@ -226,7 +274,7 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
             return static
         principal = self._issuer.verify(token)
         if principal is None:
-            raise flight.FlightUnauthenticatedError("invalid or expired bearer token")
+            raise self._fail("token", "invalid or expired bearer token")
         return principal
 
 

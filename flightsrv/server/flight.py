@@ -2,129 +2,88 @@
 
 Spec: https://arrow.apache.org/docs/format/FlightSql.html. The server knows nothing of
 tables or SQL; it decodes commands (``proto``), asks the ``Engine`` (flightsrv.engine.api)
-and streams the answer. Behaviour worth knowing:
+and streams the answer. The guarantees it keeps:
 
-- **Tickets are self-contained**: a query ticket carries the SQL (and bound parameters as
-  Arrow IPC); a metadata ticket is the command itself. Any server instance can serve any
-  ticket, and nothing is kept between GetFlightInfo and DoGet.
-- **Prepared statements** live in a bounded, expiring table (``max_prepared``,
-  ``prepared_ttl_s`` idle time); an unknown or expired handle is NOT_FOUND.
-- **DML through a query path** (ADBC prepares every statement and then calls
-  GetFlightInfo(CommandPreparedStatementQuery)): when the engine classifies the statement
-  as an UPDATE it runs during GetFlightInfo, the row count goes into
-  ``FlightInfo.total_records``, and the ticket's DoGet returns an empty result.
-- **Results stream** batch by batch from the engine's RecordBatchReader through a
-  ``GeneratorStream``; the stream stops early when the client goes away or the FlightInfo
-  is cancelled (CancelFlightInfo, best effort).
-- **Sessions** (``api.Session``) are per gRPC connection (peer address) and user, held in a
-  bounded, expiring table; CloseSession drops them.
-- **Errors** are mapped by ``status.to_flight_error``; the server stays up after any error.
+- **Side effects happen exactly once, at the request that carries them.** A statement the
+  engine marks ``Prepared.effects`` (DML, DDL, maintenance, SET) runs during GetFlightInfo
+  (CommandStatementQuery / CommandPreparedStatementQuery) or DoPut (CommandStatementUpdate,
+  CommandPreparedStatementUpdate, ingest), never in DoGet. An update's row count is
+  ``FlightInfo.total_records`` and its ticket yields an empty result; a statement that
+  returns a table (OPTIMIZE, VACUUM, PURGE) has it kept server-side behind a single-use
+  ticket that expires (``result_ttl_s``): redeeming it again is NOT_FOUND, never a second
+  run. GetSchema only prepares. Pure SELECTs run lazily in DoGet and stream.
+- **Tickets** are HMAC-signed and bound to the principal and an expiry (``tickets``).
+- **Per-principal state** (prepared statements, sessions, kept results) lives in separate
+  bounded tables per principal (``limits``); nobody can see, close or evict another's.
+  Sessions are per (principal, gRPC connection) and are only kept for connections that
+  ran SET; CloseSession drops the caller's own.
+- **Every statement** gets a ``Cancel`` (``calls``): tripped at ``--query-timeout`` or the
+  session's ``statement_timeout`` (DEADLINE_EXCEEDED), when the client cancels the call or
+  goes away, or by CancelFlightInfo / CancelQuery of its ticket (CANCELLED).
+- **Errors** are mapped by ``status.to_flight_error`` and leave through entry points with
+  a neutral traceback; the server stays up after any error.
 - One catalog (``flightsrv``) with one schema (``main``); transactions are unsupported.
+
+Dispatch is by table: ``commands.METADATA`` for metadata commands, ``_STATEMENT_INFO`` for
+the statement commands of GetFlightInfo, ``_PUT`` for DoPut and ``_ACTIONS`` for DoAction.
 """
 
 from __future__ import annotations
 
-import base64
-import functools
-import json
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import ClassVar, Generic, TypeVar
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyarrow import flight
 
 from flightsrv import errors
-from flightsrv.engine.api import Engine, IngestMode, Prepared, Role, Session, StatementKind
+from flightsrv.engine.api import (
+    Cancel,
+    Engine,
+    ExecInfo,
+    Prepared,
+    Role,
+    Session,
+    StatementKind,
+)
 from flightsrv.runtime import Runtime
+from flightsrv.server import commands, ingest, proto
 from flightsrv.server import metadata as md
-from flightsrv.server import proto
 from flightsrv.server.auth import (
     MIDDLEWARE_KEY,
     AuthConfig,
     AuthMiddlewareFactory,
     HandshakeHandler,
+    Principal,
     principal_of,
 )
+from flightsrv.server.calls import Call, CallTracker
+from flightsrv.server.config import ServerConfig
+from flightsrv.server.limits import Concurrency, PerPrincipal
+from flightsrv.server.logs import StatementText
+from flightsrv.server.metrics import Metrics
 from flightsrv.server.status import (
+    Draining,
+    NotFound,
+    Scrubber,
+    grpc_status_name,
     invalid,
-    not_found,
-    short_sql,
+    neutral_entry,
+    neutral_stream,
     to_flight_error,
     unimplemented,
 )
+from flightsrv.server.tickets import ForeignTicket, TicketCodec
 
 log = logging.getLogger("flightsrv.server")
 log.addHandler(logging.NullHandler())
 
 SERVER_VERSION = "0.1.0"
 EMPTY_SCHEMA = pa.schema([])
-_TICKET_MAGIC = b"FSQT1"
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class ExpiringTable(Generic[K, V]):
-    """A thread-safe LRU map whose entries also expire after ``ttl_ms`` without use."""
-
-    def __init__(self, max_entries: int, ttl_ms: int, now_ms: Callable[[], int]):
-        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
-        self._max, self._ttl, self._now = max_entries, ttl_ms, now_ms
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        now = self._now()
-        with self._lock:
-            hit = self._data.get(key)
-            if hit is None:
-                return None
-            if hit[1] + self._ttl < now:
-                del self._data[key]
-                return None
-            self._data[key] = (hit[0], now)
-            self._data.move_to_end(key)
-            return hit[0]
-
-    def put(self, key: K, value: V) -> None:
-        now = self._now()
-        with self._lock:
-            self._data[key] = (value, now)
-            self._data.move_to_end(key)
-            while len(self._data) > self._max:
-                self._data.popitem(last=False)
-            # drop expired entries from the cold end
-            while self._data:
-                oldest = next(iter(self._data.values()))
-                if oldest[1] + self._ttl >= now:
-                    break
-                self._data.popitem(last=False)
-
-    def pop(self, key: K) -> V | None:
-        with self._lock:
-            hit = self._data.pop(key, None)
-            return hit[0] if hit else None
-
-    def pop_where(self, pred: Callable[[K], bool]) -> int:
-        with self._lock:
-            doomed = [k for k in self._data if pred(k)]
-            for k in doomed:
-                del self._data[k]
-            return len(doomed)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
-@dataclass
-class _PreparedEntry:
-    prepared: Prepared
-    user: str
-    params: pa.RecordBatch | None = None
 
 
 @dataclass
@@ -134,36 +93,43 @@ class TlsConfig:
 
 
 @dataclass
-class _Call:
+class _PreparedEntry:
+    prepared: Prepared
+    params: pa.RecordBatch | None = None
+
+
+@dataclass
+class _Rpc:
+    """What one RPC is doing, for its log line."""
+
     method: str
     peer: str
-    user: str
+    principal: Principal
+    command: str | None = None
     statement: str | None = None
     table: str | None = None
-    command: str | None = None
 
 
-def _rpc(method: str):
-    """Wrap a handler: log it, and raise failures as deliberate Flight errors."""
+@dataclass
+class _Statement:
+    """One statement's run: its slot, its Cancel, and what it did (for logs/metrics)."""
 
-    def deco(fn):
-        @functools.wraps(fn)
-        def wrapper(self: FlightSqlServer, context, *args):
-            call = _Call(method, context.peer(), principal_of(context).user)
-            self._local.call = call
-            start = time.perf_counter()
-            try:
-                result = fn(self, context, *args)
-            except BaseException as exc:  # noqa: BLE001 - mapped below
-                err = to_flight_error(exc, statement=call.statement, table=call.table)
-                self._log_call(call, start, error=err)
-                raise err.with_traceback(None) from None
-            self._log_call(call, start)
-            return result
+    rpc: str
+    principal: Principal
+    prepared: Prepared
+    call: Call
+    info: ExecInfo = field(default_factory=ExecInfo)
+    start: float = field(default_factory=time.perf_counter)
+    rows_returned: int = 0
+    bytes_returned: int = 0
+    affected: int = 0
+    done: bool = False
+    streaming: bool = False
+    slot_released: bool = False
 
-        return wrapper
-
-    return deco
+    @property
+    def cancel(self) -> Cancel:
+        return self.call.cancel
 
 
 class FlightSqlServer(flight.FlightServerBase):
@@ -177,450 +143,569 @@ class FlightSqlServer(flight.FlightServerBase):
         auth: AuthConfig | None = None,
         tls: TlsConfig | None = None,
         runtime: Runtime | None = None,
+        config: ServerConfig | None = None,
         read_only: bool = False,
-        max_prepared: int = 10_000,
-        prepared_ttl_s: int = 3600,
-        max_sessions: int = 10_000,
-        session_ttl_s: int = 8 * 3600,
+        ticket_key: bytes | None = None,
+        scrub_paths: tuple[tuple[str, str], ...] = (),
         **kwargs,
     ):
         self._engine = engine
+        self.config = cfg = config or ServerConfig()
         self._runtime = runtime or Runtime()
         clock = self._runtime.clock
-        middleware = {MIDDLEWARE_KEY: AuthMiddlewareFactory(auth, clock)} if auth else {}
+        self._codec = TicketCodec(self._runtime, cfg.ticket_ttl_s, ticket_key)
+        self._prepared: PerPrincipal[bytes, _PreparedEntry] = PerPrincipal(
+            "prepared statements", "max_prepared_statements", cfg.max_prepared_statements,
+            cfg.prepared_ttl_s, clock)
+        self._sessions: PerPrincipal[str, Session] = PerPrincipal(
+            "sessions", "max_sessions", cfg.max_sessions, cfg.session_ttl_s, clock)
+        self._results: PerPrincipal[str, pa.Table] = PerPrincipal(
+            "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
+        self._slots = Concurrency(cfg.max_concurrent_queries)
+        self._calls = CallTracker()
+        self._active = 0  # RPCs and streams in progress (for draining)
+        self._active_lock = threading.Condition()
+        self._draining = threading.Event()
+        self._read_only = read_only
+        self._text = StatementText(cfg.log_statements)
+        self._scrub = Scrubber(scrub_paths)
+        self._local = threading.local()
+        self.metrics = Metrics(gauges={
+            "sessions": lambda: self._sessions.count(),
+            "prepared_statements": lambda: self._prepared.count(),
+            "queries_in_flight": lambda: self._slots.count(),
+        })
+        middleware = {}
+        if auth is not None:
+            middleware[MIDDLEWARE_KEY] = AuthMiddlewareFactory(
+                auth, clock, on_failure=lambda reason: self.metrics.auth_failures.inc())
+        # Handshake is answered even without auth: JDBC tools that send a user name by
+        # default (DBeaver) then connect as anonymous instead of failing UNIMPLEMENTED
+        kwargs.setdefault("auth_handler", HandshakeHandler())
         tls_certificates = []
         if tls is not None:
             with open(tls.cert_path, "rb") as c, open(tls.key_path, "rb") as k:
                 tls_certificates = [(c.read(), k.read())]
             if location.startswith(("grpc://", "grpc+tcp://")):
                 location = "grpc+tls://" + location.split("://", 1)[1]
-        self._local = threading.local()
-        self._prepared: ExpiringTable[bytes, _PreparedEntry] = ExpiringTable(
-            max_prepared, prepared_ttl_s * 1000, clock.now_ms
-        )
-        self._sessions: ExpiringTable[tuple[str, str], Session] = ExpiringTable(
-            max_sessions, session_ttl_s * 1000, clock.now_ms
-        )
-        self._sessions_lock = threading.Lock()
-        # tickets being streamed -> cancel event; tickets cancelled before their DoGet
-        self._streams: dict[bytes, threading.Event] = {}
-        self._streams_lock = threading.Lock()
-        self._cancelled: ExpiringTable[bytes, bool] = ExpiringTable(
-            10_000, 3600 * 1000, clock.now_ms
-        )
-        self._sql_info = md.sql_info_values(SERVER_VERSION, read_only=read_only)
-        if auth is not None:
-            kwargs.setdefault("auth_handler", HandshakeHandler())
-        super().__init__(
-            location, middleware=middleware, tls_certificates=tls_certificates, **kwargs
-        )
+        super().__init__(location, middleware=middleware, tls_certificates=tls_certificates,
+                         **kwargs)
 
-    # -- plumbing ----------------------------------------------------------------------
+    # == entry points (neutral tracebacks: see status.py) ===================================
 
-    def _log_call(self, call: _Call, start: float, error: BaseException | None = None):
+    get_flight_info = neutral_entry("get_flight_info", "_rpc_get_flight_info")
+    get_schema = neutral_entry("get_schema", "_rpc_get_schema")
+    do_get = neutral_entry("do_get", "_rpc_do_get")
+    do_put = neutral_entry("do_put", "_rpc_do_put")
+    do_action = neutral_entry("do_action", "_rpc_do_action")
+    list_flights = neutral_entry("list_flights", "_rpc_list_flights")
+    do_exchange = neutral_entry("do_exchange", "_rpc_do_exchange")
+
+    def _rpc_get_flight_info(self, context, descriptor):
+        return self._serve("GetFlightInfo", context, self._get_flight_info, descriptor)
+
+    def _rpc_get_schema(self, context, descriptor):
+        return self._serve("GetSchema", context, self._get_schema, descriptor)
+
+    def _rpc_do_get(self, context, ticket):
+        return self._serve("DoGet", context, self._do_get, ticket)
+
+    def _rpc_do_put(self, context, descriptor, reader, writer):
+        return self._serve("DoPut", context, self._do_put, descriptor, reader, writer)
+
+    def _rpc_do_action(self, context, action):
+        return self._serve("DoAction", context, self._do_action, action)
+
+    def _rpc_list_flights(self, context, criteria):
+        return self._serve("ListFlights", context, self._unimplemented_rpc, criteria)
+
+    def _rpc_do_exchange(self, context, descriptor, reader, writer):
+        return self._serve("DoExchange", context, self._unimplemented_rpc, descriptor)
+
+    def _unimplemented_rpc(self, context, *args):
+        raise unimplemented("this Flight RPC is not part of Flight SQL")
+
+    def list_actions(self, context):
+        return [(name, doc) for name, (doc, _) in self._ACTIONS.items()]
+
+    # == plumbing ============================================================================
+
+    def _serve(self, method: str, context, fn, *args):
+        """Run one RPC: draining check, log line, metrics, error mapping."""
+        rec = _Rpc(method, context.peer(), principal_of(context))
+        self._local.rpc = rec
+        start = time.perf_counter()
+        self._enter()
+        try:
+            if self._draining.is_set():
+                raise Draining("server is shutting down; retry")
+            result = fn(context, *args)
+        except BaseException as exc:  # noqa: BLE001 - mapped below
+            err = self._map(exc, rec.statement, rec.table)
+            self._log_rpc(rec, start, err)
+            raise err from None
+        finally:
+            self._leave()
+        self._log_rpc(rec, start, None)
+        return result
+
+    def _map(self, exc: BaseException, statement: str | None, table: str | None) -> Exception:
+        return to_flight_error(exc, statement=statement, table=table, scrub=self._scrub)
+
+    def _enter(self) -> None:
+        with self._active_lock:
+            self._active += 1
+
+    def _leave(self) -> None:
+        with self._active_lock:
+            self._active -= 1
+            self._active_lock.notify_all()
+
+    def _log_rpc(self, rec: _Rpc, start: float, error: BaseException | None) -> None:
+        status = grpc_status_name(error)
+        self.metrics.rpc(rec.method, status)
         fields = {
-            "event": "rpc",
-            "method": call.method,
-            "command": call.command,
-            "peer": call.peer,
-            "user": call.user,
-            "statement": short_sql(call.statement),
-            "table": call.table,
+            "event": "rpc", "method": rec.method, "command": rec.command, "peer": rec.peer,
+            "user": rec.principal.user, "status": status, "table": rec.table,
+            "statement": self._text(rec.statement),
             "duration_ms": round((time.perf_counter() - start) * 1000, 3),
         }
         if error is None:
             log.info("rpc ok", extra={"fields": fields})
         else:
-            fields["error"] = f"{type(error).__name__}: {error}"
+            fields["error"] = self._text.redact_message(f"{type(error).__name__}: {error}",
+                                                        rec.statement)
             log.warning("rpc failed", extra={"fields": fields})
 
     def _note(self, **fields) -> None:
-        call = getattr(self._local, "call", None)
-        if call is not None:
+        rec = getattr(self._local, "rpc", None)
+        if rec is not None:
             for k, v in fields.items():
-                setattr(call, k, v)
-
-    def _session(self, context) -> Session:
-        principal = principal_of(context)
-        key = (context.peer(), principal.user)
-        with self._sessions_lock:
-            session = self._sessions.get(key)
-            if session is None:
-                session = Session(
-                    session_id=self._runtime.ids.new_id(),
-                    user=principal.user,
-                    role=principal.role,
-                )
-                self._sessions.put(key, session)
-        session.role = principal.role
-        return session
+                setattr(rec, k, v)
 
     def _command(self, descriptor: flight.FlightDescriptor):
         if descriptor.descriptor_type != flight.DescriptorType.CMD:
-            raise invalid("flightsrv only serves Flight SQL command descriptors",
-                          path=descriptor.path)  # fmt: skip
+            raise invalid("flightsrv only serves Flight SQL command descriptors")
+        if len(descriptor.command) > self.config.max_message_bytes:
+            raise errors.LimitExceeded("command larger than the server accepts",
+                                       limit="max_message_bytes",
+                                       value=self.config.max_message_bytes)
         cmd = proto.unpack(descriptor.command)
         self._note(command=proto.arrow_name(cmd))
         return cmd
 
-    def _lookup(self, handle: bytes, context) -> _PreparedEntry:
-        entry = self._prepared.get(handle)
-        if entry is None or entry.user != principal_of(context).user:
-            raise not_found("unknown or expired prepared statement handle",
-                            handle=handle.hex()[:16])  # fmt: skip
-        self._note(statement=entry.prepared.sql)
-        return entry
+    def _check_sql(self, sql: str) -> str:
+        self._note(statement=sql)
+        size = len(sql.encode("utf-8", "surrogatepass"))
+        if size > self.config.max_statement_bytes:
+            self._note(statement=None)
+            raise errors.LimitExceeded("statement longer than the server accepts",
+                                       limit="max_statement_bytes",
+                                       value=self.config.max_statement_bytes, bytes=size)
+        return sql
 
     @staticmethod
     def _no_transaction(msg) -> None:
         if msg.HasField("transaction_id"):
-            raise invalid("transactions are not supported", transaction_id=msg.transaction_id)
+            raise invalid("transactions are not supported (transaction_id given)")
 
-    # -- tickets -----------------------------------------------------------------------
+    def _session(self, context, principal: Principal, keep: bool = False) -> Session:
+        """The caller's session on this connection. Only sessions that hold state (SET)
+        are kept; others are fresh per call and count against no limit."""
+        key = context.peer()
+        session = self._sessions.get(principal.user, key)
+        if session is None:
+            session = Session(session_id=self._runtime.ids.new_id(), user=principal.user,
+                              role=principal.role)
+            if keep:
+                self._sessions.add(principal.user, key, session)
+        session.role = principal.role
+        return session
 
-    @staticmethod
-    def _query_ticket(sql: str, params: pa.RecordBatch | None) -> bytes:
-        payload = {"k": "query", "sql": sql}
-        if params is not None:
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, params.schema) as w:
-                w.write_batch(params)
-            payload["params"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
-        handle = _TICKET_MAGIC + json.dumps(payload).encode()
-        return proto.pack(proto.TicketStatementQuery(statement_handle=handle))
+    def _check_writable(self, principal: Principal, prepared: Prepared) -> None:
+        if self._read_only and prepared.effects and prepared.statement_kind != "set":
+            raise errors.PermissionDenied("the server is read-only", user=principal.user,
+                                          kind=prepared.statement_kind)
 
-    @staticmethod
-    def _count_ticket(count: int) -> bytes:
-        handle = _TICKET_MAGIC + json.dumps({"k": "count", "n": count}).encode()
-        return proto.pack(proto.TicketStatementQuery(statement_handle=handle))
+    def _timeout_s(self, session: Session) -> float | None:
+        limit = self.config.query_timeout_s or None
+        raw = session.settings.get("statement_timeout")
+        if raw not in (None, "", "0"):
+            try:
+                own = int(raw) / 1000.0
+            except ValueError:
+                own = None
+            if own and own > 0:
+                limit = own if limit is None else min(limit, own)
+        return limit
 
-    @staticmethod
-    def _decode_ticket(handle: bytes) -> dict:
-        if not handle.startswith(_TICKET_MAGIC):
-            raise invalid("ticket was not issued by flightsrv")
+    def _lookup(self, principal: Principal, handle: bytes) -> _PreparedEntry:
+        entry = self._prepared.get(principal.user, handle)
+        if entry is None:
+            raise NotFound("unknown or expired prepared statement handle",
+                           handle=handle.hex()[:16])
+        self._note(statement=entry.prepared.sql)
+        return entry
+
+    def _sql_info(self, principal: Principal) -> dict[int, object]:
+        read_only = self._read_only or principal.role == Role.READER
+        return md.sql_info_values(SERVER_VERSION, read_only=read_only, config=self.config)
+
+    def _metadata_context(self, principal: Principal) -> commands.MetadataContext:
+        return commands.MetadataContext(self._engine, self._sql_info(principal),
+                                        self._report_broken)
+
+    def _report_broken(self, table: str, exc: BaseException) -> None:
+        ctx = getattr(exc, "context", {}) or {}
+        obj = ctx.get("key") or ctx.get("object")
+        log.warning("table unavailable", extra={"fields": {
+            "event": "table_unavailable", "table": table, "object": obj,
+            "check": getattr(exc, "message", None) or str(exc),
+            "error_class": type(exc).__name__,
+            "error": self._scrub(str(exc))}})
+
+    # == statements ==========================================================================
+
+    def _begin(self, rpc: str, context, principal: Principal, session: Session,
+               prepared: Prepared, nonce: str | None = None,
+               deadline: bool = True) -> _Statement:
+        self._slots.acquire(principal.user)
         try:
-            payload = json.loads(handle[len(_TICKET_MAGIC) :])
-            if "params" in payload:
-                raw = base64.b64decode(payload["params"])
-                payload["params"] = pa.ipc.open_stream(raw).read_next_batch()
-            return payload
-        except (ValueError, pa.ArrowException) as exc:
-            raise invalid(f"malformed ticket: {exc}") from None
+            timeout = self._timeout_s(session) if deadline else None
+            call = self._calls.start(principal.user, timeout, context, nonce)
+        except BaseException:
+            self._slots.release(principal.user)
+            raise
+        st = _Statement(rpc, principal, prepared, call)
+        # a cancelled statement gives its slot back at once, even if its stream waits for
+        # a client that is not reading
+        call.cancel.on_cancel(lambda: self._release_slot(st))
+        return st
 
-    def _info(self, descriptor, schema: pa.Schema, ticket: bytes, total_records: int = -1):
-        endpoint = flight.FlightEndpoint(flight.Ticket(ticket), [])
-        return flight.FlightInfo(schema, descriptor, [endpoint], total_records, -1)
+    def _release_slot(self, st: _Statement) -> None:
+        with self._active_lock:
+            if st.slot_released:
+                return
+            st.slot_released = True
+        self._slots.release(st.principal.user)
 
-    # -- GetFlightInfo / GetSchema -----------------------------------------------------
+    def _end(self, st: _Statement, error: BaseException | None = None) -> None:
+        if st.done:
+            return
+        st.done = True
+        self._calls.finish(st.call)
+        self._release_slot(st)
+        seconds = time.perf_counter() - st.start
+        mapped = None if error is None else self._map(error, st.prepared.sql, None)
+        status = grpc_status_name(mapped)
+        kind = st.prepared.statement_kind
+        info = st.info
+        self.metrics.statement(kind, status, seconds, info, st.rows_returned,
+                               st.bytes_returned, st.affected)
+        fields = {
+            "event": "statement", "rpc": st.rpc, "principal": st.principal.user,
+            "role": st.principal.role.value, "kind": kind,
+            "statement": self._text(st.prepared.sql),
+            "tables": dict(info.tables) or None,
+            "commits": [list(c) for c in info.commits] or None,
+            "rows": st.rows_returned if st.prepared.kind == StatementKind.QUERY else st.affected,
+            "bytes": st.bytes_returned,
+            "duration_ms": round(seconds * 1000, 3),
+            "files_scanned": info.files_scanned, "files_pruned": info.files_pruned,
+            "row_groups_scanned": info.row_groups_scanned,
+            "row_groups_pruned": info.row_groups_pruned, "rows_masked": info.rows_masked,
+            "status": status,
+        }
+        if error is not None:
+            fields["error_class"] = type(error).__name__
+            fields["error"] = self._text.redact_message(str(mapped), st.prepared.sql)
+            log.warning("statement failed", extra={"fields": fields})
+        else:
+            log.info("statement", extra={"fields": fields})
 
-    @_rpc("GetFlightInfo")
-    def get_flight_info(self, context, descriptor):
+    def _run(self, st: _Statement, fn, *args, **kwargs):
+        """``fn(...)`` for statement ``st``; ends ``st`` on failure."""
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            if st.cancel.cancelled and not isinstance(exc, errors.QueryCancelled):
+                exc = errors.QueryCancelled(
+                    "statement timed out" if st.cancel.reason == "timeout"
+                    else "statement was cancelled", reason=st.cancel.reason)
+            self._end(st, exc)
+            raise exc from None
+
+    def _statement_info(self, context, principal: Principal, prepared: Prepared,
+                        params: pa.RecordBatch | None,
+                        descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        """GetFlightInfo for a statement: run it now if it has effects, else a ticket."""
+        user = principal.user
+        if not prepared.effects:
+            ticket = self._codec.issue("query", user, sql=prepared.sql, params=params)
+            return flight.FlightInfo(prepared.dataset_schema, descriptor,
+                                     [flight.FlightEndpoint(ticket, [])], -1, -1)
+        self._check_writable(principal, prepared)
+        session = self._session(context, principal, keep=prepared.statement_kind == "set")
+        st = self._begin("GetFlightInfo", context, principal, session, prepared)
+        if prepared.kind != StatementKind.QUERY:
+            n = self._run(st, self._engine.execute_update, prepared.sql, session, params,
+                          cancel=st.cancel, info=st.info)
+            st.affected = int(n)
+            self._end(st)
+            ticket = self._codec.issue("count", user)
+            return flight.FlightInfo(EMPTY_SCHEMA, descriptor,
+                                     [flight.FlightEndpoint(ticket, [])], int(n), -1)
+        result = self._run(st, self._engine.execute_query, prepared.sql, session, params,
+                           cancel=st.cancel)
+        st.info = result.info
+        table = self._run(st, self._drain_reader, result.reader, st.cancel)
+        st.affected = table.num_rows
+        self._end(st)
+        result_id = self._runtime.ids.new_id()
+        self._results.add(user, result_id, table)
+        ticket = self._codec.issue("result", user, result_id=result_id,
+                                   ttl_ms=int(self.config.result_ttl_s * 1000))
+        return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])],
+                                 table.num_rows, table.nbytes)
+
+    @staticmethod
+    def _drain_reader(reader: pa.RecordBatchReader, cancel: Cancel) -> pa.Table:
+        batches = []
+        for batch in reader:
+            cancel.check()
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=reader.schema)
+
+    def _update(self, rpc: str, context, principal: Principal, prepared: Prepared,
+                params: pa.RecordBatch | None) -> int:
+        """An update through DoPut: run now, return the row count."""
+        self._check_writable(principal, prepared)
+        session = self._session(context, principal, keep=prepared.statement_kind == "set")
+        st = self._begin(rpc, context, principal, session, prepared)
+        n = self._run(st, self._engine.execute_update, prepared.sql, session, params,
+                      cancel=st.cancel, info=st.info)
+        st.affected = int(n)
+        self._end(st)
+        return int(n)
+
+    # == GetFlightInfo / GetSchema ===========================================================
+
+    def _get_flight_info(self, context, descriptor):
         cmd = self._command(descriptor)
-        session = self._session(context)
+        principal = principal_of(context)
+        handler = self._STATEMENT_INFO.get(type(cmd))
+        if handler is not None:
+            return handler(self, context, principal, cmd, descriptor)
+        meta = commands.METADATA.get(type(cmd))
+        if meta is None:
+            raise self._not_for_info(cmd)
+        ticket = self._codec.issue("metadata", principal.user, command=descriptor.command)
+        return flight.FlightInfo(meta.schema(cmd), descriptor,
+                                 [flight.FlightEndpoint(ticket, [])], -1, -1)
+
+    def _info_statement_query(self, context, principal, cmd, descriptor):
+        self._no_transaction(cmd)
+        sql = self._check_sql(cmd.query)
+        prepared = self._engine.prepare(sql, self._session(context, principal))
+        return self._statement_info(context, principal, prepared, None, descriptor)
+
+    def _info_prepared_query(self, context, principal, cmd, descriptor):
+        entry = self._lookup(principal, cmd.prepared_statement_handle)
+        return self._statement_info(context, principal, entry.prepared, entry.params,
+                                    descriptor)
+
+    def _info_substrait(self, context, principal, cmd, descriptor):
+        raise unimplemented("Substrait plans are not supported")
+
+    _STATEMENT_INFO = {
+        proto.CommandStatementQuery: _info_statement_query,
+        proto.CommandPreparedStatementQuery: _info_prepared_query,
+        proto.CommandStatementSubstraitPlan: _info_substrait,
+    }
+
+    @staticmethod
+    def _not_for_info(cmd) -> Exception:
+        return invalid(f"{proto.arrow_name(cmd)} is not valid for GetFlightInfo/GetSchema "
+                       "(updates and ingest go through DoPut)")
+
+    def _get_schema(self, context, descriptor):
+        """Never executes anything: statements are only prepared."""
+        cmd = self._command(descriptor)
+        principal = principal_of(context)
         if isinstance(cmd, proto.CommandStatementQuery):
             self._no_transaction(cmd)
-            self._note(statement=cmd.query)
-            prepared = self._engine.prepare(cmd.query, session)
-            return self._query_info(descriptor, prepared, None, session)
-        if isinstance(cmd, proto.CommandPreparedStatementQuery):
-            entry = self._lookup(cmd.prepared_statement_handle, context)
-            return self._query_info(descriptor, entry.prepared, entry.params, session)
-        schema = self._metadata_schema(cmd)
-        return self._info(descriptor, schema, descriptor.command)
-
-    def _query_info(self, descriptor, prepared: Prepared, params, session: Session):
-        if prepared.kind == StatementKind.UPDATE:
-            count = self._run_update(prepared.sql, session, params)
-            return self._info(descriptor, EMPTY_SCHEMA, self._count_ticket(count), count)
-        ticket = self._query_ticket(prepared.sql, params)
-        return self._info(descriptor, prepared.dataset_schema, ticket)
-
-    def _run_update(self, sql: str, session: Session, params: pa.RecordBatch | None) -> int:
-        if params is not None and params.num_rows == 0:
-            return 0  # executemany over no rows
-        count = self._engine.execute_update(sql, session, params)
-        return -1 if count is None else int(count)
-
-    @_rpc("GetSchema")
-    def get_schema(self, context, descriptor):
-        cmd = self._command(descriptor)
-        if isinstance(cmd, proto.CommandStatementQuery):
-            self._no_transaction(cmd)
-            self._note(statement=cmd.query)
-            prepared = self._engine.prepare(cmd.query, self._session(context))
+            sql = self._check_sql(cmd.query)
+            prepared = self._engine.prepare(sql, self._session(context, principal))
             return flight.SchemaResult(prepared.dataset_schema)
         if isinstance(cmd, proto.CommandPreparedStatementQuery):
-            entry = self._lookup(cmd.prepared_statement_handle, context)
+            entry = self._lookup(principal, cmd.prepared_statement_handle)
             return flight.SchemaResult(entry.prepared.dataset_schema)
-        return flight.SchemaResult(self._metadata_schema(cmd))
-
-    def _metadata_schema(self, cmd) -> pa.Schema:
-        if isinstance(cmd, proto.CommandGetSqlInfo):
-            return md.SQL_INFO_SCHEMA
-        if isinstance(cmd, proto.CommandGetXdbcTypeInfo):
-            return md.XDBC_TYPE_INFO_SCHEMA
-        if isinstance(cmd, proto.CommandGetCatalogs):
-            return md.CATALOGS_SCHEMA
-        if isinstance(cmd, proto.CommandGetDbSchemas):
-            return md.DB_SCHEMAS_SCHEMA
-        if isinstance(cmd, proto.CommandGetTables):
-            return md.TABLES_SCHEMA_WITH_SCHEMA if cmd.include_schema else md.TABLES_SCHEMA
-        if isinstance(cmd, proto.CommandGetTableTypes):
-            return md.TABLE_TYPES_SCHEMA
-        if isinstance(cmd, proto.CommandGetPrimaryKeys):
-            return md.PRIMARY_KEYS_SCHEMA
-        if isinstance(cmd, (proto.CommandGetExportedKeys, proto.CommandGetImportedKeys,
-                            proto.CommandGetCrossReference)):  # fmt: skip
-            return md.FOREIGN_KEYS_SCHEMA
         if isinstance(cmd, proto.CommandStatementSubstraitPlan):
             raise unimplemented("Substrait plans are not supported")
-        raise invalid(f"{proto.arrow_name(cmd)} is not valid for GetFlightInfo/GetSchema "
-                      "(updates and ingest go through DoPut)")  # fmt: skip
+        meta = commands.METADATA.get(type(cmd))
+        if meta is None:
+            raise self._not_for_info(cmd)
+        return flight.SchemaResult(meta.schema(cmd))
 
-    # -- DoGet -------------------------------------------------------------------------
+    # == DoGet ===============================================================================
 
-    @_rpc("DoGet")
-    def do_get(self, context, ticket):
-        raw = ticket.ticket
-        cmd = proto.unpack(raw)
-        self._note(command=proto.arrow_name(cmd))
-        if isinstance(cmd, proto.TicketStatementQuery):
-            payload = self._decode_ticket(cmd.statement_handle)
-            if payload.get("k") == "count":
-                return flight.RecordBatchStream(EMPTY_SCHEMA.empty_table())
-            sql = payload["sql"]
-            self._note(statement=sql)
-            if self._cancelled.pop(raw):
-                raise flight.FlightCancelledError(f"query was cancelled (statement={sql!r})")
-            result = self._engine.execute_query(sql, self._session(context),
-                                                payload.get("params"))  # fmt: skip
-            return flight.GeneratorStream(result.schema,
-                                          self._stream(result.reader, context, raw, sql))  # fmt: skip
-        table = self._metadata_table(cmd)
-        return flight.RecordBatchStream(table)
+    def _do_get(self, context, ticket):
+        principal = principal_of(context)
+        t = self._codec.open(ticket.ticket, principal.user)
+        self._note(command=f"ticket:{t.kind}")
+        if t.kind == "metadata":
+            cmd = proto.unpack(t.command)
+            meta = commands.METADATA[type(cmd)]
+            return flight.RecordBatchStream(meta.table(self._metadata_context(principal), cmd))
+        if t.kind == "count":
+            return flight.RecordBatchStream(EMPTY_SCHEMA.empty_table())
+        if t.kind == "result":
+            table = self._results.pop(principal.user, t.result_id)
+            if table is None:
+                raise NotFound("result already fetched or expired; the statement that "
+                               "produced it is not run again", ticket=t.nonce[:12])
+            return flight.RecordBatchStream(table)
+        return self._stream_query(context, principal, t)
 
-    def _stream(self, reader: pa.RecordBatchReader, context, ticket: bytes, sql: str):
-        cancel = threading.Event()
-        with self._streams_lock:
-            self._streams[ticket] = cancel
-        rows = batches = 0
+    def _stream_query(self, context, principal: Principal, t) -> flight.GeneratorStream:
+        self._note(statement=t.sql)
+        if self._calls.was_cancelled(principal.user, t.nonce):
+            raise errors.QueryCancelled("query was cancelled (CancelFlightInfo)",
+                                        reason="cancelled")
+        session = self._session(context, principal)
+        prepared = Prepared(t.sql, StatementKind.QUERY, EMPTY_SCHEMA, EMPTY_SCHEMA,
+                            statement_kind="select")
+        st = self._begin("DoGet", context, principal, session, prepared, nonce=t.nonce)
+        result = self._run(st, self._engine.execute_query, t.sql, session, t.params,
+                           cancel=st.cancel)
+        st.info = result.info
+        self._enter()  # the stream outlives this call; draining waits for it
+        st.streaming = True
+        stream = neutral_stream(self._batches(st, result.reader))
+        # a stream the client never starts reading runs no ``finally``: clean up when
+        # pyarrow drops it
+        weakref.finalize(stream, self._close_stream, st, result.reader, None)
+        return flight.GeneratorStream(result.schema, stream)
+
+    def _close_stream(self, st: _Statement, reader, error: BaseException | None) -> None:
+        if not st.streaming:
+            return
+        st.streaming = False
+        try:
+            reader.close()
+        except Exception as exc:  # noqa: BLE001 - closing is best effort
+            log.debug("closing a result reader failed: %s", exc)
+        self._end(st, error)
+        self._leave()
+
+    def _batches(self, st: _Statement, reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+        error: BaseException | None = None
         try:
             while True:
-                if cancel.is_set() or context.is_cancelled():
-                    log.info("stream stopped", extra={"fields": {
-                        "event": "stream_stopped", "statement": short_sql(sql),
-                        "rows": rows, "batches": batches}})  # fmt: skip
-                    return
+                st.cancel.check(statement=None)
                 try:
                     batch = reader.read_next_batch()
                 except StopIteration:
                     return
-                except Exception as exc:  # noqa: BLE001 - mapped for the client
-                    raise to_flight_error(exc, statement=sql).with_traceback(None) from None
-                rows += batch.num_rows
-                batches += 1
+                st.rows_returned += batch.num_rows
+                st.bytes_returned += batch.nbytes
                 yield batch
+        except GeneratorExit:  # the client stopped reading
+            raise
+        except BaseException as exc:  # noqa: BLE001 - mapped for the client
+            if st.cancel.cancelled and not isinstance(exc, errors.QueryCancelled):
+                # an interrupted DuckDB reader fails with its own error: report the cause
+                exc = errors.QueryCancelled(
+                    "statement timed out" if st.cancel.reason == "timeout"
+                    else "statement was cancelled", reason=st.cancel.reason)
+            error = exc
+            raise self._map(exc, st.prepared.sql, None) from None
         finally:
-            with self._streams_lock:
-                self._streams.pop(ticket, None)
-            try:
-                reader.close()
-            except Exception as exc:  # noqa: BLE001 - closing is best effort
-                log.debug("closing a result reader failed: %s", exc)
+            self._close_stream(st, reader, error)
 
-    def _metadata_table(self, cmd) -> pa.Table:
-        if isinstance(cmd, proto.CommandGetSqlInfo):
-            return md.sql_info_table(self._sql_info, list(cmd.info))
-        if isinstance(cmd, proto.CommandGetXdbcTypeInfo):
-            return md.xdbc_type_info(cmd.data_type if cmd.HasField("data_type") else None)
-        if isinstance(cmd, proto.CommandGetCatalogs):
-            return pa.table({"catalog_name": [md.CATALOG]}, schema=md.CATALOGS_SCHEMA)
-        if isinstance(cmd, proto.CommandGetDbSchemas):
-            ok = self._catalog_ok(cmd, "catalog") and md.matches(
-                md.like_to_regex(self._opt(cmd, "db_schema_filter_pattern")), md.DB_SCHEMA
-            )
-            rows = [{"catalog_name": md.CATALOG, "db_schema_name": md.DB_SCHEMA}] if ok else []
-            return pa.Table.from_pylist(rows, schema=md.DB_SCHEMAS_SCHEMA)
-        if isinstance(cmd, proto.CommandGetTables):
-            return self._tables(cmd)
-        if isinstance(cmd, proto.CommandGetTableTypes):
-            return pa.table({"table_type": list(md.TABLE_TYPES)}, schema=md.TABLE_TYPES_SCHEMA)
-        # No keys exist in this format: empty results with the schema the spec asks for.
-        return self._metadata_schema(cmd).empty_table()
+    # == DoPut ===============================================================================
 
-    @staticmethod
-    def _opt(msg, name: str) -> str | None:
-        return getattr(msg, name) if msg.HasField(name) else None
-
-    def _catalog_ok(self, msg, name: str) -> bool:
-        catalog = self._opt(msg, name)
-        return catalog is None or catalog == md.CATALOG
-
-    def _tables(self, cmd) -> pa.Table:
-        schema = md.TABLES_SCHEMA_WITH_SCHEMA if cmd.include_schema else md.TABLES_SCHEMA
-        types_ok = not cmd.table_types or any(t in md.TABLE_TYPES for t in cmd.table_types)
-        schema_ok = md.matches(
-            md.like_to_regex(self._opt(cmd, "db_schema_filter_pattern")), md.DB_SCHEMA
-        )
-        if not (types_ok and schema_ok and self._catalog_ok(cmd, "catalog")):
-            return schema.empty_table()
-        name_re = md.like_to_regex(self._opt(cmd, "table_name_filter_pattern"))
-        rows = []
-        for name in sorted(self._engine.list_tables()):
-            if not md.matches(name_re, name):
-                continue
-            row = {"catalog_name": md.CATALOG, "db_schema_name": md.DB_SCHEMA,
-                   "table_name": name, "table_type": "TABLE"}  # fmt: skip
-            if cmd.include_schema:
-                try:
-                    table_schema = self._engine.table_schema(name)
-                except errors.TableNotFound:
-                    continue  # dropped since list_tables
-                annotated = md.annotate_table_schema(table_schema, name)
-                row["table_schema"] = annotated.serialize().to_pybytes()
-            rows.append(row)
-        return pa.Table.from_pylist(rows, schema=schema)
-
-    # -- DoPut -------------------------------------------------------------------------
-
-    @_rpc("DoPut")
-    def do_put(self, context, descriptor, reader, writer):
+    def _do_put(self, context, descriptor, reader, writer):
         cmd = self._command(descriptor)
-        session = self._session(context)
-        if isinstance(cmd, proto.CommandStatementUpdate):
-            self._no_transaction(cmd)
-            self._note(statement=cmd.query)
-            count = self._run_update(cmd.query, session, None)
-            self._write_count(writer, count)
-        elif isinstance(cmd, proto.CommandPreparedStatementQuery):
-            entry = self._lookup(cmd.prepared_statement_handle, context)
-            entry.params = self._read_params(reader)
-        elif isinstance(cmd, proto.CommandPreparedStatementUpdate):
-            entry = self._lookup(cmd.prepared_statement_handle, context)
-            params = self._read_params(reader)
-            if params is None:
-                params = entry.params
-            count = self._run_update(entry.prepared.sql, session, params)
-            self._write_count(writer, count)
-        elif isinstance(cmd, proto.CommandStatementIngest):
-            self._write_count(writer, self._ingest(cmd, session, reader))
-        else:
+        principal = principal_of(context)
+        handler = self._PUT.get(type(cmd))
+        if handler is None:
             raise invalid(f"{proto.arrow_name(cmd)} is not valid for DoPut")
+        handler(self, context, principal, cmd, reader, writer)
+
+    def _put_statement_update(self, context, principal, cmd, reader, writer):
+        self._no_transaction(cmd)
+        sql = self._check_sql(cmd.query)
+        prepared = self._engine.prepare(sql, self._session(context, principal))
+        self._write_count(writer, self._update("DoPut", context, principal, prepared, None))
+
+    def _put_bind(self, context, principal, cmd, reader, writer):
+        entry = self._lookup(principal, cmd.prepared_statement_handle)
+        entry.params = ingest.read_params(reader, self.config.max_message_bytes)
+
+    def _put_prepared_update(self, context, principal, cmd, reader, writer):
+        entry = self._lookup(principal, cmd.prepared_statement_handle)
+        params = ingest.read_params(reader, self.config.max_message_bytes)
+        if params is None:
+            params = entry.params
+        n = self._update("DoPut", context, principal, entry.prepared, params)
+        self._write_count(writer, n)
+
+    def _put_ingest(self, context, principal, cmd, reader, writer):
+        table = ingest.check_target(cmd)
+        self._note(table=table)
+        if principal.role != Role.WRITER or self._read_only:
+            raise errors.PermissionDenied(f"role {principal.role.value} may not ingest",
+                                          user=principal.user, table=table)
+        mode = ingest.ingest_mode(cmd, lambda: table in self._engine.list_tables())
+        session = self._session(context, principal)
+        prepared = Prepared(f"-- ingest {mode.value} into {table}", StatementKind.UPDATE,
+                            EMPTY_SCHEMA, EMPTY_SCHEMA, effects=True, statement_kind="ingest")
+        # an upload runs as long as the client sends (no statement deadline); cancelling
+        # the call still stops it
+        st = self._begin("DoPut", context, principal, session, prepared, deadline=False)
+        data = ingest.limited(reader, self.config.max_message_bytes, st.cancel)
+        n = self._run(st, self._engine.ingest, table, mode, data, session, cancel=st.cancel)
+        st.affected = int(n)
+        self._end(st)
+        self._write_count(writer, int(n))
+
+    _PUT = {
+        proto.CommandStatementUpdate: _put_statement_update,
+        proto.CommandPreparedStatementQuery: _put_bind,
+        proto.CommandPreparedStatementUpdate: _put_prepared_update,
+        proto.CommandStatementIngest: _put_ingest,
+    }
 
     @staticmethod
     def _write_count(writer, count: int) -> None:
         result = proto.DoPutUpdateResult(record_count=count).SerializeToString()
         writer.write(pa.py_buffer(result))
 
-    @staticmethod
-    def _read_params(reader) -> pa.RecordBatch | None:
-        """Bound parameters as one batch; union columns (flightsql-dbapi) made plain."""
-        table = reader.read_all()
-        if table.num_columns == 0:
-            return None
-        columns = []
-        for column in table.columns:
-            if pa.types.is_union(column.type):
-                column = pa.array(column.to_pylist())
-            else:
-                column = column.combine_chunks()
-            columns.append(column)
-        return pa.RecordBatch.from_arrays(columns, names=table.column_names)
+    # == DoAction ============================================================================
 
-    def _ingest(self, cmd, session: Session, reader) -> int:
-        table = cmd.table
-        self._note(table=table)
-        if not table:
-            raise invalid("ingest needs a table name")
-        self._no_transaction(cmd)
-        if cmd.temporary:
-            raise unimplemented("temporary tables are not supported", table=table)
-        for field_name, expected in (("catalog", md.CATALOG), ("schema", md.DB_SCHEMA)):
-            given = self._opt(cmd, field_name)
-            if given not in (None, "", expected):
-                raise invalid(f"unknown {field_name} (only {expected!r} exists)",
-                              **{field_name: given}, table=table)  # fmt: skip
-        if session.role != Role.WRITER:
-            raise flight.FlightUnauthorizedError(
-                f"role {session.role.value} may not ingest (user={session.user} table={table})"
-            )
-        mode = self._ingest_mode(cmd, table)
-        return int(self._engine.ingest(table, mode, reader.to_reader(), session))
-
-    def _ingest_mode(self, cmd, table: str) -> IngestMode:
-        opts = cmd.table_definition_options
-        not_exist = proto.TableNotExistOption(opts.if_not_exist)
-        exists = proto.TableExistsOption(opts.if_exists)
-        N, E = proto.TableNotExistOption, proto.TableExistsOption
-        table_known = None
-        if not_exist == N.CREATE and exists == E.FAIL:
-            return IngestMode.CREATE
-        if not_exist == N.FAIL and exists == E.APPEND:
-            return IngestMode.APPEND
-        if not_exist == N.CREATE and exists == E.APPEND:
-            return IngestMode.CREATE_APPEND
-        if exists == E.REPLACE and not_exist in (N.CREATE, N.FAIL):
-            if not_exist == N.FAIL:
-                table_known = table in self._engine.list_tables()
-                if not table_known:
-                    raise errors.TableNotFound("ingest with if_not_exist=FAIL", table=table)
-            return IngestMode.REPLACE
-        raise invalid("unsupported ingest table_definition_options",
-                      if_not_exist=not_exist.name, if_exists=exists.name, table=table)  # fmt: skip
-
-    # -- DoAction ----------------------------------------------------------------------
-
-    _ACTIONS: ClassVar[dict[str, str]] = {
-        "CreatePreparedStatement": "Create a prepared statement (ActionCreatePreparedStatement"
-        "Request -> ActionCreatePreparedStatementResult)",
-        "ClosePreparedStatement": "Close a prepared statement",
-        "CancelFlightInfo": "Cancel a query's streams (best effort)",
-        "CancelQuery": "Cancel a query (deprecated; same as CancelFlightInfo)",
-        "CloseSession": "Close this connection's session",
-    }
-
-    def list_actions(self, context):
-        return list(self._ACTIONS.items())
-
-    @_rpc("DoAction")
-    def do_action(self, context, action):
+    def _do_action(self, context, action):
         kind = action.type
         self._note(command=kind)
+        entry = self._ACTIONS.get(kind)
+        if entry is None:
+            raise unimplemented("unknown action", action=kind[:64])
         body = action.body.to_pybytes() if action.body is not None else b""
-        if kind == "CreatePreparedStatement":
-            req = proto.unpack(body)
-            if not isinstance(req, proto.ActionCreatePreparedStatementRequest):
-                raise invalid(f"CreatePreparedStatement got {proto.arrow_name(req)}")
-            self._no_transaction(req)
-            self._note(statement=req.query)
-            return [flight.Result(self._create_prepared(req.query, context))]
-        if kind == "ClosePreparedStatement":
-            req = proto.unpack(body)
-            if not isinstance(req, proto.ActionClosePreparedStatementRequest):
-                raise invalid(f"ClosePreparedStatement got {proto.arrow_name(req)}")
-            self._prepared.pop(req.prepared_statement_handle)
-            return []
-        if kind == "CancelFlightInfo":
-            req = proto.parse(proto.CancelFlightInfoRequest, body)
-            status = self._cancel(req.info)
-            return [flight.Result(proto.CancelFlightInfoResult(status=status).SerializeToString())]
-        if kind == "CancelQuery":
-            req = proto.unpack(body)
-            status = self._cancel(req.info)
-            return [flight.Result(proto.pack(proto.ActionCancelQueryResult(result=status)))]
-        if kind == "CloseSession":
-            peer = context.peer()
-            self._sessions.pop_where(lambda key: key[0] == peer)
-            result = proto.CloseSessionResult(status=proto.CloseSessionStatus.CLOSED)
-            return [flight.Result(result.SerializeToString())]
-        if kind in ("BeginTransaction", "EndTransaction", "BeginSavepoint", "EndSavepoint"):
-            raise unimplemented("transactions are not supported", action=kind)
-        raise unimplemented("unknown action", action=kind)
+        if len(body) > self.config.max_message_bytes:
+            raise errors.LimitExceeded("action body larger than the server accepts",
+                                       limit="max_message_bytes",
+                                       value=self.config.max_message_bytes)
+        return entry[1](self, context, principal_of(context), body)
 
-    def _create_prepared(self, sql: str, context) -> bytes:
-        prepared = self._engine.prepare(sql, self._session(context))
+    def _act_create_prepared(self, context, principal, body):
+        req = proto.unpack(body)
+        if not isinstance(req, proto.ActionCreatePreparedStatementRequest):
+            raise invalid(f"CreatePreparedStatement got {proto.arrow_name(req)}")
+        self._no_transaction(req)
+        sql = self._check_sql(req.query)
+        prepared = self._engine.prepare(sql, self._session(context, principal))
         handle = self._runtime.ids.new_id().encode()
-        self._prepared.put(handle, _PreparedEntry(prepared, principal_of(context).user))
+        self._prepared.add(principal.user, handle, _PreparedEntry(prepared))
         dataset = prepared.dataset_schema if prepared.kind == StatementKind.QUERY else EMPTY_SCHEMA
         params = prepared.parameter_schema
         result = proto.ActionCreatePreparedStatementResult(
@@ -628,21 +713,98 @@ class FlightSqlServer(flight.FlightServerBase):
             dataset_schema=dataset.serialize().to_pybytes(),
             parameter_schema=params.serialize().to_pybytes() if len(params) else b"",
         )
-        return proto.pack(result)
+        return [flight.Result(proto.pack(result))]
 
-    def _cancel(self, info_bytes: bytes) -> int:
+    def _act_close_prepared(self, context, principal, body):
+        req = proto.unpack(body)
+        if not isinstance(req, proto.ActionClosePreparedStatementRequest):
+            raise invalid(f"ClosePreparedStatement got {proto.arrow_name(req)}")
+        if self._prepared.pop(principal.user, req.prepared_statement_handle) is None:
+            raise NotFound("unknown or expired prepared statement handle",
+                           handle=req.prepared_statement_handle.hex()[:16])
+        return []
+
+    def _act_cancel_flight_info(self, context, principal, body):
+        req = proto.parse(proto.CancelFlightInfoRequest, body)
+        status = self._cancel(principal, req.info)
+        return [flight.Result(proto.CancelFlightInfoResult(status=status).SerializeToString())]
+
+    def _act_cancel_query(self, context, principal, body):
+        req = proto.unpack(body)
+        if not isinstance(req, proto.ActionCancelQueryRequest):
+            raise invalid(f"CancelQuery got {proto.arrow_name(req)}")
+        status = self._cancel(principal, req.info)
+        return [flight.Result(proto.pack(proto.ActionCancelQueryResult(result=status)))]
+
+    def _act_close_session(self, context, principal, body):
+        self._sessions.pop(principal.user, context.peer())
+        result = proto.CloseSessionResult(status=proto.CloseSessionStatus.CLOSED)
+        return [flight.Result(result.SerializeToString())]
+
+    def _act_transaction(self, context, principal, body):
+        raise unimplemented("transactions are not supported")
+
+    _ACTIONS = {
+        "CreatePreparedStatement": ("Create a prepared statement (ActionCreatePrepared"
+                                    "StatementRequest -> ActionCreatePreparedStatementResult)",
+                                    _act_create_prepared),
+        "ClosePreparedStatement": ("Close one of your prepared statements",
+                                   _act_close_prepared),
+        "CancelFlightInfo": ("Cancel your query: interrupts it if running, else its "
+                             "DoGet fails with CANCELLED", _act_cancel_flight_info),
+        "CancelQuery": ("Cancel your query (deprecated; same as CancelFlightInfo)",
+                        _act_cancel_query),
+        "CloseSession": ("Close your session on this connection (drops its SET values)",
+                         _act_close_session),
+        "BeginTransaction": ("Unsupported: transactions", _act_transaction),
+        "EndTransaction": ("Unsupported: transactions", _act_transaction),
+        "BeginSavepoint": ("Unsupported: transactions", _act_transaction),
+        "EndSavepoint": ("Unsupported: transactions", _act_transaction),
+    }
+
+    def _cancel(self, principal: Principal, info_bytes: bytes) -> int:
         try:
             info = flight.FlightInfo.deserialize(info_bytes)
         except Exception:  # noqa: BLE001 - any parse failure is a bad request
             raise invalid("CancelFlightInfo needs a serialized FlightInfo") from None
         status = proto.CancelStatus.NOT_CANCELLABLE
         for endpoint in info.endpoints:
-            raw = endpoint.ticket.ticket
-            with self._streams_lock:
-                event = self._streams.get(raw)
-            if event is not None:
-                event.set()
-            else:
-                self._cancelled.put(raw, True)
-            status = proto.CancelStatus.CANCELLED
+            t = self._codec.verify(endpoint.ticket.ticket)
+            if t.user != principal.user:
+                raise ForeignTicket("ticket was issued to another principal",
+                                    user=principal.user)
+            if t.kind in ("query", "metadata"):
+                self._calls.cancel_ticket(principal.user, t.nonce)
+                status = proto.CancelStatus.CANCELLED
         return int(status)
+
+    # == lifecycle ===========================================================================
+
+    def begin_drain(self) -> None:
+        """Refuse new calls (UNAVAILABLE); calls and streams in progress go on."""
+        self._draining.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no call or stream is in progress; False if ``timeout_s`` passed."""
+        deadline = time.monotonic() + timeout_s
+        with self._active_lock:
+            while self._active > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._active_lock.wait(left)
+        return True
+
+    def cancel_all(self, reason: str = "cancelled") -> int:
+        return self._calls.cancel_all(reason)
+
+    def shutdown(self):
+        self._draining.set()
+        self._calls.cancel_all("cancelled")
+        super().shutdown()
+        self._calls.close()
+        self.metrics.close()

@@ -167,13 +167,18 @@ DATETIME_FUNCTIONS = [
 ]  # fmt: skip
 
 
-def sql_info_values(server_version: str, read_only: bool = False) -> dict[int, object]:
-    """Every SqlInfo key of the spec, with this server's answer.
+def sql_info_values(server_version: str, read_only: bool = False,
+                    config=None) -> dict[int, object]:
+    """Every SqlInfo key of the spec, with this server's answer. ``read_only`` is per
+    principal (a reader gets True); ``config`` (a ``ServerConfig``) supplies the limits.
 
     Value types choose the union member: str -> string_value, bool -> bool_value,
     I32 -> int32_bitmask, int -> bigint_value, list[str] -> string_list,
     dict[int, list[int]] -> int32_to_int32_list_map.
     """
+    prepared_ttl_s = getattr(config, "prepared_ttl_s", 0)
+    max_statement_bytes = getattr(config, "max_statement_bytes", 0)
+    max_statements = getattr(config, "max_prepared_statements", 0)
     values: dict[int, object] = {
         0: SERVER_NAME,  # FLIGHT_SQL_SERVER_NAME
         1: server_version,  # FLIGHT_SQL_SERVER_VERSION
@@ -184,9 +189,13 @@ def sql_info_values(server_version: str, read_only: bool = False) -> dict[int, o
         6: "",  # FLIGHT_SQL_SERVER_SUBSTRAIT_MIN_VERSION (unsupported)
         7: "",  # FLIGHT_SQL_SERVER_SUBSTRAIT_MAX_VERSION (unsupported)
         8: I32(0),  # FLIGHT_SQL_SERVER_TRANSACTION: SQL_SUPPORTED_TRANSACTION_NONE
-        9: False,  # FLIGHT_SQL_SERVER_CANCEL (CancelQuery; CancelFlightInfo is best effort)
-        100: I32(0),  # FLIGHT_SQL_SERVER_STATEMENT_TIMEOUT: none
-        101: I32(0),  # FLIGHT_SQL_SERVER_TRANSACTION_TIMEOUT: none
+        9: True,  # FLIGHT_SQL_SERVER_CANCEL: CancelQuery / CancelFlightInfo interrupt
+        10: True,  # FLIGHT_SQL_SERVER_BULK_INGESTION: CommandStatementIngest
+        11: False,  # FLIGHT_SQL_SERVER_INGEST_TRANSACTIONS_SUPPORTED
+        # FLIGHT_SQL_SERVER_STATEMENT_TIMEOUT: the spec's meaning is the idle timeout of a
+        # prepared statement handle, in ms (the query timeout is --query-timeout)
+        100: I32(min(int(prepared_ttl_s * 1000), 2**31 - 1)),
+        101: I32(0),  # FLIGHT_SQL_SERVER_TRANSACTION_TIMEOUT: no transactions
         500: False,  # SQL_DDL_CATALOG
         501: False,  # SQL_DDL_SCHEMA
         502: True,  # SQL_DDL_TABLE
@@ -229,6 +238,9 @@ def sql_info_values(server_version: str, read_only: bool = False) -> dict[int, o
         539: True,  # SQL_CORRELATED_SUBQUERIES_SUPPORTED
         540: _bits(0, 1),  # SQL_SUPPORTED_UNIONS: UNION, UNION ALL
         **{k: 0 for k in range(541, 562)},  # SQL_MAX_*: 0 = no limit / unknown
+        556: False,  # SQL_MAX_ROW_SIZE_INCLUDES_BLOBS (a bool, unlike its neighbours)
+        557: max_statement_bytes,  # SQL_MAX_STATEMENT_LENGTH (--max-statement-bytes)
+        558: max_statements,  # SQL_MAX_STATEMENTS: open prepared statements per principal
         562: I32(0),  # SQL_DEFAULT_TRANSACTION_ISOLATION: TRANSACTION_NONE
         563: False,  # SQL_TRANSACTIONS_SUPPORTED
         564: _bits(0),  # SQL_SUPPORTED_TRANSACTIONS_ISOLATION_LEVELS: NONE

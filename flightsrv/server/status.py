@@ -1,37 +1,54 @@
-"""Map exceptions to Flight/gRPC status codes.
+"""Exceptions -> Flight/gRPC status codes, with messages safe to show a client.
 
-pyarrow turns an arbitrary Python exception into gRPC UNKNOWN, so every handler funnels its
-failures through ``to_flight_error``, which picks the exception class pyarrow maps to the
-wanted code:
+pyarrow turns an arbitrary Python exception into gRPC UNKNOWN, so every failure goes
+through ``to_flight_error``, which picks the exception class pyarrow maps to the wanted
+code:
 
-==================================================  ==================  ======================
-flightsrv error                                     raised as           gRPC status
-==================================================  ==================  ======================
-SqlError, PredicateError, SchemaMismatch,           pa.ArrowInvalid     INVALID_ARGUMENT
-ConfigurationError, a malformed request
-TableNotFound, VersionNotFound, unknown handle      pa.ArrowKeyError    NOT_FOUND
-TableExists                                         pa.ArrowInvalid     INVALID_ARGUMENT (*)
-CommitConflict, other TransientError                FlightUnavailable   UNAVAILABLE (*)
-PermissionDenied                                    FlightUnauthorized  PERMISSION_DENIED
-CorruptObject, ObjectNotFound (a data or deletion-  FlightInternal      INTERNAL
-vector object a manifest names is missing), other
-PersistentStateError, anything else
-unsupported feature                                 ArrowNotImplemented UNIMPLEMENTED
-==================================================  ==================  ======================
+==============================================  ===================  ==================
+cause                                           raised as            gRPC status
+==============================================  ===================  ==================
+SqlError, PredicateError, SchemaMismatch,       pa.ArrowInvalid      INVALID_ARGUMENT
+ConfigurationError, TableExists (*),
+LimitExceeded (statement size, nesting),
+a malformed request or ticket
+TableNotFound, VersionNotFound, unknown or      pa.ArrowKeyError     NOT_FOUND
+expired prepared statement / result / ticket
+forged ticket, bad credentials                  FlightUnauthenticated UNAUTHENTICATED
+PermissionDenied (role, another's ticket)       FlightUnauthorized   PERMISSION_DENIED
+QueryCancelled reason=cancelled                 FlightCancelled      CANCELLED
+QueryCancelled reason=timeout                   FlightTimedOut       DEADLINE_EXCEEDED
+CommitConflict, TransientError (*),             FlightUnavailable    UNAVAILABLE
+ResourceLimit (per-principal limits), draining
+CorruptObject, ObjectNotFound, other            FlightInternal       INTERNAL
+PersistentStateError
+unsupported feature                             ArrowNotImplemented  UNIMPLEMENTED
+anything else (a bug)                           FlightInternal       INTERNAL, no detail
+==============================================  ===================  ==================
 
-(*) pyarrow can raise neither ALREADY_EXISTS nor ABORTED from Python (its Arrow-status ->
-gRPC table has no entry reachable from a Python exception), so the contract's
-``TableExists -> ALREADY_EXISTS`` and ``CommitConflict -> ABORTED`` become the nearest
-codes with the same advice: "fix the request" and "retry". The message keeps the class name
-(``TableExists: ...``) so a client can still tell them apart.
+(*) pyarrow can raise neither ALREADY_EXISTS, ABORTED nor RESOURCE_EXHAUSTED from Python,
+so TableExists, CommitConflict and the per-principal limits take the nearest code with the
+same advice; the message starts with the class name so clients can tell them apart.
 
-Messages carry the statement and table as ``key=value`` context. Unexpected exceptions are
-logged with their traceback here and reach the client as INTERNAL without it.
+What reaches the client:
+
+- the message of a flightsrv error (class name, text, ``key=value`` context), with server
+  paths (warehouse root, spill directory, the package's install directory, the home
+  directory) replaced by ``<warehouse>``, ``<temp>``, ``<install>``, ``<home>``;
+- for an unexpected exception only its class name and an incident id (the traceback goes
+  to the server log under that id);
+- pyarrow appends ``Detail: Python exception: Traceback ...`` to INVALID_ARGUMENT,
+  NOT_FOUND and UNIMPLEMENTED (statuses it builds from a Python exception). The Flight
+  entry points are compiled under the file name ``<flightsrv>`` and re-raise a fresh
+  exception (``neutral_entry``), so that trace holds only pyarrow's own frame and
+  ``File "<flightsrv>"``: no server path, no source line. FlightError statuses carry no
+  trace at all.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 from pyarrow import flight
@@ -43,29 +60,41 @@ log = logging.getLogger("flightsrv.server")
 
 _MAX_SQL_IN_MESSAGE = 200
 
-# DuckDB exception class names that mean "the statement is wrong" should an engine let one
-# escape; matched by name so that the server does not import duckdb.
-_DUCKDB_USER_ERRORS = {
-    "ParserException",
-    "BinderException",
-    "CatalogException",
-    "ConversionException",
-    "InvalidInputException",
-    "ConstraintException",
-    "TypeMismatchException",
-    "SyntaxException",
-    "NotImplementedException",
-    "OutOfRangeException",
-    "DependencyException",
-}
 
-# A DuckDB error that surfaces while an Arrow reader is being drained arrives as an
-# OSError/ArrowIOError carrying DuckDB's message; these prefixes mean a user error.
+# -- server-side error classes ------------------------------------------------------------
+
+
+class NotFound(errors.ConfigurationError):
+    """An unknown, expired or already redeemed handle, result or ticket (NOT_FOUND)."""
+
+
+class Unauthenticated(errors.FlightsrvError):
+    """Credentials or a ticket signature that do not check out (UNAUTHENTICATED)."""
+
+
+class ResourceLimit(errors.LimitExceeded):
+    """A per-principal limit (prepared statements, sessions, concurrent queries): retry
+    once something was closed or finished (UNAVAILABLE)."""
+
+
+class Draining(errors.TransientError):
+    """The server is shutting down and takes no new calls (UNAVAILABLE)."""
+
+
+# -- DuckDB errors by name (the server does not import duckdb) ----------------------------
+
+_DUCKDB_USER_ERRORS = {
+    "ParserException", "BinderException", "CatalogException", "ConversionException",
+    "InvalidInputException", "ConstraintException", "TypeMismatchException",
+    "SyntaxException", "NotImplementedException", "OutOfRangeException",
+    "DependencyException",
+}  # fmt: skip
 _DUCKDB_USER_MESSAGES = (
     "Invalid Input Error", "Conversion Error", "Binder Error", "Parser Error",
     "Catalog Error", "Out of Range Error", "Constraint Error", "Type Mismatch Error",
     "Not implemented Error", "Dependency Error",
 )  # fmt: skip
+_OOM_MESSAGES = ("Out of Memory Error", "OutOfMemoryException")
 
 
 def short_sql(sql: str | None) -> str | None:
@@ -83,19 +112,55 @@ def _with_context(message: str, **context) -> str:
     return f"{message} ({' '.join(parts)})" if parts else message
 
 
+class Scrubber:
+    """Replaces server paths in client-bound messages by placeholders."""
+
+    def __init__(self, paths: Iterable[tuple[str, str]] = ()):
+        import flightsrv
+
+        base = [(os.path.dirname(os.path.dirname(os.path.abspath(flightsrv.__file__))),
+                 "<install>"), (os.path.dirname(os.path.abspath(pa.__file__)), "<install>")]
+        home = os.path.expanduser("~")
+        items = [(p, label) for p, label in [*paths, *base] if p]
+        # longest first, so a warehouse inside the home directory keeps its own label
+        self._paths = sorted({(os.path.abspath(p), label) for p, label in items},
+                             key=lambda x: -len(x[0]))
+        if home not in ("/", "~", ""):
+            self._paths.append((home, "<home>"))
+
+    def __call__(self, text: str) -> str:
+        for path, label in self._paths:
+            if path and path in text:
+                text = text.replace(path, label)
+        return text
+
+
+_DEFAULT_SCRUB = Scrubber()
+
+
 def to_flight_error(exc: BaseException, *, statement: str | None = None,
-                    table: str | None = None) -> Exception:  # fmt: skip
+                    table: str | None = None, scrub: Callable[[str], str] = _DEFAULT_SCRUB,
+                    incident: str | None = None) -> Exception:  # fmt: skip
     """The exception to raise towards the client for ``exc``."""
-    if isinstance(exc, flight.FlightError) and not isinstance(exc, flight.FlightServerError):
-        return exc  # already a deliberate Flight status
-    if isinstance(exc, (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError)):
-        return exc
     ctx = {"statement": short_sql(statement), "table": table}
     name = type(exc).__name__
-    msg = _with_context(f"{name}: {exc}", **ctx)
+    if isinstance(exc, flight.FlightError):  # already a deliberate Flight status
+        return type(exc)(scrub(str(exc))) if type(exc) is not flight.FlightError else \
+            flight.FlightInternalError(scrub(str(exc)))
+    if isinstance(exc, (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError)):
+        return type(exc)(scrub(str(exc)))
+    msg = scrub(_with_context(f"{name}: {exc}", **ctx))
+    if isinstance(exc, errors.QueryCancelled):
+        if exc.context.get("reason") == "timeout":
+            return flight.FlightTimedOutError(msg)
+        return flight.FlightCancelledError(msg)
+    if isinstance(exc, Unauthenticated):
+        return flight.FlightUnauthenticatedError(msg)
     if isinstance(exc, errors.PermissionDenied):
         return flight.FlightUnauthorizedError(msg)
-    if isinstance(exc, (errors.TableNotFound, errors.VersionNotFound)):
+    if isinstance(exc, (ResourceLimit, Draining)):
+        return flight.FlightUnavailableError(msg)
+    if isinstance(exc, (errors.TableNotFound, errors.VersionNotFound, NotFound)):
         return pa.ArrowKeyError(msg)
     if isinstance(exc, errors.ConfigurationError):  # incl. TableExists, SqlError, ...
         return pa.ArrowInvalid(msg)
@@ -106,25 +171,101 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
         return flight.FlightInternalError(msg)
     if isinstance(exc, ProtocolError):
         return pa.ArrowInvalid(msg)
+    if isinstance(exc, RecursionError):
+        return pa.ArrowInvalid(_with_context(
+            "LimitExceeded: statement nests too deeply for the server", **ctx))
     if isinstance(exc, NotImplementedError):
         return pa.ArrowNotImplementedError(msg)
+    text = str(exc)
+    if text.startswith(_OOM_MESSAGES) or "Out of Memory Error" in text:
+        return flight.FlightUnavailableError(_with_context(
+            "LimitExceeded: the statement needs more memory than the server's "
+            "--memory-limit allows", **ctx))
     if type(exc).__module__.split(".")[0].lstrip("_") == "duckdb" and name in _DUCKDB_USER_ERRORS:
         return pa.ArrowInvalid(msg)
-    if isinstance(exc, OSError) and str(exc).startswith(_DUCKDB_USER_MESSAGES):
+    if isinstance(exc, OSError) and text.startswith(_DUCKDB_USER_MESSAGES):
         return pa.ArrowInvalid(msg)
-    if isinstance(exc, flight.FlightServerError):
-        return exc
-    log.exception("unexpected error: %s", msg, exc_info=exc)
-    return flight.FlightInternalError(msg)
+    incident = incident or os.urandom(6).hex()
+    log.error("unexpected error", exc_info=exc, extra={"fields": {
+        "event": "internal_error", "incident": incident, "error_class": name}})
+    return flight.FlightInternalError(_with_context(
+        f"internal error: unexpected {name}; the server log has the details", **ctx,
+        incident=incident))
 
 
 def invalid(message: str, **context) -> pa.ArrowInvalid:
     return pa.ArrowInvalid(_with_context(message, **context))
 
 
-def not_found(message: str, **context) -> pa.ArrowKeyError:
-    return pa.ArrowKeyError(_with_context(message, **context))
+def not_found(message: str, **context) -> NotFound:
+    return NotFound(message, **context)
 
 
 def unimplemented(message: str, **context) -> pa.ArrowNotImplementedError:
     return pa.ArrowNotImplementedError(_with_context(message, **context))
+
+
+def grpc_status_name(exc: BaseException | None) -> str:
+    """The gRPC status a mapped exception becomes (for metrics and logs)."""
+    if exc is None:
+        return "OK"
+    for cls, name in _STATUS_NAMES:
+        if isinstance(exc, cls):
+            return name
+    return "UNKNOWN"
+
+
+_STATUS_NAMES = (
+    (flight.FlightUnauthenticatedError, "UNAUTHENTICATED"),
+    (flight.FlightUnauthorizedError, "PERMISSION_DENIED"),
+    (flight.FlightCancelledError, "CANCELLED"),
+    (flight.FlightTimedOutError, "DEADLINE_EXCEEDED"),
+    (flight.FlightUnavailableError, "UNAVAILABLE"),
+    (flight.FlightInternalError, "INTERNAL"),
+    (pa.ArrowKeyError, "NOT_FOUND"),
+    (pa.ArrowNotImplementedError, "UNIMPLEMENTED"),
+    (pa.ArrowInvalid, "INVALID_ARGUMENT"),
+)
+
+
+# -- entry points with a neutral traceback --------------------------------------------------
+
+_ENTRY = '''
+def {name}(self, context, *args):
+    try:
+        return self.{impl}(context, *args)
+    except BaseException as e:
+        exc = e
+    exc.__context__ = None
+    exc.__cause__ = None
+    raise exc.with_traceback(None)
+'''
+
+_STREAM = '''
+def stream(batches):
+    try:
+        yield from batches
+        return
+    except GeneratorExit:
+        raise
+    except BaseException as e:
+        exc = e
+    exc.__context__ = None
+    exc.__cause__ = None
+    raise exc.with_traceback(None)
+'''
+
+
+def neutral_entry(name: str, impl: str) -> Callable:
+    """A method ``name(self, context, *args)`` that calls ``self.<impl>`` and re-raises its
+    (already mapped) exception from a frame whose file is ``<flightsrv>``; see the module
+    docstring for why."""
+    namespace: dict = {}
+    exec(compile(_ENTRY.format(name=name, impl=impl), "<flightsrv>", "exec"), namespace)
+    return namespace[name]
+
+
+_ns: dict = {}
+exec(compile(_STREAM, "<flightsrv>", "exec"), _ns)
+#: ``neutral_stream(generator)``: the same for a DoGet stream's batches
+neutral_stream = _ns["stream"]

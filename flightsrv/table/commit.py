@@ -22,6 +22,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable
 
+from flightsrv import telemetry
 from flightsrv.errors import (
     CommitConflict,
     CorruptObject,
@@ -199,6 +200,7 @@ def commit(
         try:
             tlog.write_manifest(m)
         except PreconditionFailed:
+            telemetry.emit("commit_conflict", table=tlog.name, operation=m.operation)
             delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** min(attempt, 10)))
             runtime.clock.sleep(runtime.rng.uniform(0, delay))
             head = tlog.head()
@@ -212,6 +214,8 @@ def commit(
                 head = tlog.head()
                 continue
         tlog.advance_pointer(m)
+        telemetry.emit("commit", table=tlog.name, operation=m.operation, version=m.version,
+                       attempts=attempt)
         log.info("commit", extra={"table": tlog.name, "version": m.version,
                                   "operation": m.operation, "attempts": attempt})
         return m

@@ -192,26 +192,36 @@ class Table:
 
         return gen()
 
-    def write_files(self, data, *, head: Manifest | None = None):
-        """Write data files (not committed). Returns (files, bytes, rows)."""
+    def write_files(self, data, *, head: Manifest | None = None, keys: list | None = None):
+        """Write data files (not committed). Returns (files, bytes, rows). ``keys``: a list
+        the key of every object is appended to *before* it is written, so a caller
+        interrupted anywhere (even between this call's return and its next statement) can
+        discard them all with :meth:`discard_keys`."""
         head = head or self.head()
         schema = schema_from_json(head.schema)
         writer = DataFileWriter(self.store, schema, self.runtime,
                                 WriteOptions.from_properties(head.properties), head.version + 1)
+        if keys is not None:
+            writer.keys = keys
         try:
             files = writer.write(self._conform(data, schema))
         except BaseException:
-            # nothing references the files finished so far: remove them (best effort; vacuum
-            # would otherwise find them as orphans after its grace period)
-            self.discard_files(writer.files)
+            # nothing references the files written so far (or being written when interrupted):
+            # remove them (best effort; vacuum would find them as orphans after its grace)
+            if keys is None:
+                self.discard_keys(writer.keys)
             raise
         return files, writer.bytes_written, writer.rows_written
 
     def discard_files(self, files) -> None:
         """Delete data files that were written but never committed (best effort)."""
-        for f in files:
+        self.discard_keys([f.path for f in files])
+
+    def discard_keys(self, keys) -> None:
+        """Delete objects written but never committed (best effort; missing keys are fine)."""
+        for key in keys:
             try:
-                self.store.delete(f.path)
+                self.store.delete(key)
             except Exception:  # noqa: BLE001 - cleanup must not hide the original error
                 pass
 

@@ -19,7 +19,14 @@ import threading
 
 import pyarrow as pa
 
-from flightsrv.errors import ConfigurationError, ObjectNotFound, TableExists, TableNotFound
+from flightsrv.errors import (
+    ConfigurationError,
+    FlightsrvError,
+    ObjectNotFound,
+    TableExists,
+    TableNotFound,
+    TransientError,
+)
 from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
 from flightsrv.store import ensure_checked, open_store
 from flightsrv.table.commit import require_table
@@ -120,12 +127,23 @@ class Warehouse:
         except TableNotFound:
             return False
 
-    def list_tables(self) -> list[str]:
+    def list_tables(self, broken: list | None = None) -> list[str]:
+        """Names of the live tables. A table whose pointer or head manifest cannot be read
+        (``CorruptObject``, a missing object, a pointer naming a missing version) is left
+        out and, when ``broken`` is a list, appended to it as ``(name, error)``; it never
+        hides the other tables. Transient store errors still raise."""
         out = []
         for n in self.store.list_prefixes(""):
             if not _NAME.fullmatch(n):
                 continue
-            head = self._table(n).log.head()
+            try:
+                head = self._table(n).log.head()
+            except TransientError:
+                raise
+            except FlightsrvError as exc:
+                if broken is not None:
+                    broken.append((n, exc))
+                continue
             if head is not None and not head.dropped:
                 out.append(n)
         return out

@@ -138,6 +138,9 @@ class DataFileWriter:
         self.options = options
         self.version_hint = version_hint
         self.files: list[DataFile] = []
+        #: every key this writer may have created, recorded *before* the object is written,
+        #: so that a caller interrupted at any point can delete them all (idempotently)
+        self.keys: list[str] = []
         self.bytes_written = 0
         self.rows_written = 0
         self._floats = [f.name for f in schema if pa.types.is_floating(f.type)]
@@ -167,6 +170,7 @@ class DataFileWriter:
             os.unlink(tmp)
             self._nans = {}
             return
+        self.keys.append(key)
         if self.store.local_path(key) is not None and hasattr(self.store, "adopt"):
             meta = self.store.adopt(key, tmp, mode=PutMode.CREATE)
         else:

@@ -1,0 +1,131 @@
+"""Statements in flight: one ``Cancel`` token per call, deadlines, client cancellation.
+
+Contract:
+
+- ``CallTracker.start(user, timeout_s, context, ticket)`` registers a running statement
+  and returns its ``Call`` (``call.cancel`` is the ``flightsrv.engine.api.Cancel`` handed
+  to the engine); ``finish(call)`` unregisters it. Use ``with tracker.running(...)``.
+- A watchdog thread (every ``poll_s``, 0.1 s by default) trips ``cancel("timeout")`` on a
+  call past its deadline and ``cancel("cancelled")`` on a call whose client went away or
+  cancelled the RPC (``context.is_cancelled()``); the engine then interrupts DuckDB. So a
+  GetFlightInfo that runs a statement is interrupted when its client gives up, and any
+  statement stops within ``poll_s`` of its deadline.
+- ``cancel_ticket(user, nonce)`` trips every running stream of that ticket owned by
+  ``user`` (callers have verified the ticket's principal) and remembers the nonce, so a
+  DoGet that starts later fails with CANCELLED; it returns how many calls it tripped.
+- ``cancel_all(reason)`` trips everything (drain deadline, shutdown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from cachetools import TTLCache
+
+from flightsrv.engine.api import Cancel
+
+
+@dataclass(eq=False)
+class Call:
+    user: str
+    cancel: Cancel
+    deadline: float | None  # time.monotonic() seconds
+    context: object | None = None  # pyarrow ServerCallContext
+    nonce: str | None = None  # the ticket being served, if any
+    started: float = field(default_factory=time.monotonic)
+
+
+class CallTracker:
+    def __init__(self, poll_s: float = 0.1, remember_cancelled: int = 100_000,
+                 cancelled_ttl_s: float = 24 * 3600):
+        self._calls: set[Call] = set()
+        self._lock = threading.Lock()
+        self._cancelled: TTLCache = TTLCache(remember_cancelled, cancelled_ttl_s)
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="flightsrv-watchdog",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- registration ---------------------------------------------------------------
+
+    def start(self, user: str, timeout_s: float | None, context=None,
+              nonce: str | None = None) -> Call:
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        call = Call(user, Cancel(), deadline, context, nonce)
+        with self._lock:
+            if nonce is not None and self._cancelled.get(nonce) == user:
+                call.cancel.cancel("cancelled")
+            self._calls.add(call)
+        return call
+
+    def finish(self, call: Call) -> None:
+        with self._lock:
+            self._calls.discard(call)
+            call.context = None  # never touched again once the RPC may be over
+
+    @contextlib.contextmanager
+    def running(self, user: str, timeout_s: float | None, context=None,
+                nonce: str | None = None) -> Iterator[Call]:
+        call = self.start(user, timeout_s, context, nonce)
+        try:
+            yield call
+        finally:
+            self.finish(call)
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._calls)
+
+    # -- cancelling -----------------------------------------------------------------
+
+    def was_cancelled(self, user: str, nonce: str) -> bool:
+        with self._lock:
+            return self._cancelled.get(nonce) == user
+
+    def cancel_ticket(self, user: str, nonce: str) -> int:
+        with self._lock:
+            self._cancelled[nonce] = user
+            hits = [c for c in self._calls if c.nonce == nonce and c.user == user]
+        for c in hits:
+            c.cancel.cancel("cancelled")
+        return len(hits)
+
+    def cancel_all(self, reason: str = "cancelled") -> int:
+        with self._lock:
+            calls = list(self._calls)
+        for c in calls:
+            c.cancel.cancel(reason)
+        return len(calls)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+    # -- watchdog -------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            now = time.monotonic()
+            trip = []
+            with self._lock:
+                for c in self._calls:
+                    if c.cancel.cancelled:
+                        continue
+                    if c.deadline is not None and now >= c.deadline:
+                        trip.append((c, "timeout"))
+                    elif c.context is not None and _client_gone(c.context):
+                        trip.append((c, "cancelled"))
+            for c, reason in trip:  # outside the lock: callbacks interrupt DuckDB
+                c.cancel.cancel(reason)
+
+
+def _client_gone(context) -> bool:
+    try:
+        return bool(context.is_cancelled())
+    except Exception:  # noqa: BLE001 - a context that cannot answer is not cancelled
+        return False

@@ -1,0 +1,188 @@
+"""Every ``flightsrv serve`` option in one place: ``ServerConfig`` and the argparse options.
+
+Contract:
+
+- ``add_serve_arguments(parser)`` adds the serve options to an argparse (sub)parser;
+  ``ServerConfig.from_args(namespace)`` turns the parsed options into a config. The CLI
+  (``flightsrv.cli``) only calls these two and ``flightsrv.server.app.run``.
+- ``ServerConfig()`` holds the defaults used by ``start_in_thread`` in tests and by
+  ``serve``; every limit is per principal (the authenticated user, or ``anonymous`` when
+  auth is off: then everyone shares one set of limits).
+- ``resolve_temp_dir`` / ``check_temp_dir`` keep DuckDB's spill directory outside the
+  warehouse (a ``ConfigurationError`` names both paths otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from dataclasses import dataclass, fields
+
+from flightsrv.errors import ConfigurationError
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 31337
+    auth_tokens: tuple[str, ...] = ()  # TOKEN[:reader|writer]
+    users_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    demo: bool = False  # seed the demo table even on S3
+    no_demo: bool = False  # never seed it
+    # statements and resources
+    query_timeout_s: float = 300.0  # 0 = none; SET statement_timeout can only lower it
+    memory_limit: str = "50%"  # DuckDB memory_limit (of RAM, or of the cgroup limit)
+    threads: int | None = None  # DuckDB threads; None = CPU count
+    temp_dir: str | None = None  # DuckDB spill directory; None = a private temp dir
+    max_statement_bytes: int = 1 * MiB
+    max_message_bytes: int = 64 * MiB  # one DoPut message (record batch, parameters)
+    # per-principal limits
+    max_prepared_statements: int = 256
+    max_sessions: int = 64
+    max_concurrent_queries: int = 16
+    max_results: int = 64  # unfetched results of side-effect statements kept per principal
+    # lifetimes (seconds)
+    prepared_ttl_s: int = 3600  # idle time before a prepared statement handle expires
+    session_ttl_s: int = 8 * 3600  # idle time before a session (its SET values) expires
+    ticket_ttl_s: int = 3600  # a query ticket is redeemable this long after GetFlightInfo
+    result_ttl_s: int = 600  # a side-effect statement's result waits this long for DoGet
+    token_ttl_s: int = 12 * 3600  # bearer tokens issued by the basic-auth handshake
+    # auth failures: after ``auth_free_failures`` failures a peer waits
+    # ``auth_backoff_base_s * 2**(n - free)`` seconds (at most ``auth_backoff_max_s``)
+    auth_free_failures: int = 5
+    auth_backoff_base_s: float = 1.0
+    auth_backoff_max_s: float = 300.0
+    # operability
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    log_statements: str = "redacted"  # full | redacted | off
+    drain_timeout_s: float = 30.0
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServerConfig:
+        values = {}
+        for f in fields(cls):
+            if not hasattr(args, f.name):
+                continue
+            v = getattr(args, f.name)
+            if v is None and f.name not in _NULLABLE:
+                continue
+            values[f.name] = tuple(v) if f.name == "auth_tokens" else v
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigurationError("TLS needs both --tls-cert and --tls-key",
+                                     tls_cert=self.tls_cert, tls_key=self.tls_key)
+        if self.log_statements not in ("full", "redacted", "off"):
+            raise ConfigurationError("--log-statements is full|redacted|off",
+                                     value=self.log_statements)
+        for name in ("max_statement_bytes", "max_message_bytes", "max_prepared_statements",
+                     "max_sessions", "max_concurrent_queries", "max_results"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError("limit must be at least 1", limit=name,
+                                         value=getattr(self, name))
+        if self.query_timeout_s < 0:
+            raise ConfigurationError("--query-timeout must be >= 0 (0: none)",
+                                     value=self.query_timeout_s)
+
+    @property
+    def effective_threads(self) -> int:
+        return self.threads or os.cpu_count() or 1
+
+
+_NULLABLE = {"users_file", "tls_cert", "tls_key", "temp_dir", "metrics_port", "threads"}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``serve`` options; defaults come from ``ServerConfig``."""
+    d = ServerConfig()
+    net = p.add_argument_group("listening")
+    net.add_argument("--host", default=d.host, help="listen address (default: %(default)s)")
+    net.add_argument("--port", type=int, default=d.port,
+                     help="listen port, 0 = any free one (default: %(default)s)")
+    net.add_argument("--tls-cert", help="PEM certificate chain: serve grpc+tls")
+    net.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    auth = p.add_argument_group("authentication")
+    auth.add_argument("--auth-token", dest="auth_tokens", action="append", default=[],
+                      metavar="TOKEN[:reader|writer]",
+                      help="accept this bearer token (repeatable; role defaults to writer)")
+    auth.add_argument("--users-file", help="user:hash:role lines (see `flightsrv user hash`)")
+    res = p.add_argument_group("statements and resources")
+    res.add_argument("--query-timeout", dest="query_timeout_s", type=float,
+                     default=d.query_timeout_s, metavar="SECONDS",
+                     help="interrupt any statement running longer (0: never; "
+                          "default: %(default)s)")
+    res.add_argument("--memory-limit", default=d.memory_limit,
+                     help="DuckDB memory limit, e.g. 8GiB or 50%% (default: %(default)s)")
+    res.add_argument("--threads", type=_positive_int, default=None,
+                     help="DuckDB worker threads (default: CPU count)")
+    res.add_argument("--temp-dir", default=None,
+                     help="DuckDB spill directory, outside the warehouse (default: a private "
+                          "directory under the system temp dir, removed on exit)")
+    res.add_argument("--max-statement-bytes", type=_positive_int, default=d.max_statement_bytes,
+                     help="longest SQL text accepted (default: %(default)s)")
+    res.add_argument("--max-message-bytes", type=_positive_int, default=d.max_message_bytes,
+                     help="largest DoPut message (record batch) accepted (default: "
+                          "%(default)s)")
+    lim = p.add_argument_group("per-principal limits")
+    lim.add_argument("--max-prepared-statements", type=_positive_int,
+                     default=d.max_prepared_statements,
+                     help="open prepared statements per principal (default: %(default)s)")
+    lim.add_argument("--max-sessions", type=_positive_int, default=d.max_sessions,
+                     help="sessions (connections holding SET values) per principal "
+                          "(default: %(default)s)")
+    lim.add_argument("--max-concurrent-queries", type=_positive_int,
+                     default=d.max_concurrent_queries,
+                     help="statements running at once per principal (default: %(default)s)")
+    ops = p.add_argument_group("operability")
+    ops.add_argument("--metrics-port", type=int, default=None,
+                     help="serve /healthz, /readyz and /metrics (Prometheus) on this port")
+    ops.add_argument("--metrics-host", default=d.metrics_host,
+                     help="address of the metrics endpoint (default: %(default)s)")
+    ops.add_argument("--log-statements", choices=["full", "redacted", "off"],
+                     default=d.log_statements,
+                     help="statement text in logs: literals replaced by ? when redacted "
+                          "(default: %(default)s)")
+    ops.add_argument("--drain-timeout", dest="drain_timeout_s", type=float,
+                     default=d.drain_timeout_s, metavar="SECONDS",
+                     help="on SIGTERM, how long running calls may finish (default: %(default)s)")
+    demo = p.add_argument_group("demo table")
+    demo.add_argument("--no-demo", action="store_true", help="do not seed the demo table")
+    demo.add_argument("--demo", action="store_true", help="seed the demo table even on S3")
+
+
+def resolve_temp_dir(cfg: ServerConfig, warehouse_root: str | None) -> tuple[str, bool]:
+    """DuckDB's spill directory and whether the server created it (and removes it).
+    ``warehouse_root`` is the local warehouse directory, or None on S3."""
+    if cfg.temp_dir is None:
+        return tempfile.mkdtemp(prefix="flightsrv-spill-"), True
+    path = os.path.abspath(cfg.temp_dir)
+    check_temp_dir(path, warehouse_root)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path, False
+
+
+def check_temp_dir(path: str, warehouse_root: str | None) -> None:
+    if warehouse_root is None:
+        return
+    root = os.path.realpath(warehouse_root)
+    real = os.path.realpath(path)
+    if real == root or real.startswith(os.path.join(root, "")) or root.startswith(
+            os.path.join(real, "")):
+        raise ConfigurationError("--temp-dir must be outside the warehouse", temp_dir=path,
+                                 warehouse=warehouse_root)

@@ -1,0 +1,111 @@
+"""DoPut payloads: bulk ingest (``CommandStatementIngest``) and bound parameters.
+
+Contract:
+
+- ``ingest_mode(cmd, table_exists)`` maps Flight SQL's ``TableDefinitionOptions`` to an
+  ``IngestMode`` (INVALID_ARGUMENT for combinations we do not serve; NOT_FOUND for
+  REPLACE with ``if_not_exist=FAIL`` on a missing table).
+- ``check_target(cmd)`` refuses temporary tables, transactions and any catalog or schema
+  but ``flightsrv``/``main``.
+- ``limited(reader, max_bytes)`` is the client's stream as a ``RecordBatchReader`` that
+  raises ``LimitExceeded`` (naming ``max_message_bytes``) on a batch larger than
+  ``max_bytes``, and ``QueryCancelled`` once ``cancel`` trips; it is read lazily, so an
+  ingest streams and never holds the whole upload.
+- ``read_params(reader, max_bytes)`` is the bound parameters as one batch (dense-union
+  columns from flightsql-dbapi made plain), or None when none were sent.
+
+pyarrow's server keeps gRPC's message size unlimited and offers no hook to change it, so
+the limit is checked on each decoded batch: an oversized message is refused before it is
+used, but after it was received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+
+from flightsrv import errors
+from flightsrv.engine.api import Cancel, IngestMode
+from flightsrv.server import metadata as md
+from flightsrv.server import proto
+from flightsrv.server.status import invalid, unimplemented
+
+
+def check_target(cmd) -> str:
+    table = cmd.table
+    if not table:
+        raise invalid("ingest needs a table name")
+    if cmd.HasField("transaction_id"):
+        raise invalid("transactions are not supported", table=table)
+    if cmd.temporary:
+        raise unimplemented("temporary tables are not supported", table=table)
+    for field_name, expected in (("catalog", md.CATALOG), ("schema", md.DB_SCHEMA)):
+        given = getattr(cmd, field_name) if cmd.HasField(field_name) else None
+        if given not in (None, "", expected):
+            raise invalid(f"unknown {field_name} (only {expected!r} exists)",
+                          **{field_name: given}, table=table)  # fmt: skip
+    return table
+
+
+def ingest_mode(cmd, table_exists: Callable[[], bool]) -> IngestMode:
+    opts = cmd.table_definition_options
+    N, E = proto.TableNotExistOption, proto.TableExistsOption
+    not_exist, exists = N(opts.if_not_exist), E(opts.if_exists)
+    if not_exist == N.CREATE and exists == E.FAIL:
+        return IngestMode.CREATE
+    if not_exist == N.FAIL and exists == E.APPEND:
+        return IngestMode.APPEND
+    if not_exist == N.CREATE and exists == E.APPEND:
+        return IngestMode.CREATE_APPEND
+    if exists == E.REPLACE and not_exist in (N.CREATE, N.FAIL):
+        if not_exist == N.FAIL and not table_exists():
+            raise errors.TableNotFound("ingest with if_not_exist=FAIL", table=cmd.table)
+        return IngestMode.REPLACE
+    raise invalid("unsupported ingest table_definition_options",
+                  if_not_exist=not_exist.name, if_exists=exists.name, table=cmd.table)
+
+
+def _too_big(batch: pa.RecordBatch, max_bytes: int) -> errors.LimitExceeded:
+    return errors.LimitExceeded("DoPut message larger than the server accepts; send "
+                                "smaller record batches", limit="max_message_bytes",
+                                value=max_bytes, bytes=batch.nbytes)
+
+
+def limited(reader, max_bytes: int, cancel: Cancel | None = None) -> pa.RecordBatchReader:
+    """``reader`` (a ``flight.MetadataRecordBatchReader``) as a checked batch stream."""
+    schema = reader.schema
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        while True:
+            if cancel is not None:
+                cancel.check()
+            try:
+                chunk = reader.read_chunk()
+            except StopIteration:
+                return
+            batch = chunk.data
+            if batch is None:
+                continue
+            if batch.nbytes > max_bytes:
+                raise _too_big(batch, max_bytes)
+            yield batch
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def read_params(reader, max_bytes: int) -> pa.RecordBatch | None:
+    stream = limited(reader, max_bytes)
+    if len(stream.schema) == 0:
+        return None
+    table = pa.Table.from_batches(list(stream), schema=stream.schema)
+    if table.nbytes > max_bytes:
+        raise _too_big(table.combine_chunks().to_batches()[0], max_bytes)
+    columns = []
+    for column in table.columns:
+        if pa.types.is_union(column.type):
+            column = pa.array(column.to_pylist())
+        else:
+            column = column.combine_chunks()
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=table.column_names)

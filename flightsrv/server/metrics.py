@@ -1,0 +1,171 @@
+"""Prometheus metrics and the health endpoints (``--metrics-port``).
+
+Contract:
+
+- ``Metrics`` owns one ``prometheus_client.CollectorRegistry`` per server (two servers in
+  one process never share counters) and subscribes to ``flightsrv.telemetry`` for the
+  commit events of ``flightsrv.table`` (which are process-wide: a server counts every
+  commit its process makes).
+- ``MetricsHttpServer(metrics, ready, port, host)`` serves, on its own thread:
+  ``/healthz`` 200 while the process runs; ``/readyz`` 200 when ``ready()`` returns
+  ``(True, detail)``, else 503 with the reason; ``/metrics`` the registry in the
+  Prometheus text format. Anything else is 404.
+
+Metric names (all prefixed ``flightsrv_``):
+
+=====================================  =========  ============================================
+requests_total{rpc,status}             counter    RPCs by method and gRPC status
+statements_total{kind,status}          counter    statements by kind (select, delete, ...)
+statement_duration_seconds{kind}       histogram  statement latency (a query: until its
+                                                  stream ends)
+rows_returned_total / bytes_returned   counter    rows and Arrow bytes sent in results
+rows_affected_total{kind}              counter    rows deleted/inserted/ingested
+commits_total{table,operation}         counter    versions committed
+commit_conflicts_total{table,op...}    counter    commit attempts that lost a race
+files_scanned_total / files_pruned     counter    data files read / skipped by statistics
+row_groups_scanned / row_groups_pruned counter    row groups read / skipped
+rows_masked_total                      counter    rows hidden by deletion vectors while read
+auth_failures_total                    counter    failed authentications
+sessions / prepared_statements         gauge      open now
+queries_in_flight                      gauge      statements running now
+=====================================  =========  ============================================
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from flightsrv import telemetry
+from flightsrv.engine.api import ExecInfo
+
+log = logging.getLogger("flightsrv.server")
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+                    300)
+
+
+class Metrics:
+    def __init__(self, gauges: dict[str, Callable[[], float]] | None = None):
+        r = self.registry = CollectorRegistry()
+        p = "flightsrv_"
+        self.requests = Counter(p + "requests", "RPCs by method and gRPC status",
+                                ["rpc", "status"], registry=r)
+        self.statements = Counter(p + "statements", "statements by kind and gRPC status",
+                                  ["kind", "status"], registry=r)
+        self.latency = Histogram(p + "statement_duration_seconds", "statement latency",
+                                 ["kind"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.rows_returned = Counter(p + "rows_returned", "result rows sent", registry=r)
+        self.bytes_returned = Counter(p + "bytes_returned", "result Arrow bytes sent",
+                                      registry=r)
+        self.rows_affected = Counter(p + "rows_affected", "rows changed by DML and ingest",
+                                     ["kind"], registry=r)
+        self.commits = Counter(p + "commits", "versions committed", ["table", "operation"],
+                               registry=r)
+        self.conflicts = Counter(p + "commit_conflicts", "commit attempts that lost a race",
+                                 ["table", "operation"], registry=r)
+        self.files_scanned = Counter(p + "files_scanned", "data files read", registry=r)
+        self.files_pruned = Counter(p + "files_pruned", "data files skipped by statistics",
+                                    registry=r)
+        self.row_groups_scanned = Counter(p + "row_groups_scanned", "row groups read",
+                                          registry=r)
+        self.row_groups_pruned = Counter(p + "row_groups_pruned",
+                                         "row groups skipped by statistics", registry=r)
+        self.rows_masked = Counter(p + "rows_masked", "rows hidden by deletion vectors",
+                                   registry=r)
+        self.auth_failures = Counter(p + "auth_failures", "failed authentications",
+                                     registry=r)
+        for name, fn in (gauges or {}).items():
+            Gauge(p + name, name.replace("_", " "), registry=r).set_function(fn)
+        self._unsubscribe = telemetry.subscribe(self._on_event)
+
+    def _on_event(self, event: str, fields: dict) -> None:
+        labels = (str(fields.get("table")), str(fields.get("operation")))
+        if event == "commit":
+            self.commits.labels(*labels).inc()
+        elif event == "commit_conflict":
+            self.conflicts.labels(*labels).inc()
+
+    def rpc(self, rpc: str, status: str) -> None:
+        self.requests.labels(rpc, status).inc()
+
+    def statement(self, kind: str, status: str, seconds: float, info: ExecInfo | None,
+                  returned_rows: int = 0, returned_bytes: int = 0,
+                  affected: int = 0) -> None:
+        self.statements.labels(kind, status).inc()
+        self.latency.labels(kind).observe(seconds)
+        if returned_rows:
+            self.rows_returned.inc(returned_rows)
+        if returned_bytes:
+            self.bytes_returned.inc(returned_bytes)
+        if affected:
+            self.rows_affected.labels(kind).inc(affected)
+        if info is not None:
+            for counter, value in ((self.files_scanned, info.files_scanned),
+                                   (self.files_pruned, info.files_pruned),
+                                   (self.row_groups_scanned, info.row_groups_scanned),
+                                   (self.row_groups_pruned, info.row_groups_pruned),
+                                   (self.rows_masked, info.rows_masked)):
+                if value:
+                    counter.inc(value)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+
+class MetricsHttpServer:
+    def __init__(self, metrics: Metrics, ready: Callable[[], tuple[bool, str]], port: int,
+                 host: str = "127.0.0.1"):
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                path = self.path.split("?", 1)[0]
+                if path == "/healthz":
+                    self._send(200, b"ok\n", "text/plain")
+                elif path == "/readyz":
+                    try:
+                        ok, detail = ready()
+                    except Exception as exc:  # noqa: BLE001 - not ready, say why
+                        ok, detail = False, f"{type(exc).__name__}: {exc}"
+                    self._send(200 if ok else 503, (detail + "\n").encode(), "text/plain")
+                elif path == "/metrics":
+                    self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, fmt, *args):  # quiet: scrapes are not events
+                log.debug("metrics http: " + fmt, *args)
+
+        self._httpd = http.server.ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        name="flightsrv-metrics", daemon=True)
+        self._thread.start()
+        outer.host = host
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

@@ -1,0 +1,143 @@
+"""Tickets: what GetFlightInfo hands out and DoGet redeems, signed by the server.
+
+Contract:
+
+- A ticket is ``Any(TicketStatementQuery{statement_handle})`` (the Flight SQL shape) whose
+  handle is ``MAGIC | body | HMAC-SHA256(key, MAGIC | body)``. ``key`` is 32 random bytes
+  per server process (or injected), so a ticket is valid only on the server that issued it
+  and only until it restarts.
+- The body (JSON) binds the ticket to the principal that obtained it (``u``), to an expiry
+  (``x``, ms since the epoch) and carries a random nonce (``n``), so two identical
+  queries get distinct tickets and cancelling one never touches the other.
+- ``Ticket.kind``: ``query`` (``sql`` + ``params``, run lazily by DoGet; redeemable until
+  it expires), ``result`` (the id of a result kept server-side by ``results.ResultStore``,
+  single use), ``count`` (an update already executed: an empty result), ``metadata``
+  (a packed metadata command).
+- ``TicketCodec.open(raw, user)`` checks, in this order, and raises:
+  framing or JSON wrong -> ``MalformedTicket`` (INVALID_ARGUMENT); signature wrong ->
+  ``status.Unauthenticated`` (UNAUTHENTICATED); another principal's -> ``ForeignTicket``
+  (PERMISSION_DENIED: the ticket is genuine, the caller is not its holder; we say so
+  rather than NOT_FOUND because a signed ticket proves nothing new to its finder);
+  expired -> ``status.NotFound`` (NOT_FOUND). Nothing of the body is trusted before the
+  signature checks out.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from flightsrv import errors
+from flightsrv.runtime import Runtime
+from flightsrv.server import proto
+from flightsrv.server.status import NotFound, Unauthenticated
+
+MAGIC = b"FSQT2"
+_SIG = 32
+KINDS = {"q": "query", "r": "result", "c": "count", "m": "metadata"}
+_CODES = {v: k for k, v in KINDS.items()}
+
+
+class MalformedTicket(errors.ConfigurationError):
+    """Bytes that are not a ticket of this server's format."""
+
+
+class ForeignTicket(errors.PermissionDenied):
+    """A genuine ticket obtained by another principal."""
+
+
+@dataclass(frozen=True)
+class Ticket:
+    kind: str
+    user: str
+    expires_ms: int
+    nonce: str
+    sql: str | None = None
+    params: pa.RecordBatch | None = None
+    result_id: str | None = None
+    command: bytes | None = None  # packed metadata command
+
+    @property
+    def digest(self) -> str:
+        """A short stable id for logs and cancel bookkeeping."""
+        return self.nonce
+
+
+class TicketCodec:
+    def __init__(self, runtime: Runtime, ttl_s: int, key: bytes | None = None):
+        self._runtime = runtime
+        self._ttl_ms = int(ttl_s * 1000)
+        self._key = key if key is not None else os.urandom(32)
+
+    def _sign(self, data: bytes) -> bytes:
+        return hmac.new(self._key, data, hashlib.sha256).digest()
+
+    def issue(self, kind: str, user: str, *, sql: str | None = None,
+              params: pa.RecordBatch | None = None, result_id: str | None = None,
+              command: bytes | None = None, ttl_ms: int | None = None) -> bytes:
+        """A packed Flight SQL ticket (the bytes of ``flight.Ticket``)."""
+        body = {"k": _CODES[kind], "u": user, "n": self._runtime.ids.new_id(),
+                "x": self._runtime.clock.now_ms() + (ttl_ms if ttl_ms is not None
+                                                     else self._ttl_ms)}
+        if sql is not None:
+            body["s"] = sql
+        if params is not None and params.num_columns:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, params.schema) as w:
+                w.write_batch(params)
+            body["p"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
+        if result_id is not None:
+            body["r"] = result_id
+        if command is not None:
+            body["c"] = base64.b64encode(command).decode()
+        data = MAGIC + json.dumps(body, separators=(",", ":")).encode()
+        handle = data + self._sign(data)
+        return proto.pack(proto.TicketStatementQuery(statement_handle=handle))
+
+    def open(self, raw: bytes, user: str) -> Ticket:
+        """The ticket in ``raw`` if ``user`` may redeem it now; see the module docstring."""
+        ticket = self.verify(raw)
+        if not hmac.compare_digest(ticket.user.encode(), user.encode()):
+            raise ForeignTicket("ticket was issued to another principal", user=user)
+        if ticket.expires_ms < self._runtime.clock.now_ms():
+            raise NotFound("ticket expired; call GetFlightInfo again",
+                           ticket=ticket.digest[:12])
+        return ticket
+
+    def verify(self, raw: bytes) -> Ticket:
+        """The ticket, checked for framing and signature only (no principal, no expiry)."""
+        try:
+            msg = proto.unpack(raw)
+        except proto.ProtocolError:
+            raise MalformedTicket("ticket is not a Flight SQL ticket of this server",
+                                  bytes=len(raw)) from None
+        if not isinstance(msg, proto.TicketStatementQuery):
+            raise MalformedTicket("ticket is not a TicketStatementQuery",
+                                  type=proto.arrow_name(msg))
+        handle = msg.statement_handle
+        if len(handle) <= len(MAGIC) + _SIG or not handle.startswith(MAGIC):
+            raise MalformedTicket("ticket was not issued by this server", bytes=len(handle))
+        data, sig = handle[:-_SIG], handle[-_SIG:]
+        if not hmac.compare_digest(sig, self._sign(data)):
+            raise Unauthenticated("ticket signature does not match (forged, altered, or "
+                                  "issued by another server or before a restart)")
+        try:
+            body = json.loads(data[len(MAGIC):])
+            kind = KINDS[body["k"]]
+            params = None
+            if "p" in body:
+                reader = pa.ipc.open_stream(base64.b64decode(body["p"]))
+                params = reader.read_next_batch()
+            command = base64.b64decode(body["c"]) if "c" in body else None
+            return Ticket(kind, str(body["u"]), int(body["x"]), str(body["n"]),
+                          sql=body.get("s"), params=params, result_id=body.get("r"),
+                          command=command)
+        except (ValueError, KeyError, TypeError, pa.ArrowException, StopIteration):
+            # signed by us, so only a server bug gets here; still a clean error
+            raise MalformedTicket("ticket body is not readable") from None

@@ -1,0 +1,176 @@
+// Drives the Arrow Flight SQL JDBC driver against a flightsrv server, the way BI tools do,
+// and prints one JSON object per observation ({"k": key, "v": value}) for
+// tests/test_server_jdbc.py to assert on. Usage: FlightJdbcCheck URL SUITE...
+// Suites: metadata, query, prepared, update, login.
+import java.math.BigDecimal;
+import java.sql.*;
+import java.util.*;
+
+public class FlightJdbcCheck {
+    static String json(Object o) {
+        if (o == null) return "null";
+        if (o instanceof Number || o instanceof Boolean) return o.toString();
+        if (o instanceof List) {
+            StringBuilder b = new StringBuilder("[");
+            for (Object x : (List<?>) o) { if (b.length() > 1) b.append(','); b.append(json(x)); }
+            return b.append(']').toString();
+        }
+        String s = o.toString();
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            if (c == '"' || c == '\\') b.append('\\').append(c);
+            else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
+            else b.append(c);
+        }
+        return b.append('"').toString();
+    }
+
+    static void out(String key, Object value) {
+        System.out.println("{\"k\":" + json(key) + ",\"v\":" + json(value) + "}");
+    }
+
+    static List<List<Object>> rows(ResultSet rs, String... cols) throws SQLException {
+        List<List<Object>> all = new ArrayList<>();
+        while (rs.next()) {
+            List<Object> row = new ArrayList<>();
+            for (String c : cols) {
+                Object v = rs.getObject(c);
+                row.add(v == null ? null : (v instanceof Number || v instanceof Boolean) ? v : v.toString());
+            }
+            all.add(row);
+        }
+        rs.close();
+        return all;
+    }
+
+    public static void main(String[] args) throws Exception {
+        String url = args[0];
+        Properties props = new Properties();
+        for (int i = 2; i < args.length; i++) {
+            String[] kv = args[i].split("=", 2);
+            if (kv.length == 2) props.setProperty(kv[0], kv[1]);
+        }
+        String suite = args[1];
+        if (suite.equals("login")) {
+            try (Connection c = DriverManager.getConnection(url, props);
+                 Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT 41 + 1 AS x")) {
+                rs.next();
+                out("login", rs.getLong(1));
+            } catch (SQLException e) {
+                out("login_error", e.getMessage());
+            }
+            return;
+        }
+        try (Connection c = DriverManager.getConnection(url, props)) {
+            switch (suite) {
+                case "metadata": metadata(c); break;
+                case "query": query(c); break;
+                case "prepared": prepared(c); break;
+                case "update": update(c); break;
+                default: throw new IllegalArgumentException(suite);
+            }
+        }
+    }
+
+    static void metadata(Connection c) throws SQLException {
+        DatabaseMetaData md = c.getMetaData();
+        out("product", md.getDatabaseProductName());
+        out("catalogs", rows(md.getCatalogs(), "TABLE_CAT"));
+        out("schemas", rows(md.getSchemas(), "TABLE_SCHEM", "TABLE_CATALOG"));
+        out("tables", rows(md.getTables(null, null, "%", new String[]{"TABLE"}), "TABLE_CAT", "TABLE_SCHEM", "TABLE_NAME", "TABLE_TYPE"));
+        out("tables_view", rows(md.getTables(null, null, "%", new String[]{"VIEW"}), "TABLE_NAME"));
+        out("tables_pattern", rows(md.getTables("flightsrv", "main", "ty%", null), "TABLE_NAME"));
+        out("table_types", rows(md.getTableTypes(), "TABLE_TYPE"));
+        out("columns", rows(md.getColumns(null, null, "types", "%"), "COLUMN_NAME", "DATA_TYPE", "TYPE_NAME", "ORDINAL_POSITION"));
+        out("type_info", rows(md.getTypeInfo(), "TYPE_NAME", "DATA_TYPE"));
+        out("primary_keys", rows(md.getPrimaryKeys(null, null, "types"), "COLUMN_NAME"));
+        out("imported_keys", rows(md.getImportedKeys(null, null, "types"), "FKCOLUMN_NAME"));
+        out("exported_keys", rows(md.getExportedKeys(null, null, "types"), "PKCOLUMN_NAME"));
+        out("read_only", md.isReadOnly());
+        out("transactions", md.supportsTransactions());
+        out("keywords", md.getSQLKeywords().length() > 0);
+        out("quote", md.getIdentifierQuoteString());
+    }
+
+    static void query(Connection c) throws SQLException {
+        try (Statement s = c.createStatement();
+             ResultSet rs = s.executeQuery("SELECT * FROM types ORDER BY i32")) {
+            ResultSetMetaData m = rs.getMetaData();
+            List<Object> types = new ArrayList<>();
+            for (int i = 1; i <= m.getColumnCount(); i++) types.add(m.getColumnName(i) + ":" + m.getColumnType(i));
+            out("result_types", types);
+            List<Object> all = new ArrayList<>();
+            while (rs.next()) {
+                List<Object> row = new ArrayList<>();
+                for (int i = 1; i <= m.getColumnCount(); i++) {
+                    Object v;
+                    try {
+                        v = rs.getObject(i);
+                    } catch (RuntimeException e) {
+                        v = "getObject failed: " + e.getMessage() + "; getString: " + rs.getString(i);
+                    }
+                    row.add(v == null ? null : v.toString());
+                }
+                all.add(row);
+            }
+            out("rows", all);
+        }
+        try (Statement s = c.createStatement();
+             ResultSet rs = s.executeQuery("SELECT count(*) AS n, sum(id) AS total FROM t")) {
+            rs.next();
+            out("count", rs.getLong("n"));
+            out("sum", rs.getLong("total"));
+        }
+    }
+
+    static void prepared(Connection c) throws SQLException {
+        String sql = "SELECT count(*) FROM types WHERE b = ? AND i32 = ? AND i64 = ? AND f64 > ? "
+                + "AND s = ? AND d = ? AND ts < ? AND dec = ?";
+        try (PreparedStatement p = c.prepareStatement(sql)) {
+            p.setBoolean(1, true);
+            p.setInt(2, 1);
+            p.setLong(3, 10000000000L);
+            p.setDouble(4, 1.0);
+            p.setString(5, "one");
+            p.setDate(6, java.sql.Date.valueOf("2026-01-02"));
+            p.setTimestamp(7, java.sql.Timestamp.valueOf("2030-01-01 00:00:00"));
+            p.setBigDecimal(8, new BigDecimal("1.25"));
+            try (ResultSet rs = p.executeQuery()) {
+                rs.next();
+                out("prepared_count", rs.getLong(1));
+            }
+            p.setBoolean(1, false);
+            p.setInt(2, 2);
+            p.setLong(3, 20000000000L);
+            p.setString(5, "two");
+            p.setDate(6, java.sql.Date.valueOf("2026-01-03"));
+            p.setBigDecimal(8, new BigDecimal("2.50"));
+            try (ResultSet rs = p.executeQuery()) {
+                rs.next();
+                out("prepared_count_2", rs.getLong(1));
+            }
+        }
+        try (PreparedStatement p = c.prepareStatement("SELECT s FROM types WHERE i32 = ?")) {
+            p.setInt(1, 2);
+            try (ResultSet rs = p.executeQuery()) {
+                rs.next();
+                out("prepared_string", rs.getString(1));
+            }
+        }
+    }
+
+    static void update(Connection c) throws SQLException {
+        try (Statement s = c.createStatement()) {
+            out("delete_count", s.executeUpdate("DELETE FROM t WHERE id < 5"));
+            out("insert_count", s.executeUpdate("INSERT INTO t VALUES (1000, 'a'), (1001, 'b')"));
+        }
+        try (PreparedStatement p = c.prepareStatement("DELETE FROM t WHERE id = ?")) {
+            p.setLong(1, 1000L);
+            out("prepared_delete_count", p.executeUpdate());
+        }
+        try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT count(*) FROM t")) {
+            rs.next();
+            out("count_after", rs.getLong(1));
+        }
+    }
+}

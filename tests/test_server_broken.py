@@ -1,0 +1,69 @@
+"""A broken table never takes the server down (issue 12 item 2): `flightsrv serve` over a
+warehouse with one corrupt manifest, one missing data file and one healthy table."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import adbc_driver_manager
+import pytest
+from _server_harness import make_table
+from test_serve_cli import Served, connect, query
+
+from flightsrv import Warehouse
+
+pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
+
+
+@pytest.fixture
+def broken_warehouse(tmp_path):
+    root = str(tmp_path / "wh")
+    wh = Warehouse.open(root)
+    make_table(wh, "good", batches=2, rows=50)
+    make_table(wh, "corrupt", batches=2, rows=50)
+    make_table(wh, "lost", batches=2, rows=50)
+    head = sorted(glob.glob(os.path.join(root, "corrupt", "manifest", "v*.json")))[-1]
+    with open(head, "wb") as f:
+        f.write(b"{ this is not a manifest")
+    data = sorted(glob.glob(os.path.join(root, "lost", "data", "**", "*.parquet"),
+                            recursive=True))
+    os.remove(data[0])
+    return root, os.path.relpath(head, root), os.path.relpath(data[0], root)
+
+
+def test_server_starts_and_serves_around_broken_tables(broken_warehouse):
+    root, manifest_key, data_key = broken_warehouse
+    srv = Served(root)  # seeds the demo only into an empty warehouse: not here
+    try:
+        uri = srv.uri()
+        unavailable = [e for e in srv.events if e.get("event") == "table_unavailable"]
+        assert [e["table"] for e in unavailable] == ["corrupt"]
+        assert unavailable[0]["error_class"] == "CorruptObject"
+        assert manifest_key.split("/", 1)[1] in unavailable[0]["check"] + str(
+            unavailable[0].get("object"))
+        assert not [e for e in srv.events if e.get("msg") == "seeded demo table"]
+
+        assert query(uri, "SELECT count(*), sum(id) FROM good") == [(100, sum(range(100)))]
+        with connect(uri) as conn:
+            objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+            tables = {t["table_name"]
+                      for t in objects[0]["catalog_db_schemas"][0]["db_schema_tables"]}
+            assert tables == {"good", "lost"}  # the corrupt one is left out, with a warning
+            schema = conn.adbc_get_table_schema("lost")
+            assert schema.names == ["id", "v"]
+        for table, key, code in (("corrupt", manifest_key, "INTERNAL"),
+                                 ("lost", data_key, "INTERNAL")):
+            with pytest.raises(adbc_driver_manager.Error) as ei:
+                query(uri, f"SELECT count(*) FROM {table}")
+            message = str(ei.value)
+            assert code in message and table in message
+            assert os.path.basename(key) in message, message
+            assert root not in message  # names the object, not the server's path
+        # still serving, and the healthy table still answers
+        assert query(uri, "SELECT count(*) FROM good") == [(100,)]
+        later = [e for e in srv.events if e.get("event") == "table_unavailable"]
+        assert len(later) > len(unavailable)  # GetTables reported it again
+        assert srv.stop() == 0
+    finally:
+        srv.kill()

@@ -1,0 +1,305 @@
+"""Operability (issue 12 item 5): /healthz /readyz /metrics moving with a small mixed
+workload, one structured log line per statement with redacted text, SIGTERM drain, and
+SqlInfo values checked against behaviour."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+
+import adbc_driver_manager
+import pyarrow as pa
+import pytest
+from _server_harness import (
+    READER,
+    WRITER,
+    action,
+    adbc,
+    fetch,
+    make_table,
+    opts,
+    query,
+    start,
+)
+from prometheus_client.parser import text_string_to_metric_families
+from pyarrow import flight
+from test_serve_cli import Served, free_port
+
+from flightsrv.server import proto
+from flightsrv.server.metrics import MetricsHttpServer
+
+pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
+
+
+def _scrape(port: int) -> dict[tuple, float]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _get(samples, name, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _delta(after, before, name, **labels) -> float:
+    return _get(after, name, **labels) - _get(before, name, **labels)
+
+
+class _Capture(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def statements(self):
+        return [r.fields for r in self.records
+                if isinstance(getattr(r, "fields", None), dict)
+                and r.fields.get("event") == "statement"]
+
+
+def test_metrics_follow_a_mixed_workload_and_statements_are_logged(tmp_path):
+    server, engine, wh, uri = start(tmp_path)
+    ready = {"ok": True}
+    http = MetricsHttpServer(server.metrics, lambda: (ready["ok"], "state"), 0)
+    capture = _Capture()
+    server_log = logging.getLogger("flightsrv.server")
+    level = server_log.level
+    server_log.setLevel(logging.INFO)
+    server_log.addHandler(capture)
+    try:
+        make_table(wh, "t", batches=4, rows=1000)
+        port = http.port
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz").status == 200
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz").status == 200
+        ready["ok"] = False
+        with pytest.raises(urllib.error.HTTPError) as ei:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz")
+        assert ei.value.code == 503
+        before = _scrape(port)
+        client = flight.connect(uri)
+        rows = 0
+        for k in range(5):  # five selects of known sizes
+            _, table = fetch(client, query(f"SELECT id FROM t WHERE id < {100 * (k + 1)}"),
+                             WRITER)
+            rows += table.num_rows
+        with adbc(uri, WRITER) as conn, conn.cursor() as cur:
+            cur.execute("DELETE FROM t WHERE id < 10")
+            assert cur.rowcount == 10
+            cur.execute("INSERT INTO t VALUES (-1, 'secret-literal')")
+            with pytest.raises(adbc_driver_manager.Error):
+                cur.execute("SELECT * FROM missing_table")
+        with adbc(uri, READER) as conn, conn.cursor() as cur, \
+                pytest.raises(adbc_driver_manager.Error):
+            cur.execute("DELETE FROM t")
+        after = _scrape(port)
+        client.close()
+
+        assert _delta(after, before, "flightsrv_statements_total", kind="select",
+                      status="OK") == 5
+        assert _delta(after, before, "flightsrv_rows_returned_total") == rows == 1500
+        assert _delta(after, before, "flightsrv_bytes_returned_total") >= rows * 8
+        assert _delta(after, before, "flightsrv_statements_total", kind="delete",
+                      status="OK") == 1
+        assert _delta(after, before, "flightsrv_statements_total", kind="delete",
+                      status="PERMISSION_DENIED") == 1
+        assert _delta(after, before, "flightsrv_rows_affected_total", kind="delete") == 10
+        assert _delta(after, before, "flightsrv_rows_affected_total", kind="insert") == 1
+        assert _delta(after, before, "flightsrv_commits_total", table="t",
+                      operation="delete") == 1
+        assert _delta(after, before, "flightsrv_commits_total", table="t",
+                      operation="append") == 1
+        assert _delta(after, before, "flightsrv_requests_total", rpc="DoGet",
+                      status="OK") >= 5
+        assert _delta(after, before, "flightsrv_requests_total", rpc="DoAction",
+                      status="NOT_FOUND") >= 1  # the missing table, at prepare
+        assert _delta(after, before, "flightsrv_statement_duration_seconds_count",
+                      kind="select") == 5
+        assert _get(after, "flightsrv_queries_in_flight") == 0
+        assert _get(after, "flightsrv_prepared_statements") == 0  # ADBC closed them
+
+        lines = capture.statements()
+        selects = [f for f in lines if f["kind"] == "select" and f["status"] == "OK"]
+        assert len(selects) == 5 and sum(f["rows"] for f in selects) == 1500
+        assert all(f["principal"] == "writer" and f["duration_ms"] >= 0 for f in selects)
+        assert selects[0]["statement"] == "SELECT id FROM t WHERE id < ?"  # redacted
+        insert = next(f for f in lines if f["kind"] == "insert")
+        assert "secret-literal" not in json.dumps(insert) and insert["rows"] == 1
+        denied = next(f for f in lines if f["status"] == "PERMISSION_DENIED")
+        assert denied["principal"] == "reader" and denied["error_class"] == "PermissionDenied"
+        delete = next(f for f in lines if f["kind"] == "delete" and f["status"] == "OK")
+        assert delete["rows"] == 10
+    finally:
+        server_log.removeHandler(capture)
+        server_log.setLevel(level)
+        http.close()
+        server.shutdown()
+        engine.close()
+
+
+def test_sigterm_drains_running_calls_then_exits_zero(tmp_path):
+    metrics_port = free_port()
+    srv = Served(str(tmp_path / "wh"), "--metrics-port", str(metrics_port),
+                 "--drain-timeout", "20")
+    try:
+        uri = srv.uri()
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz") as r:
+            assert r.status == 200
+        client = flight.connect(uri)
+        info = client.get_flight_info(query(
+            "SELECT range AS i FROM range(3000000)"), opts(None))
+        reader = client.do_get(info.endpoints[0].ticket)
+        got = reader.read_chunk().data.num_rows  # a stream in progress
+        srv.proc.send_signal(15)
+        deadline = time.monotonic() + 10
+        refused = None
+        while time.monotonic() < deadline:  # new calls are refused while draining
+            try:
+                fetch(flight.connect(uri), query("SELECT 1"))
+            except flight.FlightUnavailableError as exc:
+                refused = exc
+                break
+            time.sleep(0.05)
+        assert refused is not None and "shutting down" in str(refused)
+        while True:  # the running stream finishes
+            try:
+                got += reader.read_chunk().data.num_rows
+            except StopIteration:
+                break
+        assert got == 3_000_000
+        assert srv.proc.wait(timeout=30) == 0
+    finally:
+        srv.kill()
+    stop = [e for e in srv.events if e.get("event") == "stopped"]
+    assert stop and stop[0]["drained"] is True
+
+
+def test_sql_info_matches_behaviour(tmp_path):
+    server, engine, wh, uri = start(tmp_path, max_statement_bytes=4096,
+                                    max_prepared_statements=3, prepared_ttl_s=120)
+    try:
+        make_table(wh, "t", batches=1, rows=10)
+        client = flight.connect(uri)
+
+        def info(token):
+            _, table = fetch(client, flight.FlightDescriptor.for_command(
+                proto.pack(proto.CommandGetSqlInfo())), token)
+            return {r["info_name"]: r["value"] for r in table.to_pylist()}
+
+        writer, reader = info(WRITER), info(READER)
+        # read-only per principal: the reader's DELETE fails, the writer's works
+        assert reader[3] is True and writer[3] is False
+        with pytest.raises(flight.FlightUnauthorizedError):
+            fetch(client, query("DELETE FROM t WHERE id = 1"), READER)
+        fetch(client, query("DELETE FROM t WHERE id = 1"), WRITER)
+        # transactions unsupported
+        assert writer[8] == 0 and writer[563] is False
+        with pytest.raises(pa.ArrowNotImplementedError, match="transactions"):
+            action(client, "BeginTransaction", b"", WRITER)
+        # cancel supported (tested end to end in test_server_security)
+        assert writer[9] is True
+        info_q = client.get_flight_info(query("SELECT 1 AS x"), opts(WRITER))
+        req = proto.CancelFlightInfoRequest(info=info_q.serialize())
+        (raw,) = action(client, "CancelFlightInfo", req.SerializeToString(), WRITER)
+        assert proto.parse(proto.CancelFlightInfoResult, raw).status == \
+            proto.CancelStatus.CANCELLED
+        # bulk ingest supported, without transactions
+        assert writer[10] is True and writer[11] is False
+        with adbc(uri, WRITER) as conn, conn.cursor() as cur:
+            assert cur.adbc_ingest("ing", pa.table({"a": [1, 2]}), mode="create") == 2
+        # statement timeout: the prepared-handle idle timeout, in ms
+        assert writer[100] == 120_000
+        # statement length and open statements
+        assert writer[557] == 4096 and writer[558] == 3
+        with pytest.raises(pa.ArrowInvalid, match="max_statement_bytes"):
+            client.get_flight_info(query("SELECT 1 -- " + "x" * 4096), opts(WRITER))
+        assert isinstance(writer[556], bool)
+        client.close()
+    finally:
+        server.shutdown()
+        engine.close()
+
+
+def test_readme_adbc_example_runs(tmp_path):
+    """The README's ADBC example, bulk ingest of 1M rows in moderate batches included."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"Connect with ADBC:\n\n```python\n(.*?)```", readme, re.S).group(1)
+    srv = Served(str(tmp_path / "wh"))
+    try:
+        code = block.replace("grpc://127.0.0.1:31337", srv.uri()).replace("print(", "str(")
+        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the documented example
+        with adbc(srv.uri()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*), count(DISTINCT id) FROM events_copy")
+            assert cur.fetchone() == (1_000_000, 1_000_000)
+        assert srv.stop() == 0
+    finally:
+        srv.kill()
+
+
+def test_spill_directory_is_private_and_outside_the_warehouse(tmp_path):
+    import os
+
+    from flightsrv import Warehouse
+    from flightsrv.engine import DuckEngine
+    from flightsrv.errors import ConfigurationError
+    from flightsrv.server.config import ServerConfig, resolve_temp_dir
+
+    root = tmp_path / "wh"
+    root.mkdir()
+    for inside in (root, root / "spill"):
+        with pytest.raises(ConfigurationError, match="outside the warehouse"):
+            resolve_temp_dir(ServerConfig(temp_dir=str(inside)), str(root))
+    path, owned = resolve_temp_dir(ServerConfig(), str(root))
+    assert owned and not path.startswith(str(root)) and os.stat(path).st_mode & 0o077 == 0
+    engine = DuckEngine(Warehouse.open(str(root)), temp_directory=path, memory_limit="1GiB",
+                        threads=1)
+    con = engine._cursors.cursor()  # the engine's own connection (users cannot read settings)
+    got = dict(con.execute("SELECT name, value FROM duckdb_settings() WHERE name IN "
+                           "('temp_directory', 'threads', 'memory_limit')").fetchall())
+    assert got["temp_directory"] == path and got["threads"] == "1"
+    assert got["memory_limit"].startswith("1.0 GiB") or got["memory_limit"] == "1.0 GiB"
+    engine.close()
+    os.rmdir(path)
+
+
+def test_commit_conflicts_are_counted_by_table_and_operation(tmp_path):
+    """A competing commit lands between a writer's read of the head and its write: the
+    table layer reports the lost race through flightsrv.telemetry, the server counts it."""
+    import dataclasses
+
+    from flightsrv import Warehouse
+    from flightsrv.server.metrics import Metrics
+
+    metrics = Metrics()
+    try:
+        wh = Warehouse.open(str(tmp_path / "wh"))
+        make_table(wh, "c", batches=1, rows=10)
+        other = Warehouse.open(str(tmp_path / "wh"))  # a second writer with its own cache
+        sneaked = []
+
+        def competing_commit():
+            if not sneaked:
+                sneaked.append(other.table("c").delete("id = 0"))
+
+        def touch(head):
+            return dataclasses.replace(head, operation="set_properties")
+
+        wh.table("c").commit(touch, before_write=competing_commit)
+        sample = metrics.registry.get_sample_value
+        assert sample("flightsrv_commit_conflicts_total",
+                      {"table": "c", "operation": "set_properties"}) == 1
+        assert sample("flightsrv_commits_total",
+                      {"table": "c", "operation": "set_properties"}) == 1
+        assert sample("flightsrv_commits_total", {"table": "c", "operation": "delete"}) == 1
+    finally:
+        metrics.close()

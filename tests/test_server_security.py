@@ -1,0 +1,424 @@
+"""The server half of issue 11, with two principals (a reader and a writer) over the product
+engine: signed tickets, cancel and close checks, per-principal limits, timeouts and cancel
+that interrupt DuckDB, auth timing and back-off, and error text."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import adbc_driver_manager
+import pyarrow as pa
+import pytest
+from _server_harness import (
+    READER,
+    WRITER,
+    action,
+    adbc,
+    cancel,
+    desc,
+    fetch,
+    make_table,
+    opts,
+    prepare,
+    query,
+    start,
+    update,
+)
+from pyarrow import flight
+
+from flightsrv.runtime import ManualClock, Runtime
+from flightsrv.server import proto
+from flightsrv.server.auth import AuthConfig, hash_password
+from flightsrv.server.tickets import MAGIC
+
+pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
+
+# about 4 billion rows: seconds to minutes of CPU, far longer than any test waits
+LONG = "SELECT count(*) AS n FROM range(4000000000) WHERE range % 7 = 3"
+
+
+@pytest.fixture
+def served(tmp_path):
+    server, engine, wh, uri = start(tmp_path, max_prepared_statements=5, max_sessions=2,
+                                    max_concurrent_queries=2)
+    make_table(wh, "t", batches=1, rows=100)
+    client = flight.connect(uri)
+    yield server, engine, wh, client, uri
+    client.close()
+    server.shutdown()
+    engine.close()
+
+
+def _forge(ticket: bytes, flip_at: int) -> bytes:
+    handle = bytearray(proto.unpack(ticket).statement_handle)
+    handle[flip_at] ^= 0x01
+    return proto.pack(proto.TicketStatementQuery(statement_handle=bytes(handle)))
+
+
+def _clean(message: str) -> None:
+    """No server path, no source line of ours, no Python-level class leaking."""
+    assert "/work" not in message and "site-packages" not in message
+    assert ".py\"" not in message and "KeyError('" not in message
+    assert "RecursionError" not in message
+
+
+# -- tickets ------------------------------------------------------------------------------
+
+
+def test_forged_tickets_are_unauthenticated(served):
+    _, engine, _, client, _ = served
+    info = client.get_flight_info(query("SELECT id FROM t WHERE id < 3"), opts(WRITER))
+    ticket = info.endpoints[0].ticket.ticket
+    body_at = len(MAGIC) + 10
+    for flip_at in (body_at, -1):  # the body (e.g. its user or SQL) or the signature
+        with pytest.raises(flight.FlightUnauthenticatedError, match="signature") as ei:
+            client.do_get(flight.Ticket(_forge(ticket, flip_at)), opts(WRITER)).read_all()
+        _clean(str(ei.value))
+    assert engine.executed["SELECT id FROM t WHERE id < 3"] == 0
+
+
+@pytest.mark.parametrize("raw", [
+    b"", b"junk", proto.pack(proto.CommandGetCatalogs()),
+    proto.pack(proto.TicketStatementQuery(statement_handle=b"short")),
+    proto.pack(proto.TicketStatementQuery(statement_handle=MAGIC + b"{}" + b"x" * 20)),
+])
+def test_malformed_tickets_are_invalid_argument(served, raw):
+    _, _, _, client, _ = served
+    with pytest.raises(pa.ArrowInvalid, match="ticket") as ei:
+        client.do_get(flight.Ticket(raw), opts(WRITER)).read_all()
+    _clean(str(ei.value))
+    assert "INTERNAL" not in str(ei.value) and "UNKNOWN" not in str(ei.value)
+
+
+def test_another_principals_ticket_is_permission_denied(served):
+    _, engine, _, client, _ = served
+    for sql in ("SELECT sum(id) AS s FROM t", "OPTIMIZE t"):
+        info = client.get_flight_info(query(sql), opts(WRITER))
+        with pytest.raises(flight.FlightUnauthorizedError, match="another principal"):
+            client.do_get(info.endpoints[0].ticket, opts(READER)).read_all()
+        client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_all()  # the owner may
+    assert engine.executed["SELECT sum(id) AS s FROM t"] == 1
+
+
+def test_expired_tickets_are_not_found(tmp_path):
+    clock = ManualClock(step_ms=0)
+    server, engine, wh, uri = start(tmp_path, runtime=Runtime(clock=clock), ticket_ttl_s=60)
+    try:
+        make_table(wh, "t", batches=1, rows=10)
+        with flight.connect(uri) as client:
+            info = client.get_flight_info(query("SELECT 1 AS one"), opts(WRITER))
+            clock.advance(61_000)
+            with pytest.raises(pa.ArrowKeyError, match="expired"):
+                client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_all()
+    finally:
+        server.shutdown()
+
+
+# -- cancel, close, sessions: only your own -----------------------------------------------
+
+
+def test_reader_cannot_cancel_writers_query(served):
+    _, _, _, client, _ = served
+    info = client.get_flight_info(query("SELECT id FROM t ORDER BY id"), opts(WRITER))
+    with pytest.raises(flight.FlightUnauthorizedError, match="another principal"):
+        cancel(client, info, READER)
+    table = client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_all()
+    assert table.column("id").to_pylist() == list(range(100))
+    assert cancel(client, info, WRITER) == proto.CancelStatus.CANCELLED
+    with pytest.raises(flight.FlightCancelledError):
+        client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_all()
+
+
+def test_prepared_statements_are_per_principal_and_limited(served):
+    _, _, _, client, _ = served
+    mine = prepare(client, "SELECT count(*) AS n FROM t", WRITER)
+    cmd = proto.CommandPreparedStatementQuery(prepared_statement_handle=mine)
+    close = proto.pack(proto.ActionClosePreparedStatementRequest(prepared_statement_handle=mine))
+    with pytest.raises(pa.ArrowKeyError, match="prepared statement"):  # not visible to others
+        client.get_flight_info(desc(cmd), opts(READER))
+    with pytest.raises(pa.ArrowKeyError, match="prepared statement"):  # nor closable
+        action(client, "ClosePreparedStatement", close, READER)
+    # the reader fills its own table; the limit is named, nothing of the writer's is evicted
+    for _ in range(5):
+        prepare(client, "SELECT 1", READER)
+    with pytest.raises(flight.FlightUnavailableError,
+                       match="max_prepared_statements.*value=5|limit=max_prepared_statements"):
+        prepare(client, "SELECT 1", READER)
+    _, table = fetch(client, desc(cmd), WRITER)
+    assert table.to_pylist() == [{"n": 100}]
+    assert action(client, "ClosePreparedStatement", close, WRITER) == []
+
+
+def test_sessions_are_per_principal_and_limited(served):
+    """A session keeps its SET values; a reader filling its session table neither evicts
+    the writer's session nor gets more than max_sessions."""
+    _, _, _, _, uri = served
+    writer = flight.connect(uri)
+    update(writer, "SET statement_timeout = '400ms'", WRITER)
+    readers = [flight.connect(uri) for _ in range(3)]
+    try:
+        for c in readers[:2]:
+            update(c, "SET delete_mode = 'splice'", READER)
+        with pytest.raises(flight.FlightUnavailableError, match="max_sessions"):
+            update(readers[2], "SET delete_mode = 'splice'", READER)
+        # the writer's session still holds its timeout: a long query stops at 0.4 s
+        start = time.monotonic()
+        with pytest.raises(flight.FlightTimedOutError, match="timed out"):
+            fetch(writer, query(LONG), WRITER)
+        assert time.monotonic() - start < 5
+        # CloseSession drops only the caller's own session
+        action(readers[0], "CloseSession", proto.CloseSessionRequest().SerializeToString(),
+               READER)
+        update(readers[2], "SET delete_mode = 'splice'", READER)
+    finally:
+        for c in [writer, *readers]:
+            c.close()
+
+
+def test_concurrent_queries_are_limited_per_principal(served):
+    _, _, _, client, uri = served
+    holders = []
+    for _ in range(2):  # two writer streams held open mid-way
+        info = client.get_flight_info(query("SELECT range AS i FROM range(10000000)"),
+                                      opts(WRITER))
+        reader = client.do_get(info.endpoints[0].ticket, opts(WRITER))
+        reader.read_chunk()
+        holders.append((info, reader))
+    with pytest.raises(flight.FlightUnavailableError, match="max_concurrent_queries"):
+        fetch(client, query("SELECT 1 AS one"), WRITER)
+    _, table = fetch(client, query("SELECT 1 AS one"), READER)  # others are not affected
+    assert table.to_pylist() == [{"one": 1}]
+    for info, _ in holders:  # cancelling frees the slots at once, read or not
+        cancel(client, info, WRITER)
+    _, table = fetch(client, query("SELECT 2 AS two"), WRITER)
+    assert table.to_pylist() == [{"two": 2}]
+    for _, reader in holders:
+        with pytest.raises(flight.FlightCancelledError):
+            while True:
+                reader.read_chunk()
+
+
+# -- timeouts and cancel interrupt DuckDB --------------------------------------------------
+
+
+def _in_flight(server) -> int:
+    return int(server.metrics.registry.get_sample_value("flightsrv_queries_in_flight"))
+
+
+def test_query_timeout_interrupts_duckdb(tmp_path):
+    server, engine, wh, uri = start(tmp_path, query_timeout_s=0.5)
+    try:
+        with flight.connect(uri) as client:
+            start_t = time.monotonic()
+            with pytest.raises(flight.FlightTimedOutError, match="timed out"):
+                fetch(client, query(LONG), WRITER)
+            assert time.monotonic() - start_t < 2.5  # 0.5 s + interrupt, not minutes
+            assert _in_flight(server) == 0
+            _, table = fetch(client, query("SELECT 3 AS three"), WRITER)  # still serving
+            assert table.to_pylist() == [{"three": 3}]
+    finally:
+        server.shutdown()
+        engine.close()
+
+
+def test_cancel_flight_info_interrupts_a_running_query_within_a_second(served):
+    server, _, _, client, _ = served
+    info = client.get_flight_info(query(LONG), opts(WRITER))
+    outcome = {}
+
+    def run():
+        try:
+            client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_chunk()
+            outcome["error"] = None
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            outcome["error"] = exc
+        outcome["at"] = time.monotonic()
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.5)  # DuckDB is counting
+    assert _in_flight(server) == 1
+    cancelled_at = time.monotonic()
+    assert cancel(client, info, WRITER) == proto.CancelStatus.CANCELLED
+    t.join(10)
+    assert isinstance(outcome["error"], flight.FlightCancelledError)
+    assert outcome["at"] - cancelled_at < 1.0
+    assert _in_flight(server) == 0
+
+
+def test_client_giving_up_inside_get_flight_info_interrupts_the_statement(served):
+    """A side-effect statement runs inside GetFlightInfo; when the client's deadline passes
+    the server interrupts DuckDB and commits nothing."""
+    server, engine, wh, client, _ = served
+    sql = f"CREATE TABLE slow AS {LONG}"
+    with pytest.raises(flight.FlightTimedOutError):
+        client.get_flight_info(query(sql), opts(WRITER, timeout=0.5))
+    deadline = time.monotonic() + 2
+    while _in_flight(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _in_flight(server) == 0
+    assert "slow" not in wh.list_tables()
+    assert engine.executed[sql] == 1
+
+
+# -- limits on input -------------------------------------------------------------------------
+
+
+def test_oversized_statement_is_invalid_argument_naming_the_limit(tmp_path):
+    server, engine, wh, uri = start(tmp_path, max_statement_bytes=1000)
+    try:
+        big = "SELECT 1 AS x -- " + "y" * 1000
+        with flight.connect(uri) as client:
+            for call in (lambda: client.get_flight_info(query(big), opts(WRITER)),
+                         lambda: client.get_schema(query(big), opts(WRITER)),
+                         lambda: update(client, big, WRITER),
+                         lambda: prepare(client, big, WRITER)):
+                with pytest.raises(pa.ArrowInvalid, match="max_statement_bytes") as ei:
+                    call()
+                assert "value=1000" in str(ei.value) and "yyyy" not in str(ei.value)
+        with adbc(uri, WRITER) as conn, conn.cursor() as cur:
+            with pytest.raises(adbc_driver_manager.Error, match="max_statement_bytes"):
+                cur.execute(big)
+        assert sum(engine.executed.values()) == 0
+    finally:
+        server.shutdown()
+
+
+def test_oversized_message_is_invalid_argument_naming_the_limit(tmp_path):
+    server, engine, wh, uri = start(tmp_path, max_message_bytes=64 * 1024)
+    try:
+        big = pa.record_batch({"a": pa.array(range(20_000), pa.int64())})  # 160 KB
+        small = pa.record_batch({"a": pa.array(range(1000), pa.int64())})
+        with adbc(uri, WRITER) as conn:
+            with conn.cursor() as cur, pytest.raises(adbc_driver_manager.Error,
+                                                     match="max_message_bytes"):
+                cur.adbc_ingest("big", pa.Table.from_batches([big]), mode="create")
+            with conn.cursor() as cur:
+                reader = pa.RecordBatchReader.from_batches(small.schema, [small] * 20)
+                assert cur.adbc_ingest("ok", reader, mode="create") == 20_000
+        # nothing of the refused batch landed (the engine's CREATE ran before the stream
+        # failed, so an empty table may remain: see the report on DuckEngine.ingest)
+        assert "big" not in wh.list_tables() or wh.table("big").count_rows() == 0
+    finally:
+        server.shutdown()
+
+
+# -- auth ------------------------------------------------------------------------------------
+
+
+def _login_time(client, user, password, n=5) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            client.authenticate_basic_token(user, password)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def test_unknown_and_known_users_cost_the_same(tmp_path):
+    users = tmp_path / "users"
+    users.write_text(f"alice:{hash_password('right', iterations=200_000)}:writer\n")
+    auth = AuthConfig.from_users_file(users)
+    auth.free_failures = 1000  # measure the hash, not the back-off
+    from _server_harness import Counting
+
+    from flightsrv import Warehouse
+    from flightsrv.engine import DuckEngine
+    from flightsrv.server.app import start_in_thread
+
+    engine = Counting(DuckEngine(Warehouse.open(str(tmp_path / "wh"))))
+    server, port = start_in_thread(engine, auth=auth)
+    try:
+        with flight.connect(f"grpc://127.0.0.1:{port}") as client:
+            known = _login_time(client, "alice", "wrong")
+            unknown = _login_time(client, "mallory", "wrong")
+        # both run one 200k-iteration PBKDF2 (tens of ms); the issue saw 0.5 ms vs 54 ms
+        assert 1 / 3 < unknown / known < 3, (known, unknown)
+        assert unknown > 0.005
+    finally:
+        server.shutdown()
+
+
+def test_failed_logins_back_off_per_user(tmp_path):
+    clock = ManualClock(step_ms=0)
+    users = tmp_path / "users"
+    users.write_text(f"bob:{hash_password('bob-pw', iterations=1000)}:reader\n"
+                     f"ann:{hash_password('ann-pw', iterations=1000)}:reader\n")
+    from _server_harness import Counting
+
+    from flightsrv import Warehouse
+    from flightsrv.engine import DuckEngine
+    from flightsrv.server.app import start_in_thread
+
+    engine = Counting(DuckEngine(Warehouse.open(str(tmp_path / "wh"))))
+    server, port = start_in_thread(engine, auth=AuthConfig.from_users_file(users),
+                                   runtime=Runtime(clock=clock))
+    try:
+        with flight.connect(f"grpc://127.0.0.1:{port}") as client:
+            for _ in range(5):  # free failures
+                with pytest.raises(flight.FlightUnauthenticatedError, match="invalid user"):
+                    client.authenticate_basic_token("bob", "guess")
+            with pytest.raises(flight.FlightUnauthenticatedError, match="invalid user"):
+                client.authenticate_basic_token("bob", "guess")  # 6th: now backing off
+            with pytest.raises(flight.FlightUnauthenticatedError, match="too many failed"):
+                client.authenticate_basic_token("bob", "bob-pw")  # even the right password
+            client.authenticate_basic_token("ann", "ann-pw")  # other names are unaffected
+            clock.advance(1_001)
+            key, value = client.authenticate_basic_token("bob", "bob-pw")
+            assert value.startswith(b"Bearer ")
+        failures = server.metrics.registry.get_sample_value("flightsrv_auth_failures_total")
+        assert failures == 7
+    finally:
+        server.shutdown()
+
+
+# -- error text ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sql, code", [
+    ("SELECT * FROM no_such_table", "NOT_FOUND"),
+    ("SELEC 1", "INVALID_ARGUMENT"),
+    ("SELECT " + "(" * 60 + "1" + ")" * 60, None),
+    ("SELECT 1 WHERE " + " AND ".join(["true"] * 1000), None),
+    ("DELETE FROM t", "UNAUTHORIZED"),  # as the reader (ADBC names PERMISSION_DENIED so)
+])
+def test_errors_carry_no_trace_path_or_setting(served, sql, code):
+    _, _, _, client, uri = served
+    with adbc(uri, READER) as conn, conn.cursor() as cur:
+        try:
+            cur.execute(sql)
+            cur.fetchall()
+            message = None
+        except adbc_driver_manager.Error as exc:
+            message = str(exc)
+    if code is not None:
+        assert message is not None and code in message
+    if message is not None:
+        _clean(message)
+        assert "INTERNAL" not in message and "UNKNOWN" not in message
+    try:
+        client.get_flight_info(query(sql), opts(READER))
+    except flight.FlightError as exc:
+        _clean(str(exc))
+    except pa.ArrowException as exc:
+        _clean(str(exc))
+        assert 'File "<flightsrv>"' in str(exc) or "Detail" not in str(exc)
+
+
+def test_cancel_query_action_checks_the_principal(served):
+    """The deprecated CancelQuery action behaves as CancelFlightInfo."""
+    _, _, _, client, _ = served
+    info = client.get_flight_info(query("SELECT id FROM t"), opts(WRITER))
+    body = proto.pack(proto.ActionCancelQueryRequest(info=info.serialize()))
+    with pytest.raises(flight.FlightUnauthorizedError, match="another principal"):
+        action(client, "CancelQuery", body, READER)
+    (raw,) = action(client, "CancelQuery", body, WRITER)
+    assert proto.unpack(raw).result == proto.CancelStatus.CANCELLED
+    with pytest.raises(flight.FlightCancelledError):
+        client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_all()
+    garbage = proto.pack(proto.ActionCancelQueryRequest(info=b"\xff\x00junk"))
+    with pytest.raises(pa.ArrowInvalid, match="FlightInfo"):
+        action(client, "CancelQuery", garbage, WRITER)
