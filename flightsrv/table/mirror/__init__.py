@@ -13,6 +13,8 @@ from flightsrv.table.mirror.publish import (  # noqa: F401
     PROPERTY,
     PublishResult,
     expire,
+    is_mirror_key,
+    object_refs,
     parse_formats,
     publish,
     referenced,

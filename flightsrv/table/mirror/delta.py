@@ -277,28 +277,38 @@ class DeltaMirror:
         t = pq.read_table(io.BytesIO(raw))
         return [{k: v for k, v in row.items() if v is not None} for row in t.to_pylist()]
 
-    def referenced(self) -> tuple[set[str], dict[str, set[str]]]:
-        """(mirror keys the retained log needs, data/DV keys each log object names)."""
-        keep: set[str] = set()
-        names: dict[str, set[str]] = {}
+    def object_refs(self, key: str) -> set[str]:
+        """Table keys one log object makes readers read: ``add`` paths (a ``remove`` names
+        a file without reading it) and the DV files they point at."""
+        if log_version(key) is None:
+            return set()
         prefix = f"{self.location}/"
+        refs = set()
+        for a in self.read_actions(key):
+            act = a.get("add")
+            if not act:
+                continue
+            refs.add(act["path"])
+            dv = act.get("deletionVector") or {}
+            if dv.get("storageType") == "p" and dv["pathOrInlineDv"].startswith(prefix):
+                refs.add(dv["pathOrInlineDv"][len(prefix):])
+        return refs
+
+    def referenced(self) -> set[str]:
+        """Mirror keys the retained log needs: every log object (expiry, not vacuum,
+        shortens the log) and the DV files its ``add`` and ``remove`` actions point at."""
+        keep: set[str] = set()
+        prefix = f"{self.location}/{DV_PREFIX}"
         for meta in self.store.list(LOG_PREFIX):
             keep.add(meta.key)
             if log_version(meta.key) is None:
                 continue
-            refs = set()
             for a in self.read_actions(meta.key):
                 for kind in ("add", "remove"):
-                    act = a.get(kind)
-                    if not act:
-                        continue
-                    refs.add(act["path"])
-                    dv = act.get("deletionVector") or {}
+                    dv = (a.get(kind) or {}).get("deletionVector") or {}
                     if dv.get("storageType") == "p" and dv["pathOrInlineDv"].startswith(prefix):
-                        refs.add(dv["pathOrInlineDv"][len(prefix):])
-            names[meta.key] = refs
-            keep |= {r for r in refs if r.startswith(DV_PREFIX)}
-        return keep, names
+                        keep.add(dv["pathOrInlineDv"][len(self.location) + 1:])
+        return keep
 
 
 _OPERATIONS = {"create": "CREATE TABLE", "append": "WRITE", "spark_append": "WRITE",

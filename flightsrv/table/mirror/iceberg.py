@@ -393,37 +393,49 @@ class IcebergMirror:
         return gone
 
     # -- what the metadata references (vacuum, erasure) -----------------------------
-    def referenced(self) -> tuple[set[str], dict[str, set[str]]]:
-        """(mirror keys the newest metadata needs, table keys each mirror object names)."""
+    def object_refs(self, key: str) -> set[str]:
+        """Table keys one mirror object makes readers read: the live entries of a manifest
+        (data files; a delete manifest's Puffin files). Other objects name only mirror
+        objects, and a Puffin file holds row positions, never values."""
+        name = key.rsplit("/", 1)[-1]
+        if not (name.startswith("m-") and name.endswith(".avro")):
+            return set()
+        refs = set()
+        for e in self.read_manifest(self.uri(key)):
+            if e["status"] != 2:
+                k = self.key(e["data_file"]["file_path"])
+                if k:
+                    refs.add(k)
+        return refs
+
+    def referenced(self) -> set[str]:
+        """Mirror keys the newest metadata needs: itself, the files in its metadata log,
+        the manifest lists of its snapshots, their manifests and those manifests' Puffin
+        files."""
         latest = self.latest()
         keep: set[str] = {VERSION_HINT}
-        names: dict[str, set[str]] = {}
         if latest is None:
-            return keep, names
+            return keep
         n, meta = latest
         keep.add(metadata_key(n))
         for e in meta.get("metadata-log", []):
             k = self.key(e["metadata-file"])
             if k:
                 keep.add(k)
+        seen = set()
         for s in meta.get("snapshots", []):
-            lkey = self.key(s["manifest-list"])
-            keep.add(lkey)
+            keep.add(self.key(s["manifest-list"]))
             for mf in self.read_list(s["manifest-list"]):
                 mkey = self.key(mf["manifest_path"])
-                if mkey in names:
-                    continue
                 keep.add(mkey)
-                refs = set()
+                if mkey in seen or mf["content"] != DELETES:
+                    continue
+                seen.add(mkey)
                 for e in self.read_manifest(mf["manifest_path"]):
-                    df = e["data_file"]
-                    k = self.key(df["file_path"])
+                    k = self.key(e["data_file"]["file_path"])
                     if k:
-                        refs.add(k)
-                        if df["content"] == 1:
-                            keep.add(k)
-                names[mkey] = refs
-        return keep, names
+                        keep.add(k)
+        return keep
 
 
 def _existing(e: dict) -> dict:

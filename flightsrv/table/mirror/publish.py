@@ -191,8 +191,9 @@ def _publish_iceberg(table, head: Manifest, start: int, result: PublishResult,
         meta = im.metadata(head, mapped, snapshots, latest, buckets, next_row_id)
         if im.commit_metadata(number, meta):
             result.published["iceberg"] = done
-            if expired or reset:
-                result.expired["iceberg"] = _drop_old_metadata(im, number)
+            gone = _drop_old_metadata(im, number) if expired or reset else []
+            if gone:
+                result.expired["iceberg"] = gone
             break
         log.info("iceberg publish lost a race; retrying", extra={"table": table.name,
                                                                   "metadata": number})
@@ -276,15 +277,23 @@ def expire(table, oldest: Manifest | None = None) -> dict:
     return publish(table, present).expired
 
 
-def referenced(table) -> tuple[set[str], dict[str, set[str]]]:
-    """(mirror keys a retained mirror version needs, table keys each mirror object names)."""
-    keep: set[str] = set()
-    names: dict[str, set[str]] = {}
-    for mirror in (DeltaMirror(table), IcebergMirror(table)):
-        k, n = mirror.referenced()
-        keep |= k
-        names.update(n)
-    return keep, names
+def referenced(table) -> set[str]:
+    """Mirror keys a retained mirror version needs (vacuum keeps them)."""
+    return DeltaMirror(table).referenced() | IcebergMirror(table).referenced()
+
+
+def object_refs(table, key: str) -> set[str]:
+    """Table keys (data files, DV files) that a mirror object makes readers read; empty for
+    objects that name only other mirror objects (erasure verification)."""
+    if key.startswith(delta_mod.LOG_PREFIX):
+        return DeltaMirror(table).object_refs(key)
+    if key.startswith(iceberg_mod.PREFIX):
+        return IcebergMirror(table).object_refs(key)
+    return set()
+
+
+def is_mirror_key(key: str) -> bool:
+    return key.startswith(MIRROR_PREFIXES)
 
 
 def iceberg_snapshot_id(version: int) -> int:
