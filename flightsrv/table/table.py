@@ -55,7 +55,7 @@ class Table:
         """Queue a publish of the mirrors when the version has ``publish.formats``
         (``flightsrv.table.mirror``; best effort, after the commit)."""
         if m.properties.get("publish.formats"):
-            from flightsrv.table.mirror.publish import after_commit
+            from flightsrv.table.mirror.publisher import after_commit
 
             after_commit(self, m)
 
@@ -312,8 +312,8 @@ class Table:
     def publish(self, format="all", **kw):
         """Publish every retained version as Delta Lake and/or Iceberg v3 mirrors under the
         table prefix (``format``: "delta", "iceberg", "all" or a list;
-        ``flightsrv.table.mirror.publish``). Returns a ``PublishResult``."""
-        from flightsrv.table.mirror.publish import publish
+        ``flightsrv.table.mirror.publisher``). Returns a ``PublishResult``."""
+        from flightsrv.table.mirror.publisher import publish
 
         return publish(self, format, **kw)
 

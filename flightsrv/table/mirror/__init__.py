@@ -1,14 +1,14 @@
 """Mirrors: every flightsrv version readable as Delta Lake and as Iceberg v3, deletion
 vectors included, without copying data (docs/INTEROP.md).
 
-- ``publish.py``  bring the mirrors up to the head; the after-commit hook; expiry; references
+- ``publisher.py`` bring the mirrors up to the head; the after-commit hook; expiry; references
 - ``delta.py``    ``_delta_log/`` commits and checkpoints
 - ``iceberg.py``  ``metadata/``: table metadata, manifest lists, manifests (Avro), Puffin DVs
 - ``types.py``    schema, field ids and statistics mapping
 - ``dvs.py``      the deletion vector each mirror publishes for a file
 """
 
-from flightsrv.table.mirror.publish import (  # noqa: F401
+from flightsrv.table.mirror.publisher import (  # noqa: F401
     MIRROR_PREFIXES,
     PROPERTY,
     PublishResult,

@@ -148,6 +148,7 @@ def _publish_iceberg(table, head: Manifest, start: int, result: PublishResult,
                      progress) -> None:
     im = IcebergMirror(table)
     mapped = map_schema(head.schema, ("iceberg",))
+    result.published["iceberg"] = []
     for _ in range(MAX_ATTEMPTS):
         latest = im.latest()
         snapshots, prev, prev_list, buckets, next_row_id = [], None, [], 1, 0
