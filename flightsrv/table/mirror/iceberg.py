@@ -11,9 +11,10 @@
   files × bucket size), with about ``BUCKET_TARGET`` entries per bucket (``B`` doubles as
   the table grows; a resize rewrites every manifest once). Untouched manifests are reused by
   the next snapshot's manifest list. Data manifests and delete manifests are bucketed alike.
-- Deletion vectors: the DVs a version adds or changes are copied into one Puffin file
-  (``metadata/dv-<version>-<digest>.puffin``, see ``puffin.py``); delete-manifest entries
-  carry ``referenced_data_file``, ``content_offset`` and ``content_size_in_bytes``.
+- Deletion vectors: each DV a version adds or changes is copied into a Puffin file of its
+  own (``metadata/dv-<version>-<digest>.puffin``, see ``puffin.py``; DuckDB 1.5.5 applies
+  the wrong blob when one Puffin holds the DVs of several data files); delete-manifest
+  entries carry ``referenced_data_file``, ``content_offset`` and ``content_size_in_bytes``.
 - Row lineage (v3): every data file gets an explicit ``first_row_id``; ``next-row-id``,
   a snapshot's ``first-row-id``/``added-rows`` and a new data manifest's ``first_row_id``
   follow the rows assigned.
@@ -195,24 +196,24 @@ class IcebergMirror:
         if resize:
             data_touch = del_touch = set(range(n_buckets))
 
-        # deletion vectors of this version -> one Puffin file
+        # deletion vectors of this version: one Puffin file per DV (DuckDB 1.5.5's
+        # iceberg_scan applies the wrong blob when one Puffin holds the DVs of several files)
         dv_entries = {}
-        if new_dvs:
-            blobs = []
-            for f in new_dvs:
-                dv = mirror_dv(self.store, self.table.name, f, need_blob=True)
-                blobs.append((self.uri(f.path), dv.blob, dv.cardinality))
-            body, spans = puffin.build(blobs)
+        for f in new_dvs:
+            dv = mirror_dv(self.store, self.table.name, f, need_blob=True)
+            ref = self.uri(f.path)
+            body, spans = puffin.build([(ref, dv.blob, dv.cardinality)])
             pkey = f"{PREFIX}dv-{m.version}-{digest(body)}.puffin"
             put_once(self.store, pkey, body)
-            for (ref, blob, card), (off, length) in zip(blobs, spans):
-                dv_entries[ref] = {"status": ADDED, "snapshot_id": sid, "sequence_number": seq,
-                                   "file_sequence_number": seq, "data_file": {
-                                       "content": 1, "file_path": self.uri(pkey),
-                                       "file_format": "PUFFIN", "partition": {},
-                                       "record_count": card, "file_size_in_bytes": len(body),
-                                       "referenced_data_file": ref, "content_offset": off,
-                                       "content_size_in_bytes": length}}
+            (off, length), = spans
+            dv_entries[ref] = {"status": ADDED, "snapshot_id": sid, "sequence_number": seq,
+                               "file_sequence_number": seq, "data_file": {
+                                   "content": 1, "file_path": self.uri(pkey),
+                                   "file_format": "PUFFIN", "partition": {},
+                                   "record_count": dv.cardinality,
+                                   "file_size_in_bytes": len(body),
+                                   "referenced_data_file": ref, "content_offset": off,
+                                   "content_size_in_bytes": length}}
 
         # data entries
         old_data = self._entries(prev_list, DATA, None if resize else data_touch,
