@@ -69,17 +69,24 @@ def diff(prev: Manifest | None, cur: Manifest) -> Diff:
 
 def incarnation(table, head: Manifest) -> int:
     """The first retained version of the head's incarnation (the same ``table_uuid``):
-    mirrors start there. Versions before a DROP + CREATE are not published."""
-    versions = table.log.versions()
-    first = head.version
-    for v in reversed(versions):
-        if v > head.version:
-            continue
+    mirrors start there. Versions before a DROP + CREATE are not published. Versions of one
+    incarnation are a contiguous suffix, so this loads O(log versions) manifests."""
+    versions = [v for v in table.log.versions() if v <= head.version] or [head.version]
+
+    def same(v: int) -> bool:
         m = table.log.try_load(v)
-        if m is None or m.table_uuid != head.table_uuid:
-            break
-        first = v
-    return first
+        return m is not None and m.table_uuid == head.table_uuid
+
+    if same(versions[0]):
+        return versions[0]
+    lo, hi = 0, len(versions) - 1  # versions[lo] differs, versions[hi] (the head) is same
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if same(versions[mid]):
+            hi = mid
+        else:
+            lo = mid
+    return versions[hi]
 
 
 __all__ = ["FORMATS", "Diff", "diff", "digest", "has_deletes", "incarnation", "put_once",
