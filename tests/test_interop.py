@@ -11,7 +11,6 @@ are read.
 from __future__ import annotations
 
 import base64
-import io
 import json
 import threading
 
@@ -23,7 +22,7 @@ from flightsrv import Warehouse
 from flightsrv.errors import ConfigurationError, SqlError
 from flightsrv.table.deletes import decode_blob
 from flightsrv.table.mirror import publisher as mirror_publish
-from flightsrv.table.mirror.dvs import un_z85, z85
+from flightsrv.table.mirror.dvs import un_z85
 from flightsrv.testing.interop import (
     canonical,
     delta_rows,
@@ -41,7 +40,7 @@ def _location(t) -> str:
 def _reader_path(t) -> str:
     """The Delta table path a reader opens: a plain path locally, the s3:// URI on S3."""
     loc = _location(t)
-    return loc[len("file://"):] if loc.startswith("file://") else loc
+    return loc.removeprefix("file://")
 
 
 def _assert_all_versions(t, result) -> list[int]:
@@ -65,7 +64,7 @@ def published(warehouse_uri):
 def test_every_version_readable_in_both_formats(published):
     wh, t, result = published
     versions = _assert_all_versions(t, result)
-    assert versions == list(range(0, 11))
+    assert versions == list(range(11))
     # both mirrors hold exactly the retained versions
     assert result.mirror_versions == {"delta": (0, 10), "iceberg": (0, 10)}
     # publishing again writes nothing new
@@ -76,7 +75,7 @@ def test_every_version_readable_in_both_formats(published):
 def test_expiry_removes_versions_from_mirrors(published):
     wh, t, result = published
     exp = t.expire_snapshots(retain_last=4)
-    assert exp.expired_versions == list(range(0, 7))
+    assert exp.expired_versions == list(range(7))
     assert set(exp.mirrors) == {"delta", "iceberg"}
     latest = t.publish("all")
     assert latest.mirror_versions == {"delta": (7, 10), "iceberg": (7, 10)}
@@ -102,7 +101,7 @@ def test_delta_descriptors_point_at_our_dv_bytes(local_uri):
     t.publish("delta")
     store = t.store
     found = {"p": 0, "i": 0, "own": 0}
-    for v in range(0, 11):
+    for v in range(11):
         raw, _ = store.get(f"_delta_log/{v:020d}.json")
         for line in raw.decode().splitlines():
             add = json.loads(line).get("add")
@@ -320,7 +319,7 @@ def test_duckdb_delta_scan_and_iceberg_scan(published, duckdb155, moto_s3):
     loc = _location(t)
     path = _reader_path(t)
     meta = result.locations["iceberg"]
-    meta = meta[len("file://"):] if meta.startswith("file://") else meta
+    meta = meta.removeprefix("file://")
     queries = []
     for v in t.log.versions():
         queries.append({"name": f"delta-{v}",

@@ -85,7 +85,7 @@ def batch(lo: int, hi: int) -> pa.Table:
                                                          for i in ids],
         "score": [i * 0.25 for i in ids],
         "day": [dt.date(2026, 1, 1) + dt.timedelta(days=i % 300) for i in ids],
-        "at": [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i)
+        "at": [dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i)
                for i in ids],
         "flag": [i % 2 == 0 for i in ids]}, schema=SCHEMA)
 

@@ -40,7 +40,7 @@ from flightsrv.table.mirror import puffin
 from flightsrv.table.mirror.avro_schemas import MANIFEST_ENTRY_V3, MANIFEST_FILE_V3
 from flightsrv.table.mirror.common import diff, digest, put_once, table_location
 from flightsrv.table.mirror.dvs import has_deletes, mirror_dv
-from flightsrv.table.mirror.types import MappedSchema, iceberg_stats, map_schema
+from flightsrv.table.mirror.types import MappedSchema, iceberg_stats
 
 log = logging.getLogger("flightsrv.mirror")
 
