@@ -340,3 +340,26 @@ def test_duckdb_delta_scan_and_iceberg_scan(published, duckdb155, moto_s3):
             got = out[f"{fmt}-{v}"]
             assert "error" not in got, (fmt, v, got.get("error"))
             assert [r[0] for r in got["rows"]] == want, (fmt, v)
+
+
+def test_drop_removes_mirrors_and_a_new_incarnation_starts_over(local_uri):
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("d", pa.schema([("id", pa.int64())]),
+                        properties={"publish.formats": "all"})
+    t.append(pa.table({"id": [1, 2, 3]}))
+    assert mirror_publish.wait_idle(60)
+    assert set(mirror_publish.mirrors_present(t)) == {"delta", "iceberg"}
+    wh.drop_table("d")
+    assert mirror_publish.wait_idle(60)
+    assert mirror_publish.mirrors_present(t) == []  # a dropped table has no mirrors
+    t2 = wh.create_table("d", pa.schema([("id", pa.int64()), ("x", pa.string())]))
+    t2.append(pa.table({"id": [7], "x": ["a"]}))
+    res = t2.publish("all")
+    first = t2.head().version - 1  # the CREATE of the new incarnation
+    assert res.mirror_versions == {"delta": (first, first + 1), "iceberg": (first, first + 1)}
+    for v in (first, first + 1):
+        want = canonical(t2.to_table(version=v)) if v > first else []
+        assert canonical(delta_rows(_reader_path(t2), v)) == want
+        assert canonical(iceberg_rows(res.locations["iceberg"], v)) == want
+    with pytest.raises(Exception):
+        delta_rows(_reader_path(t2), first - 1)  # the old incarnation is not published

@@ -118,6 +118,7 @@ class ExpireResult(_Result):
     manifests_deleted: int = 0
     #: mirror format -> mirror objects removed with the expired versions
     mirrors: dict = field(default_factory=dict)
+    mirror_error: str | None = None  # the mirrors could not be updated (logged)
 
     def rows(self) -> list[dict]:
         return [{"metric": "head_version", "value": self.head_version},
@@ -716,9 +717,15 @@ def expire_snapshots(table, *, older_than=None, retain_last: int = 1,
     oldest = table.log.oldest_version()
     result.oldest_retained = head.version if oldest is None else oldest
     if versions:
+        from flightsrv.errors import FlightsrvError
         from flightsrv.table.mirror import expire as expire_mirrors
 
-        result.mirrors = expire_mirrors(table)
+        try:
+            result.mirrors = expire_mirrors(table)
+        except FlightsrvError as exc:  # the expiry stands; the next publish catches up
+            result.mirror_error = str(exc)
+            log.warning("expiring the mirrors failed", extra={"table": table.name,
+                                                              "error": str(exc)})
     log.info("expire", extra={"table": table.name, "expired": len(versions),
                               "oldest_retained": result.oldest_retained})
     return result

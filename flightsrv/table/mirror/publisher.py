@@ -117,6 +117,11 @@ def _publish_delta(table, head: Manifest, start: int, result: PublishResult, pro
             dm.drop()
             result.reset.append("delta")
             last = None
+    commits, checkpoints = dm.listing()
+    if commits and commits[0] > 0 and commits[0] not in checkpoints:
+        first = table.log.try_load(commits[0])  # a publish died before its checkpoint
+        if first is not None:
+            dm.checkpoint(first)
     interval = _interval(head)
     done = []
     v = start if last is None else last + 1
