@@ -11,6 +11,7 @@ are read.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import threading
 
@@ -363,3 +364,24 @@ def test_drop_removes_mirrors_and_a_new_incarnation_starts_over(local_uri):
         assert canonical(iceberg_rows(res.locations["iceberg"], v)) == want
     with pytest.raises(Exception):
         delta_rows(_reader_path(t2), first - 1)  # the old incarnation is not published
+
+
+@pytest.mark.parametrize("typ,values", [
+    (pa.timestamp("ns"), [dt.datetime(2026, 1, 1, 3), None]),
+    (pa.timestamp("ns", tz="UTC"), [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), None]),
+    (pa.time64("us"), [dt.time(1, 2, 3), None]),
+    (pa.binary(4), [b"abcd", None]),
+])
+def test_iceberg_only_types(local_uri, typ, values):
+    """Iceberg v3 has nanosecond timestamps, time and fixed; Delta refuses them by name."""
+    from flightsrv.table.mirror.types import UnsupportedForMirror
+
+    t = Warehouse.open(local_uri).create_table("o", pa.schema([("id", pa.int64()),
+                                                               ("v", typ)]))
+    t.append(pa.table({"id": [1, 2], "v": pa.array(values, typ)}))
+    res = t.publish("iceberg")
+    assert canonical(iceberg_rows(res.locations["iceberg"], t.head().version)) == \
+        canonical(t.to_table())
+    with pytest.raises(UnsupportedForMirror, match="column=v"):
+        t.publish("delta")
+    assert mirror_publish.mirrors_present(t) == ["iceberg"]  # nothing written for Delta
