@@ -251,10 +251,34 @@ def test_rows_deleted_after_the_purge_planned_keep_it_pending(local_uri):
 def test_unknown_prefix_is_not_checked_so_not_erased(local_uri):
     t = make(local_uri)
     t.delete("id = 777")
-    t.store.put("_delta_log/00000000000000000000.json", b"{}")
+    t.store.put("_other_engine/00000000000000000000.json", b"{}")
     r = t.purge(expire=True, grace=0)
     assert r.status == "pending"
-    assert any(p["object"].startswith("_delta_log/") for p in r.verification.pending)
+    assert any(p["object"].startswith("_other_engine/") for p in r.verification.pending)
+
+
+def test_mirror_naming_an_erased_file_is_a_match(local_uri):
+    """Mirror prefixes are known (docs/INTEROP.md §7): a Delta commit that adds an erased
+    file (with its statistics) is a match, not an unknown object."""
+    import json
+
+    t = make(local_uri)
+    t.delete("id = 777")
+    victim = next(f for f in t.head().data_files if f.dv is not None)
+    add = {"add": {"path": victim.path, "partitionValues": {}, "size": victim.size,
+                   "modificationTime": 0, "dataChange": True}}
+    t.store.put("_delta_log/00000000000000000000.json", json.dumps(add).encode())
+    r = t.purge()  # no expire: nothing is swept, the verification reports what it read
+    assert r.status == "pending"
+    hits = [m for m in r.verification.mirrors if m["matches"]]
+    assert [m["key"] for m in hits] == ["_delta_log/00000000000000000000.json"]
+    assert hits[0]["references"] == [victim.path]
+    assert not [p for p in r.verification.pending if p["object"].startswith("_delta_log/")]
+    # with expire, expiry republishes the mirror from flightsrv's versions (the foreign
+    # commit is not ours: the log starts over) and the erasure completes
+    r = t.purge(expire=True, grace=0)
+    assert r.status == "erased", r.verification.pending
+    assert not [m for m in r.verification.mirrors if m["matches"]]
 
 
 def test_concurrent_reader_pinned_to_an_old_version(local_uri):

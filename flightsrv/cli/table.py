@@ -477,6 +477,20 @@ def cmd_purge(args) -> int:
     return 0
 
 
+def cmd_publish(args) -> int:
+    from flightsrv.progress import Progress
+
+    import argparse
+
+    t = open_warehouse(args).table(args.table)
+    result = t.publish(args.format, progress=Progress(f"publish {t.name}"))
+    # --format names the mirror here, so the report is always an aligned table
+    shown = argparse.Namespace(**{**vars(args), "format": "table", "output": None,
+                                  "max_rows": 0})
+    output.write_rows(result.rows(), shown)
+    return 0
+
+
 def cmd_erasures(args) -> int:
     import json
 
@@ -638,6 +652,12 @@ def add_parser(sub, command) -> None:
                    help="with --expire, also delete unreferenced objects older than this, "
                         "e.g. 1h, 0 (default: table property erasure.orphan_grace, else 1h)")
     output.add_output_options(p)
+
+    p = command(ts, "publish", "make every retained version readable as Delta Lake and/or "
+                "Iceberg v3 (metadata only, under the table prefix)", cmd_publish)
+    name_arg(p)
+    p.add_argument("--format", choices=("delta", "iceberg", "all"), default="all",
+                   help="which mirror to bring up to date (default: all)")
 
     for name, func, text in (("erasures", cmd_erasures, "list the erasure certificates"),
                              ("erasure-status", cmd_erasure_status,

@@ -15,6 +15,8 @@
                                              vacuum
   ``... DRY RUN``                            both with ``dry_run=True`` (nothing changes)
   ``PURGE t [EXPIRE]``                       ``table.purge(expire=...)`` (erasure)
+  ``PUBLISH t [FORMAT delta|iceberg|all]``   ``table.publish(format)`` (open-format mirrors,
+                                             docs/INTEROP.md; default all)
   =========================================  ================================================
 
   and answers with :data:`MAINTENANCE_SCHEMA` rows: one per entry of each result's
@@ -46,7 +48,7 @@ ALLOW_SHORT_GRACE = "vacuum.allow_short_grace"
 
 MAINTENANCE_SCHEMA = pa.schema([
     pa.field("table", pa.string(), nullable=False),
-    pa.field("operation", pa.string(), nullable=False),  # compact | expire | vacuum | purge
+    pa.field("operation", pa.string(), nullable=False),  # compact|expire|vacuum|purge|publish
     pa.field("metric", pa.string(), nullable=False),
     pa.field("value", pa.string()),
 ])
@@ -132,6 +134,8 @@ def run_maintenance(table, stmt: Maintenance) -> pa.Table:
         rows += _result_rows(table.name, "vacuum", table.vacuum(**kw))
     elif stmt.verb == "purge":
         rows += _result_rows(table.name, "purge", table.purge(expire=stmt.expire, source="sql"))
+    elif stmt.verb == "publish":
+        rows += _result_rows(table.name, "publish", table.publish(stmt.formats or "all"))
     else:
         raise ConfigurationError("unknown maintenance statement", verb=stmt.verb,
                                  table=table.name)

@@ -16,7 +16,7 @@ Accepted:
 ``CreateTableAs``      CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t AS SELECT ...
 ``DropTable``          DROP TABLE [IF EXISTS] t
 ``Maintenance``        OPTIMIZE t | VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]
-                       | PURGE t [EXPIRE]
+                       | PURGE t [EXPIRE] | PUBLISH t [FORMAT delta|iceberg|all]
 ``SetSession``         SET delete_mode = 'splice' | 'dv'   (a flightsrv session setting)
 =====================  =====================================================================
 
@@ -95,7 +95,7 @@ SESSION_SETTINGS = {
 }
 
 #: Maintenance verbs; parsed here from tokens (sqlglot has no grammar for them).
-MAINTENANCE_VERBS = frozenset({"VACUUM", "OPTIMIZE", "PURGE"})
+MAINTENANCE_VERBS = frozenset({"VACUUM", "OPTIMIZE", "PURGE", "PUBLISH"})
 
 #: ``SHOW <what> t`` -> the metadata table function it stands for.
 SHOW_FUNCTIONS = {"STATS": "flightsrv_table_stats", "HISTORY": "flightsrv_history",
@@ -185,15 +185,17 @@ class DropTable(Statement):
 @dataclass(frozen=True)
 class Maintenance(Statement):
     """``OPTIMIZE t`` -> compact; ``VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]``
-    -> (expire_snapshots(retain_last=n),) vacuum(grace=hours); ``PURGE t [EXPIRE]`` -> purge."""
+    -> (expire_snapshots(retain_last=n),) vacuum(grace=hours); ``PURGE t [EXPIRE]`` -> purge;
+    ``PUBLISH t [FORMAT delta|iceberg|all]`` -> publish the open-format mirrors."""
 
-    verb: str = ""  # "vacuum" | "optimize" | "purge"
+    verb: str = ""  # "vacuum" | "optimize" | "purge" | "publish"
     table: str = ""
     options: str = ""  # the text after the table name, as written
     retain_versions: int | None = None  # VACUUM ... RETAIN n VERSIONS (expire first)
     retain_hours: int | None = None  # VACUUM ... RETAIN n HOURS (the vacuum grace period)
     dry_run: bool = False  # VACUUM ... DRY RUN
     expire: bool = False  # PURGE ... EXPIRE
+    formats: str = ""  # PUBLISH ... FORMAT delta|iceberg|all ("" = all)
     writes = True
 
 
@@ -379,9 +381,14 @@ def _parse_special(sql: str, text: str) -> Statement | None:
     elif verb == "PURGE" and words[:1] == ["EXPIRE"]:
         kw["expire"] = True
         words = words[1:]
+    elif verb == "PUBLISH" and words[:1] == ["FORMAT"] and len(words) >= 2 and \
+            words[1] in ("DELTA", "ICEBERG", "ALL"):
+        kw["formats"] = words[1].lower()
+        words = words[2:]
     if words:
         grammar = {"VACUUM": "VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]", "OPTIMIZE": "OPTIMIZE t",
-                   "PURGE": "PURGE t [EXPIRE]"}[verb]
+                   "PURGE": "PURGE t [EXPIRE]",
+                   "PUBLISH": "PUBLISH t [FORMAT delta|iceberg|all]"}[verb]
         raise SqlError(f"unexpected {' '.join(words).lower()!r} after {verb} {table}; "
                        f"the form is {grammar}", statement=_short(sql))
     tree = exp.Command(this=verb, expression=exp.Literal.string(text[toks[1].start:]))

@@ -12,6 +12,11 @@ A mutator gets the current head manifest and returns the next one (or ``None`` f
 On a lost race the loop reloads the head and calls the mutator again, so a retry always
 re-validates against the new head. Mutators raise to abort (e.g. ``CommitConflict`` when a
 requirement no longer holds).
+
+After-commit hooks (``TableLog.after_commit``) run once per committed version, after the
+pointer update, with the committed manifest. They are best effort: the commit has happened,
+so an exception from a hook is logged and never reaches the committer. (The table registers
+its mirror publisher there; this module knows nothing about what hooks do.)
 """
 
 from __future__ import annotations
@@ -56,6 +61,17 @@ class TableLog:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._uuid: str | None = None
+        #: callables ``hook(manifest)`` run after each commit of this log (best effort)
+        self.after_commit: list[Callable[[Manifest], None]] = []
+
+    def run_after_commit(self, m: Manifest) -> None:
+        for hook in list(self.after_commit):
+            try:
+                hook(m)
+            except Exception as exc:  # noqa: BLE001 - a hook never fails the commit
+                log.warning("after-commit hook failed", extra={"table": self.name,
+                                                               "version": m.version,
+                                                               "error": str(exc)})
 
     # -- reading -------------------------------------------------------------------
     def read_pointer(self) -> tuple[Pointer | None, str | None]:
@@ -218,6 +234,7 @@ def commit(
                        attempts=attempt)
         log.info("commit", extra={"table": tlog.name, "version": m.version,
                                   "operation": m.operation, "attempts": attempt})
+        tlog.run_after_commit(m)
         return m
     raise CommitConflict(
         "commit retries exhausted against concurrent writers", table=tlog.name,

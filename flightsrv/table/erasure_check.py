@@ -21,8 +21,13 @@ and proves the result by re-reading the store instead of trusting what the erasu
     text (``TRACE_SUMMARY_KEYS``); an erased object matches while it is still listed. Status
     ``erased`` needs 0 matches and nothing pending. Pending: an unreferenced ``data/`` object
     or upload younger than the grace (it may hold the rows), objects under a prefix this
-    check does not know (a mirror, say), and, for a purge (``all_dead``), rows deleted in the
-    head after the purge planned (still stored behind a DV). The result says what was read.
+    check does not know, and, for a purge (``all_dead``), rows deleted in the head after the
+    purge planned (still stored behind a DV). The result says what was read.
+    Mirror objects (``flightsrv.table.mirror``: ``_delta_log/``, ``_delta_dv/``,
+    ``metadata/``) are read too: one *matches* when it makes readers read an erased object
+    (a Delta ``add``, a live Iceberg manifest entry; both carry the file's statistics).
+    ``sweep`` deletes unreferenced mirror objects that match; expiry has already removed the
+    expired versions from the mirrors.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from dataclasses import dataclass, field
 from flightsrv.errors import ObjectNotFound
 from flightsrv.table.commit import require_table
 from flightsrv.table.manifest import POINTER_KEY, Manifest, Pointer, version_of_key
+from flightsrv.table.mirror import MIRROR_PREFIXES, object_refs
+from flightsrv.table.mirror import referenced as mirror_referenced
 
 log = logging.getLogger("flightsrv.erase")
 
@@ -42,7 +49,8 @@ log = logging.getLogger("flightsrv.erase")
 TRACE_SUMMARY_KEYS = frozenset({"predicate", "predicate_sha256", "where", "sql", "statement",
                                 "filter"})
 #: Prefixes under a table whose objects this module knows how to judge.
-KNOWN_PREFIXES = ("data/", "tombstone/", "manifest/", "_erasures/")
+KNOWN_PREFIXES = ("data/", "tombstone/", "manifest/", "_erasures/", "_delta_log/",
+                  "_delta_dv/", "metadata/")
 ERASED, PENDING = "erased", "pending"
 
 
@@ -84,6 +92,7 @@ class Verification:
     checked_at_ms: int
     head_version: int | None
     manifests: list = field(default_factory=list)  # [{key, version, matches, traces?}]
+    mirrors: list = field(default_factory=list)  # mirror objects read [{key, matches}]
     pointer: dict | None = None  # {key, version, matches}
     listed: dict = field(default_factory=dict)  # prefix -> objects listed
     erased_absent: list = field(default_factory=list)  # erased keys confirmed gone
@@ -93,12 +102,13 @@ class Verification:
     @property
     def matches(self) -> int:
         return (sum(m["matches"] for m in self.manifests) + len(self.erased_present)
-                + (self.pointer or {}).get("matches", 0))
+                + (self.pointer or {}).get("matches", 0)
+                + sum(m["matches"] for m in self.mirrors))
 
     @property
     def objects_scanned(self) -> int:
         return len(self.manifests) + (1 if self.pointer else 0) + len(self.erased_absent) \
-            + len(self.erased_present)
+            + len(self.erased_present) + len(self.mirrors)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -163,10 +173,11 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
             v.erased_present.append(key)
         elif key not in stored:
             v.erased_absent.append(key)
+    _verify_mirrors(table, listing, value_keys, v)
     for m in listing:
         if m.key in refs or m.key in erased or m.key == POINTER_KEY:
             continue
-        if m.key.startswith(("manifest/", "_erasures/", "tombstone/")):
+        if m.key.startswith(("manifest/", "_erasures/", "tombstone/") + MIRROR_PREFIXES):
             continue  # manifests are judged above; DV objects hold positions, never values
         if m.key.startswith("data/"):
             if grace_ms is None:
@@ -198,6 +209,42 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
                               "remedy": "PURGE again"})
     v.status = ERASED if v.matches == 0 and not v.pending else PENDING
     return v
+
+
+def _sweep_mirrors(table, value_keys: set[str]) -> list[str]:
+    """Delete mirror objects no retained mirror version needs that make readers read an
+    erased object (manifests of expired Iceberg snapshots, say)."""
+    listing = [m for p in MIRROR_PREFIXES for m in table.store.list(p)]
+    if not listing or not value_keys:
+        return []
+    keep = mirror_referenced(table)
+    gone = []
+    for m in listing:
+        if m.key in keep:
+            continue
+        try:
+            hit = object_refs(table, m.key) & value_keys
+        except ObjectNotFound:
+            continue
+        if hit:
+            table.store.delete(m.key)
+            gone.append(m.key)
+    return gone
+
+
+def _verify_mirrors(table, listing, value_keys: set[str], v: Verification) -> None:
+    """Read every mirror object; one matches when it makes readers read an erased object."""
+    for m in listing:
+        if not m.key.startswith(MIRROR_PREFIXES):
+            continue
+        try:
+            hits = sorted(object_refs(table, m.key) & value_keys)
+        except ObjectNotFound:
+            continue  # removed while we looked (a racing publish or expiry)
+        entry = {"key": m.key, "matches": len(hits)}
+        if hits:
+            entry["references"] = hits
+        v.mirrors.append(entry)
 
 
 # -- completion ----------------------------------------------------------------------
@@ -279,6 +326,7 @@ def sweep(table, erased: dict[str, str], grace_ms: int) -> tuple[list[str], list
         if _old(m.last_modified_ms, now, grace_ms):
             table.store.delete(m.key)
             deleted.append(m.key)
+    deleted += _sweep_mirrors(table, {k for k, kind in erased.items() if kind != "dv"})
     aborted = []
     for u in uploads:
         if _old(u.initiated_ms, now, grace_ms):

@@ -16,7 +16,9 @@
              head first and the cutoff never passes it, so pointer roll-forward keeps working.
 ``vacuum``   deletes objects under ``data/`` and ``tombstone/`` that no retained version
              references and that are older than the grace period, and aborts multipart
-             uploads older than it. It lists objects *before* reading the retained versions
+             uploads older than it; likewise mirror objects (``_delta_log/``, ``_delta_dv/``,
+             ``metadata/``, see ``flightsrv.table.mirror``) that no retained mirror version
+             references. ``expire_snapshots`` also removes expired versions from the mirrors. It lists objects *before* reading the retained versions
              (and re-reads the head before deleting), so anything committed meanwhile is seen.
 ``table_stats``  files, row groups, rows, deleted fraction, DVs, orphan bytes, versions, and
              a recommendation.
@@ -114,6 +116,9 @@ class ExpireResult(_Result):
     oldest_retained: int
     expired_versions: list = field(default_factory=list)
     manifests_deleted: int = 0
+    #: mirror format -> mirror objects removed with the expired versions
+    mirrors: dict = field(default_factory=dict)
+    mirror_error: str | None = None  # the mirrors could not be updated (logged)
 
     def rows(self) -> list[dict]:
         return [{"metric": "head_version", "value": self.head_version},
@@ -123,7 +128,9 @@ class ExpireResult(_Result):
                     f"{self.expired_versions[0]}..{self.expired_versions[-1]}"
                     if self.expired_versions else "-")},
                 {"metric": "manifests_deleted", "value": self.manifests_deleted},
-                {"metric": "dry_run", "value": self.dry_run}]
+                {"metric": "dry_run", "value": self.dry_run}] + [
+                {"metric": f"{fmt}_mirror_objects_deleted", "value": len(keys)}
+                for fmt, keys in sorted(self.mirrors.items())]
 
 
 @dataclass
@@ -711,6 +718,16 @@ def expire_snapshots(table, *, older_than=None, retain_last: int = 1,
         result.manifests_deleted += 1
     oldest = table.log.oldest_version()
     result.oldest_retained = head.version if oldest is None else oldest
+    if versions:
+        from flightsrv.errors import FlightsrvError
+        from flightsrv.table.mirror import expire as expire_mirrors
+
+        try:
+            result.mirrors = expire_mirrors(table)
+        except FlightsrvError as exc:  # the expiry stands; the next publish catches up
+            result.mirror_error = str(exc)
+            log.warning("expiring the mirrors failed", extra={"table": table.name,
+                                                              "error": str(exc)})
     log.info("expire", extra={"table": table.name, "expired": len(versions),
                               "oldest_retained": result.oldest_retained})
     return result
@@ -783,11 +800,15 @@ def _expire_dropped(table, grace_s: float, dry_run: bool) -> list[int]:
 
 def _scan_orphans(table, grace_s: float):
     """(old orphans, young orphans, old uploads, refs, oldest, head) — listing first."""
+    from flightsrv.table.mirror import MIRROR_PREFIXES, referenced as mirror_refs
+
     now = table.runtime.clock.now_ms()
     limit = now - int(grace_s * 1000)
-    listing = [m for p in VACUUM_PREFIXES for m in table.store.list(p)]
+    listing = [m for p in VACUUM_PREFIXES + MIRROR_PREFIXES for m in table.store.list(p)]
     uploads = list(table.store.list_multipart(""))
     refs, lo, hv = _retained_refs(table, grace_s)  # AFTER listing: sees commits that raced it
+    if any(m.key.startswith(MIRROR_PREFIXES) for m in listing):
+        refs |= mirror_refs(table)  # also after listing: a publish that raced it is seen
     old, young = [], []
     for m in listing:
         if m.key in refs:

@@ -71,7 +71,7 @@ class Property:
     """One known property: its type, default (None: unset) and what reads it."""
 
     name: str
-    kind: str  # size | int | fraction | bool | choice | columns | duration
+    kind: str  # size | int | fraction | bool | choice | columns | duration | formats
     default: Any
     help: str
     choices: tuple[str, ...] = ()
@@ -97,7 +97,7 @@ class Property:
         """The canonical stored string of a parsed value."""
         if self.kind == "bool":
             return "true" if value else "false"
-        if self.kind == "columns":
+        if self.kind in ("columns", "formats"):
             return ",".join(value)
         return str(value)
 
@@ -169,6 +169,15 @@ def _duration(p: Property, raw) -> str:
     return text
 
 
+def _formats(p: Property, raw) -> list[str]:
+    """A comma-separated subset of ``p.choices`` (``all``: every one), canonical order."""
+    names = [c.strip().lower() for c in str(raw).split(",") if c.strip()]
+    if not names or any(n not in p.choices + ("all",) for n in names):
+        raise ConfigurationError(f"must be a comma-separated list of {'|'.join(p.choices)} "
+                                 "(or all)", value=raw)
+    return [c for c in p.choices if c in names or "all" in names]
+
+
 def _columns(p: Property, raw) -> list[str]:
     cols = [c.strip() for c in str(raw).split(",")]
     if not raw or any(not c for c in cols):
@@ -178,7 +187,7 @@ def _columns(p: Property, raw) -> list[str]:
 
 _PARSERS: dict[str, Callable[[Property, Any], Any]] = {
     "size": _size, "int": _int, "fraction": _fraction, "bool": _bool, "choice": _choice,
-    "columns": _columns, "duration": _duration,
+    "columns": _columns, "duration": _duration, "formats": _formats,
 }
 
 #: every property flightsrv reads, by name
@@ -207,6 +216,11 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
              "and OPTIMIZE report them overdue"),
     Property("erasure.orphan_grace", "duration", "1h",
              "PURGE ... EXPIRE deletes unreferenced objects older than this"),
+    Property("publish.formats", "formats", None,
+             "publish every commit as these open formats (delta, iceberg or all), best "
+             "effort, after the commit (docs/INTEROP.md)", choices=("delta", "iceberg")),
+    Property("publish.delta.checkpoint_interval", "int", 100,
+             "the Delta mirror writes a checkpoint every this many versions", minimum=1),
 )}
 
 

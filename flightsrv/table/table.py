@@ -49,6 +49,15 @@ class Table:
         self.runtime = warehouse.runtime
         self.store = PrefixedStore(warehouse.store, name)
         self.log = TableLog(self.store, name, self.runtime)
+        self.log.after_commit.append(self._publish_after_commit)
+
+    def _publish_after_commit(self, m: Manifest) -> None:
+        """Queue a publish of the mirrors when the version has ``publish.formats``
+        (``flightsrv.table.mirror``; best effort, after the commit)."""
+        if m.properties.get("publish.formats"):
+            from flightsrv.table.mirror.publisher import after_commit
+
+            after_commit(self, m)
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, warehouse={self.warehouse.uri!r})"
@@ -315,6 +324,14 @@ class Table:
         from flightsrv.table.certificate import list_certificates
 
         return list_certificates(self)
+
+    def publish(self, format="all", **kw):
+        """Publish every retained version as Delta Lake and/or Iceberg v3 mirrors under the
+        table prefix (``format``: "delta", "iceberg", "all" or a list;
+        ``flightsrv.table.mirror.publisher``). Returns a ``PublishResult``."""
+        from flightsrv.table.mirror.publisher import publish
+
+        return publish(self, format, **kw)
 
     def erasure_status(self, **kw):
         """Deletions whose bytes are still stored, with their age and deadline

@@ -1,0 +1,175 @@
+"""Readers of the open-format mirrors for tests and benchmarks (docs/INTEROP.md).
+
+``delta_rows`` / ``iceberg_rows`` read one version through the real libraries (deltalake's
+DV-aware ``scan()``; pyiceberg's ``StaticTable``), configured for the warehouse's store (a
+local path or S3 through the ``AWS_*`` environment, as the moto fixture sets it).
+``scenario`` builds the table the interop tests publish: appends, DV deletes (inline and
+object), metadata-only deletes (whole row groups, a whole file), a splice, a compaction.
+
+``duckdb_venv()`` builds (once, cached) a virtualenv with DuckDB 1.5.5 and its delta, avro
+and iceberg extension wheels, the readers for ``delta_scan`` / ``iceberg_scan`` (our own
+DuckDB is 2.0, for which no extension wheels exist); ``duckdb_rows`` runs them there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+
+DUCKDB_VERSION = "1.5.5"
+DUCKDB_PACKAGES = [f"duckdb=={DUCKDB_VERSION}"] + [
+    f"duckdb-extension-{n}=={DUCKDB_VERSION}" for n in ("delta", "avro", "iceberg", "httpfs")]
+
+
+def s3_env() -> dict:
+    return {k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                                       "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+            if k in os.environ}
+
+
+def delta_storage_options(uri: str) -> dict | None:
+    if not uri.startswith("s3://"):
+        return None
+    env = s3_env()
+    return {"AWS_ENDPOINT_URL": env["AWS_ENDPOINT_URL"],
+            "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+            "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+            "AWS_REGION": env.get("AWS_REGION", "us-east-1"), "AWS_ALLOW_HTTP": "true"}
+
+
+def iceberg_properties(uri: str) -> dict:
+    if not uri.startswith("s3://"):
+        return {}
+    env = s3_env()
+    return {"s3.endpoint": env["AWS_ENDPOINT_URL"], "s3.access-key-id": env["AWS_ACCESS_KEY_ID"],
+            "s3.secret-access-key": env["AWS_SECRET_ACCESS_KEY"],
+            "s3.region": env.get("AWS_REGION", "us-east-1")}
+
+
+def canonical(table: pa.Table, key: str = "id") -> list[dict]:
+    """Rows as dicts sorted by ``key`` (readers return rows in any order)."""
+    return sorted(table.to_pylist(), key=lambda r: r[key])
+
+
+def delta_rows(table_uri: str, version: int, columns=None) -> pa.Table:
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(table_uri, version=version, storage_options=delta_storage_options(
+        table_uri))
+    return pa.RecordBatchReader.from_stream(dt.scan(columns=columns)).read_all()
+
+
+def iceberg_rows(metadata_uri: str, version: int) -> pa.Table:
+    from pyiceberg.table import StaticTable
+
+    st = StaticTable.from_metadata(metadata_uri, properties=iceberg_properties(metadata_uri))
+    return st.scan(snapshot_id=version + 1).to_arrow()
+
+
+SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.int32()), ("name", pa.string()),
+                    ("score", pa.float64()), ("day", pa.date32()),
+                    ("at", pa.timestamp("us", tz="UTC")), ("flag", pa.bool_())])
+
+
+def batch(lo: int, hi: int) -> pa.Table:
+    import datetime as dt
+
+    ids = list(range(lo, hi))
+    return pa.table({
+        "id": ids, "grp": [i % 17 for i in ids], "name": [f"n{i}" if i % 11 else None
+                                                         for i in ids],
+        "score": [i * 0.25 for i in ids],
+        "day": [dt.date(2026, 1, 1) + dt.timedelta(days=i % 300) for i in ids],
+        "at": [dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i)
+               for i in ids],
+        "flag": [i % 2 == 0 for i in ids]}, schema=SCHEMA)
+
+
+def scenario(wh, name: str = "t", *, publish_midway: bool = True, properties=None):
+    """The interop table; returns it (versions 0..10, nothing expired yet)."""
+    t = wh.create_table(name, SCHEMA, properties={"row_group_bytes": "16KB",
+                                                  "compact.min_deleted_fraction": "0.2",
+                                                  **(properties or {})})
+    t.append(batch(0, 3000))                                   # v1
+    t.append(batch(3000, 6000))                                # v2
+    t.append(batch(6000, 6100))                                # v3 (a small file)
+    t.delete("id % 97 = 0")                                    # v4 small DVs: inline
+    if publish_midway:
+        t.publish("all")
+    t.delete("id >= 3000 AND id % 3 = 1")                      # v5 a large DV: DV object
+    t.delete("id < 2100 OR id BETWEEN 3000 AND 4023")          # v6 whole row groups + DVs
+    t.delete("id >= 6000")                                     # v7 a whole file, metadata only
+    t.delete("id BETWEEN 5100 AND 5150", mode="splice")        # v8 a splice
+    t.compact()                                                # v9 a compaction
+    t.append(batch(7000, 7100))                                # v10
+    return t
+
+
+DUCKDB_SCRIPT = textwrap.dedent("""
+    import glob, json, os, sys
+    import duckdb
+    spec = json.loads(sys.argv[1])
+    con = duckdb.connect()
+    base = os.path.dirname(os.path.dirname(duckdb.__file__))
+    for name in ("delta", "avro", "iceberg", "httpfs"):
+        path = glob.glob(os.path.join(base, f"duckdb_extension_{name}", "extensions", "*",
+                                      f"{name}.duckdb_extension"))[0]
+        con.execute(f"LOAD '{path}'")
+    if spec.get("s3"):
+        s3 = spec["s3"]
+        con.execute(f\"\"\"CREATE SECRET (TYPE s3, KEY_ID '{s3["key"]}', SECRET '{s3["secret"]}',
+            ENDPOINT '{s3["endpoint"]}', URL_STYLE 'path', USE_SSL false,
+            REGION '{s3["region"]}')\"\"\")
+    out = {}
+    for q in spec["queries"]:
+        try:
+            rows = con.execute(q["sql"]).fetchall()
+            out[q["name"]] = {"rows": [list(map(str, r)) for r in rows]}
+        except Exception as exc:
+            out[q["name"]] = {"error": str(exc)[:500]}
+    print(json.dumps(out))
+""")
+
+
+def duckdb_venv(base: str | None = None) -> str:
+    """Path of the python of a virtualenv with DuckDB 1.5.5 and its extension wheels,
+    built on first use under ``base`` (default ``~/.cache/flightsrv``). Raises
+    ``RuntimeError`` saying why when it cannot be built."""
+    base = base or os.environ.get("FLIGHTSRV_DUCKDB_VENV_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "flightsrv")
+    venv = os.path.join(base, f"duckdb-{DUCKDB_VERSION}")
+    python = os.path.join(venv, "bin", "python")
+    marker = os.path.join(venv, ".complete")
+    if os.path.exists(marker):
+        return python
+    os.makedirs(base, exist_ok=True)
+    steps = [[sys.executable, "-m", "venv", "--clear", venv],
+             [python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+              *DUCKDB_PACKAGES]]
+    for cmd in steps:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError(f"building the DuckDB {DUCKDB_VERSION} virtualenv failed: "
+                               f"{' '.join(cmd[:4])}: {(r.stderr or r.stdout)[-400:]}")
+    with open(marker, "w") as f:
+        f.write(" ".join(DUCKDB_PACKAGES))
+    return python
+
+
+def duckdb_rows(python: str, queries: list[dict], *, s3: dict | None = None) -> dict:
+    """Run ``queries`` ([{name, sql}]) in the DuckDB 1.5.5 virtualenv; name -> rows|error."""
+    spec = {"queries": queries, "s3": s3}
+    r = subprocess.run([python, "-c", DUCKDB_SCRIPT, json.dumps(spec)], capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"DuckDB {DUCKDB_VERSION} reader failed: {r.stderr[-800:]}")
+    return json.loads(r.stdout)
+
+
+if __name__ == "__main__":  # python -m flightsrv.testing.interop: build the venv (CI)
+    print(duckdb_venv())

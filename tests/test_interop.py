@@ -1,0 +1,387 @@
+"""Issue 14: every retained flightsrv version readable as Delta Lake and as Iceberg v3, DVs
+included, by the real readers (deltalake's DV-aware ``scan()``, pyiceberg ``StaticTable``,
+DuckDB 1.5.5's ``delta_scan`` / ``iceberg_scan``), local and on S3 (moto).
+
+The table (``flightsrv.testing.interop.scenario``): appends, inline and object DV deletes,
+metadata-only deletes (whole row groups, a whole file), a splice, a compaction, then an
+expiry; a publish midway and one at the end, so both the first and incremental publishes
+are read.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import threading
+
+import fastavro
+import pyarrow as pa
+import pytest
+
+from flightsrv import Warehouse
+from flightsrv.errors import ConfigurationError, SqlError
+from flightsrv.table.deletes import decode_blob
+from flightsrv.table.mirror import publisher as mirror_publish
+from flightsrv.table.mirror.dvs import un_z85
+from flightsrv.testing.interop import (
+    canonical,
+    delta_rows,
+    duckdb_rows,
+    duckdb_venv,
+    iceberg_rows,
+    scenario,
+)
+
+
+def _location(t) -> str:
+    return f"{t.warehouse.uri.rstrip('/')}/{t.name}"
+
+
+def _reader_path(t) -> str:
+    """The Delta table path a reader opens: a plain path locally, the s3:// URI on S3."""
+    loc = _location(t)
+    return loc.removeprefix("file://")
+
+
+def _assert_all_versions(t, result) -> list[int]:
+    versions = t.log.versions()
+    for v in versions:
+        want = canonical(t.to_table(version=v))
+        assert canonical(delta_rows(_reader_path(t), v)) == want, f"delta version {v}"
+        assert canonical(iceberg_rows(result.locations["iceberg"], v)) == want, \
+            f"iceberg snapshot of version {v}"
+    return versions
+
+
+@pytest.fixture
+def published(warehouse_uri):
+    wh = Warehouse.open(warehouse_uri)
+    t = scenario(wh)
+    result = t.publish("all")
+    return wh, t, result
+
+
+def test_every_version_readable_in_both_formats(published):
+    wh, t, result = published
+    versions = _assert_all_versions(t, result)
+    assert versions == list(range(11))
+    # both mirrors hold exactly the retained versions
+    assert result.mirror_versions == {"delta": (0, 10), "iceberg": (0, 10)}
+    # publishing again writes nothing new
+    again = t.publish("all")
+    assert again.published == {"delta": [], "iceberg": []}
+
+
+def test_expiry_removes_versions_from_mirrors(published):
+    wh, t, result = published
+    exp = t.expire_snapshots(retain_last=4)
+    assert exp.expired_versions == list(range(7))
+    assert set(exp.mirrors) == {"delta", "iceberg"}
+    latest = t.publish("all")
+    assert latest.mirror_versions == {"delta": (7, 10), "iceberg": (7, 10)}
+    assert _assert_all_versions(t, latest) == [7, 8, 9, 10]
+    with pytest.raises(Exception):
+        delta_rows(_reader_path(t), 6)
+    from pyiceberg.table import StaticTable
+
+    from flightsrv.testing.interop import iceberg_properties
+
+    st = StaticTable.from_metadata(latest.locations["iceberg"],
+                                   properties=iceberg_properties(latest.locations["iceberg"]))
+    assert sorted(s.snapshot_id for s in st.metadata.snapshots) == [8, 9, 10, 11]
+    # vacuum deletes mirror objects only expired versions used, and the mirrors still read
+    gone = t.vacuum(grace=0)
+    kinds = {o["kind"] for o in gone.objects}
+    assert "metadata" in kinds  # manifests and lists of expired snapshots
+    assert _assert_all_versions(t, latest) == [7, 8, 9, 10]
+
+
+def test_delta_descriptors_point_at_our_dv_bytes(local_uri):
+    t = scenario(Warehouse.open(local_uri), publish_midway=False)
+    t.publish("delta")
+    store = t.store
+    found = {"p": 0, "i": 0, "own": 0}
+    for v in range(11):
+        raw, _ = store.get(f"_delta_log/{v:020d}.json")
+        for line in raw.decode().splitlines():
+            add = json.loads(line).get("add")
+            if not add or "deletionVector" not in add:
+                continue
+            dv = add["deletionVector"]
+            f = t.log.load(v).files_by_path()[add["path"]]
+            if dv["storageType"] == "p" and "/tombstone/" in dv["pathOrInlineDv"]:
+                # our object, our offset, Delta's size = our framed length - 8
+                assert dv["pathOrInlineDv"].endswith(f.dv.path)
+                assert (dv["offset"], dv["sizeInBytes"]) == (f.dv.offset, f.dv.length - 8)
+                found["p"] += 1
+            elif dv["storageType"] == "i":
+                blob = base64.b64decode(f.dv.data) if not f.deleted_row_groups else None
+                payload = un_z85(dv["pathOrInlineDv"])[:dv["sizeInBytes"]]
+                if blob is not None:
+                    assert payload == blob[4:-4]  # magic + bitmap, no length, no CRC
+                found["i"] += 1
+            else:
+                assert "/_delta_dv/" in dv["pathOrInlineDv"]  # a union with row groups
+                found["own"] += 1
+            assert dv["cardinality"] == f.deleted_rows
+    assert found["p"] and found["i"] and found["own"], found
+
+
+def test_iceberg_puffin_holds_our_blobs(local_uri):
+    t = scenario(Warehouse.open(local_uri), publish_midway=False)
+    result = t.publish("iceberg")
+    meta = json.loads(open(result.locations["iceberg"][len("file://"):]).read())
+    assert meta["format-version"] == 3
+    assert [s["snapshot-id"] for s in meta["snapshots"]] == [v + 1 for v in range(11)]
+    snap = next(s for s in meta["snapshots"] if s["summary"]["flightsrv.version"] == "5")
+    head5 = t.log.load(5)
+    lst = list(fastavro.reader(open(snap["manifest-list"][len("file://"):], "rb")))
+    checked = 0
+    for mf in lst:
+        if mf["content"] != 1:
+            continue
+        for e in fastavro.reader(open(mf["manifest_path"][len("file://"):], "rb")):
+            df = e["data_file"]
+            assert df["file_format"] == "PUFFIN"
+            path = df["referenced_data_file"].split("/t/", 1)[1]
+            f = head5.files_by_path()[path]
+            with open(df["file_path"][len("file://"):], "rb") as fh:
+                fh.seek(df["content_offset"])
+                blob = fh.read(df["content_size_in_bytes"])
+            assert len(decode_blob(blob, where="test")) == f.dv.cardinality == \
+                df["record_count"]
+            if f.dv.storage == "object":
+                raw, _ = t.store.get(f.dv.path)
+                assert blob == raw[f.dv.offset:f.dv.offset + f.dv.length]
+            checked += 1
+    assert checked == 3
+
+
+def test_delta_reader_rejects_flipped_crc(local_uri):
+    """The Delta reader verifies the bytes we point it at: flip our DV's CRC and it fails."""
+    t = scenario(Warehouse.open(local_uri), publish_midway=False)
+    t.publish("delta")
+    v = 5
+    f = next(f for f in t.log.load(v).data_files if f.dv and f.dv.storage == "object")
+    assert len(delta_rows(_reader_path(t), v)) == t.count_rows(version=v)
+    path = t.store.local_path(f.dv.path)
+    with open(path, "r+b") as fh:
+        fh.seek(f.dv.offset + f.dv.length - 1)
+        last = fh.read(1)
+        fh.seek(f.dv.offset + f.dv.length - 1)
+        fh.write(bytes([last[0] ^ 0xFF]))
+    with pytest.raises(Exception) as info:
+        delta_rows(_reader_path(t), v)
+    assert "crc" in str(info.value).lower() or "checksum" in str(info.value).lower()
+
+
+def test_publish_formats_property_publishes_every_commit(warehouse_uri):
+    wh = Warehouse.open(warehouse_uri)
+    wh.sql("CREATE TABLE p (id BIGINT, s VARCHAR)")
+    t = wh.table("p")
+    t.set_properties(**{"publish.formats": "delta, iceberg"})
+    assert t.properties["publish.formats"] == "delta,iceberg"
+    wh.sql("INSERT INTO p SELECT i, 's' || i FROM range(100) t(i)")
+    wh.sql("DELETE FROM p WHERE id % 10 = 0")
+    assert mirror_publish.wait_idle(60)
+    head = t.head().version
+    res = t.publish("all")  # nothing left to do: the hook already published the head
+    assert res.published == {"delta": [], "iceberg": []}
+    assert res.mirror_versions["delta"][1] == res.mirror_versions["iceberg"][1] == head
+    assert _assert_all_versions(t, res)
+
+
+def test_publish_failure_never_fails_the_commit(local_uri, caplog):
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("u", pa.schema([("id", pa.int64()), ("h", pa.uint64())]),
+                        properties={"publish.formats": "all"})
+    m = t.append(pa.table({"id": [1, 2], "h": pa.array([1, 2**63], pa.uint64())}))
+    assert mirror_publish.wait_idle(60)
+    assert m is not None and t.count_rows() == 2  # committed; the mirror refused uint64
+    assert any("publish after commit failed" in r.message for r in caplog.records)
+    with pytest.raises(ConfigurationError, match="column=h"):
+        t.publish("iceberg")
+
+
+def test_unknown_format_property_is_refused(local_uri):
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("q", pa.schema([("id", pa.int64())]))
+    with pytest.raises(ConfigurationError, match="publish.formats"):
+        t.set_properties(**{"publish.formats": "orc"})
+
+
+def test_racing_publishers_leave_a_valid_mirror(warehouse_uri):
+    """Four publishers, each with its own warehouse handle, race on one table."""
+    t0 = scenario(Warehouse.open(warehouse_uri), publish_midway=False)
+    errors = []
+
+    def run():
+        try:
+            Warehouse.open(warehouse_uri).table("t").publish("all")
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    result = t0.publish("all")
+    assert result.published == {"delta": [], "iceberg": []}
+    _assert_all_versions(t0, result)
+
+
+def test_sql_publish_statement(local_uri):
+    wh = Warehouse.open(local_uri)
+    wh.sql("CREATE TABLE s (id BIGINT)")
+    wh.sql("INSERT INTO s VALUES (1), (2), (3)")
+    out = wh.sql("PUBLISH s FORMAT delta")
+    rows = {r["metric"]: r["value"] for r in out.to_pylist()}
+    assert json.loads(rows["published"]) == {"delta": [0, 1]}
+    out = wh.sql("PUBLISH s")
+    rows = {r["metric"]: r["value"] for r in out.to_pylist()}
+    assert json.loads(rows["published"]) == {"delta": [], "iceberg": [0, 1]}
+    with pytest.raises(SqlError, match="PUBLISH t \\[FORMAT delta\\|iceberg\\|all\\]"):
+        wh.sql("PUBLISH s FORMAT orc")
+
+
+def test_purge_with_expire_leaves_no_erased_rows_in_mirrors(warehouse_uri):
+    wh = Warehouse.open(warehouse_uri)
+    t = scenario(wh, properties={"publish.formats": "all"})
+    assert mirror_publish.wait_idle(60)
+    t.delete("grp = 3")
+    assert mirror_publish.wait_idle(60)
+    res = t.purge(expire=True, grace=0)
+    assert mirror_publish.wait_idle(60)
+    assert res.status == "erased", res.verification.pending
+    assert res.verification.mirrors, "the verification read the mirror objects"
+    assert not [p for p in res.verification.pending if "prefix" in p["reason"]]
+    final = t.publish("all")
+    _assert_all_versions(t, final)
+    # no mirror object makes a reader read a replaced file
+    erased = {o.key for o in res.objects if o.kind != "dv"}
+    for meta in t.store.list(""):
+        if mirror_publish.is_mirror_key(meta.key):
+            assert not (mirror_publish.object_refs(t, meta.key) & erased), meta.key
+
+
+def test_types_map_to_both_formats(local_uri):
+    import datetime as dt
+    import decimal
+
+    wh = Warehouse.open(local_uri)
+    schema = pa.schema([
+        ("id", pa.int64()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()),
+        ("f32", pa.float32()), ("dec", pa.decimal128(12, 3)), ("bin", pa.binary()),
+        ("ts", pa.timestamp("us")), ("lst", pa.list_(pa.int32())),
+        ("st", pa.struct([("a", pa.int32()), ("b", pa.string())])),
+        ("mp", pa.map_(pa.string(), pa.int64()))])
+    t = wh.create_table("ty", schema)
+    rows = pa.table({
+        "id": [1, 2, 3], "i8": [1, -2, 3], "i16": [300, 2, -3], "i32": [7, 8, 9],
+        "f32": [1.5, 2.5, None], "dec": [decimal.Decimal("1.250"), None,
+                                         decimal.Decimal("-3.001")],
+        "bin": [b"a", b"", None], "ts": [dt.datetime(2026, 1, 1, 12), None,
+                                         dt.datetime(1999, 12, 31)],
+        "lst": [[1, 2], [], None], "st": [{"a": 1, "b": "x"}, None, {"a": 3, "b": None}],
+        "mp": [[("k", 1)], None, []]}, schema=schema)
+    t.append(rows)
+    t.delete("id = 2")
+    result = t.publish("all")
+    want = canonical(t.to_table())
+    got_delta = canonical(delta_rows(_reader_path(t), t.head().version))
+    got_ice = canonical(iceberg_rows(result.locations["iceberg"], t.head().version))
+    for got in (got_delta, got_ice):
+        assert [r["id"] for r in got] == [1, 3]
+        for g, w in zip(got, want):
+            for k in w:
+                gv, wv = g[k], w[k]
+                if k == "mp":
+                    gv, wv = dict(gv or []), dict(wv or [])
+                assert gv == wv, (k, gv, wv)
+
+
+# -- DuckDB 1.5.5 (its extension wheels, in a virtualenv of their own) -----------------
+
+
+@pytest.fixture(scope="session")
+def duckdb155():
+    try:
+        return duckdb_venv()
+    except (RuntimeError, OSError) as exc:
+        pytest.skip(f"DuckDB 1.5.5 with its delta/iceberg extension wheels could not be "
+                    f"installed in a virtualenv: {exc}")
+
+
+def test_duckdb_delta_scan_and_iceberg_scan(published, duckdb155, moto_s3):
+    wh, t, result = published
+    loc = _location(t)
+    path = _reader_path(t)
+    meta = result.locations["iceberg"]
+    meta = meta.removeprefix("file://")
+    queries = []
+    for v in t.log.versions():
+        queries.append({"name": f"delta-{v}",
+                        "sql": f"SELECT id FROM delta_scan('{path}', version => {v}) ORDER BY id"})
+        queries.append({"name": f"iceberg-{v}",
+                        "sql": f"SELECT id FROM iceberg_scan('{meta}', snapshot_from_id => {v + 1})"
+                               " ORDER BY id"})
+    s3 = None
+    if loc.startswith("s3://"):
+        env = moto_s3.env()
+        s3 = {"key": env["AWS_ACCESS_KEY_ID"], "secret": env["AWS_SECRET_ACCESS_KEY"],
+              "endpoint": env["AWS_ENDPOINT_URL"].split("://", 1)[1],
+              "region": env["AWS_REGION"]}
+    out = duckdb_rows(duckdb155, queries, s3=s3)
+    for v in t.log.versions():
+        want = [str(r["id"]) for r in canonical(t.to_table(["id"], version=v))]
+        for fmt in ("delta", "iceberg"):
+            got = out[f"{fmt}-{v}"]
+            assert "error" not in got, (fmt, v, got.get("error"))
+            assert [r[0] for r in got["rows"]] == want, (fmt, v)
+
+
+def test_drop_removes_mirrors_and_a_new_incarnation_starts_over(local_uri):
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("d", pa.schema([("id", pa.int64())]),
+                        properties={"publish.formats": "all"})
+    t.append(pa.table({"id": [1, 2, 3]}))
+    assert mirror_publish.wait_idle(60)
+    assert set(mirror_publish.mirrors_present(t)) == {"delta", "iceberg"}
+    wh.drop_table("d")
+    assert mirror_publish.wait_idle(60)
+    assert mirror_publish.mirrors_present(t) == []  # a dropped table has no mirrors
+    t2 = wh.create_table("d", pa.schema([("id", pa.int64()), ("x", pa.string())]))
+    t2.append(pa.table({"id": [7], "x": ["a"]}))
+    res = t2.publish("all")
+    first = t2.head().version - 1  # the CREATE of the new incarnation
+    assert res.mirror_versions == {"delta": (first, first + 1), "iceberg": (first, first + 1)}
+    for v in (first, first + 1):
+        want = canonical(t2.to_table(version=v)) if v > first else []
+        assert canonical(delta_rows(_reader_path(t2), v)) == want
+        assert canonical(iceberg_rows(res.locations["iceberg"], v)) == want
+    with pytest.raises(Exception):
+        delta_rows(_reader_path(t2), first - 1)  # the old incarnation is not published
+
+
+@pytest.mark.parametrize("typ,values", [
+    (pa.timestamp("ns"), [dt.datetime(2026, 1, 1, 3), None]),
+    (pa.timestamp("ns", tz="UTC"), [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), None]),
+    (pa.time64("us"), [dt.time(1, 2, 3), None]),
+    (pa.binary(4), [b"abcd", None]),
+])
+def test_iceberg_only_types(local_uri, typ, values):
+    """Iceberg v3 has nanosecond timestamps, time and fixed; Delta refuses them by name."""
+    from flightsrv.table.mirror.types import UnsupportedForMirror
+
+    t = Warehouse.open(local_uri).create_table("o", pa.schema([("id", pa.int64()),
+                                                               ("v", typ)]))
+    t.append(pa.table({"id": [1, 2], "v": pa.array(values, typ)}))
+    res = t.publish("iceberg")
+    assert canonical(iceberg_rows(res.locations["iceberg"], t.head().version)) == \
+        canonical(t.to_table())
+    with pytest.raises(UnsupportedForMirror, match="column=v"):
+        t.publish("delta")
+    assert mirror_publish.mirrors_present(t) == ["iceberg"]  # nothing written for Delta
