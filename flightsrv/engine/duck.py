@@ -72,7 +72,6 @@ from flightsrv.errors import (
     ConfigurationError,
     FlightsrvError,
     PermissionDenied,
-    SchemaMismatch,
     SqlError,
     TableExists,
     TableNotFound,
