@@ -50,7 +50,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from flightsrv.engine import guard
+from flightsrv.engine import assign, guard
 from flightsrv.engine import maintenance as mx
 from flightsrv.engine import relations as rels
 from flightsrv.engine.api import (
@@ -553,6 +553,8 @@ class DuckEngine:
                            columns=len(resolved), values=len(reader.schema))
         counter = _Counter()
         shaped = _shape_for_insert(reader, resolved, target, counter)
+        shaped = assign.cast_to_table(self._cursors.cursor(), shaped, target,
+                                      sql=st._short(stmt.sql), batch_size=self.batch_size)
         self._append(table, shaped)
         return counter.rows
 

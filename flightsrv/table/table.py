@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError, SchemaMismatch, VersionNotFound
+from flightsrv.table import types
 from flightsrv.table.commit import TableLog, commit, require_table
 from flightsrv.table.manifest import Manifest
 from flightsrv.table.scan import Snapshot
@@ -149,40 +150,13 @@ class Table:
         else:
             raise ConfigurationError("append takes a pyarrow Table, RecordBatch or "
                                      "RecordBatchReader", table=self.name, got=type(data).__name__)
-        missing = [f.name for f in schema if f.name not in src_schema.names]
-        extra = [n for n in src_schema.names if n not in schema.names]
-        if missing or extra:
-            raise SchemaMismatch("appended data does not match the table's columns",
-                                 table=self.name, missing=",".join(missing) or None,
-                                 unexpected=",".join(extra) or None)
-        for f in schema:
-            st = src_schema.field(f.name).type
-            if st != f.type:
-                try:
-                    pa.array([], st).cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    raise SchemaMismatch("column type does not match the table",
-                                         table=self.name, column=f.name, expected=str(f.type),
-                                         found=str(st)) from None
-        same = src_schema.remove_metadata().equals(schema, check_metadata=False)
+        # the analysis step: every column pair is an exact widening, else nothing is written
+        match = types.plan_columns(schema, src_schema, table=self.name)
 
         def gen():
             for b in batches:
-                if b.num_rows == 0:
-                    continue
-                if same:
-                    yield b
-                    continue
-                cols = []
-                for f in schema:
-                    col = b.column(b.schema.get_field_index(f.name))
-                    try:
-                        cols.append(col.cast(f.type, safe=True) if col.type != f.type else col)
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                        raise SchemaMismatch("value does not fit the column type",
-                                             table=self.name, column=f.name,
-                                             expected=str(f.type), error=str(exc)) from None
-                yield pa.RecordBatch.from_arrays(cols, schema=schema)
+                if b.num_rows:
+                    yield types.conform_batch(b, schema, match, table=self.name)
 
         return gen()
 
