@@ -25,10 +25,13 @@ SESSION_CONF = {
 
 
 def register(spark) -> None:
-    """Register the ``flightsrv`` data source in ``spark`` (registration is per session)."""
+    """Register the ``flightsrv`` data source in ``spark`` (registration is per session), and
+    teach PySpark's writer Spark's other save modes for it (``flightsrv.spark.modes``)."""
+    from flightsrv.spark import modes
     from flightsrv.spark.datasource import FlightsrvDataSource
 
     spark.dataSource.register(FlightsrvDataSource)
+    modes.install()
     if spark.conf.get("spark.sql.python.filterPushdown.enabled", "false") != "true":
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 

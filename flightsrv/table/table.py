@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
@@ -26,9 +27,15 @@ if TYPE_CHECKING:
 
 
 def parse_timestamp_ms(as_of) -> int:
-    if isinstance(as_of, (int, float)):
+    """Epoch milliseconds of ``as_of``: a datetime (naive = UTC), epoch milliseconds (an int,
+    or a string of digits, as Spark passes every option), or an ISO 8601 string
+    (``2026-11-21``, ``2026-11-21T12:00:00Z``, ``2026-11-21 12:00:00+01:00``; naive = UTC)."""
+    if isinstance(as_of, (int, float)) and not isinstance(as_of, bool):
         return int(as_of)
+    if isinstance(as_of, str) and re.fullmatch(r"\s*-?\d+\s*", as_of):
+        return int(as_of)  # epoch milliseconds as text
     if isinstance(as_of, str):
+        as_of = as_of.strip()
         try:
             as_of = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
         except ValueError:

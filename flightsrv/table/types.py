@@ -493,17 +493,17 @@ def nullable_nested(t: pa.DataType) -> pa.DataType:
 #: The parameterised rules in words, for docs/TYPES.md (kept next to FAMILY_RULES).
 FAMILY_RULES_TEXT: tuple[tuple[str, str, str], ...] = (
     ("decimal(p1,s1)", "decimal(p2,s2)", "s2 >= s1 and p2 - s2 >= p1 - s1"),
-    ("integer", "decimal(p,s)", "p - s >= 3 (8-bit), 5 (16-bit), 10 (32-bit), 19 (int64), "
-                                "20 (uint64)"),
+    ("integer", "decimal(p,s)", ("p - s >= 3 (8-bit), 5 (16-bit), 10 (32-bit), 19 (int64), "
+                                 "20 (uint64)")),
     ("timestamp[u1, tz]", "timestamp[u2, tz']",
-     "both with a time zone or both without; u2 as fine as u1 or finer; ns only from ns "
-     "(the zone may differ: the instant is kept)"),
+     ("both with a time zone or both without; u2 as fine as u1 or finer; ns only from ns "
+      "(the zone may differ: the instant is kept)")),
     ("date32, date64", "timestamp[u] without time zone", "u is s, ms or us (midnight)"),
     ("time[u1]", "time[u2]", "u2 as fine as u1 or finer"),
     ("duration[u1]", "duration[u2]", "u2 as fine as u1 or finer; ns only from ns"),
     ("list<a>, large_list<a>, fixed_size_list<a>", "list<b>, large_list<b>", "a fills b"),
-    ("struct<...>", "struct<...>", "the same field names (matched by name), each filling its "
-                                   "counterpart"),
+    ("struct<...>", "struct<...>", ("the same field names (matched by name), each filling "
+                                    "its counterpart")),
     ("map<k1, v1>", "map<k2, v2>", "k1 fills k2 and v1 fills v2"),
     ("dictionary<a>", "b", "a fills b"),
     ("null (all NULL)", "any nullable column", ""),
