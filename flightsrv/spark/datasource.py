@@ -157,6 +157,8 @@ def time_travel(options, table: str) -> tuple[int | None, int | None]:
 
 def _snapshot(table, options) -> Snapshot:
     version, as_of = time_travel(options, table.name)
+    if version is None and as_of is None and options.get("pinnedVersion") is not None:
+        version = int(options["pinnedVersion"])  # the head when load() ran (modes.py)
     return table.snapshot(version, as_of)
 
 
@@ -172,9 +174,12 @@ def _resolve(name: str, names: list[str], exact: bool) -> str | None:
 class FlightsrvDataSource(DataSource):
     """Registered as ``flightsrv`` by ``flightsrv.spark.register(spark)``.
 
-    A loaded DataFrame is pinned at load: Spark creates the source once per ``load()``
-    (``__init__``, then ``schema()``) and pickles it, and every query of that DataFrame plans
-    from the pickled copy, so every one of them reads the version pinned here."""
+    A loaded DataFrame is pinned at load. With ``register`` the driver passes the version it
+    saw at ``load()`` (option ``pinnedVersion``, :mod:`flightsrv.spark.modes`). Without it,
+    Spark creates the source once per ``load()`` (``__init__``, then ``schema()``) and
+    pickles it, and every query of that DataFrame plans from the pickled copy, so every one of
+    them reads the version pinned here (with a user schema Spark creates the source per
+    query instead, so only ``register`` pins such a DataFrame at load)."""
 
     def __init__(self, options):
         super().__init__(options)

@@ -16,7 +16,10 @@ acts only on the ``flightsrv`` format:
   ``errorifexists`` fails and deletes the job's files, ``ignore`` deletes them and succeeds);
 - every ``save``/``load`` of the format gets the option ``sessionCaseSensitive`` from the
   session's ``spark.sql.caseSensitive``, which the data source uses to resolve column names
-  (an explicit ``option("caseSensitive", ...)`` wins).
+  (an explicit ``option("caseSensitive", ...)`` wins);
+- ``load(uri)`` reads the table's latest version on the driver and passes it as the option
+  ``pinnedVersion``: every query of the DataFrame reads that version (pinned at load, as in
+  Delta), also with a user schema. ``versionAsOf`` / ``timestampAsOf`` take precedence.
 
 Without ``register`` (Spark's automatic discovery of ``pyspark_flightsrv``) and on Spark
 Connect, only ``append`` and ``overwrite`` work, as Spark's own error says; names then resolve
@@ -40,6 +43,21 @@ def _ours(obj) -> bool:
 def _case_option(spark) -> str:
     v = spark.conf.get("spark.sql.caseSensitive", "false")
     return "true" if str(v).strip().lower() == "true" else "false"
+
+
+def _head_version(path) -> int | None:
+    """The table's latest version, read on the driver when ``load(uri)`` is called."""
+    if not isinstance(path, str):
+        return None
+    from flightsrv.errors import FlightsrvError
+    from flightsrv.spark.location import split_uri, table_handle
+
+    try:
+        wh, name = split_uri(path)
+        head = table_handle(wh, name).log.head()
+    except FlightsrvError:
+        return None  # the data source reports it, with context
+    return None if head is None or head.dropped else head.version
 
 
 def install() -> None:
@@ -96,6 +114,9 @@ def install() -> None:
             self.format(format)
         if _ours(self):
             self.option("sessionCaseSensitive", _case_option(self._spark))
+            version = _head_version(path)
+            if version is not None:  # pinned at load (time-travel options take precedence)
+                self.option("pinnedVersion", str(version))
         return r_load(self, path, schema=schema, **options)
 
     DataFrameWriter.format, DataFrameWriter.mode = writer_format, writer_mode
