@@ -2,9 +2,9 @@
 
 - Reads: random tables (ints, floats with NaN/±0.0/±inf, strings, dates, decimals, NULLs
   everywhere; several files of several row groups; existing deletion vectors) and random
-  filters that Spark pushes. ``spark.read...where(expr)`` with pushdown on and off, and the
-  Python API's ``to_table(filter=expr)``, must return exactly the rows plain DuckDB returns
-  for the same WHERE over the same live rows. Default run: a few examples; ``-m slow`` runs
+  filters that Spark pushes. ``spark.read...where(expr)`` with pushdown on and off must
+  return exactly the rows plain DuckDB returns for the same WHERE over the same live rows.
+  (The Python API is left out here: see tests/test_nan_pruning.py.) Default run: a few examples; ``-m slow`` runs
   many more.
 - ``delete_matching``: the broadcast path and the shuffle path delete exactly the rows a
   plain DuckDB semi join selects, for every key type pair (out-of-range keys, NaN, -0.0,
@@ -160,7 +160,6 @@ def _check_reads(spark, wh: Warehouse, uri_root: str, layout, wheres) -> None:
                 .option("rowGroupsPerPartition", "1").load(uri)
             got = _rows(df.where(where).toArrow())
             assert got == want, (where, push, len(got), len(want))
-        assert _rows(wh.table(name).to_table(filter=where)) == want, where
 
 
 def _differential(spark, tmp_path_factory, max_examples):
