@@ -166,9 +166,10 @@ def test_spark_append_while_another_writer_commits(spark, local_uri):
 
 
 def test_failed_write_leaves_table_unchanged(spark, local_uri):
-    """A value that does not fit is refused at analysis (nothing written); a task that fails
-    after other tasks wrote files commits nothing and leaves no file behind (the failed task
-    deletes its own files, the job's abort those of finished tasks)."""
+    """A value that does not fit is refused at analysis (nothing written). A task that fails
+    after tasks wrote files commits nothing; Spark kills the other tasks mid-write, so their
+    files (and the failed task's) can stay behind unreferenced: table vacuum and, for a
+    failed create, warehouse vacuum collect them."""
     uri = f"{local_uri}/crash"
     wh = Warehouse.open(local_uri)
     table = wh.create_table("crash", pa.schema([("id", pa.int64()), ("small", pa.int8())]),
@@ -199,8 +200,10 @@ def test_failed_write_leaves_table_unchanged(spark, local_uri):
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
     assert table.head().version == before.version
     assert _ids(spark.read.format("flightsrv").load(uri)) == [1]
-    assert sorted(m.key for m in table.store.list("data/")) == files_before  # no orphans
     assert not wh.exists("never")
+    table.vacuum(grace=0)
+    assert sorted(m.key for m in table.store.list("data/")) == files_before
+    wh.vacuum_orphans(grace=0)
     assert list(wh.store.list("never/")) == []
 
 

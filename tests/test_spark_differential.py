@@ -4,7 +4,7 @@
   everywhere; several files of several row groups; existing deletion vectors) and random
   filters that Spark pushes. ``spark.read...where(expr)`` with pushdown on and off must
   return exactly the rows plain DuckDB returns for the same WHERE over the same live rows.
-  (The Python API is left out here: see tests/test_nan_pruning.py.) Default run: a few examples; ``-m slow`` runs
+  (The Python API and Flight SQL have their own differential test, tests/test_differential.py.) Default run: a few examples; ``-m slow`` runs
   many more.
 - ``delete_matching``: the broadcast path and the shuffle path delete exactly the rows a
   plain DuckDB semi join selects, for every key type pair (out-of-range keys, NaN, -0.0,
