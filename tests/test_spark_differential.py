@@ -3,9 +3,9 @@
 - Reads: random tables (ints, floats with NaN/±0.0/±inf, strings, dates, decimals, NULLs
   everywhere; several files of several row groups; existing deletion vectors) and random
   filters that Spark pushes. ``spark.read...where(expr)`` with pushdown on and off must
-  return exactly the rows plain DuckDB returns for the same WHERE over the same live rows.
-  (The Python API and Flight SQL have their own differential test, tests/test_differential.py.) Default run: a few examples; ``-m slow`` runs
-  many more.
+  return exactly the rows plain DuckDB returns for the same WHERE over the same live rows
+  (the Python API and Flight SQL have their own differential test). Default run: a few
+  examples; ``-m slow`` runs many more.
 - ``delete_matching``: the broadcast path and the shuffle path delete exactly the rows a
   plain DuckDB semi join selects, for every key type pair (out-of-range keys, NaN, -0.0,
   int against double, date against timestamp, composite keys); a pair DuckDB cannot compare
