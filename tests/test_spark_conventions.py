@@ -53,8 +53,8 @@ SPARK_VALUES: dict[str, list[str]] = {
     "ARRAY<BIGINT>": ["array(9223372036854775807L, NULL)", "CAST(array() AS ARRAY<BIGINT>)",
                       "array(12L)"],
     "STRUCT<a: INT, b: STRING>": ["named_struct('a', 2147483647, 'b', 'x')",
-                                  "named_struct('a', CAST(NULL AS INT), 'b', CAST(NULL AS "
-                                  "STRING))", "named_struct('a', 12, 'b', '')"],
+                                  ("named_struct('a', CAST(NULL AS INT), 'b', CAST(NULL AS "
+                                  "STRING))"), "named_struct('a', 12, 'b', '')"],
     "STRUCT<a: BIGINT, b: STRING>": ["named_struct('a', 9223372036854775807L, 'b', 'x')",
                                      "named_struct('a', CAST(NULL AS BIGINT), 'b', 'y')",
                                      "named_struct('a', 12L, 'b', '')"],

@@ -212,21 +212,21 @@ KEY_ROWS = [
 
 #: (on, keys DataFrame SQL): every key type pair the paths must agree on
 KEY_CASES = [
-    (["i32"], "SELECT CAST(k AS BIGINT) AS i32 FROM VALUES (4294967296L), (-4294967297L), "
-              "(2147483648L), (-1L), (NULL) AS v(k)"),  # out of range keys match nothing
-    (["i64"], "SELECT CAST(k AS DOUBLE) AS i64 FROM VALUES (2.0D), (2.5D), (CAST('NaN' AS "
-              "DOUBLE)), (9007199254740992D) AS v(k)"),  # DuckDB compares as DOUBLE
-    (["f"], "SELECT CAST(k AS DOUBLE) AS f FROM VALUES (CAST('NaN' AS DOUBLE)), (-0.0D), "
-            "(CAST('-Infinity' AS DOUBLE)) AS v(k)"),
-    (["dec"], "SELECT CAST(k AS DECIMAL(12,4)) AS dec FROM VALUES (1.5000BD), (1.2345BD), "
-              "(99999999.99BD) AS v(k)"),
-    (["d"], "SELECT CAST(k AS TIMESTAMP_NTZ) AS d FROM VALUES "
+    (["i32"], ("SELECT CAST(k AS BIGINT) AS i32 FROM VALUES (4294967296L), (-4294967297L), "
+              "(2147483648L), (-1L), (NULL) AS v(k)")),  # out of range keys match nothing
+    (["i64"], ("SELECT CAST(k AS DOUBLE) AS i64 FROM VALUES (2.0D), (2.5D), (CAST('NaN' AS "
+              "DOUBLE)), (9007199254740992D) AS v(k)")),  # DuckDB compares as DOUBLE
+    (["f"], ("SELECT CAST(k AS DOUBLE) AS f FROM VALUES (CAST('NaN' AS DOUBLE)), (-0.0D), "
+            "(CAST('-Infinity' AS DOUBLE)) AS v(k)")),
+    (["dec"], ("SELECT CAST(k AS DECIMAL(12,4)) AS dec FROM VALUES (1.5000BD), (1.2345BD), "
+              "(99999999.99BD) AS v(k)")),
+    (["d"], ("SELECT CAST(k AS TIMESTAMP_NTZ) AS d FROM VALUES "
             "(TIMESTAMP_NTZ'2024-01-01 00:00:00'), (TIMESTAMP_NTZ'1970-01-01 00:00:01') "
-            "AS v(k)"),
-    (["s", "ts"], "SELECT s, CAST(t AS TIMESTAMP) AS ts FROM VALUES "
+            "AS v(k)")),
+    (["s", "ts"], ("SELECT s, CAST(t AS TIMESTAMP) AS ts FROM VALUES "
                   "('a', TIMESTAMP'2024-01-01 00:00:00'), ('b', TIMESTAMP'2024-01-01 01:00:00'),"
                   " ('é', TIMESTAMP'2024-01-01 00:00:00'), (NULL, TIMESTAMP'2024-01-01 "
-                  "00:00:00') AS v(s, t)"),
+                  "00:00:00') AS v(s, t)")),
 ]
 
 

@@ -495,6 +495,6 @@ def delete_where(spark, uri: str, predicate: str, *, mode: str = "dv", expire: b
     points take the same arguments)."""
     if mode not in ("dv", "splice"):
         raise ConfigurationError("unknown delete mode (use 'dv' or 'splice')", mode=mode)
-    wh, name, table = _open(uri)
+    table = _open(uri)[2]
     return table.delete(predicate, mode=mode, expire=expire, certificate=certificate,
                         source="spark")
