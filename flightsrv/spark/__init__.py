@@ -1,6 +1,8 @@
 """flightsrv on Spark: the ``flightsrv`` data source and jobs that run on executors.
 
-- ``register(spark)``: register the ``flightsrv`` format in a session (per session).
+- ``register(spark)``: register the ``flightsrv`` format in a session (per session), and
+  teach PySpark's writer/reader Spark's conventions for it: every save mode, the session's
+  ``spark.sql.caseSensitive``, DataFrames pinned at load (``modes.py``).
 - ``session(...)``: a SparkSession configured for flightsrv (Python workers on this
   interpreter, filter pushdown for Python sources on, Arrow batches of 100k rows), registered.
 - ``delete_matching`` / ``delete_where``: erasure by join / by predicate (``erasure.py``).
