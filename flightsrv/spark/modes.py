@@ -13,7 +13,9 @@ acts only on the ``flightsrv`` format:
   ``ignore`` returns without running the job (as Spark's file sources do). If not, the job
   runs as Spark's ``append`` with the option ``saveMode=<mode>``, and the data source keeps
   the mode's meaning at planning and at commit (a table created by someone else meanwhile:
-  ``errorifexists`` fails and deletes the job's files, ``ignore`` deletes them and succeeds);
+  ``errorifexists`` fails and deletes the job's files, ``ignore`` deletes them and succeeds).
+  With the path given as ``option("path", ...)`` instead, the data source alone decides (at
+  planning: ``TableExists``, or for ``ignore`` a job whose tasks write nothing);
 - every ``save``/``load`` of the format gets the option ``sessionCaseSensitive`` from the
   session's ``spark.sql.caseSensitive``, which the data source uses to resolve column names
   (an explicit ``option("caseSensitive", ...)`` wins);
@@ -90,18 +92,20 @@ def install() -> None:
         self._jwrite = self._jwrite.option("sessionCaseSensitive", _case_option(self._spark))
         m = str(getattr(self, "_flightsrv_mode", None) or "errorifexists").strip().lower()
         create_mode = _CREATE_MODES.get(m)
-        if create_mode is not None and path is not None:
-            from flightsrv.spark.location import split_uri
-            from flightsrv.warehouse import Warehouse
+        if create_mode is not None:
+            if path is not None:  # decided here, before anything runs
+                from flightsrv.spark.location import split_uri
+                from flightsrv.warehouse import Warehouse
 
-            wh, name = split_uri(path)
-            if Warehouse.open(wh).exists(name):
-                if create_mode == "ignore":
-                    return None
-                raise TableExists(
-                    "table already exists (save mode errorifexists, Spark's default: use "
-                    "mode 'append' or 'overwrite', or 'ignore' to skip the write)",
-                    table=name, uri=path)
+                wh, name = split_uri(path)
+                if Warehouse.open(wh).exists(name):
+                    if create_mode == "ignore":
+                        return None
+                    raise TableExists(
+                        "table already exists (save mode errorifexists, Spark's default: use "
+                        "mode 'append' or 'overwrite', or 'ignore' to skip the write)",
+                        table=name, uri=path)
+            # the data source keeps the mode's meaning at planning and at commit
             self._jwrite = self._jwrite.mode("append").option("saveMode", create_mode)
         return w_save(self, path, partitionBy=partitionBy)
 
