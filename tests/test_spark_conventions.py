@@ -209,10 +209,6 @@ def test_time_travel_options(spark, local_uri):
     spark.range(3).write.format("flightsrv").mode("append").save(uri)
     table = Warehouse.open(local_uri).table("tt")
     v0 = table.head()
-    with pytest.raises(Exception, match="TableExists"):  # path as an option: the source decides
-        spark.range(3).write.format("flightsrv").option("path", uri).save()
-    spark.range(10).write.format("flightsrv").option("path", uri).mode("ignore").save()
-    assert wh.table("modes").head().version == 0
     spark.range(3, 5).write.format("flightsrv").mode("append").save(uri)
 
     def count(**opts):
