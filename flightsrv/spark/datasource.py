@@ -10,12 +10,14 @@ Write: ``df.write.format("flightsrv").mode(m).save("<warehouse>/<table>")``, ``m
   and the incoming type before any task runs;
 - tasks (``write()``): stream Spark's Arrow batches, conformed to the table schema, through
   the table's ``DataFileWriter`` into the table's store, and return the ``DataFile`` entries
-  as the commit message. A task that fails deletes the files it wrote;
+  as the commit message. A task whose Python code fails (a NULL in a NOT NULL field, a store
+  error) deletes the files it wrote; what tasks Spark kills leave behind is vacuum's;
 - ``commit()`` (a Python worker the JVM starts, not the driver) commits ONCE through the
   commit loop: a new table is created *with* its files in one commit (a failed job leaves no
   table); append = ``Table.commit_files`` (rebases over concurrent commits); overwrite = one
   mutator replacing every data file. The summary names the job (``spark_job``);
-- ``abort()`` deletes the files of finished tasks unless a version of this job committed them.
+- ``abort()`` deletes the files of finished tasks unless a version of this job committed them
+  (files of a failed create that escape it: ``Warehouse.vacuum_orphans``).
 
 Spark hands a Python data source only "overwrite or not" and refuses ``errorifexists`` and
 ``ignore`` for it; ``flightsrv.spark.register`` teaches PySpark's writer to carry those modes
