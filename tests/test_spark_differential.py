@@ -1,7 +1,7 @@
 """Spark against plain DuckDB (issues 10 and 18).
 
-- Reads: random tables (ints, floats with NaN/±0.0/±inf, strings, dates, decimals, NULLs
-  everywhere; several files of several row groups; existing deletion vectors) and random
+- Reads: random tables (ints, floats with NaN/±0.0/±inf, strings, dates, decimals,
+  timestamps with time zone, NULLs everywhere; several files of several row groups; existing deletion vectors) and random
   filters that Spark pushes. ``spark.read...where(expr)`` with pushdown on and off must
   return exactly the rows plain DuckDB returns for the same WHERE over the same live rows
   (the Python API and Flight SQL have their own differential test). Default run: a few
@@ -36,7 +36,8 @@ from flightsrv.warehouse import Warehouse
 pytestmark = pytest.mark.spark
 
 SCHEMA = pa.schema([("id", pa.int64()), ("i", pa.int32()), ("f", pa.float64()),
-                    ("s", pa.string()), ("d", pa.date32()), ("dec", pa.decimal128(10, 2))])
+                    ("s", pa.string()), ("d", pa.date32()), ("dec", pa.decimal128(10, 2)),
+                    ("ts", pa.timestamp("us", tz="UTC"))])
 INF, NAN = float("inf"), float("nan")
 I_VALUES = [-2147483648, -3, -1, 0, 1, 2, 3, 7, 2147483647]
 F_VALUES = [NAN, INF, -INF, 0.0, -0.0, 1.5, -2.5, 3.0, 1e300]
@@ -44,10 +45,14 @@ S_VALUES = ["", "a", "ab", "abc", "b", "ba", "é", "zz"]
 D_VALUES = [dt.date(1970, 1, 1), dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 2, 29),
             dt.date(9999, 12, 31)]
 DEC_VALUES = [decimal.Decimal(x) for x in ("-1.00", "0.00", "1.50", "2.25", "99999999.99")]
+TS_VALUES = [dt.datetime(1970, 1, 1, tzinfo=dt.UTC), dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+             dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
+             dt.datetime(2024, 6, 1, 12, tzinfo=dt.UTC),
+             dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)]
 GROUP_ROWS = 1024  # the writer's smallest row group
 
 row = st.tuples(*(st.one_of(st.none(), st.sampled_from(v))
-                  for v in (I_VALUES, F_VALUES, S_VALUES, D_VALUES, DEC_VALUES)))
+                  for v in (I_VALUES, F_VALUES, S_VALUES, D_VALUES, DEC_VALUES, TS_VALUES)))
 
 # -- filters: SQL text that Spark and DuckDB read the same way (and Spark pushes) ---------
 
@@ -69,6 +74,8 @@ atoms = st.one_of(
               _lits(D_VALUES, lambda d: f"DATE '{d.isoformat()}'")),
     st.builds(lambda op, v: f"dec {op} {v}", st.sampled_from(OPS),
               _lits(DEC_VALUES + [decimal.Decimal("1.5")], str)),
+    st.builds(lambda op, v: f"ts {op} {v}", st.sampled_from(OPS),  # session zone: UTC
+              _lits(TS_VALUES, lambda t: f"TIMESTAMP '{t.replace(tzinfo=None).isoformat(' ')}'")),
     st.builds(lambda c, vs: f"{c} IN ({', '.join(vs)})", st.just("i"),
               st.lists(_lits(I_VALUES + ["NULL"], str), min_size=1, max_size=3)),
     st.builds(lambda vs: f"f IN ({', '.join(vs)})",
@@ -76,7 +83,7 @@ atoms = st.one_of(
     st.builds(lambda vs: f"s IN ({', '.join(vs)})",
               st.lists(_lits(S_VALUES, lambda s: f"'{s}'"), min_size=1, max_size=3)),
     st.builds(lambda c, neg: f"{c} IS {'NOT ' if neg else ''}NULL",
-              st.sampled_from(["i", "f", "s", "d", "dec"]), st.booleans()),
+              st.sampled_from(["i", "f", "s", "d", "dec", "ts"]), st.booleans()),
     st.builds(lambda p: f"s LIKE '{p}'", st.sampled_from(["a%", "%b", "%b%", "ab%", "%"])),
 )
 filters = st.recursive(
@@ -144,6 +151,7 @@ def _build(wh: Warehouse, layout) -> tuple[str, pa.Table]:
 def _duckdb(model: pa.Table, where: str) -> list:
     con = duckdb.connect()
     try:
+        con.execute("SET TimeZone='UTC'")  # as the Spark session's
         con.register("t", model)
         return _rows(con.sql(f"SELECT * FROM t WHERE {where}").to_arrow_table())
     finally:
@@ -187,9 +195,9 @@ def test_spark_reads_agree_with_duckdb_many(spark, tmp_path_factory):
 def test_known_pushdown_disagreements_of_issue_10(spark, local_uri):
     """The filters issue 10 found wrong with pushFilters, on the shapes it described."""
     wh = Warehouse.open(local_uri)
-    layout = ([[[(1, NAN, "a", None, None), (None, 3.0, None, None, None)]],
-               [[(2, -0.0, "b", None, None), (3, 1.0, "c", None, None)]],
-               [[(None, 3.0, "x", None, None)]]], [[], [], []])
+    layout = ([[[(1, NAN, "a", None, None, None), (None, 3.0, None, None, None, None)]],
+               [[(2, -0.0, "b", None, None, None), (3, 1.0, "c", None, None, None)]],
+               [[(None, 3.0, "x", None, None, None)]]], [[], [], []])
     _check_reads(spark, wh, local_uri, layout,
                  ["NOT (i IN (1, 2))", "f > 2.0", "f IN (0.0, 1.0)", "f <> 3.0", "f = 3.0"])
 
