@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 
-from flightsrv.cli import output, serve, sql, table, tools
+from flightsrv.cli import output, serve, sql, table, tools, warehouse
 from flightsrv.cli.common import (
     error_text,
     EXIT_FAILED,
@@ -34,6 +34,7 @@ Arrow Flight SQL by DuckDB.
   flightsrv table COMMAND ...      list | create | append | scan | head | delete | history |
                                    describe | set-property | drop | stats | compact | expire |
                                    vacuum | purge
+  flightsrv warehouse vacuum       delete files of failed creates (prefixes with no table)
   flightsrv demo                   the table format in one minute
   flightsrv user hash NAME         a users-file line for basic auth
   flightsrv pipeline ...           the Spark example pipeline (needs pyspark)
@@ -73,6 +74,7 @@ def build_parser() -> Parser:
     serve.add_parser(sub, command)
     sql.add_parser(sub, command)
     table.add_parser(sub, command)
+    warehouse.add_parser(sub, command)
     tools.add_parsers(sub, command)
     # global options on every parser below the top (listed last in each help)
     for parser in _all_parsers(p):

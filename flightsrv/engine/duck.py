@@ -575,7 +575,7 @@ class DuckEngine:
         string that does not parse is an error), with NULL for the columns the INSERT does
         not list and DuckDB's error for a NULL in a NOT NULL column. Streams through the
         database that can open no file."""
-        from flightsrv.sql.types import sql_type_name
+        from flightsrv.sql.types import duckdb_type
 
         # the source columns take the names of the target columns they go to (DuckDB's
         # errors then name them), in the statement's order
@@ -585,10 +585,7 @@ class DuckEngine:
         pos = {c: i for i, c in enumerate(columns)}
         select = []
         for f in target:
-            try:
-                typ = sql_type_name(f.type)
-            except SqlError:
-                typ = None  # no DuckDB spelling (e.g. MAP): passed through, cast by Arrow
+            typ = duckdb_type(f.type)  # None: no DuckDB spelling, passed through
             expr = rels._ident(f.name) if f.name in pos else "NULL"
             if typ is not None:
                 expr = f"CAST({expr} AS {typ})"
