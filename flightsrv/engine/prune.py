@@ -47,10 +47,6 @@ _NAN = float("nan")
 _counter = itertools.count()
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _keep_condition(term, mn: str, mx: str, nulls: str) -> str:
     op, vals = term.op, term.operands
     if op == "=":
