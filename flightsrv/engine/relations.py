@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from flightsrv.errors import CorruptObject, ObjectNotFound
 from flightsrv.table.manifest import DataFile
-from flightsrv.table.scan import Snapshot
+from flightsrv.table.scan import Snapshot, open_parquet
 
 FILE_COLUMN = "__fsrv_file"
 POSITION_COLUMN = "__fsrv_pos"
@@ -150,8 +150,17 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     ordinal = {id(f): i for i, f in enumerate(all_files)}
     candidates = [f for f in (all_files if files is None else files) if f.live_rows > 0]
     rel = Relation("", file_list=all_files)
+    fields = [schema.field(c) for c in names]
+    kinds = {id(f): _native_kind(f, fields) if native and _is_clean(f) else "arrow"
+             for f in candidates}
+    groups: dict[int, list[int]] = {}
     if pruner:
-        kept = pruner.files(candidates)
+        # one statistics query: clean files by their manifest entry (DuckDB prunes their row
+        # groups itself), Arrow-scanned files by their row groups' footer statistics
+        by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow"} if open_scans \
+            else set()
+        kept, groups = pruner.units(
+            candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
         rel.files_pruned = len(candidates) - len(kept)
         candidates = kept
     rel.files_scanned = len(candidates)
@@ -162,10 +171,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                        pa.field(POSITION_COLUMN, pa.int64(), nullable=False)]
     out_schema = pa.schema(out_fields)
 
-    fields = [schema.field(c) for c in names]
     runs: list[tuple[str, list[DataFile]]] = []  # (clean | arrow, files)
     for f in candidates:
-        kind = _native_kind(f, fields) if native and _is_clean(f) else "arrow"
+        kind = kinds[id(f)]
         contiguous = not hidden or not runs or not runs[-1][1] or \
             ordinal[id(runs[-1][1][-1])] + 1 == ordinal[id(f)]
         if runs and runs[-1][0] == kind and (kind == "arrow" or contiguous):
@@ -194,7 +202,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         if not open_scans:
             rel.readers[name] = out_schema.empty_table()
         else:
-            group_filter = pruner.row_groups if pruner else None
+            group_filter = (lambda f, md, gs: [g for g in gs if g in set(groups[id(f)])]) \
+                if pruner else None
             tasks = list(snapshot.plan(None, group_filter, files=run))
             by_path = {f.path: ordinal[id(f)] for f in run}
             for task in tasks:
