@@ -5,11 +5,14 @@ bare Arrow Flight transport, all on the same generated data in the same run.
 Data (``make_events``): ``id`` 0..n-1 (sorted), ``user_id`` int64 in [0, 1M), ``event_time``
 timestamp[us], ``value`` double (NaN-free, recorded so by the writer), ``payload`` 24-char
 string; n = 1M (small) or 10M (full). flightsrv's table ``events`` gets 4 appends (4 data
-files) with row groups of about 122,880 rows (DuckDB's and so DuckLake's row-group size; the
-table property ``row_group_bytes`` is set from the data's bytes per row). DuckLake (DuckDB
-1.5.5 + ``duckdb-extension-ducklake`` 1.5.5 in their own virtualenv, driven through
-``benchmarks/ducklake_worker.py``) creates ``lake.events`` from the very same Parquet files.
-``subjects`` holds 1% of the ids (random), in both.
+files) with DuckLake's physical layout, read from DuckLake's own first data file: its codec
+(Snappy, DuckDB's default) as the table property ``compression`` and its row-group size
+(122,880 rows) through ``row_group_bytes`` (the data's bytes per row times that). DuckLake
+(DuckDB 1.5.5 + ``duckdb-extension-ducklake`` 1.5.5 in their own virtualenv, driven through
+``benchmarks/ducklake_worker.py``) creates ``lake.events`` from one Parquet file of the same
+generated table. ``subjects`` holds 1% of the ids (random), in both. (flightsrv's defaults
+are ZSTD and 16 MiB row groups: smaller files, but a point query decodes a larger, slower
+row group.)
 
 flightsrv runs as a server in this process (``start_in_thread``) and is measured through
 ADBC (``adbc_driver_flightsql``) over loopback, the public surface; the client shares the 2
@@ -48,6 +51,7 @@ row's note.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -100,8 +104,8 @@ def _ids_sql(ids) -> str:
 class WriteLog:
     """Wraps a store; records (op, key, bytes) of every write."""
 
-    WRITES = {"put", "put_file", "upload_part", "upload_part_copy", "complete_multipart",
-              "adopt"}
+    WRITES = frozenset({"put", "put_file", "upload_part", "upload_part_copy",
+                        "complete_multipart", "adopt"})
 
     def __init__(self, inner):
         self.inner = inner
@@ -197,13 +201,33 @@ def run(ctx: Context) -> list[Row]:
 
     n = ctx.rows(1_000_000, 10_000_000)
     label = _label(n)
-    rounds = 5 if ctx.full else 5
+    rounds = 5
     data = make_events(n)
     per_row = data.nbytes / n
+    rng = np.random.default_rng(42)
+    k = n // 100
+    subject_ids = np.sort(rng.choice(n, k, replace=False))
+    gen = ctx.tempdir("peers-gen")
+    pq.write_table(data, os.path.join(gen, "events.parquet"))
+    pq.write_table(pa.table({"id": pa.array(subject_ids)}), os.path.join(gen, "subjects.parquet"))
+
+    # DuckLake first: our table then takes its physical layout (codec, row-group size)
+    lake = DuckLake()
+    lake_dir = ctx.tempdir("peers-ducklake")
+    lake.call(cmd="setup", dir=lake_dir,
+              tables={"events": [os.path.join(gen, "events.parquet")],
+                      "subjects": [os.path.join(gen, "subjects.parquet")]})
+    lake_files = sorted(glob.glob(os.path.join(lake_dir, "data", "**", "*.parquet"),
+                                  recursive=True))
+    lake_md = pq.ParquetFile(lake_files[0]).metadata
+    codec = lake_md.row_group(0).column(0).compression.lower()
+    group_rows = lake_md.row_group(0).num_rows
+
     store = WriteLog(open_store(ctx.tempdir("peers-wh")))
     wh = Warehouse(store)
     wh.ensure_writable()
-    props = {"row_group_bytes": str(int(DUCKDB_ROW_GROUP * per_row))}
+    props = {"row_group_bytes": str(int(group_rows * per_row)),
+             "compression": codec if codec in ("snappy", "zstd", "gzip", "lz4") else "zstd"}
     events = wh.create_table("events", data.schema, props)
     step = n // 4
     for a in range(0, n, step):
@@ -212,18 +236,11 @@ def run(ctx: Context) -> list[Row]:
     files = [events.store.local_path(f.path) for f in events.head().data_files]
     groups = sum(f.row_groups for f in events.head().data_files)
     nbytes = sum(f.size for f in events.head().data_files)
-    rng = np.random.default_rng(42)
-    k = n // 100
-    subject_ids = np.sort(rng.choice(n, k, replace=False))
     subjects = wh.create_table("subjects", pa.schema([("id", pa.int64())]))
     subjects.append(pa.table({"id": pa.array(subject_ids)}))
     subject_files = [subjects.store.local_path(f.path) for f in subjects.head().data_files]
-    workload = f"{label}, 5 cols, {len(files)} files, {groups} row groups, {mb(nbytes)}"
-
-    lake = DuckLake()
-    lake_dir = ctx.tempdir("peers-ducklake")
-    lake_info = lake.call(cmd="setup", dir=lake_dir,
-                          tables={"events": files, "subjects": subject_files})
+    workload = f"{label}, 5 cols, {len(files)} files, {groups} row groups, {codec}, {mb(nbytes)}"
+    lake_info = {"files": len(lake_files)}
 
     engine = DuckEngine(wh)
     server, port = start_in_thread(engine)
@@ -433,6 +450,7 @@ def run(ctx: Context) -> list[Row]:
         engine.close()
         duck.close()
         shutil.rmtree(lake_dir, ignore_errors=True)
+        shutil.rmtree(gen, ignore_errors=True)
     shutil.rmtree(os.path.join(ctx.workdir, "peers-wh"), ignore_errors=True)
     rows.append(_s3_scan(ctx, data, props))
     return rows
