@@ -291,5 +291,37 @@ class Snapshot:
 
         return pa.RecordBatchReader.from_batches(schema, batches())
 
+    def take(self, positions: dict[str, np.ndarray], columns: list[str] | None = None
+             ) -> pa.Table:
+        """The rows at the given physical positions (sorted int64, per data file path) of
+        this snapshot's files, in file (manifest) and position order: the rows a caller (the
+        DML planner, after DuckDB found them) already knows it wants, with every column.
+        Reads only the row groups that hold such a position, in the scan's thread pool."""
+        cols = list(self.schema.names) if columns is None else list(columns)
+        schema = pa.schema([self.schema.field(c) for c in cols])
+        by_path = {f.path: f for f in self.manifest.data_files}
+        work = []
+        for path, pos in positions.items():
+            f = by_path[path]
+            if len(pos) == 0:
+                continue
+            offsets = np.asarray(f.row_group_offsets, dtype=np.int64)
+            groups = np.searchsorted(offsets, pos, side="right") - 1
+            bounds = np.flatnonzero(np.diff(groups)) + 1
+            for chunk in np.split(np.arange(len(pos)), bounds):
+                rg = int(groups[chunk[0]])
+                work.append((f, rg, pos[chunk] - offsets[rg]))
+        order = {f.path: i for i, f in enumerate(self.manifest.data_files)}
+        work.sort(key=lambda w: (order[w[0].path], w[1]))
+
+        def read(f: DataFile, rg: int, local: np.ndarray) -> pa.Table:
+            pf = open_parquet(self.store, f, table=self.table.name)
+            t = pf.read_row_group(rg, columns=cols, use_threads=False)
+            t = t.take(pa.array(local, pa.int64()))
+            return t.cast(schema) if t.schema != schema else t
+
+        parts = [fut.result() for fut in [_POOL.submit(read, *w) for w in work]]
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
     def to_table(self, columns: list[str] | None = None) -> pa.Table:
         return self.scan(columns).read_all()
