@@ -452,7 +452,11 @@ class DuckEngine:
         """The keyed fingerprint (:mod:`flightsrv.table.fingerprint`) of what a DML
         statement decides on: a DELETE's or UPDATE's WHERE (canonical form), else the
         statement."""
-        from flightsrv.table.fingerprint import fingerprint
+        from flightsrv.table.fingerprint import (
+            canonical_predicate_tree,
+            fingerprint,
+            fingerprint_canonical,
+        )
 
         where = tree.args.get("where")
         if isinstance(stmt, (st.Delete, st.Update)) and where is not None \
@@ -460,7 +464,7 @@ class DuckEngine:
             cond = where.this
             while isinstance(cond, exp.Paren):
                 cond = cond.this
-            return fingerprint(self.warehouse, cond.sql(st.DIALECT))
+            return fingerprint_canonical(self.warehouse, canonical_predicate_tree(cond))
         return fingerprint(self.warehouse, tree.sql(st.DIALECT), kind="statement")
 
     # -- Engine: updates -------------------------------------------------------------------------

@@ -16,7 +16,8 @@ conjunct                   keep the unit when (NULL, i.e. unknown, keeps it)
 ``c < v`` / ``c <= v``     ``min < v`` / ``min <= v``
 ``c > v`` / ``c >= v``     ``max > v`` / ``max >= v``
 ``c <> v``                 ``NOT (min = v AND max = v)``
-``c IN (v1, ...)``         any ``c = vi``
+``c IN (v1, ...)``         any ``c = vi`` (over 16 values: ``min <= greatest(vi)
+                           AND max >= least(vi)``)
 ``c BETWEEN a AND b``      ``max >= a AND min <= b``
 ``c IS NULL``              ``nulls > 0``
 ``c IS NOT NULL``          ``nulls < rows``
@@ -33,8 +34,10 @@ matches: every kept unit is read and DuckDB evaluates the whole WHERE on its row
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -43,12 +46,41 @@ from flightsrv.table.manifest import DataFile
 from flightsrv.table.schema import stat_from_json
 
 STATS_RELATION = "__fsrv_stats"
+#: IN lists up to this long are checked value by value; longer ones by their range (one
+#: condition instead of thousands: a 1,000-id DELETE spent most of its time binding them)
+IN_LIST_EXACT = 16
+#: more candidate files than this: prune by manifest statistics before reading footers
+FILE_PREFILTER = 64
 _NAN = float("nan")
 _counter = itertools.count()
 
 
-def _keep_condition(term, mn: str, mx: str, nulls: str) -> str:
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+_INT = re.compile(r"-?[0-9]+")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int_list(vals) -> list[int] | None:
+    """The operands as Python ints when every one is a plain integer literal in BIGINT's
+    range (then the list is bound as a ``BIGINT[]`` parameter: DuckDB binds a 1,000-literal
+    list of constants in tens of milliseconds, a list parameter in about one)."""
+    if not all(_INT.fullmatch(v) for v in vals):
+        return None
+    out = [int(v) for v in vals]
+    return out if all(_INT64[0] <= v <= _INT64[1] for v in out) else None
+
+
+def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = None) -> str:
     op, vals = term.op, term.operands
+    ints = _int_list(vals) if op == "in" and len(vals) > IN_LIST_EXACT and params is not None \
+        else None
+    if ints is not None:
+        params.append(ints)
+        p = f"${len(params)}::BIGINT[]"
+        return f"coalesce(({mn} <= list_max({p}) AND {mx} >= list_min({p})), TRUE)"
     if op == "=":
         cond = f"({mn} <= {vals[0]} AND {mx} >= {vals[0]})"
     elif op in ("<", "<="):
@@ -57,6 +89,11 @@ def _keep_condition(term, mn: str, mx: str, nulls: str) -> str:
         cond = f"({mx} {op} {vals[0]})"
     elif op == "<>":
         cond = f"(NOT ({mn} = {vals[0]} AND {mx} = {vals[0]}))"
+    elif op == "in" and len(vals) > IN_LIST_EXACT:
+        # a long list: keep the unit when its range meets the list's range (a superset of
+        # "some value lies in [min, max]"; greatest/least skip NULLs, all-NULL keeps it)
+        lo, hi = f"least({', '.join(vals)})", f"greatest({', '.join(vals)})"
+        cond = f"({mn} <= {hi} AND {mx} >= {lo})"
     elif op == "in":
         cond = "(" + " OR ".join(f"coalesce({mn} <= {v} AND {mx} >= {v}, TRUE)"
                                  for v in vals) + ")"
@@ -109,7 +146,8 @@ class Pruner:
         arrays, fields = [pa.array(range(len(rows)), pa.int64())], [pa.field("__i", pa.int64())]
         arrays.append(pa.array([r["rows"] for r in rows], pa.int64()))
         fields.append(pa.field("__rows", pa.int64()))
-        conds = []
+        conds: list[str] = []
+        params: list = []
         for i, col in enumerate(self.columns):
             t = self.schema.field(col).type
             floating = pa.types.is_floating(t)
@@ -131,14 +169,14 @@ class Pruner:
             for term in self.terms:
                 if term.column == col:
                     conds.append(_keep_condition(term, f"__min{i}", f"__max{i}",
-                                                 f"__nulls{i}"))
+                                                 f"__nulls{i}", params))
         if not conds:
             return set(range(len(rows)))
         name = f"{STATS_RELATION}{next(_counter)}"
         self.cursor.register(name, pa.Table.from_arrays(arrays, schema=pa.schema(fields)))
         try:
             keep = self.cursor.execute(
-                f"SELECT __i FROM {name} WHERE " + " AND ".join(conds)).fetchall()
+                f"SELECT __i FROM {name} WHERE " + " AND ".join(conds), params or None).fetchall()
         except Exception:  # noqa: BLE001 - a bound DuckDB cannot compare: prune nothing
             return set(range(len(rows)))
         finally:
@@ -147,24 +185,38 @@ class Pruner:
 
     # -- units -----------------------------------------------------------------------------
 
+    def _file_row(self, f: DataFile) -> dict:
+        cols = {}
+        for col in self.columns:
+            s = f.stats.get(col)
+            if s is None:
+                continue
+            cols[col] = _file_bounds(f.path, f.etag, col, str(self.schema.field(col).type),
+                                     self.schema.field(col).type, s)
+        return {"rows": f.rows, "cols": cols}
+
+    def _group_row(self, f: DataFile, md, g: int) -> dict:
+        rg = md.row_group(g)
+        index = {rg.column(i).path_in_schema: i for i in range(rg.num_columns)}
+        cols = {}
+        for col in self.columns:
+            i = index.get(col)
+            st = rg.column(i).statistics if i is not None else None
+            if st is None:
+                continue
+            entry = {"nulls": st.null_count if st.has_null_count else None,
+                     "nans": (f.stats.get(col) or {}).get("nans"),
+                     "min": None, "max": None}
+            if st.has_min_max:
+                entry["min"], entry["max"] = _plain(st.min), _plain(st.max)
+            cols[col] = entry
+        return {"rows": rg.num_rows, "cols": cols}
+
     def files(self, files: Sequence[DataFile]) -> list[DataFile]:
         """The files whose manifest statistics allow a match, in order."""
         if not self.terms or not files:
             return list(files)
-        rows = []
-        for f in files:
-            cols = {}
-            for col in self.columns:
-                s = f.stats.get(col)
-                if s is None:
-                    continue
-                t = self.schema.field(col).type
-                lo, hi = stat_from_json(s.get("min"), t), stat_from_json(s.get("max"), t)
-                cols[col] = {"min": lo.as_py() if lo is not None else None,
-                             "max": hi.as_py() if hi is not None else None,
-                             "nulls": s.get("nulls"), "nans": s.get("nans")}
-            rows.append({"rows": f.rows, "cols": cols})
-        keep = self._run(rows)
+        keep = self._run([self._file_row(f) for f in files])
         self.files_pruned += len(files) - len(keep)
         return [f for i, f in enumerate(files) if i in keep]
 
@@ -172,26 +224,76 @@ class Pruner:
         """The row groups of ``f`` (among ``groups``) whose footer statistics allow a match."""
         if not self.terms or not groups:
             return list(groups)
-        rows = []
-        for g in groups:
-            rg = md.row_group(g)
-            index = {rg.column(i).path_in_schema: i for i in range(rg.num_columns)}
-            cols = {}
-            for col in self.columns:
-                i = index.get(col)
-                st = rg.column(i).statistics if i is not None else None
-                if st is None:
-                    continue
-                entry = {"nulls": st.null_count if st.has_null_count else None,
-                         "nans": (f.stats.get(col) or {}).get("nans"),
-                         "min": None, "max": None}
-                if st.has_min_max:
-                    entry["min"], entry["max"] = _plain(st.min), _plain(st.max)
-                cols[col] = entry
-            rows.append({"rows": rg.num_rows, "cols": cols})
-        keep = self._run(rows)
+        keep = self._run([self._group_row(f, md, g) for g in groups])
         self.row_groups_pruned += len(groups) - len(keep)
         return [g for i, g in enumerate(groups) if i in keep]
+
+    def units(self, files: Sequence[DataFile], by_group: set[int],
+              footer: Callable[[DataFile], Any]) -> tuple[list[DataFile], dict[int, list[int]]]:
+        """Files and row groups of one table reference in ONE statistics query: every file of
+        ``files`` is a unit (manifest statistics), except those whose ``id`` is in
+        ``by_group``, whose live row groups are units (footer statistics, ``footer(f)``).
+        Returns the files that keep a unit, in order, and the kept groups per ``id(file)``
+        of the ``by_group`` files. A file dropped by its groups counts as a pruned file.
+        Many files: the manifest statistics prune first (no footer read)."""
+        if not self.terms or not files:
+            return list(files), {}
+        if len(files) > FILE_PREFILTER:
+            files = self.files(files)
+        rows, owners = [], []
+        for f in files:
+            if id(f) in by_group:
+                md = footer(f)
+                dead = set(f.deleted_row_groups)
+                for g in range(f.row_groups):
+                    if g not in dead:
+                        rows.append(self._group_row(f, md, g))
+                        owners.append((f, g))
+            else:
+                rows.append(self._file_row(f))
+                owners.append((f, None))
+        keep = self._run(rows)
+        groups: dict[int, list[int]] = {id(f): [] for f in files if id(f) in by_group}
+        kept_files: set[int] = set()
+        for i, (f, g) in enumerate(owners):
+            if i in keep:
+                kept_files.add(id(f))
+                if g is not None:
+                    groups[id(f)].append(g)
+        out = [f for f in files if id(f) in kept_files]
+        self.files_pruned += len(files) - len(out)
+        self.row_groups_pruned += sum(
+            1 for i, (f, g) in enumerate(owners)
+            if g is not None and i not in keep and id(f) in kept_files)
+        return out, groups
+
+
+@functools.lru_cache(maxsize=65536)
+def _file_bounds_cached(path: str, etag: str, col: str, type_name: str, t, lo_json, hi_json,
+                        nulls, nans) -> dict:
+    lo, hi = stat_from_json(lo_json, t), stat_from_json(hi_json, t)
+    return {"min": lo.as_py() if lo is not None else None,
+            "max": hi.as_py() if hi is not None else None, "nulls": nulls, "nans": nans}
+
+
+def _file_bounds(path: str, etag: str, col: str, type_name: str, t, s: dict) -> dict:
+    """A manifest entry's bounds as Python values of the column's type (cached: parsing
+    them is most of a point query's pruning cost, and data files are immutable)."""
+    lo, hi = s.get("min"), s.get("max")
+    try:
+        return _file_bounds_cached(path, etag, col, type_name, t, _hashable(lo), _hashable(hi),
+                                   s.get("nulls"), s.get("nans"))
+    except TypeError:  # unhashable bounds: parse every time
+        return _file_bounds_cached.__wrapped__(path, etag, col, type_name, t, lo, hi,
+                                               s.get("nulls"), s.get("nans"))
+
+
+def _hashable(v):
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        raise TypeError("dict bound")
+    return v
 
 
 __all__ = ["Pruner"]

@@ -12,7 +12,8 @@ columns the statement can touch, its pruning hints) into
   - every other file (a deletion vector or deleted row groups, or any file of an S3
     warehouse) is read by flightsrv's masked Arrow scan (:meth:`Snapshot.scan`): deleted
     row groups are never read, the deletion vector is applied per row group as a keep mask,
-    row groups are pruned by footer statistics, and it is registered as an Arrow reader;
+    row groups are pruned by footer statistics, and it is registered as an Arrow reader
+    (up to :data:`ARROW_STREAMS` readers per reference, which DuckDB consumes in parallel);
 
 - optionally two hidden columns, :data:`FILE_COLUMN` (the file's ordinal in the snapshot's
   manifest) and :data:`POSITION_COLUMN` (the row's physical position in that file: DuckDB's
@@ -20,8 +21,10 @@ columns the statement can touch, its pruning hints) into
   record which rows a statement touched. User statements cannot name them (the prefix is
   reserved by :mod:`flightsrv.sql.binder` and :mod:`flightsrv.engine.guard`).
 
-Files are pruned by manifest statistics through :class:`~flightsrv.engine.prune.Pruner`,
-whose comparisons DuckDB makes; pruning never decides that a row matches.
+Files and row groups are pruned through :class:`~flightsrv.engine.prune.Pruner`, whose
+comparisons DuckDB makes, in one statistics query per reference (clean files by their
+manifest entry, DuckDB prunes their row groups itself; Arrow-scanned files by their row
+groups' footer statistics); pruning never decides that a row matches.
 
 Pinning: the file list comes from the pinned manifest; data files are write-once under
 unique keys, so reading them by path reads exactly the pinned version. Each clean file is
@@ -38,11 +41,13 @@ import pyarrow as pa
 
 from flightsrv.errors import CorruptObject, ObjectNotFound
 from flightsrv.table.manifest import DataFile
-from flightsrv.table.scan import Snapshot
+from flightsrv.table.scan import Snapshot, open_parquet
 
 FILE_COLUMN = "__fsrv_file"
 POSITION_COLUMN = "__fsrv_pos"
 HIDDEN = (FILE_COLUMN, POSITION_COLUMN)
+#: at most this many Arrow streams per table reference (each is consumed on one thread)
+ARROW_STREAMS = 4
 
 
 def native_root(warehouse) -> str | None:
@@ -150,8 +155,17 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     ordinal = {id(f): i for i, f in enumerate(all_files)}
     candidates = [f for f in (all_files if files is None else files) if f.live_rows > 0]
     rel = Relation("", file_list=all_files)
+    fields = [schema.field(c) for c in names]
+    kinds = {id(f): _native_kind(f, fields) if native and _is_clean(f) else "arrow"
+             for f in candidates}
+    groups: dict[int, list[int]] = {}
     if pruner:
-        kept = pruner.files(candidates)
+        # one statistics query: clean files by their manifest entry (DuckDB prunes their row
+        # groups itself), Arrow-scanned files by their row groups' footer statistics
+        by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow"} if open_scans \
+            else set()
+        kept, groups = pruner.units(
+            candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
         rel.files_pruned = len(candidates) - len(kept)
         candidates = kept
     rel.files_scanned = len(candidates)
@@ -162,16 +176,26 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                        pa.field(POSITION_COLUMN, pa.int64(), nullable=False)]
     out_schema = pa.schema(out_fields)
 
-    fields = [schema.field(c) for c in names]
     runs: list[tuple[str, list[DataFile]]] = []  # (clean | arrow, files)
     for f in candidates:
-        kind = _native_kind(f, fields) if native and _is_clean(f) else "arrow"
+        kind = kinds[id(f)]
         contiguous = not hidden or not runs or not runs[-1][1] or \
             ordinal[id(runs[-1][1][-1])] + 1 == ordinal[id(f)]
         if runs and runs[-1][0] == kind and (kind == "arrow" or contiguous):
             runs[-1][1].append(f)
         else:
             runs.append((kind, [f]))
+    # an Arrow scan is one stream that DuckDB consumes on one thread: split a long run into
+    # up to ARROW_STREAMS streams (UNION ALL branches DuckDB can consume in parallel)
+    split: list[tuple[str, list[DataFile]]] = []
+    for kind, run in runs:
+        if kind != "arrow" or len(run) == 1:
+            split.append((kind, run))
+            continue
+        parts = min(ARROW_STREAMS, len(run))
+        size = -(-len(run) // parts)
+        split.extend(("arrow", run[j:j + size]) for j in range(0, len(run), size))
+    runs = split
     parts = []
     store = snapshot.store
     for i, (kind, run) in enumerate(runs):
@@ -194,7 +218,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         if not open_scans:
             rel.readers[name] = out_schema.empty_table()
         else:
-            group_filter = pruner.row_groups if pruner else None
+            group_filter = (lambda f, md, gs: [g for g in gs if g in set(groups[id(f)])]) \
+                if pruner else None
             tasks = list(snapshot.plan(None, group_filter, files=run))
             by_path = {f.path: ordinal[id(f)] for f in run}
             for task in tasks:
