@@ -72,7 +72,7 @@ class Table(_FormatTable):
         if version is not None:
             return f" AT (VERSION => {int(version)})"
         if as_of is not None:
-            from flightsrv.table.table import parse_timestamp_ms
+            from flightsrv.table.timestamps import parse_timestamp_ms
             import datetime as dt
 
             ms = parse_timestamp_ms(as_of)

@@ -80,7 +80,7 @@ from flightsrv.table.commit import require_table
 from flightsrv.table.manifest import DataFile
 from flightsrv.table.scan import FileTask, Snapshot
 from flightsrv.table.schema import normalize_schema, schema_from_json, schema_to_json
-from flightsrv.table.table import parse_timestamp_ms
+from flightsrv.table.timestamps import parse_timestamp_ms
 from flightsrv.table.writer import DataFileWriter, WriteOptions
 
 NAME = "flightsrv"

@@ -589,7 +589,6 @@ def _finish(table, result: PurgeResult, erased: dict[str, str], *, expire: bool,
     retained = check.retained(table)
     result.covers = _covers(table, retained, {k for k, v in erased.items() if v != "dv"})
     if expire:
-        table.warehouse.ensure_writable()
         clean = check.clean_head(table)
         if clean is not None:
             result.redacted_version = clean.version
@@ -680,7 +679,6 @@ def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, ex
                          source=source, head_before=snapshot.version, started_at_ms=started)
     erased: dict[str, str] = {}
     if targets:
-        table.warehouse.ensure_writable()
         prepared: list[_Prepared] = []
         out: dict = {}
         extra = {"request_fingerprint": fingerprint} if fingerprint else {}

@@ -633,7 +633,6 @@ def compact(table, *, target_file_size: int | None = None,
         result.erasures_overdue = _overdue(table)
         return result
 
-    table.warehouse.ensure_writable()
     _progress_start(progress, sum(i.file.size for g in groups for i in g.inputs) or None, " B")
     try:
         for g in groups:
@@ -665,7 +664,7 @@ def _forget(tlog, version: int) -> None:
 
 
 def _older_than_ms(table, older_than) -> int | None:
-    from flightsrv.table.table import parse_timestamp_ms
+    from flightsrv.table.timestamps import parse_timestamp_ms
 
     if older_than is None:
         return None
@@ -689,7 +688,6 @@ def expire_snapshots(table, *, older_than=None, retain_last: int = 1,
     head = table.head()
     cutoff = head.version - retain_last + 1
     if not dry_run:
-        table.warehouse.ensure_writable()
         # the pointer must name a retained version: move it to the head first, and never
         # expire past wherever it is (a failed move leaves it lagging)
         table.log.advance_pointer(head)
@@ -828,8 +826,6 @@ def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) 
     deleted; an unreferenced object younger than ``grace`` is kept (a writer may be about to
     commit it), so ``grace`` must exceed the longest write-to-commit time of any writer."""
     grace_s = _seconds(grace, "grace", table)
-    if not dry_run:
-        table.warehouse.ensure_writable()
     old, young, uploads, refs, lo, hv = _scan_orphans(table, grace_s)
     if old and not dry_run:
         # re-read the head: a commit after our reference read may name a listed object
@@ -916,7 +912,7 @@ def vacuum_orphan_prefixes(warehouse, *, grace=DEFAULT_GRACE, dry_run: bool = Fa
     and only when older than ``grace``: a create in progress writes its files before its
     commit creates the table, so ``grace`` must exceed the longest write-to-commit time of
     any writer. Each prefix is checked again for a table right before its objects go."""
-    from flightsrv.table.warehouse import is_table_name
+    from flightsrv.table.names import is_table_name
 
     grace_s = _seconds(grace, "grace", warehouse)
     if not dry_run:

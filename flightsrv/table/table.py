@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
@@ -20,42 +19,23 @@ from flightsrv.table.commit import TableLog, commit, require_table
 from flightsrv.table.manifest import Manifest
 from flightsrv.table.scan import Snapshot
 from flightsrv.table.schema import schema_from_json
+from flightsrv.table.timestamps import parse_timestamp_ms  # noqa: F401  (re-exported)
 from flightsrv.table.writer import DataFileWriter, WriteOptions
 
 if TYPE_CHECKING:
     from flightsrv.warehouse import Warehouse
 
 
-def parse_timestamp_ms(as_of) -> int:
-    """Epoch milliseconds of ``as_of``: a datetime (naive = UTC), epoch milliseconds (an int,
-    or a string of digits, as Spark passes every option), or an ISO 8601 string
-    (``2026-11-21``, ``2026-11-21T12:00:00Z``, ``2026-11-21 12:00:00+01:00``; naive = UTC)."""
-    if isinstance(as_of, (int, float)) and not isinstance(as_of, bool):
-        return int(as_of)
-    if isinstance(as_of, str) and re.fullmatch(r"\s*-?\d+\s*", as_of):
-        return int(as_of)  # epoch milliseconds as text
-    if isinstance(as_of, str):
-        as_of = as_of.strip()
-        try:
-            as_of = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
-        except ValueError:
-            raise ConfigurationError("timestamp does not parse (use ISO 8601)",
-                                     timestamp=as_of) from None
-    if isinstance(as_of, dt.datetime):
-        if as_of.tzinfo is None:
-            as_of = as_of.replace(tzinfo=dt.timezone.utc)
-        return int(as_of.timestamp() * 1000)
-    raise ConfigurationError("as_of must be a datetime, ISO string or epoch ms", as_of=repr(as_of))
-
-
 class Table:
     def __init__(self, warehouse: "Warehouse", name: str):
+        from flightsrv.store.checked import CheckedStore
         from flightsrv.store.prefixed import PrefixedStore
 
         self.warehouse = warehouse
         self.name = name
         self.runtime = warehouse.runtime
-        self.store = PrefixedStore(warehouse.store, name)
+        #: the table's objects; the first write proves the store's conditional writes
+        self.store = PrefixedStore(CheckedStore(warehouse.store, self.runtime.ids.new_id), name)
         self.log = TableLog(self.store, name, self.runtime)
         self.log.after_commit.append(self._publish_after_commit)
 
@@ -159,7 +139,6 @@ class Table:
     # -- writing -------------------------------------------------------------------
     def commit(self, mutator, **kw) -> Manifest | None:
         """Run a mutator through the one commit loop (after the store's self-check)."""
-        self.warehouse.ensure_writable()
         return commit(self.log, mutator, runtime=self.runtime, **kw)
 
     def _conform(self, data, schema: pa.Schema) -> Iterable[pa.RecordBatch]:
@@ -219,7 +198,6 @@ class Table:
         """Stream ``data`` into new data files and commit them in one version.
         Returns the new manifest (None if there were no rows)."""
         head = self.head()
-        self.warehouse.ensure_writable()
         files, nbytes, nrows = self.write_files(data, head=head)
         if not files:
             return None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import threading
 
 import pyarrow as pa
@@ -33,22 +32,8 @@ from flightsrv.table.commit import require_table
 from flightsrv.table import properties as table_properties
 from flightsrv.table.manifest import FORMAT_VERSION, POINTER_KEY, Manifest
 from flightsrv.table.schema import check_column_names, normalize_schema, schema_to_json
+from flightsrv.table.names import _NAME, check_name, is_table_name  # noqa: F401 (re-exported)
 from flightsrv.table.table import Table
-
-_NAME = re.compile(r"[a-z_][a-z0-9_]{0,127}")
-
-
-def is_table_name(name: str) -> bool:
-    """Whether ``name`` (a top-level prefix) can be a table's."""
-    return bool(_NAME.fullmatch(name))
-
-
-def check_name(name: str) -> str:
-    n = name.lower()
-    if not _NAME.fullmatch(n):
-        raise ConfigurationError("invalid table name (letters, digits, _; not starting with "
-                                 "a digit)", table=name)
-    return n
 
 
 class Warehouse:
