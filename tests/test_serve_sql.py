@@ -318,3 +318,34 @@ def test_concurrent_clients_deletes_and_inserts_all_land(served):
                    "min(id) AS lo FROM cc").to_pylist()
     assert got == [{"n": 400 + 16, "new": 16, "lo": 400}]
     assert wh.table("cc").head().live_rows == 416
+
+
+DESCRIBE_COLUMNS = ("id INTEGER NOT NULL, name VARCHAR, tags VARCHAR[], m MAP(VARCHAR, INTEGER), "
+                    "ts TIMESTAMPTZ, d DECIMAL(10,2), s STRUCT(a INTEGER, \"b c\" VARCHAR), "
+                    "bl BLOB, t TIME, f FLOAT, i8 TINYINT, dt DATE")
+
+
+def test_show_tables_and_describe_answer_as_duckdb_does(served):
+    """SHOW TABLES / DESCRIBE t / SHOW COLUMNS FROM t: the same rows DuckDB gives for a table
+    created by the same statement (differential), for readers too; a missing table is
+    NOT_FOUND and a DESCRIBE of a query is refused with a pointer to GetSchema."""
+    import duckdb
+
+    _, _, uri = served
+    run(uri, f"CREATE TABLE described ({DESCRIBE_COLUMNS})")
+    ref = duckdb.connect()
+    ref.execute(f"CREATE TABLE described ({DESCRIBE_COLUMNS})")
+    expected = ref.sql("DESCRIBE described").arrow().read_all().to_pylist()
+    for spelling in ("DESCRIBE described", "DESC main.described",
+                     "SHOW COLUMNS FROM flightsrv.main.described",
+                     'describe "described"'):
+        got = run(uri, spelling, token=READER).to_pylist()
+        assert got == expected, spelling
+    names = run(uri, "SHOW TABLES", token=READER).column("name").to_pylist()
+    assert "described" in names and names == sorted(names)
+    assert run(uri, "SELECT count(*) AS n FROM flightsrv_columns('described') "
+                    "WHERE \"null\" = 'NO'").column("n").to_pylist() == [1]
+    assert "NOT_FOUND" in failure(uri, "DESCRIBE no_such_table")
+    assert "GetSchema" in failure(uri, "DESCRIBE SELECT 1")
+    run(uri, "DROP TABLE described")
+    assert "described" not in run(uri, "SHOW TABLES").column("name").to_pylist()

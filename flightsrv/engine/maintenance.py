@@ -36,6 +36,7 @@ import datetime as dt
 import json
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError
@@ -180,13 +181,49 @@ def _erasures_table(table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=ERASURES_SCHEMA)
 
 
+#: ``DESCRIBE t`` / ``SHOW COLUMNS FROM t``: DuckDB's DESCRIBE columns
+COLUMNS_SCHEMA = pa.schema([
+    pa.field("column_name", pa.string(), nullable=False),
+    pa.field("column_type", pa.string(), nullable=False),
+    pa.field("null", pa.string(), nullable=False),  # YES | NO
+    pa.field("key", pa.string()),
+    pa.field("default", pa.string()),
+    pa.field("extra", pa.string()),
+])
+
+#: ``SHOW TABLES``: DuckDB's column name
+TABLES_SCHEMA = pa.schema([pa.field("name", pa.string(), nullable=False)])
+
+
+def _columns_table(table) -> pa.Table:
+    schema = table.schema
+    # DuckDB names the types: those of the table's Arrow schema as DuckDB reads it
+    con = duckdb.connect()
+    try:
+        types = [str(t) for t in con.from_arrow(schema.empty_table()).dtypes]
+    finally:
+        con.close()
+    rows = [{"column_name": f.name, "column_type": t, "null": "YES" if f.nullable else "NO",
+             "key": None, "default": None, "extra": None} for f, t in zip(schema, types)]
+    return pa.Table.from_pylist(rows, schema=COLUMNS_SCHEMA)
+
+
+def _tables_table(warehouse) -> pa.Table:
+    return pa.Table.from_pylist([{"name": n} for n in sorted(warehouse.list_tables())],
+                                schema=TABLES_SCHEMA)
+
+
 METADATA_FUNCTIONS = {
     "flightsrv_table_stats": _stats_table,
     "flightsrv_history": _history_table,
     "flightsrv_erasures": _erasures_table,
+    "flightsrv_columns": _columns_table,
 }
 
 
-def metadata_relation(warehouse, function: str, table: str) -> pa.Table:
-    """The Arrow table a metadata table function call stands for."""
+def metadata_relation(warehouse, function: str, table: str | None) -> pa.Table:
+    """The Arrow table a metadata table function call stands for (``table`` None: a
+    function of the whole warehouse, ``flightsrv_tables()``)."""
+    if function == "flightsrv_tables":
+        return _tables_table(warehouse)
     return METADATA_FUNCTIONS[function](warehouse.table(table))

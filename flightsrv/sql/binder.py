@@ -35,7 +35,9 @@ RESERVED = "__fsrv"
 
 #: flightsrv's own table functions over table metadata, each taking one table name.
 METADATA_FUNCTIONS = frozenset({"flightsrv_table_stats", "flightsrv_history",
-                                "flightsrv_erasures"})
+                                "flightsrv_erasures", "flightsrv_columns", "flightsrv_tables"})
+#: metadata functions that describe the warehouse, not one table: they take no argument
+WAREHOUSE_FUNCTIONS = frozenset({"flightsrv_tables"})
 
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,127}")
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -144,7 +146,11 @@ class _Binder:
             name = function_name(inner)
             if name in METADATA_FUNCTIONS:
                 args = inner.expressions if isinstance(inner, exp.Anonymous) else []
-                if len(args) != 1 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+                if name in WAREHOUSE_FUNCTIONS:
+                    if args:
+                        raise _err(f"{name}() takes no argument", self.sql, node)
+                elif len(args) != 1 or not (isinstance(args[0], exp.Literal)
+                                            and args[0].is_string):
                     raise _err(f"{name}() takes one table name as a string, e.g. {name}('t')",
                                self.sql, node)
                 self.out.functions.append(node)
@@ -172,5 +178,6 @@ def bind(tree: exp.Expression, sql: str, *, extra: frozenset[str] = frozenset(),
     return b.out
 
 
-__all__ = ["Binding", "METADATA_FUNCTIONS", "RESERVED", "bind", "function_name",
+__all__ = ["Binding", "METADATA_FUNCTIONS", "RESERVED", "WAREHOUSE_FUNCTIONS", "bind",
+           "function_name",
            "is_table_name"]

@@ -143,7 +143,7 @@ class FunctionScan:
 
     relation: str
     function: str  # one of validate.METADATA_FUNCTIONS
-    table: str  # the table it describes (qualifiers stripped)
+    table: str | None  # the table it describes (qualifiers stripped); None: the warehouse
 
 
 @dataclass
@@ -217,7 +217,8 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
     functions = []
     for i, call in enumerate(calls):
         fn = str(call.this.this).lower()
-        target = metadata_table_name(call.this.expressions[0].name, sql)
+        target = None if fn in binder.WAREHOUSE_FUNCTIONS else \
+            metadata_table_name(call.this.expressions[0].name, sql)
         functions.append(FunctionScan(f"{RELATION_PREFIX}f{i}", fn, target))
         alias = call.args.get("alias") or exp.TableAlias(this=exp.to_identifier(fn))
         call.set("this", exp.to_identifier(functions[-1].relation))

@@ -356,6 +356,21 @@ def _parse_special(sql: str, text: str) -> Statement | None:
     if not toks:
         return None
     verb = toks[0].text.upper()
+    words = [t.text.upper() for t in toks[:3]]
+    if words == ["SHOW", "TABLES"] and len(toks) == 2 or words == ["SHOW", "ALL", "TABLES"] \
+            and len(toks) == 3:
+        return _metadata_query(sql, "SELECT * FROM flightsrv_tables()")
+    describe = 1 if verb in ("DESCRIBE", "DESC") and len(toks) >= 2 else \
+        3 if words[:2] == ["SHOW", "COLUMNS"] and len(toks) >= 4 and words[2] in ("FROM", "IN") \
+        else None
+    if describe is not None and toks[describe].token_type != TokenType.L_PAREN \
+            and toks[describe].text.upper() not in ("SELECT", "WITH", "FROM", "TABLE"):
+        name = _token_table(sql, text, toks, describe, verb)
+        if _after_table(toks, describe) != len(toks):
+            raise SqlError(f"{verb} takes one table name (DESCRIBE t, SHOW COLUMNS FROM t)",
+                           statement=_short(sql))
+        quoted = "'" + name.replace("'", "''") + "'"
+        return _metadata_query(sql, f"SELECT * FROM flightsrv_columns({quoted})")
     if verb == "SHOW" and len(toks) >= 3 and toks[1].text.upper() in SHOW_FUNCTIONS:
         name = _token_table(sql, text, toks, 2, f"SHOW {toks[1].text.upper()}")
         fn = SHOW_FUNCTIONS[toks[1].text.upper()]
@@ -412,6 +427,13 @@ def _after_table(toks, i: int) -> int:
     while i + 1 < len(toks) and toks[i].token_type == TokenType.DOT:
         i += 2
     return i
+
+
+def _metadata_query(sql: str, query: str) -> Statement:
+    """A SHOW/DESCRIBE statement as the query over a metadata table function it stands for."""
+    stmt = Query(sql, sqlglot.parse_one(query, read=DIALECT), 0)
+    object.__setattr__(stmt, "text", query)
+    return stmt
 
 
 def _token_table(sql: str, text: str, toks, i: int, what: str) -> str:
@@ -480,8 +502,9 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
         exp.Install: "INSTALL is not allowed",
         exp.Pragma: "PRAGMA is not allowed",
         exp.Use: "USE is not allowed",
-        exp.Describe: "DESCRIBE is not supported; use the Flight SQL metadata calls",
-        exp.Show: "SHOW is not supported; use the Flight SQL metadata calls",
+        exp.Describe: "DESCRIBE takes one table name (DESCRIBE t); for a query's columns use "
+                      "the Flight SQL metadata calls (GetSchema)",
+        exp.Show: "SHOW supports TABLES, COLUMNS FROM t, STATS t, HISTORY t, ERASURES t",
     }
     for cls, reason in refused.items():
         if isinstance(tree, cls):
