@@ -349,3 +349,19 @@ def test_show_tables_and_describe_answer_as_duckdb_does(served):
     assert "GetSchema" in failure(uri, "DESCRIBE SELECT 1")
     run(uri, "DROP TABLE described")
     assert "described" not in run(uri, "SHOW TABLES").column("name").to_pylist()
+
+
+def test_truncate_is_a_delete_of_every_row(served):
+    """TRUNCATE [TABLE] t deletes every row as one commit (a DELETE: time travel still sees
+    the rows), and a reader may not run it."""
+    wh, _, uri = served
+    run(uri, "CREATE TABLE trunc AS SELECT range AS x FROM range(50)")
+    before = wh.table("trunc").head().version
+    assert "PermissionDenied" in failure(uri, "TRUNCATE trunc", token=READER)
+    assert run(uri, "TRUNCATE TABLE main.trunc") == 50
+    assert wh.table("trunc").head().version == before + 1
+    assert run(uri, "SELECT count(*) AS n FROM trunc").column("n").to_pylist() == [0]
+    assert run(uri, f"SELECT count(*) AS n FROM trunc AT (VERSION => {before})"
+               ).column("n").to_pylist() == [50]
+    assert "NOT_FOUND" in failure(uri, "TRUNCATE no_such_table")
+    run(uri, "DROP TABLE trunc")

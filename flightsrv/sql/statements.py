@@ -371,6 +371,16 @@ def _parse_special(sql: str, text: str) -> Statement | None:
                            statement=_short(sql))
         quoted = "'" + name.replace("'", "''") + "'"
         return _metadata_query(sql, f"SELECT * FROM flightsrv_columns({quoted})")
+    if verb == "TRUNCATE" and toks[0].token_type != TokenType.STRING:
+        i = 2 if words[1:2] == ["TABLE"] else 1
+        name = _token_table(sql, text, toks, i, "TRUNCATE")
+        if _after_table(toks, i) != len(toks):
+            raise SqlError("TRUNCATE takes one table name (TRUNCATE [TABLE] t)",
+                           statement=_short(sql))
+        # TRUNCATE t is DELETE FROM t: a deletion-vector (or splice) commit like any DELETE
+        stmt = _parse_statement('DELETE FROM "' + name.replace('"', '""') + '"')
+        object.__setattr__(stmt, "sql", sql)
+        return stmt
     if verb == "SHOW" and len(toks) >= 3 and toks[1].text.upper() in SHOW_FUNCTIONS:
         name = _token_table(sql, text, toks, 2, f"SHOW {toks[1].text.upper()}")
         fn = SHOW_FUNCTIONS[toks[1].text.upper()]
