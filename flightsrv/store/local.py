@@ -182,7 +182,7 @@ class LocalStore:
     def _open_checked(self, key: str, etag: str | None):
         try:
             f = open(self._path(key), "rb")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file in the key's path: none
             raise ObjectNotFound("no such object", store=self.uri, key=key) from None
         st = os.fstat(f.fileno())
         if etag is not None and _etag_of(st) != etag:
@@ -206,7 +206,7 @@ class LocalStore:
     def head(self, key: str) -> ObjectMeta:
         try:
             return self._meta_of(key, os.stat(self._path(key)))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file in the key's path: none
             raise ObjectNotFound("no such object", store=self.uri, key=key) from None
 
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
