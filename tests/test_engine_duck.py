@@ -76,7 +76,8 @@ def reference(sql, **tables):
     "SELECT r.range AS x FROM range(3) r",
     # the user's text reaches DuckDB unchanged (only table names are spliced), so
     # unaliased columns are named exactly as DuckDB names them
-    "SELECT id // 3, id % 3, 2 ** 3, max_by(grp, id) OVER (), v::INT FROM items ORDER BY id LIMIT 3",
+    "SELECT id // 3, id % 3, 2 ** 3, max_by(grp, id) OVER (), v::INT FROM items "
+    "ORDER BY id LIMIT 3",
     "SELECT grp, count(*) FILTER (WHERE v > 100) FROM items GROUP BY ALL ORDER BY ALL",
 ])
 def test_select_matches_plain_duckdb(engine, session, sql):

@@ -108,7 +108,10 @@ def run_model(uri: str, ops) -> None:
         check(table, rows)
 
 
-settings_ = settings(max_examples=int(__import__("os").environ.get("FLIGHTSRV_MODEL_EXAMPLES", "40")), deadline=None, derandomize=__import__("os").environ.get("FLIGHTSRV_MODEL_RANDOM") is None,
+settings_ = settings(max_examples=int(__import__("os").environ.get("FLIGHTSRV_MODEL_EXAMPLES",
+                                                                  "40")),
+                     deadline=None,
+                     derandomize=__import__("os").environ.get("FLIGHTSRV_MODEL_RANDOM") is None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture,
                                             HealthCheck.too_slow])
 

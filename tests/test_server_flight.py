@@ -224,7 +224,8 @@ def test_close_session_and_list_actions(client):
          pa.ArrowInvalid, "command descriptors"),
         (lambda c: c.get_flight_info(flight.FlightDescriptor.for_command(b"junk")),
          pa.ArrowInvalid, "protobuf|type_url|Flight SQL"),
-        (lambda c: c.do_get(flight.Ticket(b"junk")).read_all(), pa.ArrowInvalid, "protobuf|type_url|Flight SQL"),
+        (lambda c: c.do_get(flight.Ticket(b"junk")).read_all(), pa.ArrowInvalid,
+         "protobuf|type_url|Flight SQL"),
         (lambda c: c.do_get(flight.Ticket(proto.pack(proto.TicketStatementQuery(
             statement_handle=b"forged")))).read_all(), pa.ArrowInvalid, "not issued"),
         (lambda c: c.get_flight_info(_desc(proto.CommandStatementQuery(
@@ -251,7 +252,8 @@ def test_concurrent_clients(server):
     def work():
         try:
             for _ in range(10):
-                _, t = _fetch(client, proto.CommandStatementQuery(query="SELECT count(*) AS n FROM items"))
+                _, t = _fetch(client, proto.CommandStatementQuery(
+                    query="SELECT count(*) AS n FROM items"))
                 assert t.column("n").to_pylist() == [100]
         except Exception as e:  # noqa: BLE001
             errors.append(e)

@@ -1,7 +1,8 @@
 """Spark against plain DuckDB (issues 10 and 18).
 
 - Reads: random tables (ints, floats with NaN/±0.0/±inf, strings, dates, decimals,
-  timestamps with time zone, NULLs everywhere; several files of several row groups; existing deletion vectors) and random
+  timestamps with time zone, NULLs everywhere; several files of several row groups; existing
+  deletion vectors) and random
   filters that Spark pushes. ``spark.read...where(expr)`` with pushdown on and off must
   return exactly the rows plain DuckDB returns for the same WHERE over the same live rows
   (the Python API and Flight SQL have their own differential test). Default run: a few

@@ -455,7 +455,7 @@ def test_plan_parts_respects_min_part_size():
     rng = random.Random(7)
     source = bytes(rng.getrandbits(8) for _ in range(4000))
     for trial in range(300):
-        segs, pos = [], 0
+        segs = []
         for _ in range(rng.randint(0, 6)):
             if rng.random() < 0.5:
                 a = rng.randint(0, 3000)

@@ -96,7 +96,8 @@ def _tasks_df(spark, snap: Snapshot):
         fid = len(paths)
         paths.append(task.file.path)
         for i in range(0, len(task.row_groups), ROW_GROUPS_PER_TASK):
-            rows.append((fid, pickle.dumps((task.file, task.row_groups[i:i + ROW_GROUPS_PER_TASK]))))
+            chunk = task.row_groups[i:i + ROW_GROUPS_PER_TASK]
+            rows.append((fid, pickle.dumps((task.file, chunk))))
     if not rows:
         return None, paths
     n = max(1, min(len(rows), spark.sparkContext.defaultParallelism * 2))

@@ -61,7 +61,8 @@ def generate(input_dir: str, n: int, *, files: int = 8, fmt: str = "json", users
     erase = os.path.join(input_dir, "erasure_list.csv")
     with open(erase, "w") as out:
         out.write("user_id\n")
-        out.writelines(f"{u}\n" for u in sorted(rng.sample(range(users), max(1, int(users * erase_fraction)))))
+        chosen = rng.sample(range(users), max(1, int(users * erase_fraction)))
+        out.writelines(f"{u}\n" for u in sorted(chosen))
     return erase
 
 

@@ -89,7 +89,8 @@ ARROW_TO_SQL: dict[pa.DataType, str] = {
     pa.time64("ns"): "TIME",
 }
 
-_TIMESTAMP_UNITS = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
+_TIMESTAMP_UNITS = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP",
+                    "ns": "TIMESTAMP_NS"}
 
 
 def arrow_type(dt: exp.DataType) -> pa.DataType:
@@ -104,7 +105,8 @@ def arrow_type(dt: exp.DataType) -> pa.DataType:
             scale = int(params[1].name) if len(params) > 1 else 0
         else:
             precision, scale = DEFAULT_DECIMAL
-        return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+        return pa.decimal128(precision, scale) if precision <= 38 \
+            else pa.decimal256(precision, scale)
     if kind in (T.ARRAY, T.LIST):
         if not params:
             raise SqlError("array type without an element type", type=dt.sql("duckdb"))

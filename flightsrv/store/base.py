@@ -132,7 +132,8 @@ class ObjectStore(Protocol):
         ...
 
     def complete_multipart(
-        self, key: str, upload_id: str, parts: list[CompletedPart], *, mode: PutMode = PutMode.CREATE
+        self, key: str, upload_id: str, parts: list[CompletedPart], *,
+        mode: PutMode = PutMode.CREATE,
     ) -> ObjectMeta:
         """Assemble the parts. With CREATE, raises PreconditionFailed if ``key`` exists."""
         ...

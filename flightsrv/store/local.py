@@ -162,7 +162,8 @@ class LocalStore:
                     old = None
                 if mode is PutMode.IF_MATCH:
                     if old is None:
-                        raise ObjectNotFound("If-Match on a missing object", store=self.uri, key=key)
+                        raise ObjectNotFound("If-Match on a missing object", store=self.uri,
+                                             key=key)
                     if _etag_of(old) != etag:
                         raise PreconditionFailed(
                             "stale If-Match", store=self.uri, key=key, expected=etag,
@@ -326,7 +327,8 @@ class LocalStore:
         return CompletedPart(part_number, _etag_of(os.stat(path)))
 
     def complete_multipart(
-        self, key: str, upload_id: str, parts: list[CompletedPart], *, mode: PutMode = PutMode.CREATE
+        self, key: str, upload_id: str, parts: list[CompletedPart], *,
+        mode: PutMode = PutMode.CREATE,
     ) -> ObjectMeta:
         tmp = self._tmp_path()
         with open(tmp, "wb") as out:

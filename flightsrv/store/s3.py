@@ -57,7 +57,8 @@ class S3Store:
         endpoint = str(getattr(self.client.meta, "endpoint_url", "") or "")
         if equal_part_sizes is None:
             env = os.environ.get("FLIGHTSRV_S3_EQUAL_PARTS")
-            equal_part_sizes = (env == "1") if env is not None else "r2.cloudflarestorage" in endpoint
+            equal_part_sizes = (env == "1") if env is not None \
+                else "r2.cloudflarestorage" in endpoint
         self.equal_part_sizes = equal_part_sizes
         self._arrow_fs = None
         self._arrow_lock = threading.Lock()
@@ -252,7 +253,8 @@ class S3Store:
         return CompletedPart(part_number, r["CopyPartResult"]["ETag"])
 
     def complete_multipart(
-        self, key: str, upload_id: str, parts: list[CompletedPart], *, mode: PutMode = PutMode.CREATE
+        self, key: str, upload_id: str, parts: list[CompletedPart], *,
+        mode: PutMode = PutMode.CREATE,
     ) -> ObjectMeta:
         kw = {
             "Bucket": self.bucket, "Key": self._k(key), "UploadId": upload_id,

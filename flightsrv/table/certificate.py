@@ -3,7 +3,8 @@
 
 A certificate is a JSON object stored once, with a conditional create, at
 ``<table>/_erasures/<id>.json``, where ``<id>`` is ``YYYYMMDDTHHMMSSmmmZ-<16 hex>`` (UTC, to
-the millisecond, so keys list in time order). It names no personal data: the request appears only as its keyed fingerprint
+the millisecond, so keys list in time order). It names no personal data: the request appears
+only as its keyed fingerprint
 (``flightsrv.table.fingerprint``), objects by their random keys. Vacuum and expiry never
 delete ``_erasures/``; dropping the table leaves them too.
 

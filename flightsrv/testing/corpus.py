@@ -342,5 +342,6 @@ def _diff(what: str, want: list[list[str]], got: list[list[str]], limit: int = 1
 
 def corpus_files(directory: str | pathlib.Path | None = None) -> list[pathlib.Path]:
     """The ``*.test`` files of the corpus directory (default: the repo's top-level ``sql/``)."""
-    d = pathlib.Path(directory) if directory else pathlib.Path(__file__).resolve().parents[2] / "sql"
+    d = pathlib.Path(directory) if directory \
+        else pathlib.Path(__file__).resolve().parents[2] / "sql"
     return sorted(d.glob("*.test"))

@@ -58,7 +58,8 @@ class MotoProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("moto server exited: " + self.proc.stderr.read().decode()[-2000:])
+                tail = self.proc.stderr.read().decode()[-2000:]
+                raise RuntimeError("moto server exited: " + tail)
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return self
