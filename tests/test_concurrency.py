@@ -25,21 +25,32 @@ def _append_worker(uri: str, writer: int, n: int, env: dict) -> int:
     return n
 
 
-@pytest.mark.parametrize("backend", ["local", "s3"])
-def test_eight_writer_processes_append(backend, tmp_path, request):
+def _eight_writers(backend, tmp_path, request, per_writer: int):
     uri = str(tmp_path / "wh") if backend == "local" else request.getfixturevalue("s3_uri")
     env = request.getfixturevalue("subprocess_env") if backend == "s3" else {}
     Warehouse.open(uri).create_table("t", SCHEMA)
+    total = 8 * per_writer
     with mp.get_context("spawn").Pool(8) as pool:
-        done = pool.starmap(_append_worker, [(uri, w, 25, env) for w in range(8)])
-    assert sum(done) == 200
+        done = pool.starmap(_append_worker, [(uri, w, per_writer, env) for w in range(8)])
+    assert sum(done) == total
     t = Warehouse.open(uri).table("t")
     head = t.head()
-    assert head.version == 200  # create + 200 appends, none lost, none doubled
+    assert head.version == total  # create + one version per append, none lost, none doubled
     got = t.to_table()
     assert sorted(zip(got["writer"].to_pylist(), got["seq"].to_pylist())) == sorted(
-        (w, s) for w in range(8) for s in range(25))
-    assert [v for v in t.log.versions()] == list(range(201))
+        (w, s) for w in range(8) for s in range(per_writer))
+    assert [v for v in t.log.versions()] == list(range(total + 1))
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_eight_writer_processes_append(backend, tmp_path, request):
+    _eight_writers(backend, tmp_path, request, per_writer=8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_eight_writer_processes_append_many(backend, tmp_path, request):
+    _eight_writers(backend, tmp_path, request, per_writer=25)
 
 
 def _crash_worker(uri: str, env: dict, crash_at: int | None, crash_after: int | None) -> None:

@@ -312,14 +312,14 @@ SETTINGS = dict(deadline=None, derandomize=False, print_blob=True,
                                        HealthCheck.function_scoped_fixture])
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=15, **SETTINGS)
 @given(case=CASES)
 def test_python_api_agrees_with_duckdb_local(tmp_path_factory, case):
     _run_case(str(tmp_path_factory.mktemp("wh")), case, _python_api)
 
 
 @pytest.mark.s3
-@settings(max_examples=10, **SETTINGS)
+@settings(max_examples=5, **SETTINGS)
 @given(case=CASES)
 def test_python_api_agrees_with_duckdb_s3(s3_uri_factory, case):
     _run_case(s3_uri_factory(), case, _python_api)
@@ -354,7 +354,7 @@ def test_python_api_agrees_with_duckdb_many(tmp_path_factory, case):
 FLOAT_ONLY = pa.schema([("id", pa.int64()), ("f", pa.float64())])
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=25, **SETTINGS)
 @given(values=st.lists(st.sampled_from(FLOATS), min_size=1, max_size=30),
        files=st.integers(1, 6),
        preds=st.lists(st.builds(lambda op, lit: f"f {op} {lit}",

@@ -109,7 +109,7 @@ def run_model(uri: str, ops) -> None:
 
 
 settings_ = settings(max_examples=int(__import__("os").environ.get("FLIGHTSRV_MODEL_EXAMPLES",
-                                                                  "40")),
+                                                                  "15")),
                      deadline=None,
                      derandomize=__import__("os").environ.get("FLIGHTSRV_MODEL_RANDOM") is None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture,

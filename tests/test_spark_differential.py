@@ -185,7 +185,7 @@ def _differential(spark, tmp_path_factory, max_examples):
 
 
 def test_spark_reads_agree_with_duckdb(spark, tmp_path_factory):
-    _differential(spark, tmp_path_factory, max_examples=5)
+    _differential(spark, tmp_path_factory, max_examples=3)
 
 
 @pytest.mark.slow
