@@ -344,14 +344,10 @@ class DuckEngine:
         hidden file column indexes."""
         snap = scan.snapshot
         if physical:
-            import dataclasses
-
             from flightsrv.table.scan import Snapshot
 
-            snap = Snapshot(snap.table, dataclasses.replace(snap.manifest, data_files=tuple(
-                dataclasses.replace(f, dv=None, deleted_row_groups=())
-                for f in snap.manifest.data_files)))
-        pruner = Pruner(cur, scan.prune, snap.schema) if scan.prune else None
+            snap = Snapshot(snap.table, snap.manifest, physical=True)
+        pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
         rel = rels.build(snap, self._scan_columns(scan), scan.relation, pruner=pruner,
                          hidden=hidden, native=native, open_scans=data)
@@ -368,6 +364,7 @@ class DuckEngine:
         info.rows_masked += rel.rows_masked
         if pruner is not None:
             info.row_groups_pruned += pruner.row_groups_pruned
+            info.chunks_pruned += pruner.chunks_pruned
         return rel.file_list
 
     @contextlib.contextmanager

@@ -14,14 +14,22 @@ columns the statement can touch, its pruning hints) into
     row groups are never read, the deletion vector is applied per row group as a keep mask,
     row groups are pruned by footer statistics, and it is registered as an Arrow reader;
 
-- optionally two hidden columns, :data:`FILE_COLUMN` (the file's ordinal in the snapshot's
-  manifest) and :data:`POSITION_COLUMN` (the row's physical position in that file: DuckDB's
+- optionally two hidden columns, :data:`FILE_COLUMN` (the file's ordinal in the relation's
+  ``file_list``) and :data:`POSITION_COLUMN` (the row's physical position in that file: DuckDB's
   ``file_row_number``, or the masked scan's own count), which the DML planner selects to
   record which rows a statement touched. User statements cannot name them (the prefix is
   reserved by :mod:`flightsrv.sql.binder` and :mod:`flightsrv.engine.guard`).
 
-Files are pruned by manifest statistics through :class:`~flightsrv.engine.prune.Pruner`,
-whose comparisons DuckDB makes; pruning never decides that a row matches.
+Files are pruned by manifest statistics and partition values through
+:class:`~flightsrv.engine.prune.Pruner`, whose comparisons DuckDB makes; whole manifest
+chunks are skipped by their summaries first, so only the chunks that may hold matching files
+are read. Pruning never decides that a row matches.
+
+Schema evolution: every file is read by field id under the current schema
+(:mod:`flightsrv.table.projection`). Runs of DuckDB-read files share the schema they were
+written with, and their ``SELECT`` renames (``"physical" AS "name"``), casts widened columns
+and supplies the default of columns added later (``CAST(default AS type) AS "name"``); the
+Arrow scan applies the same projection itself.
 
 Pinning: the file list comes from the pinned manifest; data files are write-once under
 unique keys, so reading them by path reads exactly the pinned version. Each clean file is
@@ -36,7 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from flightsrv.errors import CorruptObject, ObjectNotFound
+from flightsrv.errors import CorruptObject, ObjectNotFound, SqlError
 from flightsrv.table.manifest import DataFile
 from flightsrv.table.scan import Snapshot
 
@@ -110,7 +118,7 @@ def _has_nested_float(t: pa.DataType) -> bool:
     return False
 
 
-def _native_kind(f: DataFile, fields: list[pa.Field]) -> str:
+def _native_kind(f: DataFile, reads) -> str:
     """How a clean file may be read: "clean" (by DuckDB's Parquet reader) or "arrow" (by
     flightsrv's Arrow scan).
 
@@ -120,14 +128,37 @@ def _native_kind(f: DataFile, fields: list[pa.Field]) -> str:
     row counted as 1.5), whatever expression wraps the column. So a file is read natively
     only when the writer recorded every float column it reads NaN-free (``"nans": 0``);
     otherwise, and for floats nested in lists or structs, DuckDB gets the rows from the
-    Arrow scan, which carries no statistics."""
-    for fld in fields:
-        if pa.types.is_floating(fld.type):
-            if (f.stats.get(fld.name) or {}).get("nans") != 0:
+    Arrow scan, which carries no statistics. ``reads``: (projection entry, stats key)."""
+    for r, key in reads:
+        if r.physical is None:
+            continue  # the file predates the column: its default is read, not the file
+        if pa.types.is_floating(r.file_type):
+            if (f.stats.get(key) or {}).get("nans") != 0:
                 return "arrow"
-        elif _has_nested_float(fld.type):
+        elif _has_nested_float(r.file_type):
             return "arrow"
     return "clean"
+
+
+def _select_sql(reads) -> str:
+    """The projection of one run of DuckDB-read files as a SELECT list."""
+    from flightsrv.sql.types import literal_sql, sql_type_name
+
+    out = []
+    for r in reads:
+        if r.physical is None:
+            value = literal_sql(pa.scalar(r.default, r.type))
+            out.append(f"{value} AS {_ident(r.name)}")
+            continue
+        expr = _ident(r.physical)
+        if r.cast:
+            try:
+                expr = f"CAST({expr} AS {sql_type_name(r.type)})"
+            except SqlError:
+                pass
+        out.append(expr if r.physical == r.name and not r.cast
+                   else f"{expr} AS {_ident(r.name)}")
+    return ", ".join(out)
 
 
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
@@ -139,21 +170,21 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     come last when ``hidden``); ``pruner``: a :class:`~flightsrv.engine.prune.Pruner` or
     None; ``native``: read clean local files with DuckDB; ``open_scans=False`` registers
     empty stand-ins (for typing a prepared statement without reading data); ``files``
-    restricts the relation to some of the snapshot's files (hidden ordinals still index the
-    manifest's file list).
+    restricts the relation to some of the snapshot's files. The hidden file column is the
+    file's index in the returned ``Relation.file_list``.
     """
     table = snapshot.table.name
     schema = snapshot.schema
     names = list(schema.names) if columns is None else list(columns)
-    select = ", ".join(_ident(c) for c in names)
-    all_files = tuple(snapshot.manifest.data_files)
-    ordinal = {id(f): i for i, f in enumerate(all_files)}
-    candidates = [f for f in (all_files if files is None else files) if f.live_rows > 0]
-    rel = Relation("", file_list=all_files)
+    if files is None:
+        files = snapshot.files(pruner.chunks if pruner else None)
+    candidates = [f for f in (snapshot.live(x) for x in files) if f.live_rows > 0]
+    rel = Relation("")
     if pruner:
         kept = pruner.files(candidates)
         rel.files_pruned = len(candidates) - len(kept)
         candidates = kept
+    rel.file_list = tuple(candidates)
     rel.files_scanned = len(candidates)
     rel.rows_masked = sum(f.deleted_rows for f in candidates)
     out_fields = [schema.field(c) for c in names]
@@ -161,20 +192,32 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         out_fields += [pa.field(FILE_COLUMN, pa.int32(), nullable=False),
                        pa.field(POSITION_COLUMN, pa.int64(), nullable=False)]
     out_schema = pa.schema(out_fields)
+    manifest = snapshot.manifest
+    keys = {c: (str(manifest.field_id(c)) if manifest.field_id(c) is not None else c)
+            for c in names}
 
-    fields = [schema.field(c) for c in names]
-    runs: list[tuple[str, list[DataFile]]] = []  # (clean | arrow, files)
+    # runs of consecutive files read the same way: (kind, schema id, files)
+    runs: list[tuple[str, int, list[DataFile]]] = []
     for f in candidates:
-        kind = _native_kind(f, fields) if native and _is_clean(f) else "arrow"
-        contiguous = not hidden or not runs or not runs[-1][1] or \
-            ordinal[id(runs[-1][1][-1])] + 1 == ordinal[id(f)]
-        if runs and runs[-1][0] == kind and (kind == "arrow" or contiguous):
-            runs[-1][1].append(f)
+        if native and _is_clean(f):
+            reads = snapshot.projection(f, names)
+            kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
+            if kind == "clean":
+                try:
+                    _select_sql(reads)
+                except SqlError:  # a default DuckDB cannot spell: the Arrow scan has it
+                    kind = "arrow"
         else:
-            runs.append((kind, [f]))
+            kind = "arrow"
+        sid = f.schema_id if kind == "clean" else -1
+        if runs and runs[-1][0] == kind and runs[-1][1] == sid:
+            runs[-1][2].append(f)
+        else:
+            runs.append((kind, sid, [f]))
+    ordinal = {id(f): i for i, f in enumerate(candidates)}
     parts = []
     store = snapshot.store
-    for i, (kind, run) in enumerate(runs):
+    for i, (kind, _sid, run) in enumerate(runs):
         if kind == "clean":
             paths = []
             for f in run:
@@ -182,7 +225,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 _check_file(path, f, table)
                 rel.files[path] = (table, f.path)
                 paths.append(_literal(path))
-            cols = select
+            cols = _select_sql(snapshot.projection(run[0], names))
             if hidden:
                 first = ordinal[id(run[0])]
                 cols += (f", CAST(file_index + {first} AS INTEGER) AS {FILE_COLUMN}"
@@ -202,12 +245,14 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             rel.readers[name] = snapshot.scan(
                 names, tasks=tasks, positions=POSITION_COLUMN if hidden else None,
                 file_col=FILE_COLUMN if hidden else None)
-        cols = select + (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
+        cols = ", ".join(_ident(c) for c in names) + \
+            (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
         parts.append(f"SELECT {cols} FROM {name}")
     if not parts:  # nothing to read: an empty relation of the snapshot's types
         name = f"{relation}_empty"
         rel.readers[name] = out_schema.empty_table()
-        cols = select + (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
+        cols = ", ".join(_ident(c) for c in names) + \
+            (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
         parts.append(f"SELECT {cols} FROM {name}")
     rel.body = "\nUNION ALL\n".join(parts)
     return rel

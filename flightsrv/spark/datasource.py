@@ -179,7 +179,7 @@ class FlightsrvReader(DataSourceReader):
 
             from flightsrv.engine.prune import Pruner
 
-            pruner = Pruner(duckdb.connect(), self.prune, snap.schema)
+            pruner = Pruner(duckdb.connect(), self.prune, snap.schema, snap.manifest)
             file_filter, group_filter = pruner.files, pruner.row_groups
         for task in snap.plan(file_filter, group_filter, with_deletes=False):
             rgs = task.row_groups

@@ -690,8 +690,10 @@ def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, ex
                 if progress is not None:
                     r = prepared[-1].report
                     progress.advance(1, f"{r.path} {r.old_path}")
+            # fold: no chunk may keep the replaced file's entry (its statistics) behind the
+            # root's overlay
             committed = table.commit(_mutator(table, snapshot, prepared, operation, extra,
-                                              out))
+                                              out), fold=True)
         except _Replan:
             _discard(table, prepared)
             raise StalePlan("a data file of the erasure plan was rewritten concurrently",

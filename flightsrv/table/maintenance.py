@@ -59,7 +59,7 @@ DEFAULT_SMALL_FILE_FRACTION = 0.5  # a file under half the target size is "small
 DEFAULT_SORT_GROUP_BYTES = 512 * 1024 * 1024  # largest input group sorted in memory
 DEFAULT_GRACE = dt.timedelta(days=7)
 #: key prefixes vacuum may delete from; everything else under the table prefix is left alone
-VACUUM_PREFIXES = ("data/", "tombstone/")
+VACUUM_PREFIXES = ("data/", "tombstone/", "chunks/")
 #: stats recommends expiry above this many retained versions (table property overrides)
 DEFAULT_MAX_VERSIONS = 100
 

@@ -13,6 +13,10 @@ A ``Snapshot`` is one manifest version. Its scan:
 
 Data files are write-once under unique keys; a scan reads them pinned to the ETag recorded in
 the manifest, so it never mixes versions. Footers are cached by (store, key, etag).
+
+Each file is read under the table's current schema by field id
+(:mod:`flightsrv.table.projection`): renamed columns come back under their new names, widened
+ones cast, columns added after the file was written hold their default (or NULL).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from flightsrv.errors import CorruptObject, ObjectNotFound, PreconditionFailed
+from flightsrv.table import projection as proj
 from flightsrv.table.deletes import keep_mask, read_dv
 from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.schema import schema_from_json
@@ -135,13 +140,40 @@ class FileTask:
 
 
 class Snapshot:
-    """One pinned version of a table."""
+    """One pinned version of a table. ``physical``: every stored row, deleted or not (deletion
+    vectors and deleted row groups are ignored; a splice erases those rows too)."""
 
-    def __init__(self, table, manifest: Manifest):
+    def __init__(self, table, manifest: Manifest, *, physical: bool = False):
         self.table = table
         self.manifest = manifest
         self.version = manifest.version
         self.schema = schema_from_json(manifest.schema)
+        self.physical = physical
+        self._projections: dict = {}
+
+    def projection(self, f: DataFile, columns) -> tuple:
+        """How to read ``columns`` of ``f`` (see :mod:`flightsrv.table.projection`)."""
+        key = (f.schema_id, tuple(columns))
+        p = self._projections.get(key)
+        if p is None:
+            p = self._projections[key] = proj.projection(self.manifest, f.schema_id, columns)
+        return p
+
+    def files(self, keep_chunks=None) -> list[DataFile]:
+        """The version's data files, in order; ``keep_chunks(refs) -> refs`` may skip whole
+        manifest chunks by their summaries (format 2: only kept chunks are read)."""
+        files = self.manifest.data_files
+        if hasattr(files, "select"):
+            return files.select(keep_chunks)
+        return list(files)
+
+    def live(self, f: DataFile) -> DataFile:
+        """``f`` as this snapshot reads it (with ``physical``: without its deletes)."""
+        if self.physical and (f.dv is not None or f.deleted_row_groups):
+            import dataclasses
+
+            return dataclasses.replace(f, dv=None, deleted_row_groups=())
+        return f
 
     def __repr__(self) -> str:
         return f"Snapshot(table={self.table.name!r}, version={self.version})"
@@ -155,7 +187,7 @@ class Snapshot:
         return self.manifest.live_rows
 
     def deleted_positions(self, f: DataFile) -> np.ndarray | None:
-        if f.dv is None or f.dv.cardinality == 0:
+        if f.dv is None or f.dv.cardinality == 0 or self.physical:
             return None
         bitmap = read_dv(self.store, f.dv, table=self.table.name, data_file=f.path)
         # int64, not uint64: numpy compares a uint64 array with a Python int by converting the
@@ -170,7 +202,8 @@ class Snapshot:
         may drop units that cannot match (statistics pruning); ``files`` restricts the scan
         to some of the snapshot's files. Each task's ``ordinal`` is its file's index in the
         list considered (``files`` or the manifest's)."""
-        candidates = list(self.manifest.data_files if files is None else files)
+        candidates = [self.live(f) for f in (self.manifest.data_files if files is None
+                                             else files)]
         ordinals = {id(f): i for i, f in enumerate(candidates)}
         live = [f for f in candidates if f.live_rows > 0]
         if file_filter is not None:
@@ -189,7 +222,10 @@ class Snapshot:
     def _read_group(self, task: FileTask, rg: int, columns: list[str], positions: str | None,
                     file_col: str | None) -> pa.Table:
         pf = open_parquet(self.store, task.file, table=self.table.name)
-        t = pf.read_row_group(rg, columns=columns, use_threads=False)
+        reads = self.projection(task.file, columns)
+        t = pf.read_row_group(rg, columns=proj.read_columns(reads), use_threads=False)
+        if reads:
+            t = pa.Table.from_arrays(proj.apply(t, reads), names=list(columns))
         start = task.file.row_group_offsets[rg]
         if positions is not None:
             t = t.append_column(positions, pa.array(np.arange(start, start + t.num_rows,
