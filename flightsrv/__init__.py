@@ -10,7 +10,6 @@ from flightsrv.errors import (  # noqa: F401
     ConfigurationError,
     CorruptObject,
     FlightsrvError,
-    PredicateError,
     SchemaMismatch,
     StoreUnsupported,
     TableExists,

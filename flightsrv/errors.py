@@ -102,9 +102,6 @@ class VersionNotFound(ConfigurationError):
     """Time travel to a version that never existed or was expired."""
 
 
-class PredicateError(ConfigurationError):
-    """A SQL predicate that does not parse, names unknown columns or is not boolean."""
-
 
 class SqlError(ConfigurationError):
     """A SQL statement that cannot be run; names the statement and position."""

@@ -4,6 +4,9 @@
   requests serialized so conditional writes are atomic as on real S3.
 - ``local_uri`` / ``s3_uri``: a fresh warehouse location per test.
 - ``warehouse_uri``: parametrized over both backends.
+- ``spark``: one real local[2] SparkSession for the whole run, shared by every Spark test
+  file (start-up costs 12-17 s). It depends on ``moto_s3`` so the AWS_* variables are in the
+  environment before the JVM starts and every Spark Python worker inherits them.
 """
 
 from __future__ import annotations
@@ -74,3 +77,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def spark(moto_s3):
+    pytest.importorskip("pyspark")
+    import flightsrv.spark as fs
+
+    s = fs.session("local[2]", "flightsrv-tests", conf={
+        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+    yield s
+    s.stop()

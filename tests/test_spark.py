@@ -1,8 +1,7 @@
 """flightsrv on Spark: the data source, erasure by join, compaction, the pipeline.
 
-One real local[2] SparkSession for the whole run (start-up costs 12-17 s). It depends on the
-moto fixture so the AWS_* variables are in the environment before the JVM starts and every
-Spark Python worker inherits them.
+One real local[2] SparkSession for the whole run (the ``spark`` fixture of conftest.py,
+shared with test_spark_conventions.py and test_spark_differential.py).
 """
 
 from __future__ import annotations
@@ -27,14 +26,6 @@ from flightsrv.warehouse import Warehouse
 pytestmark = pytest.mark.spark
 
 UTC = dt.UTC
-
-
-@pytest.fixture(scope="session")
-def spark(moto_s3):
-    s = fs.session("local[2]", "flightsrv-tests", conf={
-        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
-    yield s
-    s.stop()
 
 
 def _ids(df) -> list[int]:
@@ -175,35 +166,45 @@ def test_spark_append_while_another_writer_commits(spark, local_uri):
 
 
 def test_failed_write_leaves_table_unchanged(spark, local_uri):
-    """A task fails after it wrote files: no commit, the table reads as before, and the
-    files it wrote are unreferenced orphans."""
+    """A value that does not fit is refused at analysis (nothing written). A task that fails
+    after tasks wrote files commits nothing; Spark kills the other tasks mid-write, so their
+    files (and the failed task's) can stay behind unreferenced: table vacuum and, for a
+    failed create, warehouse vacuum collect them."""
     uri = f"{local_uri}/crash"
     wh = Warehouse.open(local_uri)
     table = wh.create_table("crash", pa.schema([("id", pa.int64()), ("small", pa.int8())]),
                             {"target_file_size": 1, "row_group_bytes": 1})
     table.append(pa.table({"id": pa.array([1], pa.int64()), "small": pa.array([1], pa.int8())}))
     before = table.head()
+    files_before = sorted(m.key for m in table.store.list("data/"))
+    too_wide = spark.range(0, 50).selectExpr("id", "id % 100 AS small")  # bigint into int8
+    for mode in ("append", "overwrite"):
+        with pytest.raises(Exception) as e:
+            too_wide.write.format("flightsrv").mode(mode).save(uri)
+        assert "column=small" in str(e.value) and "table_type=int8" in str(e.value)
+        assert "incoming_type=bigint" in str(e.value)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1024")
     try:
-        # the last value does not fit int8: the task fails after writing several files
-        df = spark.range(0, 5000, numPartitions=1).selectExpr(
-            "id", "CASE WHEN id = 4999 THEN 1000 ELSE id % 100 END AS small")
-        with pytest.raises(Exception) as e:
-            df.write.format("flightsrv").mode("append").save(uri)
-        assert "column=small" in str(e.value)
-        with pytest.raises(Exception, match="column=small"):
-            df.write.format("flightsrv").mode("overwrite").save(uri)
-        with pytest.raises(Exception, match="boom"):  # creating a table by a failing job creates nothing
-            spark.range(3).selectExpr("id", "raise_error('boom') AS x") \
+        # partition 0 finishes (several files); partition 1 fails after writing some
+        df = spark.range(0, 5000, numPartitions=2).selectExpr(
+            "id", "CAST(CASE WHEN id = 4999 THEN raise_error('boom') ELSE id % 100 END "
+            "AS TINYINT) AS small")
+        for mode in ("append", "overwrite"):
+            with pytest.raises(Exception, match="boom"):
+                df.write.format("flightsrv").mode(mode).save(uri)
+        with pytest.raises(Exception, match="boom"):  # a failing create creates nothing
+            spark.range(0, 3000, numPartitions=2).selectExpr(
+                "id", "CASE WHEN id = 2999 THEN raise_error('boom') ELSE id END AS x") \
                 .write.format("flightsrv").mode("append").save(f"{local_uri}/never")
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
     assert table.head().version == before.version
     assert _ids(spark.read.format("flightsrv").load(uri)) == [1]
-    referenced = {f.path for f in table.head().data_files}
-    orphans = [m.key for m in table.store.list("data/") if m.key not in referenced]
-    assert len(orphans) >= 4
     assert not wh.exists("never")
+    table.vacuum(grace=0)
+    assert sorted(m.key for m in table.store.list("data/")) == files_before
+    wh.vacuum_orphans(grace=0)
+    assert list(wh.store.list("never/")) == []
 
 
 def test_erasure_by_join_agrees_with_duckdb(spark, local_uri):
@@ -334,7 +335,8 @@ def test_pipeline_end_to_end(spark, tmp_path, capsys):
     out = capsys.readouterr().out
     table = Warehouse.open(wh).table("events")
     ops = [h["operation"] for h in reversed(table.history())]
-    assert ops == ["create", "spark_append", "spark_append", "delete", "compact"]
+    # the first batch creates the table with its rows in one commit
+    assert ops == ["create", "spark_append", "delete", "compact"]
     erased = {int(x) for x in (tmp_path / "raw" / "erasure_list.csv").read_text().split()[1:]}
     users = table.to_table(["user_id"]).column("user_id").to_pylist()
     assert erased and not erased & set(users)

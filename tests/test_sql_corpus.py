@@ -1,7 +1,7 @@
 """Run every ``sql/*.test`` corpus file in process (DuckEngine) against plain DuckDB.
 
 The server tests run the same files through a Flight SQL client with
-``flightsrv.sql.corpus.DbapiExecutor``.
+``flightsrv.testing.corpus.DbapiExecutor``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine
-from flightsrv.sql import corpus
+from flightsrv.testing import corpus
 
 FILES = corpus.corpus_files()
 

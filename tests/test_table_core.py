@@ -13,7 +13,6 @@ from flightsrv.sql.plan import PruneTerm
 from flightsrv import Warehouse
 from flightsrv.errors import (
     ConfigurationError,
-    PredicateError,
     SchemaMismatch,
     TableExists,
     TableNotFound,

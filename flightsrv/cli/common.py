@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-from flightsrv.errors import ConfigurationError
+from flightsrv.errors import ConfigurationError, FlightsrvError
 
 DEFAULT_WAREHOUSE = "./warehouse"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -227,3 +227,40 @@ def say(text: str) -> None:
 
 def warn(text: str) -> None:
     say(f"warning: {text}")
+
+
+class PlainError(FlightsrvError):
+    """An error whose message is the whole story: shown without its class name."""
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for an error: the message (class name first for errors that are not the
+    caller's to fix), an OS error's reason and file, or an unexpected error's class."""
+    import pyarrow as pa
+
+    from flightsrv.errors import _fmt
+
+    if isinstance(exc, FlightsrvError):
+        # the message's first line, then its key=value context (which a multi-line message
+        # would otherwise push off the line)
+        text = one_line(_fmt(one_line(exc.message), exc.context))
+        if isinstance(exc, (ConfigurationError, PlainError)):
+            return text
+        return f"{type(exc).__name__}: {text}"
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    if isinstance(exc, pa.ArrowException):
+        return one_line(exc)
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(exc, ClientError):
+            err = exc.response.get("Error", {})
+            return f"S3: {err.get('Code', '?')}: {err.get('Message', '')}".strip()
+        if isinstance(exc, BotoCoreError):
+            return f"S3: {one_line(exc)}"
+    except ImportError:
+        pass
+    return (f"unexpected {type(exc).__name__}: {one_line(exc)} (run with --debug for the "
+            "traceback)")

@@ -12,8 +12,9 @@ import os
 import sys
 import traceback
 
-from flightsrv.cli import output, serve, sql, table, tools
+from flightsrv.cli import output, serve, sql, table, tools, warehouse
 from flightsrv.cli.common import (
+    error_text,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -22,9 +23,7 @@ from flightsrv.cli.common import (
     UsageError,
     add_global_options,
     global_defaults,
-    one_line,
 )
-from flightsrv.errors import ConfigurationError, FlightsrvError
 
 DESCRIPTION = """\
 flightsrv: lakehouse tables on object storage with constant-time deletes, served over
@@ -35,6 +34,7 @@ Arrow Flight SQL by DuckDB.
   flightsrv table COMMAND ...      list | create | append | scan | head | delete | history |
                                    describe | set-property | drop | stats | compact | expire |
                                    vacuum | purge
+  flightsrv warehouse vacuum       delete files of failed creates (prefixes with no table)
   flightsrv demo                   the table format in one minute
   flightsrv user hash NAME         a users-file line for basic auth
   flightsrv pipeline ...           the Spark example pipeline (needs pyspark)
@@ -74,6 +74,7 @@ def build_parser() -> Parser:
     serve.add_parser(sub, command)
     sql.add_parser(sub, command)
     table.add_parser(sub, command)
+    warehouse.add_parser(sub, command)
     tools.add_parsers(sub, command)
     # global options on every parser below the top (listed last in each help)
     for parser in _all_parsers(p):
@@ -151,39 +152,6 @@ def configure_logging(level_name: str | None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, (level_name or "warning").upper()))
     root.propagate = False
-
-
-def error_text(exc: BaseException) -> str:
-    """One line for an error: the message (class name first for errors that are not the
-    caller's to fix), an OS error's reason and file, or an unexpected error's class."""
-    import pyarrow as pa
-
-    from flightsrv.errors import _fmt
-
-    if isinstance(exc, FlightsrvError):
-        # the message's first line, then its key=value context (which a multi-line message
-        # would otherwise push off the line)
-        text = one_line(_fmt(one_line(exc.message), exc.context))
-        if isinstance(exc, (ConfigurationError, serve.ServerStartError, sql.RemoteError)):
-            return text
-        return f"{type(exc).__name__}: {text}"
-    if isinstance(exc, OSError) and exc.strerror:
-        where = f": {exc.filename}" if exc.filename else ""
-        return f"{exc.strerror}{where}"
-    if isinstance(exc, pa.ArrowException):
-        return one_line(exc)
-    try:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        if isinstance(exc, ClientError):
-            err = exc.response.get("Error", {})
-            return f"S3: {err.get('Code', '?')}: {err.get('Message', '')}".strip()
-        if isinstance(exc, BotoCoreError):
-            return f"S3: {one_line(exc)}"
-    except ImportError:
-        pass
-    return (f"unexpected {type(exc).__name__}: {one_line(exc)} (run with --debug for the "
-            "traceback)")
 
 
 def _quiet_stdout() -> None:

@@ -19,6 +19,7 @@ import socket
 import sys
 
 from flightsrv.cli.common import (
+    PlainError,
     UsageError,
     one_line,
     open_warehouse,
@@ -41,7 +42,7 @@ TOKEN[:reader|writer] per line), $FLIGHTSRV_AUTH_TOKEN (one more token) and
 $FLIGHTSRV_USERS_FILE."""
 
 
-class ServerStartError(FlightsrvError):
+class ServerStartError(PlainError):
     """The server could not start listening (port taken, address not local)."""
 
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from flightsrv.cli import output
 from flightsrv.cli.common import (
+    PlainError,
     NoWarehouse,
     UsageError,
     one_line,
@@ -243,7 +244,7 @@ class RemoteRunner:
             pass
 
 
-class RemoteError(FlightsrvError):
+class RemoteError(PlainError):
     """The server (or the connection to it) reported an error."""
 
 
@@ -392,7 +393,7 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
 
 
 def _message(exc: BaseException) -> str:
-    from flightsrv.cli.main import error_text
+    from flightsrv.cli.common import error_text
 
     return error_text(exc)
 

@@ -108,11 +108,6 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _version_line(t) -> str:
-    head = t.head()
-    return f"{t.name}: version {head.version}, {head.live_rows} rows"
-
-
 # -- appending (shared by create --from-file) --------------------------------------------
 
 

@@ -5,7 +5,7 @@ The server speaks the wire protocol and knows nothing of tables; the engine know
 SQL and DuckDB and nothing of Flight. Dependencies point one way: server -> engine.
 
 Errors raised by the engine are ``flightsrv.errors`` classes; the server maps them to Flight
-status codes (SqlError/PredicateError/SchemaMismatch/ConfigurationError -> INVALID_ARGUMENT,
+status codes (SqlError/SchemaMismatch/ConfigurationError -> INVALID_ARGUMENT,
 TableNotFound/VersionNotFound -> NOT_FOUND, TableExists -> ALREADY_EXISTS,
 CommitConflict -> ABORTED, PermissionDenied -> UNAUTHORIZED, CorruptObject -> INTERNAL).
 """

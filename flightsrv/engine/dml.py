@@ -10,9 +10,12 @@ file and physical position (:mod:`flightsrv.engine.relations`), which user SQL c
   positions become deletion vectors (``delete_mode = 'dv'``) or a physical splice
   (``'splice'``, over the files' physical rows, so already-deleted copies go too).
 - **UPDATE** ``t [AS a] SET ... [FROM ...] [WHERE ...]`` and **MERGE** ``INTO t USING s ON
-  ... WHEN ...`` run in two phases. Phase 1 selects the *candidate* rows of the target with
-  their identity (UPDATE: the rows the FROM/WHERE match; MERGE: the rows the ON condition
-  matches, or every row when a ``WHEN NOT MATCHED BY SOURCE`` clause exists). Phase 2 runs
+  ... WHEN ...`` run in two phases. Phase 1 selects the identity (file, position) of the
+  *candidate* rows of the target (UPDATE: the rows the FROM/WHERE match; MERGE: the rows the
+  ON condition matches, or every row when a ``WHEN NOT MATCHED BY SOURCE`` clause exists),
+  reading only the target columns the statement names (all of them when it can read the
+  whole row: ``*``, ``COLUMNS(...)``, the table used as a value); the candidates' whole
+  rows are then read by position (:meth:`~flightsrv.table.scan.Snapshot.take`). Phase 2 runs
   the user's statement itself, unchanged but for the relation names, against a plain DuckDB
   table holding exactly the candidates, in a second DuckDB database that can open no file at
   all; every other relation it reads is handed over as Arrow. So casts, NULL logic, the
@@ -163,8 +166,19 @@ class Dml:
                            statement=st._short(sql))
         return snap, scans, edits
 
-    def _target_columns(self, tree, target, snap) -> list[str]:
-        """The target columns a DELETE reads (its WHERE/USING), at least one."""
+    def _target_columns(self, tree, target, snap) -> list[str] | None:
+        """The target columns a statement can read (every column whose name appears in it),
+        at least one; None (all columns) when it can read the whole row: a ``*``, the
+        table or alias used as a value, or ``COLUMNS(...)``."""
+        whole = {target.name.lower(), self._alias(target).strip('"').lower()}
+        for node in tree.find_all(exp.Star, exp.Column, exp.Func):
+            if isinstance(node, exp.Star):
+                return None
+            if isinstance(node, exp.Column) and not node.table and node.name.lower() in whole:
+                return None
+            if isinstance(node, exp.Func) and binder.function_name(node) in (
+                    "columns", "row", "struct_pack", "pack", "to_json", "hash"):
+                return None
         names = {i.name.lower() for i in tree.find_all(exp.Identifier)}
         cols = [n for n in snap.schema.names if n.lower() in names]
         return cols or [snap.schema.names[0]]
@@ -265,8 +279,8 @@ class Dml:
         def candidates(cut, edits, a):
             items = self._slice(cut, "FROM", edits)
             cond = self._slice(cut, "WHERE", edits)
-            distinct = f"DISTINCT ON ({a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}) " if items else ""
-            return (f"SELECT {distinct}{a}.* FROM {TARGET_RELATION} AS {a}"
+            return (f"SELECT {'DISTINCT ' if items else ''}{a}.{FILE_COLUMN}, "
+                    f"{a}.{POSITION_COLUMN} FROM {TARGET_RELATION} AS {a}"
                     + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else ""))
 
         return self._two_phase(ctx, stmt, tree, values, ["SET", "FROM", "WHERE", "RETURNING"],
@@ -294,9 +308,10 @@ class Dml:
                                "subquery: USING (SELECT ...) AS s", statement=st._short(sql))
             source = tx.render(cut.text, cut.toks, using[0], using[1], edits)
             cond = tx.render(cut.text, cut.toks, on[0], on[1], edits)
+            ident = f"{a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
             if by_source:
-                return f"SELECT {a}.* FROM {TARGET_RELATION} AS {a}"
-            return (f"SELECT {a}.* FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} "
+                return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}"
+            return (f"SELECT {ident} FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} "
                     f"ON {cond}")
 
         return self._two_phase(ctx, stmt, tree, values, ["USING", "ON", "WHEN"], candidates,
@@ -321,7 +336,8 @@ class Dml:
             prune = sqlplan.dml_prune_terms(
                 where.this if where is not None else None, target, snap.schema,
                 only_target=tree.args.get("from_") is None)
-            target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap, None, prune)
+            target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap,
+                                       self._target_columns(tree, target, snap), prune)
             with self.engine._statement_cursor(ctx) as cur:
                 file_list = self.engine._register(cur, ctx, target_scan, hidden=True)
                 others = {}
@@ -335,8 +351,11 @@ class Dml:
                     cur.register(scan.relation, others[scan.relation])
                 found = self.engine._fetch(cur, ctx, find, sql)
             ctx.info.tables[stmt.table] = snap.version
-            names = list(snap.schema.names)
-            rows = found.select(names)
+            # DuckDB found the candidates' identities over only the columns the statement
+            # reads; their whole rows are read by position (row groups holding one only)
+            deletes = _positions(found, file_list)
+            rows = snap.take({path: np.asarray(bm.to_array(), dtype=np.int64)
+                              for path, bm in deletes.items()}, files=file_list)
             target_edit = sqlplan.reference_edits(stmt.text, [target], [CANDIDATES])
             if target_edit is None:
                 raise SqlError("cannot plan the statement's target", statement=st._short(sql))
@@ -350,7 +369,7 @@ class Dml:
             if operation == "merge" and actions is not None and set(actions) <= {"INSERT"}:
                 deletes, new_rows = {}, final
             else:
-                deletes, new_rows = _positions(found, file_list), final
+                new_rows = final
             written = []
             try:
                 if new_rows.num_rows:

@@ -72,7 +72,6 @@ from flightsrv.errors import (
     ConfigurationError,
     FlightsrvError,
     PermissionDenied,
-    SchemaMismatch,
     SqlError,
     TableExists,
     TableNotFound,
@@ -450,7 +449,11 @@ class DuckEngine:
         """The keyed fingerprint (:mod:`flightsrv.table.fingerprint`) of what a DML
         statement decides on: a DELETE's or UPDATE's WHERE (canonical form), else the
         statement."""
-        from flightsrv.table.fingerprint import fingerprint
+        from flightsrv.table.fingerprint import (
+            canonical_predicate_tree,
+            fingerprint,
+            fingerprint_canonical,
+        )
 
         where = tree.args.get("where")
         if isinstance(stmt, (st.Delete, st.Update)) and where is not None \
@@ -458,7 +461,7 @@ class DuckEngine:
             cond = where.this
             while isinstance(cond, exp.Paren):
                 cond = cond.this
-            return fingerprint(self.warehouse, cond.sql(st.DIALECT))
+            return fingerprint_canonical(self.warehouse, canonical_predicate_tree(cond))
         return fingerprint(self.warehouse, tree.sql(st.DIALECT), kind="statement")
 
     # -- Engine: updates -------------------------------------------------------------------------
@@ -573,7 +576,7 @@ class DuckEngine:
         string that does not parse is an error), with NULL for the columns the INSERT does
         not list and DuckDB's error for a NULL in a NOT NULL column. Streams through the
         database that can open no file."""
-        from flightsrv.sql.types import sql_type_name
+        from flightsrv.sql.types import duckdb_type
 
         # the source columns take the names of the target columns they go to (DuckDB's
         # errors then name them), in the statement's order
@@ -583,10 +586,7 @@ class DuckEngine:
         pos = {c: i for i, c in enumerate(columns)}
         select = []
         for f in target:
-            try:
-                typ = sql_type_name(f.type)
-            except SqlError:
-                typ = None  # no DuckDB spelling (e.g. MAP): passed through, cast by Arrow
+            typ = duckdb_type(f.type)  # None: no DuckDB spelling, passed through
             expr = rels._ident(f.name) if f.name in pos else "NULL"
             if typ is not None:
                 expr = f"CAST({expr} AS {typ})"

@@ -16,7 +16,8 @@ conjunct                   keep the unit when (NULL, i.e. unknown, keeps it)
 ``c < v`` / ``c <= v``     ``min < v`` / ``min <= v``
 ``c > v`` / ``c >= v``     ``max > v`` / ``max >= v``
 ``c <> v``                 ``NOT (min = v AND max = v)``
-``c IN (v1, ...)``         any ``c = vi``
+``c IN (v1, ...)``         any ``c = vi`` (over 16 values: ``min <= greatest(vi)
+                           AND max >= least(vi)``)
 ``c BETWEEN a AND b``      ``max >= a AND min <= b``
 ``c IS NULL``              ``nulls > 0``
 ``c IS NOT NULL``          ``nulls < rows``
@@ -49,7 +50,8 @@ among them. Anything unconfirmed prunes nothing.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -57,6 +59,13 @@ import pyarrow as pa
 from flightsrv.table.manifest import DataFile
 
 STATS_RELATION = "__fsrv_stats"
+#: IN lists up to this long are checked value by value; longer ones by their range (one
+#: condition instead of thousands: a 1,000-id DELETE spent most of its time binding them)
+IN_LIST_EXACT = 16
+#: more candidate files than this: prune by manifest statistics before reading footers
+FILE_PREFILTER = 64
+#: IN lists longer than this are not hashed into buckets (each constant is one cast query)
+BUCKET_LIST_MAX = 256
 _NAN = float("nan")
 _counter = itertools.count()
 
@@ -65,8 +74,28 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _keep_condition(term, mn: str, mx: str, nulls: str) -> str:
+_INT = re.compile(r"-?[0-9]+")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int_list(vals) -> list[int] | None:
+    """The operands as Python ints when every one is a plain integer literal in BIGINT's
+    range (then the list is bound as a ``BIGINT[]`` parameter: DuckDB binds a 1,000-literal
+    list of constants in tens of milliseconds, a list parameter in about one)."""
+    if not all(_INT.fullmatch(v) for v in vals):
+        return None
+    out = [int(v) for v in vals]
+    return out if all(_INT64[0] <= v <= _INT64[1] for v in out) else None
+
+
+def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = None) -> str:
     op, vals = term.op, term.operands
+    ints = _int_list(vals) if op == "in" and len(vals) > IN_LIST_EXACT and params is not None \
+        else None
+    if ints is not None:
+        params.append(ints)
+        p = f"${len(params)}::BIGINT[]"
+        return f"coalesce(({mn} <= list_max({p}) AND {mx} >= list_min({p})), TRUE)"
     if op == "=":
         cond = f"({mn} <= {vals[0]} AND {mx} >= {vals[0]})"
     elif op in ("<", "<="):
@@ -75,6 +104,11 @@ def _keep_condition(term, mn: str, mx: str, nulls: str) -> str:
         cond = f"({mx} {op} {vals[0]})"
     elif op == "<>":
         cond = f"(NOT ({mn} = {vals[0]} AND {mx} = {vals[0]}))"
+    elif op == "in" and len(vals) > IN_LIST_EXACT:
+        # a long list: keep the unit when its range meets the list's range (a superset of
+        # "some value lies in [min, max]"; greatest/least skip NULLs, all-NULL keeps it)
+        lo, hi = f"least({', '.join(vals)})", f"greatest({', '.join(vals)})"
+        cond = f"({mn} <= {hi} AND {mx} >= {lo})"
     elif op == "in":
         cond = "(" + " OR ".join(f"coalesce({mn} <= {v} AND {mx} >= {v}, TRUE)"
                                  for v in vals) + ")"
@@ -205,7 +239,8 @@ class Pruner:
             return set(range(n))
         arrays = [pa.array(range(n), pa.int64()), pa.array(rows, pa.int64())]
         fields = [pa.field("__i", pa.int64()), pa.field("__rows", pa.int64())]
-        conds = []
+        conds: list[str] = []
+        params: list = []
         for i, col in enumerate(self.columns):
             c = cols.get(col)
             if c is None:
@@ -226,7 +261,7 @@ class Pruner:
                            pa.field(f"__nulls{i}_{k}", pa.int64())]
                 for term in terms:
                     conds.append(_keep_condition(term, f"__min{i}_{k}", f"__max{i}_{k}",
-                                                 f"__nulls{i}_{k}"))
+                                                 f"__nulls{i}_{k}", params))
             for k, (nb, values, many) in enumerate(c.get("buckets", ())):
                 for term in terms:
                     hashes = self._bucket_hashes(term, t, nb)
@@ -248,7 +283,7 @@ class Pruner:
         self.cursor.register(name, pa.Table.from_arrays(arrays, schema=pa.schema(fields)))
         try:
             keep = self.cursor.execute(
-                f"SELECT __i FROM {name} WHERE " + " AND ".join(conds)).fetchall()
+                f"SELECT __i FROM {name} WHERE " + " AND ".join(conds), params or None).fetchall()
         except Exception:  # noqa: BLE001 - a bound DuckDB cannot compare: prune nothing
             return set(range(n))
         finally:
@@ -258,7 +293,7 @@ class Pruner:
     def _bucket_hashes(self, term, t: pa.DataType, nb: int) -> set[int] | None:
         """The buckets (of ``nb``) of the column values that can equal a constant of an
         ``=`` / ``IN`` term; None when DuckDB cannot confirm every constant exactly."""
-        if term.op not in ("=", "in"):
+        if term.op not in ("=", "in") or len(term.operands) > BUCKET_LIST_MAX:
             return None
         key = (term, str(t))
         if key not in self._hashes:
@@ -451,10 +486,9 @@ class Pruner:
         self.chunks_kept += len(keep)
         return [r for i, r in enumerate(refs) if i in keep]
 
-    def row_groups(self, f: DataFile, md, groups: Sequence[int]) -> list[int]:
-        """The row groups of ``f`` (among ``groups``) whose footer statistics allow a match."""
-        if not self.terms or not groups:
-            return list(groups)
+    def _group_cols(self, f: DataFile, md, groups: Sequence[int]) -> tuple[list, dict]:
+        """Row counts and statistics columns (as :meth:`_run` takes them) of row groups
+        ``groups`` of ``f``, from its footer ``md``, found by field id."""
         from flightsrv.table.schema import physical_name, type_from_json
 
         m = self.manifest
@@ -501,9 +535,118 @@ class Pruner:
                     TypeError, OverflowError):
                 continue
             cols[col] = {"mins": lo_a, "maxs": hi_a, "nulls": nulls, "nans": nans}
+        return rows, cols
+
+    def row_groups(self, f: DataFile, md, groups: Sequence[int]) -> list[int]:
+        """The row groups of ``f`` (among ``groups``) whose footer statistics allow a match."""
+        if not self.terms or not groups:
+            return list(groups)
+        rows, cols = self._group_cols(f, md, groups)
         keep = self._run(len(groups), rows, cols)
         self.row_groups_pruned += len(groups) - len(keep)
         return [g for i, g in enumerate(groups) if i in keep]
+
+    def units(self, files: Sequence[DataFile], by_group: set[int],
+              footer: Callable[[DataFile], Any]) -> tuple[list[DataFile], dict[int, list[int]]]:
+        """Files and row groups of one table reference in ONE statistics query: every file of
+        ``files`` is a unit (manifest statistics and partition values), except those whose
+        ``id`` is in ``by_group``, whose live row groups are units (footer statistics,
+        ``footer(f)``). Returns the files that keep a unit, in order, and the kept groups per
+        ``id(file)`` of the ``by_group`` files. A file dropped by its groups counts as a
+        pruned file. Many files: the manifest statistics prune first (no footer read)."""
+        if not self.terms or not files:
+            return list(files), {}
+        files = list(files)
+        if len(files) > FILE_PREFILTER:
+            files = self.files(files)
+        parts: list[tuple[int, list, dict]] = []  # (units, rows, cols)
+        owners: list[tuple[DataFile, int | None]] = []
+        whole = [f for f in files if id(f) not in by_group]
+        if whole:
+            parts.append((len(whole), [f.rows for f in whole], self._file_cols(whole)))
+            owners += [(f, None) for f in whole]
+        for f in files:
+            if id(f) not in by_group:
+                continue
+            dead = set(f.deleted_row_groups)
+            live = [g for g in range(f.row_groups) if g not in dead]
+            if not live:
+                continue
+            rows, cols = self._group_cols(f, footer(f), live)
+            parts.append((len(live), rows, cols))
+            owners += [(f, g) for g in live]
+        n, rows, cols = self._concat(parts)
+        keep = self._run(n, rows, cols)
+        groups: dict[int, list[int]] = {id(f): [] for f in files if id(f) in by_group}
+        kept_files: set[int] = set()
+        for i, (f, g) in enumerate(owners):
+            if i in keep:
+                kept_files.add(id(f))
+                if g is not None:
+                    groups[id(f)].append(g)
+        out = [f for f in files if id(f) in kept_files]
+        self.files_pruned += len(files) - len(out)
+        self.row_groups_pruned += sum(
+            1 for i, (f, g) in enumerate(owners)
+            if g is not None and i not in keep and id(f) in kept_files)
+        return out, groups
+
+    def _concat(self, parts: list[tuple[int, list, dict]]) -> tuple[int, list, dict]:
+        """Statistics of several unit lists as one (a missing set is NULL: keeps)."""
+        if len(parts) == 1:
+            return parts[0]
+        n = sum(p[0] for p in parts)
+        rows = [r for p in parts for r in p[1]]
+        cols = {}
+        for col in self.columns:
+            t = self.schema.field(col).type
+            if not any(col in p[2] for p in parts):
+                continue
+            mins, maxs, nulls, nans = [], [], [], []
+            nr = max((len(p[2][col].get("ranges", ())) for p in parts if col in p[2]),
+                     default=0)
+            ranges = [([], [], []) for _ in range(nr)]
+            for k_n, _, c in parts:
+                e = c.get(col)
+                if e is None:
+                    mins.append(pa.nulls(k_n, t))
+                    maxs.append(pa.nulls(k_n, t))
+                    nulls += [None] * k_n
+                    nans += [None] * k_n
+                else:
+                    mins.append(e["mins"])
+                    maxs.append(e["maxs"])
+                    nulls += list(e["nulls"])
+                    nans += list(e["nans"])
+                got = list(e.get("ranges", ())) if e is not None else []
+                for k in range(nr):
+                    lo, hi, pn = got[k] if k < len(got) else (
+                        pa.nulls(k_n, t), pa.nulls(k_n, t), [None] * k_n)
+                    ranges[k][0].append(lo)
+                    ranges[k][1].append(hi)
+                    ranges[k][2].extend(pn)
+            try:
+                entry = {"mins": pa.concat_arrays(mins), "maxs": pa.concat_arrays(maxs),
+                         "nulls": nulls, "nans": nans,
+                         "ranges": [(pa.concat_arrays(lo), pa.concat_arrays(hi), pn)
+                                    for lo, hi, pn in ranges]}
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                continue
+            # bucket values: only whole files have them (one list per spec field slot)
+            nb_slots: dict[int, tuple[int, list]] = {}
+            off = 0
+            for k_n, _, c in parts:
+                e = c.get(col)
+                for k, (nb, vals, many) in enumerate((e or {}).get("buckets", ())):
+                    if many:
+                        continue
+                    slot = nb_slots.setdefault(k, (nb, [None] * n))
+                    if slot[0] == nb:
+                        slot[1][off:off + k_n] = vals
+                off += k_n
+            entry["buckets"] = [(nb, vals, False) for nb, vals in nb_slots.values()]
+            cols[col] = entry
+        return n, rows, cols
 
 
 __all__ = ["Pruner"]

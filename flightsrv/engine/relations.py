@@ -12,7 +12,8 @@ columns the statement can touch, its pruning hints) into
   - every other file (a deletion vector or deleted row groups, or any file of an S3
     warehouse) is read by flightsrv's masked Arrow scan (:meth:`Snapshot.scan`): deleted
     row groups are never read, the deletion vector is applied per row group as a keep mask,
-    row groups are pruned by footer statistics, and it is registered as an Arrow reader;
+    row groups are pruned by footer statistics, and it is registered as an Arrow reader
+    (up to :data:`ARROW_STREAMS` readers per reference, which DuckDB consumes in parallel);
 
 - optionally two hidden columns, :data:`FILE_COLUMN` (the file's ordinal in the relation's
   ``file_list``) and :data:`POSITION_COLUMN` (the row's physical position in that file: DuckDB's
@@ -20,10 +21,12 @@ columns the statement can touch, its pruning hints) into
   record which rows a statement touched. User statements cannot name them (the prefix is
   reserved by :mod:`flightsrv.sql.binder` and :mod:`flightsrv.engine.guard`).
 
-Files are pruned by manifest statistics and partition values through
-:class:`~flightsrv.engine.prune.Pruner`, whose comparisons DuckDB makes; whole manifest
-chunks are skipped by their summaries first, so only the chunks that may hold matching files
-are read. Pruning never decides that a row matches.
+Files and row groups are pruned through :class:`~flightsrv.engine.prune.Pruner`, whose
+comparisons DuckDB makes: whole manifest chunks are skipped by their summaries first, so only
+the chunks that may hold matching files are read; then one statistics query per reference
+prunes the files (clean files by their manifest entry and partition values, DuckDB prunes
+their row groups itself; Arrow-scanned files by their row groups' footer statistics).
+Pruning never decides that a row matches.
 
 Schema evolution: every file is read by field id under the current schema
 (:mod:`flightsrv.table.projection`). Runs of DuckDB-read files share the schema they were
@@ -46,11 +49,13 @@ import pyarrow as pa
 
 from flightsrv.errors import CorruptObject, ObjectNotFound, SqlError
 from flightsrv.table.manifest import DataFile
-from flightsrv.table.scan import Snapshot
+from flightsrv.table.scan import Snapshot, open_parquet
 
 FILE_COLUMN = "__fsrv_file"
 POSITION_COLUMN = "__fsrv_pos"
 HIDDEN = (FILE_COLUMN, POSITION_COLUMN)
+#: at most this many Arrow streams per table reference (each is consumed on one thread)
+ARROW_STREAMS = 4
 
 
 def native_root(warehouse) -> str | None:
@@ -180,8 +185,29 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         files = snapshot.files(pruner.chunks if pruner else None)
     candidates = [f for f in (snapshot.live(x) for x in files) if f.live_rows > 0]
     rel = Relation("")
+    manifest = snapshot.manifest
+    keys = {c: (str(manifest.field_id(c)) if manifest.field_id(c) is not None else c)
+            for c in names}
+    kinds: dict[int, str] = {}
+    for f in candidates:
+        kind = "arrow"
+        if native and _is_clean(f):
+            reads = snapshot.projection(f, names)
+            kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
+            if kind == "clean":
+                try:
+                    _select_sql(reads)
+                except SqlError:  # a default DuckDB cannot spell: the Arrow scan has it
+                    kind = "arrow"
+        kinds[id(f)] = kind
+    groups: dict[int, list[int]] = {}
     if pruner:
-        kept = pruner.files(candidates)
+        # one statistics query: clean files by their manifest entry (DuckDB prunes their row
+        # groups itself), Arrow-scanned files by their row groups' footer statistics
+        by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow"} if open_scans \
+            else set()
+        kept, groups = pruner.units(
+            candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
         rel.files_pruned = len(candidates) - len(kept)
         candidates = kept
     rel.file_list = tuple(candidates)
@@ -192,29 +218,28 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         out_fields += [pa.field(FILE_COLUMN, pa.int32(), nullable=False),
                        pa.field(POSITION_COLUMN, pa.int64(), nullable=False)]
     out_schema = pa.schema(out_fields)
-    manifest = snapshot.manifest
-    keys = {c: (str(manifest.field_id(c)) if manifest.field_id(c) is not None else c)
-            for c in names}
 
     # runs of consecutive files read the same way: (kind, schema id, files)
     runs: list[tuple[str, int, list[DataFile]]] = []
     for f in candidates:
-        if native and _is_clean(f):
-            reads = snapshot.projection(f, names)
-            kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
-            if kind == "clean":
-                try:
-                    _select_sql(reads)
-                except SqlError:  # a default DuckDB cannot spell: the Arrow scan has it
-                    kind = "arrow"
-        else:
-            kind = "arrow"
+        kind = kinds[id(f)]
         sid = f.schema_id if kind == "clean" else -1
         if runs and runs[-1][0] == kind and runs[-1][1] == sid:
             runs[-1][2].append(f)
         else:
             runs.append((kind, sid, [f]))
     ordinal = {id(f): i for i, f in enumerate(candidates)}
+    # an Arrow scan is one stream that DuckDB consumes on one thread: split a long run into
+    # up to ARROW_STREAMS streams (UNION ALL branches DuckDB can consume in parallel)
+    split: list[tuple[str, int, list[DataFile]]] = []
+    for kind, sid, run in runs:
+        if kind != "arrow" or len(run) == 1:
+            split.append((kind, sid, run))
+            continue
+        parts = min(ARROW_STREAMS, len(run))
+        size = -(-len(run) // parts)
+        split.extend(("arrow", sid, run[j:j + size]) for j in range(0, len(run), size))
+    runs = split
     parts = []
     store = snapshot.store
     for i, (kind, _sid, run) in enumerate(runs):
@@ -237,7 +262,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         if not open_scans:
             rel.readers[name] = out_schema.empty_table()
         else:
-            group_filter = pruner.row_groups if pruner else None
+            group_filter = (lambda f, md, gs: [g for g in gs if g in set(groups[id(f)])]) \
+                if pruner else None  # the row groups the statistics query kept
             tasks = list(snapshot.plan(None, group_filter, files=run))
             by_path = {f.path: ordinal[id(f)] for f in run}
             for task in tasks:

@@ -31,8 +31,15 @@ def tokenize(text: str) -> list[Tok]:
         found = duckdb.tokenize(text)
     except duckdb.Error as e:
         raise SqlError(f"cannot tokenize: {str(e).splitlines()[0]}") from None
-    # byte offset -> character offset
-    starts = [len(raw[:p].decode("utf-8", "replace")) for p, _ in found]
+    # byte offset -> character offset (the same for ASCII text; else counted once, in order)
+    if len(raw) == len(text):
+        starts = [p for p, _ in found]
+    else:
+        starts, chars, prev = [], 0, 0
+        for p, _ in found:
+            chars += len(raw[prev:p].decode("utf-8", "replace"))
+            prev = p
+            starts.append(chars)
     out = []
     for i, (_, kind) in enumerate(found):
         a = starts[i]

@@ -7,7 +7,7 @@ code:
 ==============================================  ===================  ==================
 cause                                           raised as            gRPC status
 ==============================================  ===================  ==================
-SqlError, PredicateError, SchemaMismatch,       pa.ArrowInvalid      INVALID_ARGUMENT
+SqlError, SchemaMismatch,                       pa.ArrowInvalid      INVALID_ARGUMENT
 ConfigurationError, TableExists (*),
 LimitExceeded (statement size, nesting),
 a malformed request or ticket

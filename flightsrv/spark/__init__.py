@@ -1,6 +1,8 @@
 """flightsrv on Spark: the ``flightsrv`` data source and jobs that run on executors.
 
-- ``register(spark)``: register the ``flightsrv`` format in a session (per session).
+- ``register(spark)``: register the ``flightsrv`` format in a session (per session), and
+  teach PySpark's writer/reader Spark's conventions for it: every save mode, the session's
+  ``spark.sql.caseSensitive``, DataFrames pinned at load (``modes.py``).
 - ``session(...)``: a SparkSession configured for flightsrv (Python workers on this
   interpreter, filter pushdown for Python sources on, Arrow batches of 100k rows), registered.
 - ``delete_matching`` / ``delete_where``: erasure by join / by predicate (``erasure.py``).
@@ -25,10 +27,13 @@ SESSION_CONF = {
 
 
 def register(spark) -> None:
-    """Register the ``flightsrv`` data source in ``spark`` (registration is per session)."""
+    """Register the ``flightsrv`` data source in ``spark`` (registration is per session), and
+    teach PySpark's writer Spark's other save modes for it (``flightsrv.spark.modes``)."""
+    from flightsrv.spark import modes
     from flightsrv.spark.datasource import FlightsrvDataSource
 
     spark.dataSource.register(FlightsrvDataSource)
+    modes.install()
     if spark.conf.get("spark.sql.python.filterPushdown.enabled", "false") != "true":
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 

@@ -1,25 +1,35 @@
 """The ``flightsrv`` Spark data source (PySpark Python Data Source API).
 
-Write: ``df.write.format("flightsrv").mode("append"|"overwrite").save("<warehouse>/<table>")``
+Write: ``df.write.format("flightsrv").mode(m).save("<warehouse>/<table>")``, ``m`` one of
+``errorifexists`` (Spark's default), ``ignore``, ``append``, ``overwrite``:
 
 - planning (``writer()``): opens the table, or plans to create it from the DataFrame's schema
-  (``option("create", "false")`` refuses); a column set or type that does not fit raises
-  ``SchemaMismatch`` naming the columns;
-- tasks (``write()``): stream Spark's Arrow batches through the table's ``DataFileWriter``
-  straight into the table's store and return the ``DataFile`` entries as the commit message;
+  (nested fields nullable; ``option("create", "false")`` refuses). Columns resolve by name,
+  ignoring case unless ``spark.sql.caseSensitive``; every type pair must be an exact widening
+  of :mod:`flightsrv.table.types`, else ``SchemaMismatch`` names the column, the table type
+  and the incoming type before any task runs;
+- tasks (``write()``): stream Spark's Arrow batches, conformed to the table schema, through
+  the table's ``DataFileWriter`` into the table's store, and return the ``DataFile`` entries
+  as the commit message. A task whose Python code fails (a NULL in a NOT NULL field, a store
+  error) deletes the files it wrote; what tasks Spark kills leave behind is vacuum's;
 - ``commit()`` (a Python worker the JVM starts, not the driver) commits ONCE through the
-  commit loop: append = ``Table.commit_files`` (rebases over concurrent commits); overwrite =
-  one mutator replacing every data file with the new ones. The table is created here if it
-  did not exist, so a failed job leaves no table behind;
-- ``abort()`` commits nothing: files of finished tasks stay as orphans for vacuum (deleting
-  them is unsafe when the commit's outcome is unknown).
+  commit loop: a new table is created *with* its files in one commit (a failed job leaves no
+  table); append = ``Table.commit_files`` (rebases over concurrent commits); overwrite = one
+  mutator replacing every data file. The summary names the job (``spark_job``);
+- ``abort()`` deletes the files of finished tasks unless a version of this job committed them
+  (files of a failed create that escape it: ``Warehouse.vacuum_orphans``).
 
-Read: ``spark.read.format("flightsrv").option("version", n) | option("timestampAsOf", t)
-.load(uri)``
+Spark hands a Python data source only "overwrite or not" and refuses ``errorifexists`` and
+``ignore`` for it; ``flightsrv.spark.register`` teaches PySpark's writer to carry those modes
+to the source as the option ``saveMode`` (:mod:`flightsrv.spark.modes`).
 
-- the snapshot is pinned once at planning; partitions are one per data file, split into
-  chunks of ``rowGroupsPerPartition`` row groups (default 4) for big files;
-- deletion vectors and deleted row groups are applied inside the scan;
+Read: ``spark.read.format("flightsrv").option("versionAsOf", n) |
+option("timestampAsOf", iso_or_epoch_ms).load(uri)``
+
+- the snapshot is pinned at load (``__init__``/``schema()``, which Spark runs once per
+  ``load`` and whose object it reuses for every query of the DataFrame), as in Delta;
+- partitions are one per data file, split into chunks of ``rowGroupsPerPartition`` row groups
+  (default 4) for big files; deletion vectors and deleted row groups apply inside the scan;
 - with ``option("pushFilters", "true")``, Spark's pushed filters prune files and row groups
   by statistics (``flightsrv.spark.filters``); flightsrv never filters rows itself: every
   filter is reported back as not handled and Spark evaluates it. Off by default because of a
@@ -28,8 +38,8 @@ Read: ``spark.read.format("flightsrv").option("version", n) | option("timestampA
   filter reuses it, so its files would be pruned for the earlier filter. Load a fresh
   DataFrame per filtered query when pushdown is on;
 - projection: Spark 4.3 does not prune columns for Python sources, so pass the columns you
-  need as ``option("columns", "a,b")`` or a user schema ``.schema("a long, b string")``;
-  only those columns are read from Parquet;
+  need as ``option("columns", "a,b")`` or a user schema ``.schema("a long, b string")`` (it
+  may widen a column, never narrow it); only those columns are read from Parquet;
 - ``option("metadataColumns", "true")`` adds ``_file`` (data file key) and ``_row_position``
   (physical row position in that file, the position a deletion vector names).
 """
@@ -37,6 +47,7 @@ Read: ``spark.read.format("flightsrv").option("version", n) | option("timestampA
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -49,7 +60,13 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from flightsrv.errors import ConfigurationError, SchemaMismatch, TableNotFound
+from flightsrv.errors import (
+    ConfigurationError,
+    FlightsrvError,
+    SchemaMismatch,
+    TableExists,
+    TableNotFound,
+)
 from flightsrv.spark import filters as F
 from flightsrv.spark.location import split_uri, table_handle
 from flightsrv.spark.types import (
@@ -58,10 +75,12 @@ from flightsrv.spark.types import (
     spark_schema_to_arrow,
     spark_to_arrow,
 )
+from flightsrv.table import types as rules
 from flightsrv.table.commit import require_table
 from flightsrv.table.manifest import DataFile
 from flightsrv.table.scan import FileTask, Snapshot
 from flightsrv.table.schema import normalize_schema, schema_from_json, schema_to_json
+from flightsrv.table.table import parse_timestamp_ms
 from flightsrv.table.writer import DataFileWriter, WriteOptions
 
 NAME = "flightsrv"
@@ -71,12 +90,39 @@ METADATA_FIELDS = (T.StructField(FILE_COLUMN, T.StringType(), True),
                    T.StructField(POSITION_COLUMN, T.LongType(), True))
 DEFAULT_ROW_GROUPS_PER_PARTITION = 4
 
+#: The save modes and what each does when the table exists / does not exist. Spark hands a
+#: Python data source only "overwrite or not"; ``flightsrv.spark.register`` carries the
+#: other modes to it as the option ``saveMode`` (see :mod:`flightsrv.spark.modes`).
+SAVE_MODES = ("errorifexists", "ignore", "append", "overwrite")
+SAVE_MODE_ALIASES = {"error": "errorifexists", "default": "errorifexists"}
+#: Option set by ``flightsrv.spark.register`` from the session's ``spark.sql.caseSensitive``;
+#: ``option("caseSensitive", ...)`` overrides it.
+SESSION_CASE_OPTION = "sessionCaseSensitive"
+
 
 def _flag(options, key: str, default: bool = False) -> bool:
     v = options.get(key)
     if v is None:
         return default
     return str(v).strip().lower() in ("1", "true", "yes", "on")
+
+
+def case_sensitive(options) -> bool:
+    """``option("caseSensitive")``, else the session's ``spark.sql.caseSensitive`` (carried
+    by ``register``), else False (Spark's default)."""
+    if options.get("caseSensitive") is not None:
+        return _flag(options, "caseSensitive")
+    return _flag(options, SESSION_CASE_OPTION)
+
+
+def save_mode(options, overwrite: bool) -> str:
+    if overwrite:
+        return "overwrite"
+    m = str(options.get("saveMode") or "append").strip().lower()
+    m = SAVE_MODE_ALIASES.get(m, m)
+    if m not in SAVE_MODES:
+        raise ConfigurationError("unknown save mode", mode=m, modes=",".join(SAVE_MODES))
+    return m
 
 
 def _location(options) -> tuple[str, str]:
@@ -87,49 +133,115 @@ def _location(options) -> tuple[str, str]:
     return split_uri(path)
 
 
-def _snapshot(table, options) -> Snapshot:
-    version = options.get("version", options.get("versionAsOf"))
+_INTEGER = re.compile(r"\s*\d+\s*")
+
+
+def time_travel(options, table: str) -> tuple[int | None, int | None]:
+    """(version, timestamp ms) from ``versionAsOf`` (alias ``version``) and ``timestampAsOf``
+    (ISO 8601, or epoch milliseconds; Spark passes every option as a string). At most one."""
+    version = None
+    given = {k: options.get(k) for k in ("versionAsOf", "version") if options.get(k) is not None}
+    for key, raw in given.items():
+        if not _INTEGER.fullmatch(str(raw)):
+            raise ConfigurationError(f"{key} must be a version number (an integer >= 0)",
+                                     table=table, value=raw)
+        v = int(str(raw))
+        if version is not None and v != version:
+            raise ConfigurationError("versionAsOf and version disagree", table=table,
+                                     versionAsOf=given.get("versionAsOf"),
+                                     version=given.get("version"))
+        version = v
     as_of = options.get("timestampAsOf")
-    return table.snapshot(int(version) if version is not None else None, as_of)
+    if version is not None and as_of is not None:
+        raise ConfigurationError("give versionAsOf or timestampAsOf, not both", table=table)
+    return version, (None if as_of is None else parse_timestamp_ms(str(as_of)))
+
+
+def _snapshot(table, options) -> Snapshot:
+    version, as_of = time_travel(options, table.name)
+    if version is None and as_of is None and options.get("pinnedVersion") is not None:
+        version = int(options["pinnedVersion"])  # the head when load() ran (modes.py)
+    return table.snapshot(version, as_of)
+
+
+def _resolve(name: str, names: list[str], exact: bool) -> str | None:
+    if name in names:
+        return name
+    if exact:
+        return None
+    hits = [n for n in names if n.lower() == name.lower()]
+    return hits[0] if len(hits) == 1 else None
 
 
 class FlightsrvDataSource(DataSource):
-    """Registered as ``flightsrv`` by ``flightsrv.spark.register(spark)``."""
+    """Registered as ``flightsrv`` by ``flightsrv.spark.register(spark)``.
+
+    A loaded DataFrame is pinned at load. With ``register`` the driver passes the version it
+    saw at ``load()`` (option ``pinnedVersion``, :mod:`flightsrv.spark.modes`). Without it,
+    Spark creates the source once per ``load()`` (``__init__``, then ``schema()``) and
+    pickles it, and every query of that DataFrame plans from the pickled copy, so every one of
+    them reads the version pinned here (with a user schema Spark creates the source per
+    query instead, so only ``register`` pins such a DataFrame at load)."""
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.pinned: int | None = None
+        try:
+            self.pinned = self._pin()
+        except FlightsrvError:
+            pass  # not a readable table (yet): schema()/reader()/writer() raise with context
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> T.StructType:
+    def _pin(self) -> int | None:
+        wh, name = _location(self.options)
+        table = table_handle(wh, name)
+        if table.log.head() is None:
+            return None
+        return _snapshot(table, self.options).version
+
+    def _pinned_snapshot(self) -> Snapshot:
         wh, name = _location(self.options)
         table = table_handle(wh, name)
         require_table(table.log.head(), name)
-        snap = _snapshot(table, self.options)
+        if self.pinned is None:
+            self.pinned = _snapshot(table, self.options).version
+        return table.snapshot(self.pinned)
+
+    def schema(self) -> T.StructType:
+        snap = self._pinned_snapshot()
+        name = snap.table.name
         st = arrow_schema_to_spark(snap.schema)
         cols = self.options.get("columns")
         if cols:
+            exact = case_sensitive(self.options)
             wanted = [c.strip() for c in cols.split(",") if c.strip()]
-            unknown = [c for c in wanted if c not in st.fieldNames()]
+            found = [_resolve(c, st.fieldNames(), exact) for c in wanted]
+            unknown = [c for c, f in zip(wanted, found) if f is None]
             if unknown:
                 raise ConfigurationError("unknown column in option columns", table=name,
                                          columns=",".join(unknown))
-            st = T.StructType([st[c] for c in wanted])
+            st = T.StructType([st[c] for c in found])
         if _flag(self.options, "metadataColumns"):
-            clash = [f.name for f in METADATA_FIELDS if f.name in snap.schema.names]
+            clash = [f.name for f in METADATA_FIELDS
+                     if any(n.lower() == f.name for n in snap.schema.names)]
             if clash:
                 raise ConfigurationError("table columns clash with metadata columns",
                                          table=name, columns=",".join(clash))
             st = T.StructType(list(st.fields) + list(METADATA_FIELDS))
         return st
 
-    def reader(self, schema: T.StructType) -> "FlightsrvReader":
+    def reader(self, schema: T.StructType) -> FlightsrvReader:
         # Spark refuses any reader that defines pushFilters unless
         # spark.sql.python.filterPushdown.enabled is set, so pushdown lives in a subclass used
         # only when asked for (it is opt-in anyway, see the module docstring). A plain session
         # with automatic registration can then read.
+        snap = self._pinned_snapshot()
         if _flag(self.options, "pushFilters"):
-            return FlightsrvPushdownReader(self.options, schema)
-        return FlightsrvReader(self.options, schema)
+            return FlightsrvPushdownReader(self.options, schema, snap)
+        return FlightsrvReader(self.options, schema, snap)
 
     def writer(self, schema: T.StructType, overwrite: bool) -> FlightsrvWriter:
         return FlightsrvWriter(self.options, schema, overwrite)
@@ -149,22 +261,28 @@ class FilePartition(InputPartition):
 
 
 class FlightsrvReader(DataSourceReader):
-    def __init__(self, options, schema: T.StructType):
+    def __init__(self, options, schema: T.StructType, snap: Snapshot):
         self.wh_uri, self.name = _location(options)
-        table = table_handle(self.wh_uri, self.name)
-        snap = _snapshot(table, options)
         self.version = snap.version
         self.schema = schema
         self.table_schema_json = snap.manifest.schema
+        exact = case_sensitive(options)
         names = schema.fieldNames()
-        self.columns = [n for n in names if n not in (FILE_COLUMN, POSITION_COLUMN)]
-        unknown = [c for c in self.columns if c not in snap.schema.names]
+        self.want_file = FILE_COLUMN in names
+        self.want_position = POSITION_COLUMN in names
+        self.out_names = [n for n in names if n not in (FILE_COLUMN, POSITION_COLUMN)]
+        self.columns = [_resolve(n, snap.schema.names, exact) for n in self.out_names]
+        unknown = [n for n, c in zip(self.out_names, self.columns) if c is None]
         if unknown:
             raise ConfigurationError("read schema names columns the table does not have",
                                      table=self.name, version=self.version,
                                      columns=",".join(unknown))
-        self.want_file = FILE_COLUMN in names
-        self.want_position = POSITION_COLUMN in names
+        # a user schema may widen a column, never narrow it (no silent change of value)
+        want = spark_arrow_schema(schema)
+        for out, col in zip(self.out_names, self.columns):
+            rules.check(want.field(out).type, snap.schema.field(col).type, column=col,
+                        table=self.name, case_sensitive=exact,
+                        incoming_name=rules.type_name(snap.schema.field(col).type))
         self.rg_per_part = max(1, int(options.get("rowGroupsPerPartition",
                                                   DEFAULT_ROW_GROUPS_PER_PARTITION)))
         self.prune: list = []  # PruneTerm hints from pushed filters (never decide rows)
@@ -199,6 +317,7 @@ class FlightsrvReader(DataSourceReader):
         for _, t in snap.iter_tables(self.columns, tasks=[task], positions=positions):
             if t.num_rows == 0:
                 continue
+            t = t.rename_columns(self.out_names + ([POSITION_COLUMN] if positions else []))
             if self.want_file:
                 t = t.append_column(FILE_COLUMN, pa.array([partition.file.path] * t.num_rows,
                                                           pa.string()))
@@ -212,7 +331,10 @@ class FlightsrvPushdownReader(FlightsrvReader):
     def pushFilters(self, filters):
         if not self.push:
             return filters  # see the module docstring: Spark would reuse them stale
-        self.prune = F.prune_terms(filters, schema_from_json(self.table_schema_json))
+        schema = schema_from_json(self.table_schema_json)
+        # Spark names attributes as the read schema spells them
+        spelled = dict(zip(self.out_names, self.columns))
+        self.prune = F.prune_terms(filters, schema, spelled)
         return filters  # Spark evaluates every filter; flightsrv only prunes
 
 
@@ -228,50 +350,34 @@ class FilesWritten(WriterCommitMessage):
     rows: int
 
 
-def check_fits(table_name: str, table_schema: pa.Schema, spark_schema: T.StructType) -> None:
-    """Raise ``SchemaMismatch`` naming the columns if a DataFrame cannot append to a table."""
-    src = {f.name: f.dataType for f in spark_schema.fields}
-    missing = [n for n in table_schema.names if n not in src]
-    extra = [n for n in src if n not in table_schema.names]
-    if missing or extra:
-        raise SchemaMismatch("DataFrame columns do not match the table's columns",
-                             table=table_name, missing=",".join(missing) or None,
-                             unexpected=",".join(extra) or None)
-    for f in table_schema:
-        st = spark_to_arrow(src[f.name], column=f.name)
-        if st == f.type:
-            continue
-        try:
-            pa.array([], st).cast(f.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise SchemaMismatch("DataFrame column type does not match the table",
-                                 table=table_name, column=f.name, expected=str(f.type),
-                                 found=src[f.name].simpleString()) from None
+def _spark_type_names(spark_schema: T.StructType):
+    by_name = {f.name: f.dataType.simpleString() for f in spark_schema.fields}
+    return lambda col: by_name.get(col, "?")
 
 
-def conform(batch: pa.RecordBatch, schema: pa.Schema, table_name: str) -> pa.RecordBatch:
-    """Reorder and cast one Spark batch to the table schema."""
-    cols = []
-    for f in schema:
-        col = batch.column(f.name)
-        if col.type != f.type:
-            try:
-                col = col.cast(f.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SchemaMismatch("value does not fit the column type", table=table_name,
-                                     column=f.name, expected=str(f.type),
-                                     error=str(exc)) from None
-        if not f.nullable and col.null_count:
-            raise SchemaMismatch("NULL in a NOT NULL column", table=table_name, column=f.name)
-        cols.append(col)
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+def check_fits(table_name: str, table_schema: pa.Schema, spark_schema: T.StructType, *,
+               case_sensitive: bool = False) -> dict[str, str]:
+    """The write's analysis step (on Spark's planning worker): the DataFrame's columns
+    resolved to the table's (ignoring case unless ``case_sensitive``), and every type pair
+    checked against the shared type rules (:mod:`flightsrv.table.types`). Returns table
+    column -> DataFrame column; raises ``SchemaMismatch`` naming what does not fit, before any
+    task runs."""
+    incoming = pa.schema([pa.field(f.name, spark_to_arrow(f.dataType, column=f.name), True)
+                          for f in spark_schema.fields])
+    return rules.plan_columns(table_schema, incoming, table=table_name,
+                              case_sensitive=case_sensitive,
+                              incoming_names=_spark_type_names(spark_schema))
 
 
 class FlightsrvWriter(DataSourceArrowWriter):
     def __init__(self, options, spark_schema: T.StructType, overwrite: bool):
         self.wh_uri, self.name = _location(options)
+        self.mode = save_mode(options, overwrite)
         self.overwrite = overwrite
+        self.case_sensitive = case_sensitive(options)
+        self.skip = False
         table = table_handle(self.wh_uri, self.name)
+        self.job_id = table.runtime.ids.new_id()
         head = table.log.head()
         if head is None or head.dropped:
             if not _flag(options, "create", True):
@@ -280,59 +386,108 @@ class FlightsrvWriter(DataSourceArrowWriter):
             self.create = True
             self.properties = {k[len("property."):]: str(v) for k, v in options.items()
                                if k.startswith("property.")}
-            version_hint = 0
+            self.match = {n: n for n in schema.names}
+            version_hint = 0 if head is None else head.version + 1
         else:
+            if self.mode == "errorifexists":
+                raise TableExists("table already exists (save mode errorifexists, Spark's "
+                                  "default: use mode 'append' or 'overwrite', or 'ignore' to "
+                                  "skip the write)", table=self.name)
             schema = schema_from_json(head.schema)
-            check_fits(self.name, schema, spark_schema)
             self.create = False
+            self.skip = self.mode == "ignore"
+            self.match = check_fits(self.name, schema, spark_schema,
+                                    case_sensitive=self.case_sensitive)
             self.properties = dict(head.properties)
             version_hint = head.version + 1
         self.schema_json = schema_to_json(schema)
         self.version_hint = version_hint
 
     def write(self, iterator) -> FilesWritten:
+        if self.skip:
+            return FilesWritten([], 0, 0)
         table = table_handle(self.wh_uri, self.name)
         schema = schema_from_json(self.schema_json)
         writer = DataFileWriter(table.store, schema, table.runtime,
                                 WriteOptions.from_properties(self.properties), self.version_hint)
-        files = writer.write(conform(b, schema, self.name) for b in iterator if b.num_rows)
+        batches = (rules.conform_batch(b, schema, self.match, table=self.name,
+                                       case_sensitive=self.case_sensitive)
+                   for b in iterator if b.num_rows)
+        try:
+            files = writer.write(batches)
+        except BaseException:
+            table.discard_files(writer.files)  # a failed task leaves nothing behind
+            raise
         return FilesWritten(list(files), writer.bytes_written, writer.rows_written)
+
+    def _summary(self, nbytes: int) -> dict:
+        return {"bytes_added": nbytes, "spark_job": self.job_id}
 
     def commit(self, messages) -> None:
         files = [f for m in messages if m is not None for f in m.files]
         nbytes = sum(m.bytes for m in messages if m is not None)
         from flightsrv.warehouse import Warehouse
 
+        if self.skip:
+            return
         wh = Warehouse.open(self.wh_uri)
+        table = table_handle(self.wh_uri, self.name)
         if self.create:
-            wh.create_table(self.name, schema_from_json(self.schema_json), self.properties,
-                            exist_ok=True)
-        table = wh.table(self.name)
+            try:
+                wh.create_table(self.name, schema_from_json(self.schema_json), self.properties,
+                                data_files=files, summary=self._summary(nbytes))
+                return
+            except TableExists:
+                if self.mode in ("errorifexists", "ignore"):
+                    table.discard_files(files)  # never committed
+                    if self.mode == "ignore":
+                        return
+                    raise TableExists("table was created by another writer while this job "
+                                      "ran (save mode errorifexists)", table=self.name) from None
+                # append / overwrite: the table another writer created takes the rows
         if not self.overwrite:
             if files:
                 table.commit_files(files, operation="spark_append",
                                    expected_schema=self.schema_json,
-                                   extra={"bytes_added": nbytes})
+                                   extra=self._summary(nbytes))
             elif table.head().schema != self.schema_json:
                 raise SchemaMismatch("table schema changed while the data was written",
-                                     table=self.name)
+                                           table=self.name)
             return
-        schema_json, name = self.schema_json, self.name
+        schema_json, name, summary_extra = self.schema_json, self.name, self._summary(nbytes)
 
         def replace_all(head):
             head = require_table(head, name)
             if head.schema != schema_json:
                 raise SchemaMismatch("table schema changed while the data was written",
-                                     table=name, version=head.version)
+                                           table=name, version=head.version)
             added = tuple(dataclasses.replace(f, added_version=head.version + 1) for f in files)
             summary = {"rows_added": sum(f.rows for f in files), "files_added": len(files),
                        "rows_deleted": head.live_rows, "files_removed": len(head.data_files),
-                       "bytes_added": nbytes}
+                       **summary_extra}
             return dataclasses.replace(head, operation="spark_overwrite", summary=summary,
                                        data_files=added)
 
         table.commit(replace_all)
 
     def abort(self, messages) -> None:
-        """Nothing was committed; written files are orphans that vacuum removes."""
-        return
+        """The job failed (a task, or the commit): delete the files finished tasks wrote,
+        unless a version committed by this job references them (the commit landed before
+        something after it failed). Failed tasks already deleted their own files."""
+        files = [f for m in messages or () if m is not None for f in m.files]
+        if not files:
+            return
+        table = table_handle(self.wh_uri, self.name)
+        if self._committed(table):
+            return
+        table.discard_files(files)
+
+    def _committed(self, table) -> bool:
+        head = table.log.head()
+        if head is None:
+            return False
+        for v in range(self.version_hint, head.version + 1):
+            m = table.log.try_load(v)
+            if m is not None and m.summary.get("spark_job") == self.job_id:
+                return True
+        return False

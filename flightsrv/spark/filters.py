@@ -50,14 +50,17 @@ _OPS = {D.EqualTo: "=", D.GreaterThan: ">", D.GreaterThanOrEqual: ">=", D.LessTh
         D.LessThanOrEqual: "<="}
 
 
-def prune_term(f: D.Filter, schema: pa.Schema):
-    """The pruning hint of one Spark filter, or None."""
+def prune_term(f: D.Filter, schema: pa.Schema, names: dict[str, str] | None = None):
+    """The pruning hint of one Spark filter, or None. ``names``: the read schema's spelling
+    of a column -> the table's."""
     from flightsrv.sql.plan import PruneTerm
 
     attr = getattr(f, "attribute", None)
-    if attr is None or len(attr) != 1 or attr[0] not in schema.names:
+    if attr is None or len(attr) != 1:
         return None
-    name = attr[0]
+    name = (names or {}).get(attr[0], attr[0])
+    if name not in schema.names:
+        return None
     t = schema.field(name).type
     if pa.types.is_decimal(t) or pa.types.is_timestamp(t):
         return None
@@ -75,7 +78,7 @@ def prune_term(f: D.Filter, schema: pa.Schema):
     return None
 
 
-def prune_terms(filters, schema: pa.Schema) -> list:
+def prune_terms(filters, schema: pa.Schema, names: dict[str, str] | None = None) -> list:
     """Pruning hints of Spark's pushed filters (a conjunction); the filters themselves all
     stay with Spark."""
-    return [t for t in (prune_term(f, schema) for f in filters) if t is not None]
+    return [t for t in (prune_term(f, schema, names) for f in filters) if t is not None]

@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from flightsrv.errors import ConfigurationError
+from flightsrv.table.types import nullable_nested
 
 SPARK_TO_ARROW: dict[type, pa.DataType] = {
     T.BooleanType: pa.bool_(),
@@ -64,8 +65,11 @@ def spark_to_arrow(t: T.DataType, *, column: str = "?") -> pa.DataType:
 
 
 def spark_schema_to_arrow(schema: T.StructType) -> pa.Schema:
-    """The Arrow schema of a table created from a DataFrame (top-level columns nullable)."""
-    return pa.schema([pa.field(f.name, spark_to_arrow(f.dataType, column=f.name), True)
+    """The Arrow schema of a table created from a DataFrame: every column and every nested
+    field nullable (Spark's ``containsNull=false`` of ``array(1, 2)`` describes one
+    DataFrame, not what later appends may hold; map keys stay NOT NULL, as in Arrow)."""
+    return pa.schema([pa.field(f.name, nullable_nested(spark_to_arrow(f.dataType,
+                                                                      column=f.name)), True)
                       for f in schema.fields])
 
 

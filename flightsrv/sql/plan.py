@@ -24,6 +24,7 @@ Resolution goes through a callable so this module needs no table code:
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -523,6 +524,28 @@ def _term(conj: exp.Expression) -> tuple[exp.Column, str, list[exp.Expression]] 
     return None
 
 
+def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
+               schema: pa.Schema) -> PruneTerm | None:
+    """The hint for ``col op operands`` on a table of ``schema``, when DuckDB compares that
+    column with those constants in an order-preserving way; else None."""
+    f = {f.name.lower(): f for f in schema}.get(col.name.lower())
+    if f is None:
+        return None
+    cclass = _column_class(f.type)
+    if cclass is None or not all(_comparable(cclass, _constant_class(o)) for o in operands):
+        return None
+    return PruneTerm(f.name, op, tuple(_operand_sql(o) for o in operands))
+
+
+def _column_terms(cond: exp.Expression):
+    """(column, op, operands) of each prunable conjunct of ``cond`` whose column is not
+    schema- or catalog-qualified."""
+    for conj in _conjuncts(cond):
+        hit = _term(conj)
+        if hit is not None and not (hit[0].args.get("db") or hit[0].args.get("catalog")):
+            yield hit
+
+
 def dml_prune_terms(cond: exp.Expression | None, target: exp.Table, schema: pa.Schema, *,
                     only_target: bool) -> tuple[PruneTerm, ...]:
     """Pruning hints for the target of a DELETE/UPDATE from its WHERE ``cond``: conjuncts on
@@ -530,29 +553,27 @@ def dml_prune_terms(cond: exp.Expression | None, target: exp.Table, schema: pa.S
     reads no other relation at the top level, ``only_target``)."""
     if cond is None:
         return ()
-    names = {_alias(target)}
-    fields = {f.name.lower(): f for f in schema}
     out = []
-    for conj in _conjuncts(cond):
-        hit = _term(conj)
-        if hit is None:
-            continue
-        col, op, operands = hit
-        if col.args.get("db") or col.args.get("catalog"):
-            continue
-        if col.table:
-            if col.table.lower() not in names:
-                continue
-        elif not only_target:
-            continue
-        f = fields.get(col.name.lower())
-        if f is None:
-            continue
-        cclass = _column_class(f.type)
-        if cclass is None or not all(_comparable(cclass, _constant_class(o)) for o in operands):
-            continue
-        out.append(PruneTerm(f.name, op, tuple(o.sql(DIALECT) for o in operands)))
+    for col, op, operands in _column_terms(cond):
+        if (col.table.lower() == _alias(target)) if col.table else only_target:
+            term = _make_term(col, op, operands, schema)
+            if term is not None:
+                out.append(term)
     return tuple(out)
+
+
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
+
+
+def _operand_sql(node: exp.Expression) -> str:
+    """DuckDB SQL text of a pushable constant: a plain number as written (a 1,000-id IN list
+    spent most of its planning time in the generator), anything else generated."""
+    if isinstance(node, exp.Literal) and not node.is_string and _NUMBER.fullmatch(node.this):
+        return node.this
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) \
+            and not node.this.is_string and _NUMBER.fullmatch(node.this.this):
+        return "-" + node.this.this
+    return node.sql(DIALECT, copy=False)
 
 
 def _prune_terms(tree: exp.Expression, refs: list[exp.Table],
@@ -571,31 +592,16 @@ def _prune_terms(tree: exp.Expression, refs: list[exp.Table],
         direct = [ref_ids[id(s)] for s in sources if id(s) in ref_ids]
         only_refs = len(direct) == len(sources)
         by_alias = {_alias(refs[i]): i for i in direct}
-        for conj in _conjuncts(where.this):
-            hit = _term(conj)
-            if hit is None:
-                continue
-            col, op, operands = hit
-            if col.args.get("db") or col.args.get("catalog"):
-                continue
-            name = col.name.lower()
+        for col, op, operands in _column_terms(where.this):
             if col.table:
                 ref = by_alias.get(col.table.lower())
             elif only_refs:
                 owners = [i for i in direct
-                          if name in {n.lower() for n in schemas[i].names}]
+                          if col.name.lower() in {n.lower() for n in schemas[i].names}]
                 ref = owners[0] if len(owners) == 1 else None
             else:
                 ref = None
-            if ref is None:
-                continue
-            fields = {f.name.lower(): f for f in schemas[ref]}
-            if name not in fields:
-                continue
-            cclass = _column_class(fields[name].type)
-            if cclass is None or not all(_comparable(cclass, _constant_class(o))
-                                         for o in operands):
-                continue
-            found[ref].append(PruneTerm(fields[name].name, op,
-                                        tuple(o.sql(DIALECT) for o in operands)))
+            term = _make_term(col, op, operands, schemas[ref]) if ref is not None else None
+            if term is not None:
+                found[ref].append(term)
     return [tuple(f) for f in found]

@@ -38,6 +38,7 @@ parsing, so every statement carries numbered placeholders and ``param_count``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -235,6 +236,13 @@ def _check_nesting(tokens, sql: str) -> None:
                             value=MAX_NESTING)
 
 
+@functools.lru_cache(maxsize=256)
+def _tokenize(text: str) -> tuple:
+    """sqlglot's DuckDB tokens of ``text``, cached: classifying and parsing one statement
+    read them three times (a 1,000-value IN list costs milliseconds per pass)."""
+    return tuple(DuckDB().tokenize(text))
+
+
 def number_placeholders(sql: str) -> tuple[str, int]:
     """Rewrite ``?`` to ``$1, $2, ...`` in text order; return the text and parameter count.
 
@@ -242,7 +250,7 @@ def number_placeholders(sql: str) -> tuple[str, int]:
     are refused.
     """
     try:
-        tokens = DuckDB().tokenize(sql)
+        tokens = _tokenize(sql)
     except TokenError as e:
         raise SqlError(f"cannot tokenize: {e}", statement=_short(sql)) from None
     _check_nesting(tokens, sql)
@@ -288,7 +296,9 @@ def _parse_statement(sql: str) -> Statement:
     if special is not None:
         return special
     try:
-        trees = [t for t in sqlglot.parse(text, read=DIALECT) if t is not None]
+        # the parser reads the tokens number_placeholders already made (cached by text)
+        trees = [t for t in DuckDB().parser().parse(list(_tokenize(text)), text)
+                 if t is not None]
     except ParseError as e:
         first = e.errors[0] if e.errors else {}
         raise SqlError(
@@ -327,7 +337,7 @@ def _targets(stmt: Statement) -> tuple[exp.Table, ...]:
 
 def _significant_tokens(sql: str, text: str):
     try:
-        toks = DuckDB().tokenize(text)
+        toks = list(_tokenize(text))
         if toks and toks[0].token_type == TokenType.COMMAND:
             # VACUUM (a sqlglot command keyword) swallows the rest as one string: tokenize
             # the rest on its own, with offsets kept by blanking the verb

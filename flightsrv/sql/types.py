@@ -192,3 +192,26 @@ def literal_sql(value: pa.Scalar) -> str:
         items = ", ".join(f"{_quote(f.name)}: {literal_sql(value[f.name])}" for f in t)
         return f"{{{items}}}"
     raise SqlError("cannot bind a parameter of this type", arrow_type=str(t))
+
+
+def duckdb_type(t: pa.DataType) -> str | None:
+    """The DuckDB type a column of Arrow type ``t`` is cast to (maps, structs and lists
+    included), or None if DuckDB has none."""
+    def ident(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    if pa.types.is_map(t):
+        k, v = duckdb_type(t.key_type), duckdb_type(t.item_type)
+        return None if k is None or v is None else f"MAP({k}, {v})"
+    if pa.types.is_struct(t):
+        inner = [(t.field(i).name, duckdb_type(t.field(i).type)) for i in range(t.num_fields)]
+        if any(x is None for _, x in inner):
+            return None
+        return "STRUCT(" + ", ".join(f"{ident(n)} {x}" for n, x in inner) + ")"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        inner = duckdb_type(t.value_type)
+        return None if inner is None else f"{inner}[]"
+    try:
+        return sql_type_name(t)
+    except SqlError:
+        return None

@@ -21,6 +21,14 @@ Contracts every backend keeps:
   (conditional on the destination not existing) or ``abort_multipart``. Part numbers start at 1.
   ``min_part_size`` is the smallest legal non-last part (5 MiB on S3, 0 locally).
 - Transport errors that may succeed on retry raise ``StoreError``.
+- Optional capability ``arrow_filesystem()``: a ``pyarrow.fs.FileSystem`` and the path of key
+  ``""`` in it, through which a reader may read objects natively (C++, parallel and coalesced
+  ranged reads, no Python per byte), or None. Those reads carry no ETag precondition, so
+  only keys that are immutable by protocol (data files: written once with CREATE under
+  unique names, never rewritten) may be read through it, and the reader checks their size
+  against the manifest. Wrappers that must see every read (fault injection, counting)
+  answer None. Callers use :func:`arrow_filesystem`, which also answers None for backends
+  without the method.
 """
 
 from __future__ import annotations
@@ -135,6 +143,12 @@ class ObjectStore(Protocol):
     def list_multipart(self, prefix: str = "") -> Iterator[MultipartUpload]:
         """Uploads started and neither completed nor aborted."""
         ...
+
+
+def arrow_filesystem(store) -> tuple[object, str] | None:
+    """``store.arrow_filesystem()`` when the backend has that capability, else None."""
+    fn = getattr(store, "arrow_filesystem", None)
+    return fn() if fn is not None else None
 
 
 def join_key(*parts: str) -> str:

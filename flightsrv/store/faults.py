@@ -52,6 +52,9 @@ class FaultyStore:
         self.writes = 0
         self._pattern = re.compile(plan.key_pattern)
 
+    def arrow_filesystem(self):
+        return None  # every read goes through the protocol, where faults apply
+
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
         if not callable(attr) or name.startswith("_"):
@@ -115,6 +118,9 @@ class CountingStore:
         self.counts.clear()
         self.keys.clear()
         self.bytes_read = self.bytes_written = 0
+
+    def arrow_filesystem(self):
+        return None  # every read is counted
 
     def __getattr__(self, name):
         attr = getattr(self.inner, name)

@@ -130,10 +130,15 @@ class LocalStore:
 
     def _write_tmp(self, data: bytes) -> str:
         tmp = self._tmp_path()
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:  # a failed or interrupted write leaves nothing behind
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         return tmp
 
     def _install(self, key: str, tmp: str, mode: PutMode, etag: str | None) -> ObjectMeta:
@@ -234,9 +239,14 @@ class LocalStore:
 
     def put_file(self, key: str, path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
         tmp = self._tmp_path()
-        shutil.copyfile(path, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            shutil.copyfile(path, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         return self._install(key, tmp, mode, None)
 
     def new_temp_file(self) -> str:

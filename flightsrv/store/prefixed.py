@@ -60,6 +60,15 @@ class PrefixedStore:
     def local_path(self, key):
         return self.inner.local_path(self._k(key))
 
+    def arrow_filesystem(self):
+        from flightsrv.store.base import arrow_filesystem
+
+        got = arrow_filesystem(self.inner)
+        if got is None:
+            return None
+        fs, root = got
+        return fs, root.rstrip("/") + "/" + self.prefix.rstrip("/")
+
     def new_temp_file(self):
         return self.inner.new_temp_file() if hasattr(self.inner, "new_temp_file") else None
 

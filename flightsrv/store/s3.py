@@ -12,6 +12,7 @@ HTTP 412 PreconditionFailed and 409 ConditionalRequestConflict both raise
 from __future__ import annotations
 
 import os
+import threading
 from typing import Iterator
 from urllib.parse import urlsplit
 
@@ -58,6 +59,8 @@ class S3Store:
             env = os.environ.get("FLIGHTSRV_S3_EQUAL_PARTS")
             equal_part_sizes = (env == "1") if env is not None else "r2.cloudflarestorage" in endpoint
         self.equal_part_sizes = equal_part_sizes
+        self._arrow_fs = None
+        self._arrow_lock = threading.Lock()
 
     @staticmethod
     def _default_client():
@@ -78,6 +81,33 @@ class S3Store:
 
     def local_path(self, key: str) -> None:
         return None
+
+    def arrow_filesystem(self):
+        """pyarrow's native ``S3FileSystem`` for this store's endpoint, region and
+        credentials (the boto3 client's), and ``bucket/prefix``; see the protocol's
+        contract in :mod:`flightsrv.store.base`. Built once per store."""
+        with self._arrow_lock:
+            if self._arrow_fs is None:
+                self._arrow_fs = self._build_arrow_fs()
+        return self._arrow_fs, f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
+
+    def _build_arrow_fs(self):
+        from pyarrow import fs as pafs
+
+        kw: dict = {"region": self.client.meta.region_name or "us-east-1"}
+        endpoint = str(getattr(self.client.meta, "endpoint_url", "") or "")
+        if endpoint and not urlsplit(endpoint).netloc.endswith("amazonaws.com"):
+            parts = urlsplit(endpoint)
+            kw["endpoint_override"] = parts.netloc
+            kw["scheme"] = parts.scheme or "https"
+        signer = getattr(self.client, "_request_signer", None)
+        creds = getattr(signer, "_credentials", None)
+        if creds is not None:
+            frozen = creds.get_frozen_credentials()
+            kw["access_key"], kw["secret_key"] = frozen.access_key, frozen.secret_key
+            if frozen.token:
+                kw["session_token"] = frozen.token
+        return pafs.S3FileSystem(**kw)
 
     def _err(self, exc: Exception, key: str, op: str):
         if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):

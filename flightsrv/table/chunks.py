@@ -332,7 +332,7 @@ class ChunkStore:
         return items
 
     def parse(self, raw: bytes, ref: ChunkRef) -> tuple:
-        from flightsrv.table.manifest import file_from_json
+        from flightsrv.table.datafile import file_from_json
 
         try:
             d = orjson.loads(raw)
@@ -407,7 +407,7 @@ class ChunkStore:
         return f"{CHUNK_PREFIX}{t:%Y/%m/%d/%H}/{self.runtime.ids.new_id()}.json"
 
     def write_leaf(self, files: Sequence, layout) -> ChunkRef:
-        from flightsrv.table.manifest import file_to_json
+        from flightsrv.table.datafile import file_to_json
 
         body = orjson.dumps({"format_version": CHUNK_FORMAT, "level": 0,
                              "files": [file_to_json(f, 2) for f in files]})
@@ -633,7 +633,7 @@ class FileList(Sequence):
         return out
 
     def overlay_json(self) -> list[dict]:
-        from flightsrv.table.manifest import file_to_json
+        from flightsrv.table.datafile import file_to_json
 
         out = []
         for p, o in self.overlay.items():
@@ -644,7 +644,7 @@ class FileList(Sequence):
 
     @staticmethod
     def overlay_from_json(items) -> tuple[dict, dict]:
-        from flightsrv.table.manifest import file_from_json
+        from flightsrv.table.datafile import file_from_json
 
         overlay, was = {}, {}
         for d in items or ():
@@ -775,7 +775,7 @@ def _align(chunks: ChunkStore, new: Sequence, leaves: list[ChunkRef]) -> list:
 
 
 def _delta_size(delta: dict) -> int:
-    from flightsrv.table.manifest import file_to_json
+    from flightsrv.table.datafile import file_to_json
 
     return sum(40 + (len(orjson.dumps(file_to_json(o, 2))) if o is not None else 0)
                for o in delta.values())

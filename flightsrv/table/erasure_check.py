@@ -39,7 +39,7 @@ import logging
 from dataclasses import dataclass, field
 
 from flightsrv.errors import ObjectNotFound
-from flightsrv.table.chunks import CHUNK_PREFIX, ChunkRef, ChunkStore
+from flightsrv.table.chunks import CHUNK_PREFIX, ChunkStore
 from flightsrv.table.commit import require_table
 from flightsrv.table.manifest import POINTER_KEY, Manifest, Pointer, version_of_key
 from flightsrv.table.mirror import MIRROR_PREFIXES, object_refs

@@ -265,10 +265,11 @@ def _seconds(value, what: str, table) -> float:
     elif isinstance(value, (int, float)):
         s = float(value)
     else:
-        raise ConfigurationError(f"{what} must be a timedelta or seconds", table=table.name,
-                                 got=repr(value))
+        raise ConfigurationError(f"{what} must be a timedelta or seconds",
+                                 table=getattr(table, "name", None), got=repr(value))
     if s < 0:
-        raise ConfigurationError(f"{what} must not be negative", table=table.name, seconds=s)
+        raise ConfigurationError(f"{what} must not be negative",
+                                 table=getattr(table, "name", None), seconds=s)
     return s
 
 
@@ -869,6 +870,119 @@ def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) 
     log.info("vacuum", extra={"table": table.name, "dry_run": dry_run,
                               "objects": result.deleted_objects, "bytes": result.deleted_bytes})
     return result
+
+
+@dataclass
+class OrphanVacuumResult(_Result):
+    """What ``Warehouse.vacuum_orphans`` removed (or would remove, with ``dry_run``)."""
+
+    dry_run: bool
+    grace_seconds: float
+    prefixes_checked: int = 0  # table-name prefixes that hold no table
+    prefixes: list = field(default_factory=list)  # those with old objects (to go / gone)
+    objects: list = field(default_factory=list)  # [{key, kind, size, age_s}]
+    uploads: list = field(default_factory=list)  # [{key, upload_id, age_s}] aborted
+    kept_young: int = 0  # younger than the grace period: a create may still commit them
+    kept_young_bytes: int = 0
+
+    @property
+    def deleted_objects(self) -> int:
+        return len(self.objects)
+
+    @property
+    def deleted_bytes(self) -> int:
+        return sum(o["size"] for o in self.objects)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["deleted_objects"], d["deleted_bytes"] = self.deleted_objects, self.deleted_bytes
+        return d
+
+    def rows(self) -> list[dict]:
+        out = super().rows()
+        out.insert(2, {"metric": "prefixes", "value": ",".join(self.prefixes) or "-"})
+        return out
+
+
+def vacuum_orphan_prefixes(warehouse, *, grace=DEFAULT_GRACE, dry_run: bool = False,
+                           progress=None) -> OrphanVacuumResult:
+    """Delete the objects that prefixes *without a table* hold: a job that was creating table
+    ``t`` and failed (or was killed) before its create committed leaves data files under
+    ``t/data/`` that no table references and no table-level vacuum reaches.
+
+    A prefix counts only when it is a valid table name and has no manifest at all (a dropped
+    table still has its log: its own ``vacuum`` applies). Only keys under the table object
+    prefixes (``data/``, ``tombstone/``) and unfinished multipart uploads are candidates,
+    and only when older than ``grace``: a create in progress writes its files before its
+    commit creates the table, so ``grace`` must exceed the longest write-to-commit time of
+    any writer. Each prefix is checked again for a table right before its objects go."""
+    from flightsrv.table.warehouse import is_table_name
+
+    grace_s = _seconds(grace, "grace", warehouse)
+    if not dry_run:
+        warehouse.ensure_writable()
+    store = warehouse.store
+    now = warehouse.runtime.clock.now_ms()
+    limit = now - int(grace_s * 1000)
+    result = OrphanVacuumResult(dry_run=dry_run, grace_seconds=grace_s)
+    plan: list[tuple[str, list, list]] = []
+    for name in store.list_prefixes(""):
+        if not is_table_name(name) or _has_log(store, name):
+            continue
+        result.prefixes_checked += 1
+        old, uploads = [], []
+        for p in VACUUM_PREFIXES:
+            for m in store.list(f"{name}/{p}"):
+                if 0 < m.last_modified_ms <= limit:
+                    old.append(m)
+                else:  # unknown (0) or future modification times count as young
+                    result.kept_young += 1
+                    result.kept_young_bytes += m.size
+        uploads = [u for u in store.list_multipart(f"{name}/") if 0 < u.initiated_ms <= limit]
+        if old or uploads:
+            plan.append((name, old, uploads))
+    _progress_start(progress, sum(len(o) + len(u) for _, o, u in plan) or None, " objects")
+    try:
+        for name, old, uploads in plan:
+            if not dry_run and _has_log(store, name):
+                continue  # a create committed meanwhile: its files are a table's now
+            result.prefixes.append(name)
+            for m in old:
+                if not dry_run:
+                    store.delete(m.key)
+                result.objects.append({"key": m.key, "kind": _kind(m.key.split("/", 1)[1]),
+                                       "size": m.size,
+                                       "age_s": (now - m.last_modified_ms) / 1000})
+                if progress is not None:
+                    progress.advance(1)
+            for u in uploads:
+                if not dry_run:
+                    try:
+                        store.abort_multipart(u.key, u.upload_id)
+                    except ObjectNotFound:
+                        pass
+                result.uploads.append({"key": u.key, "upload_id": u.upload_id,
+                                       "age_s": (now - u.initiated_ms) / 1000})
+                if progress is not None:
+                    progress.advance(1)
+    finally:
+        _progress_finish(progress)
+    log.info("vacuum_orphans", extra={"dry_run": dry_run, "prefixes": len(result.prefixes),
+                                      "objects": result.deleted_objects,
+                                      "bytes": result.deleted_bytes})
+    return result
+
+
+def _has_log(store, name: str) -> bool:
+    """Whether prefix ``name`` holds a table's log (a pointer or any manifest)."""
+    from flightsrv.table.manifest import POINTER_KEY
+
+    try:
+        store.head(f"{name}/{POINTER_KEY}")
+        return True
+    except ObjectNotFound:
+        pass
+    return next(iter(store.list(f"{name}/manifest/")), None) is not None
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flightsrv.errors import CorruptObject, ObjectNotFound, PreconditionFailed
+from flightsrv.errors import CorruptObject, ObjectNotFound, PreconditionFailed, StoreError
+from flightsrv.store.base import arrow_filesystem
 from flightsrv.table import projection as proj
 from flightsrv.table.deletes import keep_mask, read_dv
 from flightsrv.table.manifest import DataFile, Manifest
@@ -50,6 +51,8 @@ READ_AHEAD = 4
 _footers: OrderedDict = OrderedDict()
 _footers_lock = threading.Lock()
 _FOOTER_CACHE = 512
+#: open native input files by (filesystem, path, size): opening one costs a HEAD request
+_sources: OrderedDict = OrderedDict()
 
 
 class StoreFile(io.RawIOBase):
@@ -90,6 +93,41 @@ class StoreFile(io.RawIOBase):
         return len(data)
 
 
+def _native_source(store, f: DataFile, table: str):
+    """The data file opened through the store's native Arrow filesystem (parallel, coalesced
+    ranged reads in C++), or None when the store has none. Data files are immutable under
+    their unique keys, so the key pins the version; the size is checked against the
+    manifest."""
+    got = arrow_filesystem(store)
+    if got is None:
+        return None
+    fs, root = got
+    path = f"{root}/{f.path}"
+    key = (id(fs), path, f.size)
+    with _footers_lock:
+        source = _sources.get(key)
+        if source is not None:
+            _sources.move_to_end(key)
+            return source
+    try:
+        source = fs.open_input_file(path)
+    except FileNotFoundError:
+        raise ObjectNotFound("data file referenced by the manifest is missing", table=table,
+                             object=f.path) from None
+    except OSError as exc:
+        raise StoreError("reading a data file failed", table=table, object=f.path,
+                         error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                         ) from None
+    if source.size() != f.size:
+        raise CorruptObject("data file size differs from the manifest", table=table,
+                            object=f.path, expected=f.size, actual=source.size())
+    with _footers_lock:  # ranged reads of an S3 input file are independent: share it
+        _sources[key] = source
+        while len(_sources) > _FOOTER_CACHE:
+            _sources.popitem(last=False)
+    return source
+
+
 def open_parquet(store, f: DataFile, *, table: str = "?") -> pq.ParquetFile:
     """Open a data file of the manifest, pinned to its recorded ETag."""
     cache_key = (store.uri, f.path, f.etag)
@@ -105,7 +143,9 @@ def open_parquet(store, f: DataFile, *, table: str = "?") -> pq.ParquetFile:
                 raise CorruptObject("data file size differs from the manifest", table=table,
                                     object=f.path, expected=f.size, actual=source.size())
         else:
-            source = pa.PythonFile(StoreFile(store, f.path, f.etag, f.size), mode="r")
+            source = _native_source(store, f, table)
+            if source is None:
+                source = pa.PythonFile(StoreFile(store, f.path, f.etag, f.size), mode="r")
         pf = pq.ParquetFile(source, metadata=md, pre_buffer=local is None)
     except (FileNotFoundError, ObjectNotFound):
         raise ObjectNotFound("data file referenced by the manifest is missing", table=table,
@@ -286,6 +326,43 @@ class Snapshot:
                 yield from t.to_batches(max_chunksize=batch_size)
 
         return pa.RecordBatchReader.from_batches(schema, batches())
+
+    def take(self, positions: dict[str, np.ndarray], columns: list[str] | None = None, *,
+             files=None) -> pa.Table:
+        """The rows at the given physical positions (sorted int64, per data file path) of
+        this snapshot's files, in file order (``files``, default the manifest's) and position
+        order: the rows a caller (the DML planner, after DuckDB found them) already knows it
+        wants, with every column, read by field id under the current schema. Reads only the
+        row groups that hold such a position, in the scan's thread pool."""
+        cols = list(self.schema.names) if columns is None else list(columns)
+        schema = pa.schema([self.schema.field(c) for c in cols])
+        listed = list(self.manifest.data_files if files is None else files)
+        by_path = {f.path: f for f in listed}
+        work = []
+        for path, pos in positions.items():
+            f = by_path[path]
+            if len(pos) == 0:
+                continue
+            offsets = np.asarray(f.row_group_offsets, dtype=np.int64)
+            groups = np.searchsorted(offsets, pos, side="right") - 1
+            bounds = np.flatnonzero(np.diff(groups)) + 1
+            for chunk in np.split(np.arange(len(pos)), bounds):
+                rg = int(groups[chunk[0]])
+                work.append((f, rg, pos[chunk] - offsets[rg]))
+        order = {f.path: i for i, f in enumerate(listed)}
+        work.sort(key=lambda w: (order[w[0].path], w[1]))
+
+        def read(f: DataFile, rg: int, local: np.ndarray) -> pa.Table:
+            pf = open_parquet(self.store, f, table=self.table.name)
+            reads = self.projection(f, cols)
+            t = pf.read_row_group(rg, columns=proj.read_columns(reads), use_threads=False)
+            if reads:
+                t = pa.Table.from_arrays(proj.apply(t, reads), names=cols)
+            t = t.take(pa.array(local, pa.int64()))
+            return t.cast(schema) if t.schema != schema else t
+
+        parts = [fut.result() for fut in [_POOL.submit(read, *w) for w in work]]
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
     def to_table(self, columns: list[str] | None = None) -> pa.Table:
         return self.scan(columns).read_all()

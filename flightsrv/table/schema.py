@@ -186,6 +186,10 @@ def stat_to_json(value, t: pa.DataType, *, is_max: bool):
     if pa.types.is_boolean(t) or pa.types.is_integer(t):
         return int(value) if not pa.types.is_boolean(t) else bool(value)
     if pa.types.is_floating(t):
+        if isinstance(value, bytes):  # float16 statistics come back as their 2 raw bytes
+            import struct
+
+            value = struct.unpack("<e", value)[0] if len(value) == 2 else float("nan")
         v = float(value)
         return None if math.isnan(v) or math.isinf(v) else v
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):

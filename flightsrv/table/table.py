@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError, CorruptObject, SchemaMismatch, VersionNotFound
+from flightsrv.table import types
 from flightsrv.table.commit import TableLog, commit, require_table
 from flightsrv.table.manifest import Manifest
 from flightsrv.table.scan import Snapshot
@@ -25,9 +27,15 @@ if TYPE_CHECKING:
 
 
 def parse_timestamp_ms(as_of) -> int:
-    if isinstance(as_of, (int, float)):
+    """Epoch milliseconds of ``as_of``: a datetime (naive = UTC), epoch milliseconds (an int,
+    or a string of digits, as Spark passes every option), or an ISO 8601 string
+    (``2026-11-21``, ``2026-11-21T12:00:00Z``, ``2026-11-21 12:00:00+01:00``; naive = UTC)."""
+    if isinstance(as_of, (int, float)) and not isinstance(as_of, bool):
         return int(as_of)
+    if isinstance(as_of, str) and re.fullmatch(r"\s*-?\d+\s*", as_of):
+        return int(as_of)  # epoch milliseconds as text
     if isinstance(as_of, str):
+        as_of = as_of.strip()
         try:
             as_of = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
         except ValueError:
@@ -164,40 +172,13 @@ class Table:
         else:
             raise ConfigurationError("append takes a pyarrow Table, RecordBatch or "
                                      "RecordBatchReader", table=self.name, got=type(data).__name__)
-        missing = [f.name for f in schema if f.name not in src_schema.names]
-        extra = [n for n in src_schema.names if n not in schema.names]
-        if missing or extra:
-            raise SchemaMismatch("appended data does not match the table's columns",
-                                 table=self.name, missing=",".join(missing) or None,
-                                 unexpected=",".join(extra) or None)
-        for f in schema:
-            st = src_schema.field(f.name).type
-            if st != f.type:
-                try:
-                    pa.array([], st).cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    raise SchemaMismatch("column type does not match the table",
-                                         table=self.name, column=f.name, expected=str(f.type),
-                                         found=str(st)) from None
-        same = src_schema.remove_metadata().equals(schema, check_metadata=False)
+        # the analysis step: every column pair is an exact widening, else nothing is written
+        match = types.plan_columns(schema, src_schema, table=self.name)
 
         def gen():
             for b in batches:
-                if b.num_rows == 0:
-                    continue
-                if same:
-                    yield b
-                    continue
-                cols = []
-                for f in schema:
-                    col = b.column(b.schema.get_field_index(f.name))
-                    try:
-                        cols.append(col.cast(f.type, safe=True) if col.type != f.type else col)
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                        raise SchemaMismatch("value does not fit the column type",
-                                             table=self.name, column=f.name,
-                                             expected=str(f.type), error=str(exc)) from None
-                yield pa.RecordBatch.from_arrays(cols, schema=schema)
+                if b.num_rows:
+                    yield types.conform_batch(b, schema, match, table=self.name)
 
         return gen()
 

@@ -45,6 +45,11 @@ from flightsrv.table.table import Table
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,127}")
 
 
+def is_table_name(name: str) -> bool:
+    """Whether ``name`` (a top-level prefix) can be a table's."""
+    return bool(_NAME.fullmatch(name))
+
+
 def check_name(name: str) -> str:
     n = name.lower()
     if not _NAME.fullmatch(n):
@@ -156,10 +161,14 @@ class Warehouse:
         return out
 
     def create_table(self, name: str, schema: pa.Schema, properties: dict | None = None, *,
-                     exist_ok: bool = False, partition_by=None,
-                     format_version: int = FORMAT_VERSION) -> Table:
-        """Create table ``name``. ``partition_by``: hidden partitioning of its files, e.g.
-        ``["day(event_time)", "bucket(64, user_id)"]`` (docs/PROTOCOL.md §15);
+                     exist_ok: bool = False, data_files=(), summary: dict | None = None,
+                     partition_by=None, format_version: int = FORMAT_VERSION) -> Table:
+        """Create table ``name`` (one commit, operation "create"). ``data_files`` (written
+        with this schema, not yet committed) become the new table's first rows in the same
+        commit, so a failed create leaves no table behind; ``summary`` adds to the commit
+        summary. With ``exist_ok``, an existing table is returned unchanged (and
+        ``data_files`` are not committed). ``partition_by``: hidden partitioning of its
+        files, e.g. ``["day(event_time)", "bucket(64, user_id)"]`` (docs/PROTOCOL.md §15);
         ``format_version`` 1 makes a table of the old format (no field ids, no chunks)."""
         from flightsrv.table.partition import make_spec, parse_field
 
@@ -184,11 +193,14 @@ class Warehouse:
             if head is not None and not head.dropped:
                 existed["yes"] = True
                 return None
+            version = 0 if head is None else head.version + 1
+            files = tuple(dataclasses.replace(f, added_version=version) for f in data_files)
             return Manifest(version=0, previous=None, table_uuid=t.runtime.ids.new_id(),
                             commit_id="", created_at_ms=0, operation="create",
-                            summary={"rows_added": 0, "rows_deleted": 0, "files_added": 0,
-                                     "files_removed": 0},
-                            schema=schema_json, properties=props, data_files=(),
+                            summary={"rows_added": sum(f.rows for f in files),
+                                     "rows_deleted": 0, "files_added": len(files),
+                                     "files_removed": 0, **(summary or {})},
+                            schema=schema_json, properties=props, data_files=files,
                             deletes={}, format_version=format_version,
                             partition_spec=spec if items else dict(UNPARTITIONED),
                             last_column_id=last_id, last_partition_id=last_pid)
@@ -199,6 +211,16 @@ class Warehouse:
                 return t
             raise TableExists("table already exists", table=t.name)
         return t
+
+    def vacuum_orphans(self, *, grace=None, dry_run: bool = False, progress=None):
+        """Delete objects older than ``grace`` (default 7 days) under prefixes that hold no
+        table: the files of creates that failed before they committed (see
+        :func:`flightsrv.table.maintenance.vacuum_orphan_prefixes`). Returns an
+        ``OrphanVacuumResult``."""
+        from flightsrv.table.maintenance import DEFAULT_GRACE, vacuum_orphan_prefixes
+
+        return vacuum_orphan_prefixes(self, grace=DEFAULT_GRACE if grace is None else grace,
+                                      dry_run=dry_run, progress=progress)
 
     def drop_table(self, name: str, *, missing_ok: bool = False) -> None:
         t = self._table(name)

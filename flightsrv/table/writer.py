@@ -243,9 +243,14 @@ class DataFileWriter:
         if tmp is None:
             fd, tmp = tempfile.mkstemp(suffix=".parquet", prefix="flightsrv-")
             os.close(fd)
-        w = pq.ParquetWriter(tmp, self.physical, compression=self.options.compression,
-                             compression_level=self.options.compression_level,
-                             write_statistics=True, store_schema=True)
+        try:
+            w = pq.ParquetWriter(tmp, self.physical, compression=self.options.compression,
+                                 compression_level=self.options.compression_level,
+                                 write_statistics=True, store_schema=True)
+        except BaseException:  # interrupted before the caller owns ``tmp``: remove it here
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         return key, tmp, w
 
     def _finish(self, key: str, tmp: str, w: pq.ParquetWriter, partition: tuple = (),

@@ -6,9 +6,10 @@ local path or S3 through the ``AWS_*`` environment, as the moto fixture sets it)
 ``scenario`` builds the table the interop tests publish: appends, DV deletes (inline and
 object), metadata-only deletes (whole row groups, a whole file), a splice, a compaction.
 
-``duckdb_venv()`` builds (once, cached) a virtualenv with DuckDB 1.5.5 and its delta, avro
-and iceberg extension wheels, the readers for ``delta_scan`` / ``iceberg_scan`` (our own
-DuckDB is 2.0, for which no extension wheels exist); ``duckdb_rows`` runs them there.
+``duckdb_venv()`` builds (once, cached) a virtualenv with DuckDB 1.5.5 and its delta, avro,
+iceberg, httpfs and ducklake extension wheels: the readers for ``delta_scan`` /
+``iceberg_scan`` (our own DuckDB is 2.0, for which no extension wheels exist), and DuckLake,
+the peer ``benchmarks/bench_peers.py`` measures against; ``duckdb_rows`` runs the readers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import pyarrow as pa
 
 DUCKDB_VERSION = "1.5.5"
 DUCKDB_PACKAGES = [f"duckdb=={DUCKDB_VERSION}"] + [
-    f"duckdb-extension-{n}=={DUCKDB_VERSION}" for n in ("delta", "avro", "iceberg", "httpfs")]
+    f"duckdb-extension-{n}=={DUCKDB_VERSION}"
+    for n in ("delta", "avro", "iceberg", "httpfs", "ducklake")] + ["pyarrow"]
 
 
 def s3_env() -> dict:
@@ -145,19 +147,27 @@ def duckdb_venv(base: str | None = None) -> str:
     venv = os.path.join(base, f"duckdb-{DUCKDB_VERSION}")
     python = os.path.join(venv, "bin", "python")
     marker = os.path.join(venv, ".complete")
+    want = " ".join(DUCKDB_PACKAGES)
     if os.path.exists(marker):
-        return python
-    os.makedirs(base, exist_ok=True)
-    steps = [[sys.executable, "-m", "venv", "--clear", venv],
-             [python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-              *DUCKDB_PACKAGES]]
+        with open(marker) as f:
+            have = f.read().split()
+        if set(DUCKDB_PACKAGES) <= set(have):
+            return python
+        # an older virtualenv without some wheel: add what is missing
+        steps = [[python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                  *[p for p in DUCKDB_PACKAGES if p not in have]]]
+    else:
+        os.makedirs(base, exist_ok=True)
+        steps = [[sys.executable, "-m", "venv", "--clear", venv],
+                 [python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                  *DUCKDB_PACKAGES]]
     for cmd in steps:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
             raise RuntimeError(f"building the DuckDB {DUCKDB_VERSION} virtualenv failed: "
                                f"{' '.join(cmd[:4])}: {(r.stderr or r.stdout)[-400:]}")
     with open(marker, "w") as f:
-        f.write(" ".join(DUCKDB_PACKAGES))
+        f.write(want)
     return python
 
 

@@ -1,0 +1,79 @@
+"""Issue 16: an erasure through SQL leaves its literal values nowhere — not in the server's
+logs (statement text is redacted by default, error text too), not in manifests, summaries or
+certificates, and, after ``PURGE t EXPIRE``, not in any stored object."""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+
+import adbc_driver_flightsql.dbapi as flightsql
+import pyarrow as pa
+import pytest
+
+from flightsrv import Warehouse
+from flightsrv.engine.duck import DuckEngine
+from flightsrv.server.app import start_in_thread
+from flightsrv.server.logs import JsonFormatter
+
+SECRET = "mallory.secret@example.com"
+
+
+@pytest.fixture
+def captured_logs():
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("flightsrv")
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield stream
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def test_sql_erasure_leaves_no_literal_in_logs_or_storage(warehouse_uri, captured_logs):
+    wh = Warehouse.open(warehouse_uri)
+    t = wh.create_table("people", pa.schema([("id", pa.int64()), ("email", pa.string())]))
+    emails = [f"user{i}@example.com" for i in range(300)]
+    emails[123] = SECRET
+    t.append(pa.table({"id": list(range(300)), "email": emails}))
+    engine = DuckEngine(wh)
+    server, port = start_in_thread(engine)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conn = flightsql.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+        with conn:
+            cur = conn.cursor()
+            cur.execute(f"SELECT count(*) FROM people WHERE email = '{SECRET}'")
+            assert cur.fetchall() == [(1,)]
+            cur.execute(f"DELETE FROM people WHERE email = '{SECRET}'")
+            assert cur.rowcount == 1
+            with pytest.raises(Exception):  # an error that echoes the statement
+                cur.execute(f"DELETE FROM people WHERE email = '{SECRET}' AND nosuch = 1")
+            cur.close()
+            cur = conn.cursor()
+            cur.execute("PURGE people EXPIRE")
+            rows = {(r[2], r[3]) for r in cur.fetchall()}
+            assert ("status", "erased") in rows, rows
+            cur.close()
+    finally:
+        server.shutdown()
+        engine.close()
+    logs = captured_logs.getvalue()
+    assert "DELETE FROM people WHERE email = ?" in logs  # the statement was logged, redacted
+    assert SECRET not in logs and "mallory" not in logs
+    for meta in wh.store.list("people/"):
+        body, _ = wh.store.get(meta.key)
+        assert SECRET.encode() not in body, meta.key
+    for m in wh.table("people").log.versions():
+        summary = wh.table("people").log.load(m).summary
+        assert SECRET not in repr(summary)
+    certs = wh.table("people").erasures()
+    assert certs and SECRET not in repr(certs)
+    assert wh.table("people").count_rows() == 299

@@ -1,0 +1,294 @@
+"""The write type rules (flightsrv.table.types) through the Python API, SQL INSERT and Flight
+SQL ingest, and the warehouse-level vacuum of failed creates (Python API and CLI)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from flightsrv.errors import ConfigurationError, SchemaMismatch, SqlError
+from flightsrv.table import types as rules
+from flightsrv.table.table import parse_timestamp_ms
+from flightsrv.warehouse import Warehouse
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Arrow type -> values that reach its edges (NULL is added)
+VALUES: dict[pa.DataType, list] = {
+    pa.bool_(): [True, False],
+    pa.int8(): [-128, 127, 0],
+    pa.int16(): [-32768, 32767],
+    pa.int32(): [-2**31, 2**31 - 1],
+    pa.int64(): [-2**63, 2**63 - 1],
+    pa.uint8(): [0, 255],
+    pa.uint16(): [65535],
+    pa.uint32(): [2**32 - 1],
+    pa.uint64(): [2**64 - 1],
+    pa.float16(): [float("nan"), float("inf"), -0.0, 65504.0],
+    pa.float32(): [float("nan"), float("-inf"), -0.0, 3.4028234663852886e38, 1e-45],
+    pa.float64(): [float("nan"), float("inf"), -0.0, 1.7976931348623157e308, 5e-324],
+    pa.decimal128(10, 2): [decimal.Decimal("99999999.99"), decimal.Decimal("-0.01")],
+    pa.decimal128(38, 10): [decimal.Decimal("9" * 28 + "." + "9" * 10)],
+    pa.string(): ["", "12", "héllo"],
+    pa.large_string(): ["x", "2024-01-01"],
+    pa.binary(): [b"", b"\x00\xff"],
+    pa.date32(): [dt.date(1, 1, 1), dt.date(9999, 12, 31)],
+    pa.timestamp("s"): [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59)],
+    pa.timestamp("ms"): [dt.datetime(2024, 2, 29, 12, 0, 0, 123000)],
+    pa.timestamp("us"): [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999)],
+    pa.timestamp("ns"): [dt.datetime(2024, 1, 1, 0, 0, 0, 1)],
+    pa.timestamp("us", tz="UTC"): [dt.datetime(1, 1, 1, tzinfo=dt.UTC)],
+    pa.timestamp("us", tz="Europe/Paris"): [dt.datetime(2024, 6, 1, 12, tzinfo=dt.UTC)],
+    pa.time64("us"): [dt.time(23, 59, 59, 999999)],
+    pa.duration("us"): [dt.timedelta(days=-10**6)],
+    pa.list_(pa.int32()): [[2**31 - 1, None], []],
+    pa.list_(pa.int64()): [[2**63 - 1]],
+    pa.struct([("a", pa.int32()), ("b", pa.string())]): [{"a": 1, "b": "x"},
+                                                          {"a": None, "b": None}],
+    pa.struct([("b", pa.string()), ("a", pa.int64())]): [{"a": 2**40, "b": "y"}],
+    pa.map_(pa.string(), pa.int32()): [[("k", 2**31 - 1)]],
+    pa.map_(pa.string(), pa.int64()): [[("k", 2**63 - 1)]],
+}
+
+EXPECTED = {  # (table type, incoming type) exact widenings among VALUES' types
+    (pa.int16(), pa.int8()), (pa.int32(), pa.int8()), (pa.int64(), pa.int8()),
+    (pa.int32(), pa.int16()), (pa.int64(), pa.int16()), (pa.int64(), pa.int32()),
+    (pa.int16(), pa.uint8()), (pa.int32(), pa.uint8()), (pa.int64(), pa.uint8()),
+    (pa.uint16(), pa.uint8()), (pa.uint32(), pa.uint8()), (pa.uint64(), pa.uint8()),
+    (pa.int32(), pa.uint16()), (pa.int64(), pa.uint16()), (pa.uint32(), pa.uint16()),
+    (pa.uint64(), pa.uint16()), (pa.int64(), pa.uint32()), (pa.uint64(), pa.uint32()),
+    (pa.float32(), pa.int8()), (pa.float64(), pa.int8()), (pa.float32(), pa.int16()),
+    (pa.float64(), pa.int16()), (pa.float64(), pa.int32()), (pa.float32(), pa.uint8()),
+    (pa.float64(), pa.uint8()), (pa.float32(), pa.uint16()), (pa.float64(), pa.uint16()),
+    (pa.float64(), pa.uint32()),
+    (pa.float32(), pa.float16()), (pa.float64(), pa.float16()), (pa.float64(), pa.float32()),
+    (pa.decimal128(10, 2), pa.int8()), (pa.decimal128(10, 2), pa.int16()),
+    (pa.decimal128(10, 2), pa.uint8()), (pa.decimal128(10, 2), pa.uint16()),
+    (pa.decimal128(38, 10), pa.int8()), (pa.decimal128(38, 10), pa.int16()),
+    (pa.decimal128(38, 10), pa.int32()), (pa.decimal128(38, 10), pa.int64()),
+    (pa.decimal128(38, 10), pa.uint8()), (pa.decimal128(38, 10), pa.uint16()),
+    (pa.decimal128(38, 10), pa.uint32()), (pa.decimal128(38, 10), pa.uint64()),
+    (pa.decimal128(38, 10), pa.decimal128(10, 2)),
+    (pa.string(), pa.large_string()), (pa.large_string(), pa.string()),
+    (pa.timestamp("s"), pa.date32()), (pa.timestamp("ms"), pa.date32()),
+    (pa.timestamp("us"), pa.date32()),
+    (pa.timestamp("ms"), pa.timestamp("s")), (pa.timestamp("us"), pa.timestamp("s")),
+    (pa.timestamp("us"), pa.timestamp("ms")),
+    (pa.timestamp("us", tz="UTC"), pa.timestamp("us", tz="Europe/Paris")),
+    (pa.timestamp("us", tz="Europe/Paris"), pa.timestamp("us", tz="UTC")),
+    (pa.list_(pa.int64()), pa.list_(pa.int32())),
+    (pa.struct([("b", pa.string()), ("a", pa.int64())]),
+     pa.struct([("a", pa.int32()), ("b", pa.string())])),
+    (pa.map_(pa.string(), pa.int64()), pa.map_(pa.string(), pa.int32())),
+}
+
+
+def _column(t: pa.DataType) -> pa.Array:
+    return pa.array(VALUES[t] + [None], t)
+
+
+def _same(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        a, b = float(a), float(b)
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and math.copysign(1, a) == math.copysign(1, b))
+    if isinstance(a, dt.date) and not isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
+        return b == dt.datetime.combine(a, dt.time())
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_type_matrix_python_api(tmp_path):
+    """Every (table type, incoming type) pair: an exact widening (values, edges included,
+    read back unchanged) or SchemaMismatch before any file is written."""
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    types = list(VALUES)
+    allowed = {(tt, it) for tt in types for it in types if rules.refusal(tt, it) is None}
+    assert allowed == EXPECTED | {(t, t) for t in types}
+    for n, tt in enumerate(types):
+        table = wh.create_table(f"t{n}", pa.schema([("c", tt)]))
+        for it in types:
+            data = pa.table({"c": _column(it)})
+            if (tt, it) not in allowed:
+                with pytest.raises(SchemaMismatch) as e:
+                    table.append(data)
+                msg = str(e.value)
+                assert f"column=c table_type={rules.type_name(tt)}" in msg, msg
+                assert f"incoming_type={rules.type_name(it)}" in msg, msg
+                continue
+            v = table.append(data).version
+            got = table.to_table(version=v).column("c").to_pylist()[-len(data):]
+            assert all(_same(a, b) for a, b in zip(data.column("c").to_pylist(), got)), (tt, it)
+        assert len(list(table.store.list("data/"))) == len(table.head().data_files)
+
+
+def test_docs_show_the_rules():
+    text = (ROOT / "docs" / "TYPES.md").read_text()
+    assert rules.markdown_table() in text
+
+
+def test_nested_not_null_and_names():
+    t = pa.schema([pa.field("a", pa.list_(pa.field("element", pa.int32(), False))),
+                   pa.field("s", pa.struct([pa.field("x", pa.int64(), False)]))])
+    ok = pa.table({"a": pa.array([[1], None], pa.list_(pa.int8())),
+                   "s": pa.array([{"x": 1}, None], pa.struct([("x", pa.int32())]))})
+    match = rules.plan_columns(t, ok.schema)
+    out = rules.conform_batch(ok.to_batches()[0], t, match)
+    assert out.schema == t and out.column("a").to_pylist() == [[1], None]
+    bad = pa.table({"a": pa.array([[1, None]], pa.list_(pa.int32())),
+                    "s": pa.array([{"x": 1}], pa.struct([("x", pa.int32())]))})
+    with pytest.raises(SchemaMismatch, match="column=a.element"):
+        rules.conform_batch(bad.to_batches()[0], t, match, table="t")
+    bad = pa.table({"a": pa.array([[1]], pa.list_(pa.int32())),
+                    "s": pa.array([{"x": None}], pa.struct([("x", pa.int32())]))})
+    with pytest.raises(SchemaMismatch, match="column=s.x"):
+        rules.conform_batch(bad.to_batches()[0], t, match, table="t")
+    # names: exact by default, case-insensitive on request; nested struct fields too
+    upper = pa.schema([("A", pa.list_(pa.int32())), ("S", pa.struct([("X", pa.int64())]))])
+    with pytest.raises(SchemaMismatch, match="missing=a,s"):
+        rules.plan_columns(t, upper)
+    match = rules.plan_columns(t, upper, case_sensitive=False)
+    assert match == {"a": "A", "s": "S"}
+    batch = pa.record_batch([pa.array([[3]], pa.list_(pa.int32())),
+                             pa.array([{"X": 4}], upper.field("S").type)], schema=upper)
+    assert rules.conform_batch(batch, t, match, case_sensitive=False).to_pylist() == [
+        {"a": [3], "s": {"x": 4}}]
+    with pytest.raises(SchemaMismatch, match="differ only in case"):
+        rules.plan_columns(pa.schema([("a", pa.int64())]),
+                           pa.schema([("a", pa.int64()), ("A", pa.int64())]),
+                           case_sensitive=False)
+    assert rules.nullable_nested(t.field("a").type).value_field.nullable
+
+
+def test_sql_insert_casts_like_duckdb(tmp_path):
+    """SQL INSERT: DuckDB's assignment casts (a statement, not Arrow data), errors name the
+    statement."""
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    wh.sql("CREATE TABLE t (i INTEGER, d DOUBLE, ts TIMESTAMPTZ, m DECIMAL(10,2))")
+    assert wh.sql("INSERT INTO t VALUES ('12', 1.5, '2024-01-01 00:00:00+00', 2)") == 1
+    assert wh.sql("INSERT INTO t (i) SELECT 7::TINYINT") == 1
+    got = wh.sql("SELECT * FROM t ORDER BY i").to_pylist()
+    assert got[0] == {"i": 7, "d": None, "ts": None, "m": None}
+    assert got[1]["i"] == 12 and got[1]["d"] == 1.5 and got[1]["m"] == decimal.Decimal("2.00")
+    with pytest.raises(SqlError, match="statement="):
+        wh.sql("INSERT INTO t (i) VALUES ('x')")
+    assert wh.table("t").count_rows() == 2
+
+
+def test_ingest_follows_the_rules(tmp_path):
+    """Arrow Flight SQL ingest (ADBC) into an existing table: widening accepted, anything
+    else refused with column, table type and incoming type; nothing written."""
+    import warnings
+
+    import adbc_driver_manager
+    from _server_engine import start_test_server
+    from adbc_driver_flightsql import dbapi
+
+    from flightsrv.engine import DuckEngine
+
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    srv, engine, uri = start_test_server(engine=DuckEngine(wh))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conn = dbapi.connect(uri)
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE ing (id BIGINT, n INTEGER)")
+            assert cur.adbc_ingest("ing", pa.table({"id": pa.array([1], pa.int32()),
+                                                    "n": pa.array([2], pa.int16())}),
+                                   mode="append") == 1
+        with conn.cursor() as cur, pytest.raises(adbc_driver_manager.Error) as e:
+            cur.adbc_ingest("ing", pa.table({"id": pa.array([2], pa.int64()),
+                                             "n": ["12"]}), mode="append")
+        msg = str(e.value)
+        assert "column=n" in msg and "table_type=int32" in msg and "incoming_type=string" in msg
+        conn.close()
+        assert wh.table("ing").count_rows() == 1
+        assert len(list(wh.table("ing").store.list("data/"))) == 1
+    finally:
+        srv.shutdown()
+        engine.close()
+
+
+def test_timestamps_as_of_parse():
+    assert parse_timestamp_ms("1700000000000") == 1700000000000
+    assert parse_timestamp_ms(" 1700000000000 ") == 1700000000000
+    assert parse_timestamp_ms(1700000000000) == 1700000000000
+    assert parse_timestamp_ms("2023-11-14T22:13:20Z") == 1700000000000
+    assert parse_timestamp_ms("2023-11-14 23:13:20+01:00") == 1700000000000
+    assert parse_timestamp_ms("2023-11-14") == parse_timestamp_ms("2023-11-14T00:00:00Z")
+    with pytest.raises(ConfigurationError, match="does not parse"):
+        parse_timestamp_ms("last tuesday")
+
+
+# -- failed creates: the warehouse-level vacuum ---------------------------------------------
+
+
+def _stray(wh: Warehouse, name: str) -> str:
+    key = f"{name}/data/2026/11/22/00/stray.parquet"
+    wh.store.put(key, b"PAR1 not really")
+    return key
+
+
+def test_vacuum_orphans(warehouse_uri):
+    wh = Warehouse.open(warehouse_uri)
+    t = wh.create_table("kept", pa.schema([("a", pa.int64())]))
+    t.append(pa.table({"a": [1, 2]}))
+    wh.create_table("gone", pa.schema([("a", pa.int64())]))
+    wh.drop_table("gone")  # a dropped table keeps its log: its own vacuum applies
+    stray = _stray(wh, "newt")
+    _stray(wh, "gone")
+    wh.store.put("_flightsrv-keys/other.json", b"{}")  # not a table name: never touched
+    kept = sorted(m.key for m in wh.store.list("kept/"))
+    assert wh.vacuum_orphans().deleted_objects == 0  # younger than 7 days
+    dry = wh.vacuum_orphans(grace=0, dry_run=True)
+    assert dry.prefixes == ["newt"] and [o["key"] for o in dry.objects] == [stray]
+    assert [m.key for m in wh.store.list("newt/")] == [stray]
+    done = wh.vacuum_orphans(grace=dt.timedelta(0))
+    assert done.deleted_objects == 1 and done.deleted_bytes == len(b"PAR1 not really")
+    assert list(wh.store.list("newt/")) == []
+    assert sorted(m.key for m in wh.store.list("kept/")) == kept
+    assert len(list(wh.store.list("gone/data/"))) == 1
+    assert len(list(wh.store.list("_flightsrv-keys/"))) >= 1
+    assert wh.table("kept").count_rows() == 2
+
+
+def test_cli_warehouse_vacuum(tmp_path):
+    wh_path = str(tmp_path / "wh")
+    wh = Warehouse.open(wh_path)
+    wh.create_table("kept", pa.schema([("a", pa.int64())]))
+    stray = _stray(wh, "newt")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "flightsrv.cli", "--warehouse", wh_path, "warehouse", "vacuum"]
+
+    def run(*args):
+        return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env,
+                              timeout=120, check=False)
+
+    r = run("--grace", "0")
+    assert r.returncode == 1 and "below the minimum grace" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run("--grace", "0", "--allow-short-grace", "--dry-run", "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    got = {d["metric"]: d["value"] for d in map(json.loads, r.stdout.splitlines())}
+    assert got["prefixes"] == "newt" and str(got["deleted_objects"]) == "1"
+    assert [m.key for m in wh.store.list("newt/")] == [stray]
+    r = run("--grace", "0s", "--allow-short-grace")
+    assert r.returncode == 0, r.stderr
+    assert list(wh.store.list("newt/")) == []
+    r = run()  # nothing left; the default grace keeps young files anyway
+    assert r.returncode == 0 and "deleted_objects" in r.stdout
