@@ -275,6 +275,14 @@ class Table:
         date->timestamp); old files are cast when read."""
         return self._evolve("alter_column_type", name, type)
 
+    def widen_column(self, name: str, type: pa.DataType) -> Manifest | None:
+        """Alias of :meth:`alter_column_type` (only widening is allowed)."""
+        return self.alter_column_type(name, type)
+
+    def set_partition_spec(self, fields) -> Manifest | None:
+        """Alias of :meth:`set_partitioning`."""
+        return self.set_partitioning(fields)
+
     def set_partitioning(self, fields) -> Manifest | None:
         """Partition new files by ``fields`` (``["day(ts)", "bucket(64, user_id)"]`` or
         ``[(transform, column)]``; empty: unpartitioned). Files already written keep their
