@@ -189,15 +189,20 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     keys = {c: (str(manifest.field_id(c)) if manifest.field_id(c) is not None else c)
             for c in names}
     kinds: dict[int, str] = {}
+    spellable: dict[int, bool] = {}  # schema id -> DuckDB can spell its projection
     for f in candidates:
         kind = "arrow"
         if native and _is_clean(f):
             reads = snapshot.projection(f, names)
             kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
             if kind == "clean":
-                try:
-                    _select_sql(reads)
-                except SqlError:  # a default DuckDB cannot spell: the Arrow scan has it
+                if f.schema_id not in spellable:
+                    try:
+                        _select_sql(reads)
+                        spellable[f.schema_id] = True
+                    except SqlError:  # a default DuckDB cannot spell: the Arrow scan has it
+                        spellable[f.schema_id] = False
+                if not spellable[f.schema_id]:
                     kind = "arrow"
         kinds[id(f)] = kind
     groups: dict[int, list[int]] = {}
