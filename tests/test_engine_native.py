@@ -77,7 +77,8 @@ def test_pinned_live_rows_native_and_arrow(warehouse_uri):
             body = relations.build(snap, None, "r").body  # clean: DuckDB; dirty: Arrow scan
             assert "read_parquet" in body and "r_a" in body
             cur = duckdb.connect()
-            pruner = Pruner(cur, [PruneTerm("id", "=", ("4103",))], snap.schema)
+            pruner = Pruner(cur, [PruneTerm("id", "=", ("4103",))], snap.schema,
+                            snap.manifest)
             body = relations.build(snap, None, "r", pruner=pruner).body  # a point: dirty only
             assert "r_a" in body and "read_parquet" not in body
         # manifest order is kept across the runs of clean and dirty files

@@ -97,7 +97,8 @@ def test_new_file_stats_are_fresh_and_readable_by_duckdb(table):
     t.delete("id < 500 OR id >= 5800", mode="splice")
     (f,) = t.head().data_files
     assert f.dv is None and not f.stats_wide and f.rows == 5_300
-    assert f.stats["id"]["min"] == 500 and f.stats["id"]["max"] == 5_799
+    ids = t.head().column_stats(f, "id")
+    assert ids["min"] == 500 and ids["max"] == 5_799
     got = duckdb.sql(f"SELECT id, name, score FROM read_parquet('{t.store.local_path(f.path)}')"
                      " ORDER BY id").to_arrow_table()
     assert got.equals(data(500, 5_800))

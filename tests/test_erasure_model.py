@@ -30,6 +30,7 @@ from flightsrv import Warehouse
 from flightsrv.errors import ObjectNotFound, StoreError, VersionNotFound
 from flightsrv.runtime import IdSource, ManualClock, Runtime
 from flightsrv.store.faults import FaultPlan, FaultyStore
+from flightsrv.table.chunks import ChunkStore
 from flightsrv.table.deletes import read_dv
 from flightsrv.table.manifest import Manifest
 
@@ -204,7 +205,7 @@ class Model:
                 values = set(t["marker"].to_pylist())
                 assert not values & self.deleted, f"{meta.key} holds deleted rows"
             elif "/manifest/" in meta.key:
-                m = Manifest.from_json(raw, key=meta.key)
+                m = Manifest.from_json(raw, key=meta.key, chunks=ChunkStore(self.t.store, "m"))
                 blob = json.dumps(m.summary) + json.dumps([f.stats for f in m.data_files])
                 assert not any(x in blob for x in self.deleted), meta.key
                 for f in m.data_files:  # every DV this manifest names decodes

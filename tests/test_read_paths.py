@@ -38,7 +38,8 @@ def _table(uri: str, files: int = 5, per: int = 1000):
 
 
 def test_take_returns_the_rows_at_the_positions(local_uri):
-    wh, t = _table(local_uri, files=3)
+    per = 2500  # row groups hold at least 1,024 rows: several per file
+    wh, t = _table(local_uri, files=3, per=per)
     snap = t.snapshot()
     files = snap.manifest.data_files
     assert all(f.row_groups > 1 for f in files)
@@ -48,7 +49,7 @@ def test_take_returns_the_rows_at_the_positions(local_uri):
     got = snap.take(want)
     expected = []
     for i, f in enumerate(files[:2]):
-        expected += [i * 1000 + int(p) for p in want[f.path]]  # ids are positions per file
+        expected += [i * per + int(p) for p in want[f.path]]  # ids are positions per file
     assert got.column("id").to_pylist() == expected
     assert got.column("s").to_pylist() == [f"s{i}" for i in expected]
     assert got.schema == SCHEMA

@@ -353,3 +353,29 @@ def test_orphans_of_failed_creates_are_collected(spark, local_uri):
     assert result.prefixes == ["newt"] and result.deleted_objects == 1 + len(left)
     assert list(wh.store.list("newt/")) == []
     assert sorted(m.key for m in wh.store.list("keep/")) == keep
+
+
+def test_merge_schema_adds_new_columns_and_writes_by_field_id(spark, local_uri):
+    """Format 2 (issue 15): a DataFrame with a column the table lacks is refused with a hint,
+    unless ``mergeSchema``; after a rename and a partition spec, Spark's files carry the
+    table's field ids and partitions, and old rows read the new column as NULL."""
+    uri = f"{local_uri}/merge"
+    spark.sql("SELECT 1L AS id, 'a' AS name").write.format("flightsrv").mode("append").save(uri)
+    wh = Warehouse.open(local_uri)
+    wh.sql("ALTER TABLE merge RENAME COLUMN name TO label")
+    wh.sql("ALTER TABLE merge SET PARTITIONED BY (bucket(4, id))")
+    df = spark.sql("SELECT 2L AS id, 'b' AS label, 7 AS extra")
+    with pytest.raises(Exception) as e:
+        df.write.format("flightsrv").mode("append").save(uri)
+    assert "SchemaMismatch" in str(e.value) and "unexpected=extra" in str(e.value)
+    assert "mergeSchema" in str(e.value)
+    df.write.format("flightsrv").mode("append").option("mergeSchema", "true").save(uri)
+    t = wh.table("merge")
+    assert t.schema.names == ["id", "label", "extra"]
+    got = sorted(t.to_table().to_pylist(), key=lambda r: r["id"])
+    assert got == [{"id": 1, "label": "a", "extra": None}, {"id": 2, "label": "b", "extra": 7}]
+    new = [f for f in t.head().data_files if f.added_version == t.head().version]
+    assert new and all(f.schema_id == t.head().schema["schema_id"] and f.partition
+                       for f in new)
+    back = spark.read.format("flightsrv").load(uri).orderBy("id").collect()
+    assert [tuple(r) for r in back] == [(1, "a", None), (2, "b", 7)]

@@ -51,7 +51,7 @@ def test_create_append_scan_roundtrip(wh):
     assert t.properties["user.owner"] == "tests"
     f = t.head().data_files[0]
     assert f.path.startswith("data/") and f.path.endswith(".parquet")
-    assert f.stats["id"] == {"nulls": 0, "min": 0, "max": 999}
+    assert t.head().column_stats(f, "id") == {"nulls": 0, "min": 0, "max": 999}
 
 
 def test_create_twice_and_unknown_table(wh):
@@ -104,7 +104,8 @@ def test_row_group_pruning(warehouse_uri):
     f = t.head().data_files[0]
     assert f.row_groups >= 5
     snap = t.snapshot()
-    pruner = Pruner(duckdb.connect(), [PruneTerm("id", "=", ("4321",))], snap.schema)
+    pruner = Pruner(duckdb.connect(), [PruneTerm("id", "=", ("4321",))], snap.schema,
+                    snap.manifest)
     (task,) = list(snap.plan(pruner.files, pruner.row_groups))
     assert len(task.row_groups) == 1
     assert t.to_table(filter="id = 4321").column("id").to_pylist() == [4321]
@@ -200,7 +201,7 @@ def test_in_list_prunes_by_statistics_and_is_exact(wh):
         t.append(rows(i * 100, (i + 1) * 100))
     snap = t.snapshot()
     pruner = Pruner(duckdb.connect(), [PruneTerm("id", "in", ("5", "250", "251", "9999"))],
-                    snap.schema)
+                    snap.schema, snap.manifest)
     assert [task.file.path for task in snap.plan(pruner.files)] == [
         snap.manifest.data_files[0].path, snap.manifest.data_files[2].path]
     assert sorted(t.to_table(filter="id IN (5, 250, 251, 9999)")["id"].to_pylist()) == [

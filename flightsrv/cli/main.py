@@ -33,7 +33,8 @@ Arrow Flight SQL by DuckDB.
   flightsrv sql ["SELECT ..."]     run SQL here or on a server (--server), or open a shell
   flightsrv table COMMAND ...      list | create | append | scan | head | delete | history |
                                    describe | set-property | drop | stats | compact | expire |
-                                   vacuum | purge | publish | erasures | erasure-status
+                                   vacuum | purge | publish | erasures | erasure-status |
+                                   upgrade
   flightsrv warehouse vacuum       delete files of failed creates (prefixes with no table)
   flightsrv demo                   the table format in one minute
   flightsrv user hash NAME         a users-file line for basic auth

@@ -486,6 +486,23 @@ def cmd_publish(args) -> int:
     return 0
 
 
+def cmd_upgrade(args) -> int:
+    t = open_warehouse(args).table(args.table)
+    head = t.head()
+    if head.format_version >= 2:
+        print(f"{t.name}: already table format {head.format_version}; nothing done")
+        return 0
+    say(f"upgrading {t.name} to table format 2 ({len(head.data_files)} data files, "
+        "metadata only)")
+    m = t.upgrade()
+    if m is None:  # a concurrent upgrade won
+        print(f"{t.name}: already table format 2; nothing done")
+        return 0
+    print(f"{t.name}: upgraded from table format {head.format_version} to "
+          f"{m.format_version} at version {m.version}; no data file was rewritten")
+    return 0
+
+
 def cmd_erasures(args) -> int:
     import json
 
@@ -653,6 +670,10 @@ def add_parser(sub, command) -> None:
     name_arg(p)
     p.add_argument("--format", choices=("delta", "iceberg", "all"), default="all",
                    help="which mirror to bring up to date (default: all)")
+
+    p = command(ts, "upgrade", "move a format-1 table to table format 2 in one commit "
+                "(field ids, manifest chunks; no data file is rewritten)", cmd_upgrade)
+    name_arg(p)
 
     for name, func, text in (("erasures", cmd_erasures, "list the erasure certificates"),
                              ("erasure-status", cmd_erasure_status,

@@ -128,6 +128,7 @@ class ExecInfo:
     row_groups_scanned: int = 0
     row_groups_pruned: int = 0
     rows_masked: int = 0  # rows hidden by deletion vectors in the files read
+    chunks_pruned: int = 0  # manifest chunks skipped by their summaries (never read)
     commits: list[tuple[str, int]] = field(default_factory=list)  # (table, version) written
 
 

@@ -355,7 +355,7 @@ class Dml:
             # reads; their whole rows are read by position (row groups holding one only)
             deletes = _positions(found, file_list)
             rows = snap.take({path: np.asarray(bm.to_array(), dtype=np.int64)
-                              for path, bm in deletes.items()})
+                              for path, bm in deletes.items()}, files=file_list)
             target_edit = sqlplan.reference_edits(stmt.text, [target], [CANDIDATES])
             if target_edit is None:
                 raise SqlError("cannot plan the statement's target", statement=st._short(sql))

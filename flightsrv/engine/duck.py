@@ -343,14 +343,10 @@ class DuckEngine:
         hidden file column indexes."""
         snap = scan.snapshot
         if physical:
-            import dataclasses
-
             from flightsrv.table.scan import Snapshot
 
-            snap = Snapshot(snap.table, dataclasses.replace(snap.manifest, data_files=tuple(
-                dataclasses.replace(f, dv=None, deleted_row_groups=())
-                for f in snap.manifest.data_files)))
-        pruner = Pruner(cur, scan.prune, snap.schema) if scan.prune else None
+            snap = Snapshot(snap.table, snap.manifest, physical=True)
+        pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
         rel = rels.build(snap, self._scan_columns(scan), scan.relation, pruner=pruner,
                          hidden=hidden, native=native, open_scans=data)
@@ -367,6 +363,7 @@ class DuckEngine:
         info.rows_masked += rel.rows_masked
         if pruner is not None:
             info.row_groups_pruned += pruner.row_groups_pruned
+            info.chunks_pruned += pruner.chunks_pruned
         return rel.file_list
 
     @contextlib.contextmanager
@@ -541,6 +538,8 @@ class DuckEngine:
         if isinstance(stmt, st.Maintenance):
             mx.run_maintenance(self._maintenance_table(stmt), stmt)
             return 0
+        if isinstance(stmt, st.AlterTable):
+            return self._alter(stmt)
         raise SqlError("statement kind not handled", statement=st._short(sql),
                        kind=type(stmt).__name__)
 
@@ -626,7 +625,8 @@ class DuckEngine:
         if stmt.replace:
             self.warehouse.drop_table(stmt.table, missing_ok=True)
         try:
-            self.warehouse.create_table(stmt.table, stmt.schema)
+            self.warehouse.create_table(stmt.table, stmt.schema,
+                                        partition_by=list(stmt.partition_by))
         except TableExists:
             if not stmt.if_not_exists:
                 raise
@@ -641,7 +641,8 @@ class DuckEngine:
         if stmt.replace:
             self.warehouse.drop_table(stmt.table, missing_ok=True)
         try:
-            table = self.warehouse.create_table(stmt.table, schema)
+            table = self.warehouse.create_table(stmt.table, schema,
+                                                partition_by=list(stmt.partition_by))
         except BaseException:
             reader.close()
             raise
@@ -654,6 +655,73 @@ class DuckEngine:
                 self.warehouse.drop_table(stmt.table)
             raise
         return counter.rows
+
+    def _alter(self, stmt: st.AlterTable) -> int:
+        """One metadata-only change (flightsrv.table.evolution) in one commit; a DEFAULT is
+        evaluated by DuckDB, cast to the column's type."""
+        table = self._table(stmt.table)
+        try:
+            return self._alter_table(table, stmt)
+        except TableNotFound:
+            raise
+        except ConfigurationError as e:  # name the statement too (SchemaMismatch, ...)
+            if "statement" in e.context:
+                raise
+            raise type(e)(e.message, statement=st._short(stmt.sql), **e.context) from None
+
+    def _alter_table(self, table, stmt: st.AlterTable) -> int:
+        action = stmt.action
+        if action == "add_column":
+            if stmt.if_exists and stmt.column.lower() in \
+                    {n.lower() for n in table.snapshot().schema.names}:
+                return 0
+            default = None
+            if stmt.default is not None:
+                default = self._constant(stmt.default, stmt.type, stmt, stmt.column)
+            table.add_column(stmt.column, stmt.type, nullable=stmt.nullable, default=default)
+        elif action == "rename_column":
+            table.rename_column(stmt.column, stmt.new_name)
+        elif action == "drop_column":
+            if stmt.if_exists and stmt.column.lower() not in \
+                    {n.lower() for n in table.snapshot().schema.names}:
+                return 0
+            table.drop_column(stmt.column)
+        elif action == "alter_column_type":
+            table.alter_column_type(stmt.column, stmt.type)
+        elif action == "set_partitioning":
+            table.set_partitioning(list(stmt.partition_by))
+        elif action == "upgrade":
+            table.upgrade()
+        else:
+            raise SqlError("ALTER TABLE action not handled", statement=st._short(stmt.sql),
+                           table=stmt.table, action=action)
+        return 0
+
+    def _constant(self, text: str, t: pa.DataType, stmt: st.Statement, column: str):
+        """The value of a constant SQL expression cast to ``t``, computed by DuckDB in the
+        database that can open no file."""
+        from flightsrv.sql.types import duckdb_type
+
+        typ = duckdb_type(t)
+        expr = text if typ is None else f"CAST({text} AS {typ})"
+        cur = self._sandbox.cursor()
+        try:
+            got = cur.sql(f"SELECT {expr} AS v").to_arrow_table()
+        except duckdb.Error as e:
+            raise SqlError(f"bad DEFAULT for column {column}: "
+                           f"{str(e).strip().splitlines()[0]}", statement=st._short(stmt.sql),
+                           column=column) from None
+        finally:
+            cur.close()
+        value = got.column(0)[0]
+        if value.type != t:
+            try:
+                value = value.cast(t)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise SqlError("DEFAULT does not fit the column's type",
+                               statement=st._short(stmt.sql), column=column,
+                               type=str(t)) from None
+        return value.as_py()
 
     # -- Engine: ingest ---------------------------------------------------------------------------
 
@@ -787,7 +855,7 @@ def _parameter_schema(stmt: st.Statement, warehouse) -> pa.Schema:
 def _kind_name(stmt: st.Statement) -> str:
     return {st.Delete: "delete", st.Update: "update", st.Merge: "merge", st.Insert: "insert",
             st.CreateTable: "create", st.CreateTableAs: "create", st.DropTable: "drop",
-            st.SetSession: "set", st.Maintenance: "maintenance"}.get(type(stmt), "select")
+            st.SetSession: "set", st.Maintenance: "maintenance", st.AlterTable: "alter"}.get(type(stmt), "select")
 
 
 def _schema_key(stmt: st.Statement, pinner: sqlplan.Pinner) -> tuple | None:

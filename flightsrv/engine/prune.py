@@ -30,11 +30,25 @@ float column's ``max`` is taken as NaN unless the writer recorded the unit NaN-f
 and ``0.0`` compare equal in DuckDB, as in the bounds. A truncated string ``min`` is still a
 lower bound; a missing bound is NULL and keeps the unit. The pruner never decides that a row
 matches: every kept unit is read and DuckDB evaluates the whole WHERE on its rows.
+
+Units are manifest chunks (:meth:`Pruner.chunks`: their summaries), data files
+(:meth:`Pruner.files`) and row groups (:meth:`Pruner.row_groups`: footer statistics).
+Statistics are found by field id and decoded with the type the unit was written with, then
+cast to the column's current type (a widened column); a file written before a column was
+added holds only the column's default, which bounds it exactly.
+
+Partition values (docs/PROTOCOL.md §15) are one more set of bounds per unit: a
+``day(ts) = d`` file holds only ``ts`` values of day ``d`` (or NULLs when the value is NULL),
+so the same conditions apply to those bounds. ``bucket[N]`` values prune ``c = v`` and
+``c IN (...)``: DuckDB casts each constant to the column's type and confirms the cast value
+equals the constant (and the constant's type compares exactly: an integer or decimal against
+an integer or decimal column, a string against a string, date or timestamp column); the
+writers' own bucket function hashes the cast values, and a unit is kept when its bucket is
+among them. Anything unconfirmed prunes nothing.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -43,7 +57,6 @@ from typing import Any
 import pyarrow as pa
 
 from flightsrv.table.manifest import DataFile
-from flightsrv.table.schema import stat_from_json
 
 STATS_RELATION = "__fsrv_stats"
 #: IN lists up to this long are checked value by value; longer ones by their range (one
@@ -51,6 +64,8 @@ STATS_RELATION = "__fsrv_stats"
 IN_LIST_EXACT = 16
 #: more candidate files than this: prune by manifest statistics before reading footers
 FILE_PREFILTER = 64
+#: IN lists longer than this are not hashed into buckets (each constant is one cast query)
+BUCKET_LIST_MAX = 256
 _NAN = float("nan")
 _counter = itertools.count()
 
@@ -118,18 +133,89 @@ def _plain(v):
     return v
 
 
+def _decode(raws: list, encs: list, cur: pa.DataType) -> pa.Array:
+    """Statistics JSON values as an array of type ``cur``; ``encs[i]`` is the type JSON
+    value ``i`` was encoded with (None: the value is None or already of ``cur``)."""
+    from flightsrv.table.schema import type_from_json
+
+    groups: dict[str, list[int]] = {}
+    for i, e in enumerate(encs):
+        groups.setdefault(repr(e), []).append(i)
+    parts, order = [], []
+    for key, idx in groups.items():
+        enc = encs[idx[0]]
+        t = type_from_json(enc) if enc is not None else cur
+        vals = [raws[i] for i in idx]
+        parts.append(_typed(vals, t, cur))
+        order += idx
+    if len(parts) == 1:
+        return parts[0]
+    arr = pa.concat_arrays(parts)
+    inverse = [0] * len(order)
+    for pos, i in enumerate(order):
+        inverse[i] = pos
+    return arr.take(pa.array(inverse, pa.int64()))
+
+
+def _typed(vals: list, t: pa.DataType, cur: pa.DataType) -> pa.Array:
+    """JSON statistics values of type ``t`` as an array cast to ``cur``."""
+    import decimal
+
+    if pa.types.is_timestamp(t) or pa.types.is_time(t) or pa.types.is_duration(t):
+        arr = pa.array(vals, pa.int64()).cast(t)
+    elif pa.types.is_date(t):
+        arr = pa.array(vals, pa.int32()).cast(pa.date32()).cast(t)
+    elif pa.types.is_decimal(t):
+        arr = pa.array([None if v is None else decimal.Decimal(v) for v in vals], t)
+    else:
+        arr = pa.array(vals, t)
+    return arr if t == cur else arr.cast(cur)
+
+
+def _exact_class(sql_type: str, column: pa.DataType) -> bool:
+    """Whether DuckDB compares a constant of ``sql_type`` with ``column`` exactly (so
+    ``column = constant`` holds for exactly one column value, the cast constant)."""
+    st = sql_type.upper()
+    ints = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+            "UINTEGER", "UBIGINT", "UHUGEINT")
+    if pa.types.is_integer(column) or pa.types.is_decimal(column):
+        return st in ints or st.startswith("DECIMAL")
+    if pa.types.is_string(column) or pa.types.is_large_string(column) or \
+            pa.types.is_string_view(column):
+        return st == "VARCHAR"
+    if pa.types.is_binary(column) or pa.types.is_large_binary(column):
+        return st == "BLOB"
+    if pa.types.is_date(column):
+        return st in ("DATE", "VARCHAR")
+    if pa.types.is_timestamp(column):
+        from flightsrv.sql.types import sql_type_name
+
+        own = sql_type_name(column)
+        own = "TIMESTAMP WITH TIME ZONE" if own == "TIMESTAMPTZ" else own
+        return st in (own, "VARCHAR")
+    return False
+
+
 class Pruner:
     """Prunes the units of one table reference for its ``terms``, running the statistics
     query on ``cursor`` (the statement's own DuckDB cursor, so settings such as the time
     zone are the statement's)."""
 
-    def __init__(self, cursor, terms: Sequence[Any], schema: pa.Schema):
+    def __init__(self, cursor, terms: Sequence[Any], schema: pa.Schema, manifest=None):
         names = {f.name for f in schema}
         self.terms = [t for t in terms if t.column in names]
         self.cursor = cursor
         self.schema = schema
+        self.manifest = manifest
         self.files_pruned = 0
         self.row_groups_pruned = 0
+        self.chunks_pruned = 0
+        self.chunks_kept = 0
+        self._hashes: dict = {}
+        self._fids = {}
+        if manifest is not None:
+            for col in self.columns:
+                self._fids[col] = manifest.field_id(col)
 
     def __bool__(self) -> bool:
         return bool(self.terms)
@@ -138,121 +224,359 @@ class Pruner:
     def columns(self) -> list[str]:
         return sorted({t.column for t in self.terms})
 
-    def _run(self, rows: list[dict]) -> set[int]:
-        """Indices of the units to keep; ``rows`` hold ``min``/``max``/``nulls``/``nans``
-        per column (Python values of the column's type) and ``rows``."""
-        if not rows or not self.terms:
-            return set(range(len(rows)))
-        arrays, fields = [pa.array(range(len(rows)), pa.int64())], [pa.field("__i", pa.int64())]
-        arrays.append(pa.array([r["rows"] for r in rows], pa.int64()))
-        fields.append(pa.field("__rows", pa.int64()))
+    def _key(self, col: str) -> str:
+        fid = self._fids.get(col)
+        return str(fid) if fid is not None else col
+
+    # -- the statistics query ----------------------------------------------------------
+
+    def _run(self, n: int, rows: list, cols: dict) -> set[int]:
+        """Indices of the units to keep. ``cols[col]`` holds ``mins``/``maxs`` (arrays of
+        the column's type), ``nulls``, ``nans`` (lists), ``ranges`` (lists of (lo array,
+        hi array, nulls list): partition bounds), ``buckets`` ([(N, values, many)]: a
+        unit's bucket, or with ``many`` the list of buckets a chunk holds)."""
+        if not n or not self.terms:
+            return set(range(n))
+        arrays = [pa.array(range(n), pa.int64()), pa.array(rows, pa.int64())]
+        fields = [pa.field("__i", pa.int64()), pa.field("__rows", pa.int64())]
         conds: list[str] = []
         params: list = []
         for i, col in enumerate(self.columns):
+            c = cols.get(col)
+            if c is None:
+                continue
             t = self.schema.field(col).type
-            floating = pa.types.is_floating(t)
-            mins, maxs, nulls = [], [], []
-            for r in rows:
-                s = r["cols"].get(col) or {}
-                mins.append(s.get("min"))
-                mx = s.get("max")
-                if floating and s.get("nans") != 0:
-                    mx = _NAN  # NaN rows are not in the bounds; NaN is DuckDB's largest
-                maxs.append(mx)
-                nulls.append(s.get("nulls"))
-            try:
-                arrays += [pa.array(mins, t), pa.array(maxs, t), pa.array(nulls, pa.int64())]
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-                continue  # bounds not representable: this column prunes nothing
-            fields += [pa.field(f"__min{i}", t), pa.field(f"__max{i}", t),
-                       pa.field(f"__nulls{i}", pa.int64())]
-            for term in self.terms:
-                if term.column == col:
-                    conds.append(_keep_condition(term, f"__min{i}", f"__max{i}",
-                                                 f"__nulls{i}", params))
+            terms = [term for term in self.terms if term.column == col]
+            sets = [(c["mins"], c["maxs"], c["nulls"])] + list(c.get("ranges", ()))
+            for k, (mins, maxs, nulls) in enumerate(sets):
+                try:
+                    if pa.types.is_floating(t) and k == 0:
+                        nans = c["nans"]
+                        maxs = pa.array([_NAN if nans[j] != 0 else v for j, v in
+                                         enumerate(maxs.to_pylist())], t)
+                    arrays += [mins, maxs, pa.array(nulls, pa.int64())]
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                    continue  # bounds not representable: this set prunes nothing
+                fields += [pa.field(f"__min{i}_{k}", t), pa.field(f"__max{i}_{k}", t),
+                           pa.field(f"__nulls{i}_{k}", pa.int64())]
+                for term in terms:
+                    conds.append(_keep_condition(term, f"__min{i}_{k}", f"__max{i}_{k}",
+                                                 f"__nulls{i}_{k}", params))
+            for k, (nb, values, many) in enumerate(c.get("buckets", ())):
+                for term in terms:
+                    hashes = self._bucket_hashes(term, t, nb)
+                    if hashes is None:
+                        continue
+                    name = f"__b{i}_{k}"
+                    listed = ", ".join(str(h) for h in sorted(hashes)) or "NULL"
+                    if many:
+                        arrays.append(pa.array(values, pa.list_(pa.int32())))
+                        fields.append(pa.field(name, pa.list_(pa.int32())))
+                        conds.append(f"coalesce(list_has_any({name}, [{listed}]), TRUE)")
+                    else:
+                        arrays.append(pa.array(values, pa.int32()))
+                        fields.append(pa.field(name, pa.int32()))
+                        conds.append(f"coalesce({name} IN ({listed}), TRUE)")
         if not conds:
-            return set(range(len(rows)))
+            return set(range(n))
         name = f"{STATS_RELATION}{next(_counter)}"
         self.cursor.register(name, pa.Table.from_arrays(arrays, schema=pa.schema(fields)))
         try:
             keep = self.cursor.execute(
                 f"SELECT __i FROM {name} WHERE " + " AND ".join(conds), params or None).fetchall()
         except Exception:  # noqa: BLE001 - a bound DuckDB cannot compare: prune nothing
-            return set(range(len(rows)))
+            return set(range(n))
         finally:
             self.cursor.unregister(name)
         return {k for (k,) in keep}
 
+    def _bucket_hashes(self, term, t: pa.DataType, nb: int) -> set[int] | None:
+        """The buckets (of ``nb``) of the column values that can equal a constant of an
+        ``=`` / ``IN`` term; None when DuckDB cannot confirm every constant exactly."""
+        if term.op not in ("=", "in") or len(term.operands) > BUCKET_LIST_MAX:
+            return None
+        key = (term, str(t))
+        if key not in self._hashes:
+            self._hashes[key] = self._exact_values(term, t)
+        xs = self._hashes[key]
+        if xs is None:
+            return None
+        from flightsrv.table.partition import bucket_of
+
+        try:
+            return {h for h in bucket_of(nb, pa.array(xs, t)) if h is not None}
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            return None
+
+    def _exact_values(self, term, t: pa.DataType) -> list | None:
+        from flightsrv.errors import SqlError
+        from flightsrv.sql.types import sql_type_name
+
+        try:
+            typ = sql_type_name(t)
+        except SqlError:
+            return None
+        parts = [f"SELECT typeof(o) AS k, CAST(o AS {typ}) AS x, CAST(o AS {typ}) = o AS e "
+                 f"FROM (SELECT {o} AS o)" for o in term.operands]
+        try:
+            got = self.cursor.execute(" UNION ALL ".join(parts)).fetchall()
+        except Exception:  # noqa: BLE001 - DuckDB cannot cast it: prune nothing
+            return None
+        if len(got) != len(term.operands):
+            return None
+        for kind, _, exact in got:
+            if exact is not True or not _exact_class(str(kind), t):
+                return None
+        return [x for _, x, _ in got]
+
     # -- units -----------------------------------------------------------------------------
 
-    def _file_row(self, f: DataFile) -> dict:
-        cols = {}
-        for col in self.columns:
-            s = f.stats.get(col)
-            if s is None:
-                continue
-            cols[col] = _file_bounds(f.path, f.etag, col, str(self.schema.field(col).type),
-                                     self.schema.field(col).type, s)
-        return {"rows": f.rows, "cols": cols}
+    def _file_cols(self, files: Sequence[DataFile]) -> dict:
+        m = self.manifest
+        from flightsrv.table import partition as P
+        from flightsrv.table.schema import type_from_json
 
-    def _group_row(self, f: DataFile, md, g: int) -> dict:
-        rg = md.row_group(g)
-        index = {rg.column(i).path_in_schema: i for i in range(rg.num_columns)}
-        cols = {}
+        out = {}
         for col in self.columns:
-            i = index.get(col)
-            st = rg.column(i).statistics if i is not None else None
-            if st is None:
-                continue
-            entry = {"nulls": st.null_count if st.has_null_count else None,
-                     "nans": (f.stats.get(col) or {}).get("nans"),
-                     "min": None, "max": None}
-            if st.has_min_max:
-                entry["min"], entry["max"] = _plain(st.min), _plain(st.max)
-            cols[col] = entry
-        return {"rows": rg.num_rows, "cols": cols}
+            t = self.schema.field(col).type
+            key = self._key(col)
+            fid = self._fids.get(col)
+            cur_field = None
+            if m is not None and fid is not None:
+                from flightsrv.table.schema import field_by_name
+
+                cur_field = field_by_name(m.schema, col)
+            mins, maxs, encs, nulls, nans = [], [], [], [], []
+            ranges: dict[int, list] = {}
+            buckets: dict[int, tuple] = {}
+            for j, f in enumerate(files):
+                enc = m.field_type(f.schema_id, fid) if m is not None and fid is not None \
+                    else None
+                s = f.stats.get(key)
+                if m is not None and fid is not None and enc is None and cur_field is not None:
+                    d = cur_field.get("initial_default")  # the file predates the column
+                    s = {"min": d, "max": d, "nulls": f.rows if d is None else 0, "nans": 0}
+                    enc = cur_field["type"]
+                s = s or {}
+                mins.append(s.get("min"))
+                maxs.append(s.get("max"))
+                encs.append(enc)
+                nulls.append(s.get("nulls"))
+                nans.append(s.get("nans"))
+                if m is None or fid is None or not f.partition:
+                    continue
+                spec = m.spec_by_id(f.spec_id)
+                k_range = k_bucket = 0
+                for pf, value in zip(spec["fields"], f.partition):
+                    if pf["source_id"] != fid:
+                        continue
+                    kind, nb = P.parse_transform(pf["transform"])
+                    if kind == "bucket":
+                        src = m.field_type(f.schema_id, fid)
+                        same = src is not None and type_from_json(src) == t
+                        slot = buckets.setdefault(k_bucket, (nb, [None] * len(files)))
+                        if slot[0] == nb and same:
+                            slot[1][j] = value
+                        k_bucket += 1
+                        continue
+                    if kind == "void":
+                        continue
+                    src = m.field_type(f.schema_id, fid)
+                    lo, hi = P.bounds(pf["transform"], value, t,
+                                      type_from_json(src) if src is not None else t)
+                    slot = ranges.setdefault(k_range, [[None] * len(files), [None] * len(files),
+                                                       [None] * len(files)])
+                    slot[0][j], slot[1][j] = lo, hi
+                    slot[2][j] = f.rows if value is None else 0
+                    k_range += 1
+            try:
+                entry = {"mins": _decode(mins, encs, t), "maxs": _decode(maxs, encs, t),
+                         "nulls": nulls, "nans": nans}
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                    TypeError, ValueError, OverflowError):
+                entry = {"mins": pa.nulls(len(files), t), "maxs": pa.nulls(len(files), t),
+                         "nulls": nulls, "nans": nans}
+            entry["ranges"] = []
+            for lo, hi, pn in ranges.values():
+                try:
+                    entry["ranges"].append((pa.array(lo, t), pa.array(hi, t), pn))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                    pass
+            entry["buckets"] = [(nb, vals, False) for nb, vals in buckets.values()]
+            out[col] = entry
+        return out
 
     def files(self, files: Sequence[DataFile]) -> list[DataFile]:
-        """The files whose manifest statistics allow a match, in order."""
+        """The files whose statistics and partition values allow a match, in order."""
         if not self.terms or not files:
             return list(files)
-        keep = self._run([self._file_row(f) for f in files])
+        files = list(files)
+        keep = self._run(len(files), [f.rows for f in files], self._file_cols(files))
         self.files_pruned += len(files) - len(keep)
         return [f for i, f in enumerate(files) if i in keep]
+
+    def chunks(self, refs: Sequence) -> list:
+        """The manifest chunks whose summaries allow a match (one level of the tree)."""
+        if not self.terms or not refs:
+            return list(refs)
+        from flightsrv.table import partition as P
+        from flightsrv.table.schema import type_from_json
+
+        m = self.manifest
+        refs = list(refs)
+        cols = {}
+        for col in self.columns:
+            t = self.schema.field(col).type
+            key, fid = self._key(col), self._fids.get(col)
+            mins, maxs, encs, nulls, nans = [], [], [], [], []
+            ranges: dict[int, list] = {}
+            buckets: dict[int, tuple] = {}
+            for j, r in enumerate(refs):
+                s = r.stats.get(key) or {}
+                mins.append(s.get("min") if "t" in s else None)
+                maxs.append(s.get("max") if "t" in s else None)
+                encs.append(s.get("t"))
+                nulls.append(s.get("nulls"))
+                nans.append(s.get("nans"))
+                if m is None or fid is None or len(r.parts) != 1:
+                    continue
+                (sid, summary), = r.parts.items()
+                if not summary or summary[0].get("files") != r.files:
+                    continue  # files of other specs (or unpartitioned) share the chunk
+                spec = m.spec_by_id(int(sid))
+                k_range = k_bucket = 0
+                for pf, sm in zip(spec["fields"], summary):
+                    if pf["source_id"] != fid:
+                        continue
+                    kind, nb = P.parse_transform(pf["transform"])
+                    if kind == "bucket":
+                        slot = buckets.setdefault(k_bucket, (nb, [None] * len(refs)))
+                        if slot[0] == nb and "values" in sm:
+                            slot[1][j] = [v for v in sm["values"] if v is not None]
+                        k_bucket += 1
+                        continue
+                    if kind == "void":
+                        continue
+                    slot = ranges.setdefault(k_range, [[None] * len(refs), [None] * len(refs),
+                                                       [None] * len(refs)])
+                    k_range += 1
+                    pn = sm.get("nulls")
+                    slot[2][j] = 0 if pn == 0 else r.rows if pn == r.files else None
+                    if sm.get("t") is None or "lo" not in sm:
+                        continue
+                    enc = type_from_json(sm["t"])
+                    slot[0][j] = P.bounds(pf["transform"], sm["lo"], t, enc)[0]
+                    slot[1][j] = P.bounds(pf["transform"], sm["hi"], t, enc)[1]
+            try:
+                entry = {"mins": _decode(mins, encs, t), "maxs": _decode(maxs, encs, t),
+                         "nulls": nulls, "nans": nans}
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                    TypeError, ValueError, OverflowError):
+                continue
+            entry["ranges"] = []
+            for lo, hi, pn in ranges.values():
+                try:
+                    entry["ranges"].append((pa.array(lo, t), pa.array(hi, t), pn))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                    pass
+            entry["buckets"] = [(nb, vals, True) for nb, vals in buckets.values()]
+            cols[col] = entry
+        keep = self._run(len(refs), [r.rows for r in refs], cols)
+        self.chunks_pruned += len(refs) - len(keep)
+        self.chunks_kept += len(keep)
+        return [r for i, r in enumerate(refs) if i in keep]
+
+    def _group_cols(self, f: DataFile, md, groups: Sequence[int]) -> tuple[list, dict]:
+        """Row counts and statistics columns (as :meth:`_run` takes them) of row groups
+        ``groups`` of ``f``, from its footer ``md``, found by field id."""
+        from flightsrv.table.schema import physical_name, type_from_json
+
+        m = self.manifest
+        phys: dict[str, tuple[str, pa.DataType] | None] = {}
+        for col in self.columns:
+            fid = self._fids.get(col)
+            if m is None or fid is None:
+                phys[col] = (col, self.schema.field(col).type)
+                continue
+            written = m.schema_by_id(f.schema_id)
+            old = next((x for x in written["fields"] if int(x.get("id", -1)) == fid), None)
+            phys[col] = None if old is None else (physical_name(old), type_from_json(old["type"]))
+        rows, per_col = [], {c: ([], [], [], []) for c in self.columns}
+        for g in groups:
+            rg = md.row_group(g)
+            index = {rg.column(i).path_in_schema: i for i in range(rg.num_columns)}
+            rows.append(rg.num_rows)
+            for col in self.columns:
+                mins, maxs, nulls, nans = per_col[col]
+                p = phys[col]
+                i = index.get(p[0]) if p is not None else None
+                st = rg.column(i).statistics if i is not None else None
+                lo = hi = nn = None
+                if st is not None:
+                    nn = st.null_count if st.has_null_count else None
+                    if st.has_min_max:
+                        lo, hi = _plain(st.min), _plain(st.max)
+                mins.append(lo)
+                maxs.append(hi)
+                nulls.append(nn)
+                nans.append((f.stats.get(self._key(col)) or {}).get("nans"))
+        cols = {}
+        for col in self.columns:
+            p = phys[col]
+            if p is None:
+                continue  # the file predates the column: the file-level check covers it
+            t = self.schema.field(col).type
+            mins, maxs, nulls, nans = per_col[col]
+            try:
+                lo_a, hi_a = pa.array(mins, p[1]), pa.array(maxs, p[1])
+                if p[1] != t:
+                    lo_a, hi_a = lo_a.cast(t), hi_a.cast(t)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                    TypeError, OverflowError):
+                continue
+            cols[col] = {"mins": lo_a, "maxs": hi_a, "nulls": nulls, "nans": nans}
+        return rows, cols
 
     def row_groups(self, f: DataFile, md, groups: Sequence[int]) -> list[int]:
         """The row groups of ``f`` (among ``groups``) whose footer statistics allow a match."""
         if not self.terms or not groups:
             return list(groups)
-        keep = self._run([self._group_row(f, md, g) for g in groups])
+        rows, cols = self._group_cols(f, md, groups)
+        keep = self._run(len(groups), rows, cols)
         self.row_groups_pruned += len(groups) - len(keep)
         return [g for i, g in enumerate(groups) if i in keep]
 
     def units(self, files: Sequence[DataFile], by_group: set[int],
               footer: Callable[[DataFile], Any]) -> tuple[list[DataFile], dict[int, list[int]]]:
         """Files and row groups of one table reference in ONE statistics query: every file of
-        ``files`` is a unit (manifest statistics), except those whose ``id`` is in
-        ``by_group``, whose live row groups are units (footer statistics, ``footer(f)``).
-        Returns the files that keep a unit, in order, and the kept groups per ``id(file)``
-        of the ``by_group`` files. A file dropped by its groups counts as a pruned file.
-        Many files: the manifest statistics prune first (no footer read)."""
+        ``files`` is a unit (manifest statistics and partition values), except those whose
+        ``id`` is in ``by_group``, whose live row groups are units (footer statistics,
+        ``footer(f)``). Returns the files that keep a unit, in order, and the kept groups per
+        ``id(file)`` of the ``by_group`` files. A file dropped by its groups counts as a
+        pruned file. Many files: the manifest statistics prune first (no footer read)."""
         if not self.terms or not files:
             return list(files), {}
+        files = list(files)
         if len(files) > FILE_PREFILTER:
             files = self.files(files)
-        rows, owners = [], []
+        parts: list[tuple[int, list, dict]] = []  # (units, rows, cols)
+        owners: list[tuple[DataFile, int | None]] = []
+        whole = [f for f in files if id(f) not in by_group]
+        if whole:
+            parts.append((len(whole), [f.rows for f in whole], self._file_cols(whole)))
+            owners += [(f, None) for f in whole]
         for f in files:
-            if id(f) in by_group:
-                md = footer(f)
-                dead = set(f.deleted_row_groups)
-                for g in range(f.row_groups):
-                    if g not in dead:
-                        rows.append(self._group_row(f, md, g))
-                        owners.append((f, g))
-            else:
-                rows.append(self._file_row(f))
-                owners.append((f, None))
-        keep = self._run(rows)
+            if id(f) not in by_group:
+                continue
+            dead = set(f.deleted_row_groups)
+            live = [g for g in range(f.row_groups) if g not in dead]
+            if not live:
+                continue
+            rows, cols = self._group_cols(f, footer(f), live)
+            parts.append((len(live), rows, cols))
+            owners += [(f, g) for g in live]
+        n, rows, cols = self._concat(parts)
+        keep = self._run(n, rows, cols)
         groups: dict[int, list[int]] = {id(f): [] for f in files if id(f) in by_group}
         kept_files: set[int] = set()
         for i, (f, g) in enumerate(owners):
@@ -267,33 +591,62 @@ class Pruner:
             if g is not None and i not in keep and id(f) in kept_files)
         return out, groups
 
-
-@functools.lru_cache(maxsize=65536)
-def _file_bounds_cached(path: str, etag: str, col: str, type_name: str, t, lo_json, hi_json,
-                        nulls, nans) -> dict:
-    lo, hi = stat_from_json(lo_json, t), stat_from_json(hi_json, t)
-    return {"min": lo.as_py() if lo is not None else None,
-            "max": hi.as_py() if hi is not None else None, "nulls": nulls, "nans": nans}
-
-
-def _file_bounds(path: str, etag: str, col: str, type_name: str, t, s: dict) -> dict:
-    """A manifest entry's bounds as Python values of the column's type (cached: parsing
-    them is most of a point query's pruning cost, and data files are immutable)."""
-    lo, hi = s.get("min"), s.get("max")
-    try:
-        return _file_bounds_cached(path, etag, col, type_name, t, _hashable(lo), _hashable(hi),
-                                   s.get("nulls"), s.get("nans"))
-    except TypeError:  # unhashable bounds: parse every time
-        return _file_bounds_cached.__wrapped__(path, etag, col, type_name, t, lo, hi,
-                                               s.get("nulls"), s.get("nans"))
-
-
-def _hashable(v):
-    if isinstance(v, list):
-        return tuple(_hashable(x) for x in v)
-    if isinstance(v, dict):
-        raise TypeError("dict bound")
-    return v
+    def _concat(self, parts: list[tuple[int, list, dict]]) -> tuple[int, list, dict]:
+        """Statistics of several unit lists as one (a missing set is NULL: keeps)."""
+        if len(parts) == 1:
+            return parts[0]
+        n = sum(p[0] for p in parts)
+        rows = [r for p in parts for r in p[1]]
+        cols = {}
+        for col in self.columns:
+            t = self.schema.field(col).type
+            if not any(col in p[2] for p in parts):
+                continue
+            mins, maxs, nulls, nans = [], [], [], []
+            nr = max((len(p[2][col].get("ranges", ())) for p in parts if col in p[2]),
+                     default=0)
+            ranges = [([], [], []) for _ in range(nr)]
+            for k_n, _, c in parts:
+                e = c.get(col)
+                if e is None:
+                    mins.append(pa.nulls(k_n, t))
+                    maxs.append(pa.nulls(k_n, t))
+                    nulls += [None] * k_n
+                    nans += [None] * k_n
+                else:
+                    mins.append(e["mins"])
+                    maxs.append(e["maxs"])
+                    nulls += list(e["nulls"])
+                    nans += list(e["nans"])
+                got = list(e.get("ranges", ())) if e is not None else []
+                for k in range(nr):
+                    lo, hi, pn = got[k] if k < len(got) else (
+                        pa.nulls(k_n, t), pa.nulls(k_n, t), [None] * k_n)
+                    ranges[k][0].append(lo)
+                    ranges[k][1].append(hi)
+                    ranges[k][2].extend(pn)
+            try:
+                entry = {"mins": pa.concat_arrays(mins), "maxs": pa.concat_arrays(maxs),
+                         "nulls": nulls, "nans": nans,
+                         "ranges": [(pa.concat_arrays(lo), pa.concat_arrays(hi), pn)
+                                    for lo, hi, pn in ranges]}
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                continue
+            # bucket values: only whole files have them (one list per spec field slot)
+            nb_slots: dict[int, tuple[int, list]] = {}
+            off = 0
+            for k_n, _, c in parts:
+                e = c.get(col)
+                for k, (nb, vals, many) in enumerate((e or {}).get("buckets", ())):
+                    if many:
+                        continue
+                    slot = nb_slots.setdefault(k, (nb, [None] * n))
+                    if slot[0] == nb:
+                        slot[1][off:off + k_n] = vals
+                off += k_n
+            entry["buckets"] = [(nb, vals, False) for nb, vals in nb_slots.values()]
+            cols[col] = entry
+        return n, rows, cols
 
 
 __all__ = ["Pruner"]

@@ -15,16 +15,24 @@ columns the statement can touch, its pruning hints) into
     row groups are pruned by footer statistics, and it is registered as an Arrow reader
     (up to :data:`ARROW_STREAMS` readers per reference, which DuckDB consumes in parallel);
 
-- optionally two hidden columns, :data:`FILE_COLUMN` (the file's ordinal in the snapshot's
-  manifest) and :data:`POSITION_COLUMN` (the row's physical position in that file: DuckDB's
+- optionally two hidden columns, :data:`FILE_COLUMN` (the file's ordinal in the relation's
+  ``file_list``) and :data:`POSITION_COLUMN` (the row's physical position in that file: DuckDB's
   ``file_row_number``, or the masked scan's own count), which the DML planner selects to
   record which rows a statement touched. User statements cannot name them (the prefix is
   reserved by :mod:`flightsrv.sql.binder` and :mod:`flightsrv.engine.guard`).
 
 Files and row groups are pruned through :class:`~flightsrv.engine.prune.Pruner`, whose
-comparisons DuckDB makes, in one statistics query per reference (clean files by their
-manifest entry, DuckDB prunes their row groups itself; Arrow-scanned files by their row
-groups' footer statistics); pruning never decides that a row matches.
+comparisons DuckDB makes: whole manifest chunks are skipped by their summaries first, so only
+the chunks that may hold matching files are read; then one statistics query per reference
+prunes the files (clean files by their manifest entry and partition values, DuckDB prunes
+their row groups itself; Arrow-scanned files by their row groups' footer statistics).
+Pruning never decides that a row matches.
+
+Schema evolution: every file is read by field id under the current schema
+(:mod:`flightsrv.table.projection`). Runs of DuckDB-read files share the schema they were
+written with, and their ``SELECT`` renames (``"physical" AS "name"``), casts widened columns
+and supplies the default of columns added later (``CAST(default AS type) AS "name"``); the
+Arrow scan applies the same projection itself.
 
 Pinning: the file list comes from the pinned manifest; data files are write-once under
 unique keys, so reading them by path reads exactly the pinned version. Each clean file is
@@ -39,7 +47,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from flightsrv.errors import CorruptObject, ObjectNotFound
+from flightsrv.errors import CorruptObject, ObjectNotFound, SqlError
 from flightsrv.table.manifest import DataFile
 from flightsrv.table.scan import Snapshot, open_parquet
 
@@ -115,7 +123,7 @@ def _has_nested_float(t: pa.DataType) -> bool:
     return False
 
 
-def _native_kind(f: DataFile, fields: list[pa.Field]) -> str:
+def _native_kind(f: DataFile, reads) -> str:
     """How a clean file may be read: "clean" (by DuckDB's Parquet reader) or "arrow" (by
     flightsrv's Arrow scan).
 
@@ -125,14 +133,37 @@ def _native_kind(f: DataFile, fields: list[pa.Field]) -> str:
     row counted as 1.5), whatever expression wraps the column. So a file is read natively
     only when the writer recorded every float column it reads NaN-free (``"nans": 0``);
     otherwise, and for floats nested in lists or structs, DuckDB gets the rows from the
-    Arrow scan, which carries no statistics."""
-    for fld in fields:
-        if pa.types.is_floating(fld.type):
-            if (f.stats.get(fld.name) or {}).get("nans") != 0:
+    Arrow scan, which carries no statistics. ``reads``: (projection entry, stats key)."""
+    for r, key in reads:
+        if r.physical is None:
+            continue  # the file predates the column: its default is read, not the file
+        if pa.types.is_floating(r.file_type):
+            if (f.stats.get(key) or {}).get("nans") != 0:
                 return "arrow"
-        elif _has_nested_float(fld.type):
+        elif _has_nested_float(r.file_type):
             return "arrow"
     return "clean"
+
+
+def _select_sql(reads) -> str:
+    """The projection of one run of DuckDB-read files as a SELECT list."""
+    from flightsrv.sql.types import literal_sql, sql_type_name
+
+    out = []
+    for r in reads:
+        if r.physical is None:
+            value = literal_sql(pa.scalar(r.default, r.type))
+            out.append(f"{value} AS {_ident(r.name)}")
+            continue
+        expr = _ident(r.physical)
+        if r.cast:
+            try:
+                expr = f"CAST({expr} AS {sql_type_name(r.type)})"
+            except SqlError:
+                pass
+        out.append(expr if r.physical == r.name and not r.cast
+                   else f"{expr} AS {_ident(r.name)}")
+    return ", ".join(out)
 
 
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
@@ -144,20 +175,36 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     come last when ``hidden``); ``pruner``: a :class:`~flightsrv.engine.prune.Pruner` or
     None; ``native``: read clean local files with DuckDB; ``open_scans=False`` registers
     empty stand-ins (for typing a prepared statement without reading data); ``files``
-    restricts the relation to some of the snapshot's files (hidden ordinals still index the
-    manifest's file list).
+    restricts the relation to some of the snapshot's files. The hidden file column is the
+    file's index in the returned ``Relation.file_list``.
     """
     table = snapshot.table.name
     schema = snapshot.schema
     names = list(schema.names) if columns is None else list(columns)
-    select = ", ".join(_ident(c) for c in names)
-    all_files = tuple(snapshot.manifest.data_files)
-    ordinal = {id(f): i for i, f in enumerate(all_files)}
-    candidates = [f for f in (all_files if files is None else files) if f.live_rows > 0]
-    rel = Relation("", file_list=all_files)
-    fields = [schema.field(c) for c in names]
-    kinds = {id(f): _native_kind(f, fields) if native and _is_clean(f) else "arrow"
-             for f in candidates}
+    if files is None:
+        files = snapshot.files(pruner.chunks if pruner else None)
+    candidates = [f for f in (snapshot.live(x) for x in files) if f.live_rows > 0]
+    rel = Relation("")
+    manifest = snapshot.manifest
+    keys = {c: (str(manifest.field_id(c)) if manifest.field_id(c) is not None else c)
+            for c in names}
+    kinds: dict[int, str] = {}
+    spellable: dict[int, bool] = {}  # schema id -> DuckDB can spell its projection
+    for f in candidates:
+        kind = "arrow"
+        if native and _is_clean(f):
+            reads = snapshot.projection(f, names)
+            kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
+            if kind == "clean":
+                if f.schema_id not in spellable:
+                    try:
+                        _select_sql(reads)
+                        spellable[f.schema_id] = True
+                    except SqlError:  # a default DuckDB cannot spell: the Arrow scan has it
+                        spellable[f.schema_id] = False
+                if not spellable[f.schema_id]:
+                    kind = "arrow"
+        kinds[id(f)] = kind
     groups: dict[int, list[int]] = {}
     if pruner:
         # one statistics query: clean files by their manifest entry (DuckDB prunes their row
@@ -168,6 +215,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
         rel.files_pruned = len(candidates) - len(kept)
         candidates = kept
+    rel.file_list = tuple(candidates)
     rel.files_scanned = len(candidates)
     rel.rows_masked = sum(f.deleted_rows for f in candidates)
     out_fields = [schema.field(c) for c in names]
@@ -176,29 +224,30 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                        pa.field(POSITION_COLUMN, pa.int64(), nullable=False)]
     out_schema = pa.schema(out_fields)
 
-    runs: list[tuple[str, list[DataFile]]] = []  # (clean | arrow, files)
+    # runs of consecutive files read the same way: (kind, schema id, files)
+    runs: list[tuple[str, int, list[DataFile]]] = []
     for f in candidates:
         kind = kinds[id(f)]
-        contiguous = not hidden or not runs or not runs[-1][1] or \
-            ordinal[id(runs[-1][1][-1])] + 1 == ordinal[id(f)]
-        if runs and runs[-1][0] == kind and (kind == "arrow" or contiguous):
-            runs[-1][1].append(f)
+        sid = f.schema_id if kind == "clean" else -1
+        if runs and runs[-1][0] == kind and runs[-1][1] == sid:
+            runs[-1][2].append(f)
         else:
-            runs.append((kind, [f]))
+            runs.append((kind, sid, [f]))
+    ordinal = {id(f): i for i, f in enumerate(candidates)}
     # an Arrow scan is one stream that DuckDB consumes on one thread: split a long run into
     # up to ARROW_STREAMS streams (UNION ALL branches DuckDB can consume in parallel)
-    split: list[tuple[str, list[DataFile]]] = []
-    for kind, run in runs:
+    split: list[tuple[str, int, list[DataFile]]] = []
+    for kind, sid, run in runs:
         if kind != "arrow" or len(run) == 1:
-            split.append((kind, run))
+            split.append((kind, sid, run))
             continue
         parts = min(ARROW_STREAMS, len(run))
         size = -(-len(run) // parts)
-        split.extend(("arrow", run[j:j + size]) for j in range(0, len(run), size))
+        split.extend(("arrow", sid, run[j:j + size]) for j in range(0, len(run), size))
     runs = split
     parts = []
     store = snapshot.store
-    for i, (kind, run) in enumerate(runs):
+    for i, (kind, _sid, run) in enumerate(runs):
         if kind == "clean":
             paths = []
             for f in run:
@@ -206,7 +255,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 _check_file(path, f, table)
                 rel.files[path] = (table, f.path)
                 paths.append(_literal(path))
-            cols = select
+            cols = _select_sql(snapshot.projection(run[0], names))
             if hidden:
                 first = ordinal[id(run[0])]
                 cols += (f", CAST(file_index + {first} AS INTEGER) AS {FILE_COLUMN}"
@@ -219,7 +268,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             rel.readers[name] = out_schema.empty_table()
         else:
             group_filter = (lambda f, md, gs: [g for g in gs if g in set(groups[id(f)])]) \
-                if pruner else None
+                if pruner else None  # the row groups the statistics query kept
             tasks = list(snapshot.plan(None, group_filter, files=run))
             by_path = {f.path: ordinal[id(f)] for f in run}
             for task in tasks:
@@ -227,12 +276,14 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             rel.readers[name] = snapshot.scan(
                 names, tasks=tasks, positions=POSITION_COLUMN if hidden else None,
                 file_col=FILE_COLUMN if hidden else None)
-        cols = select + (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
+        cols = ", ".join(_ident(c) for c in names) + \
+            (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
         parts.append(f"SELECT {cols} FROM {name}")
     if not parts:  # nothing to read: an empty relation of the snapshot's types
         name = f"{relation}_empty"
         rel.readers[name] = out_schema.empty_table()
-        cols = select + (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
+        cols = ", ".join(_ident(c) for c in names) + \
+            (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
         parts.append(f"SELECT {cols} FROM {name}")
     rel.body = "\nUNION ALL\n".join(parts)
     return rel

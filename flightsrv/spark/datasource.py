@@ -7,7 +7,10 @@ Write: ``df.write.format("flightsrv").mode(m).save("<warehouse>/<table>")``, ``m
   (nested fields nullable; ``option("create", "false")`` refuses). Columns resolve by name,
   ignoring case unless ``spark.sql.caseSensitive``; every type pair must be an exact widening
   of :mod:`flightsrv.table.types`, else ``SchemaMismatch`` names the column, the table type
-  and the incoming type before any task runs;
+  and the incoming type before any task runs. DataFrame columns the table lacks are refused
+  unless ``option("mergeSchema", "true")``, which adds them (nullable, metadata-only commits
+  of format 2, before any task runs); files are written with the table's field ids and
+  split by its partition spec;
 - tasks (``write()``): stream Spark's Arrow batches, conformed to the table schema, through
   the table's ``DataFileWriter`` into the table's store, and return the ``DataFile`` entries
   as the commit message. A task whose Python code fails (a NULL in a NOT NULL field, a store
@@ -77,11 +80,11 @@ from flightsrv.spark.types import (
 )
 from flightsrv.table import types as rules
 from flightsrv.table.commit import require_table
-from flightsrv.table.manifest import DataFile
+from flightsrv.table.manifest import UNPARTITIONED, DataFile, schema_with_ids
 from flightsrv.table.scan import FileTask, Snapshot
 from flightsrv.table.schema import normalize_schema, schema_from_json, schema_to_json
 from flightsrv.table.timestamps import parse_timestamp_ms
-from flightsrv.table.writer import DataFileWriter, WriteOptions
+from flightsrv.table.writer import DataFileWriter, WriteLayout, WriteOptions
 
 NAME = "flightsrv"
 FILE_COLUMN = "_file"
@@ -297,7 +300,7 @@ class FlightsrvReader(DataSourceReader):
 
             from flightsrv.engine.prune import Pruner
 
-            pruner = Pruner(duckdb.connect(), self.prune, snap.schema)
+            pruner = Pruner(duckdb.connect(), self.prune, snap.schema, snap.manifest)
             file_filter, group_filter = pruner.files, pruner.row_groups
         for task in snap.plan(file_filter, group_filter, with_deletes=False):
             rgs = task.row_groups
@@ -369,6 +372,22 @@ def check_fits(table_name: str, table_schema: pa.Schema, spark_schema: T.StructT
                               incoming_names=_spark_type_names(spark_schema))
 
 
+def merge_schema(table, head, spark_schema: T.StructType, *, case_sensitive: bool = False):
+    """``option("mergeSchema", "true")``: add the DataFrame's columns the table lacks (one
+    metadata-only commit each, nullable, through the commit loop; format 2 only), before any
+    task runs. Returns the new head. The columns stay if the job fails later."""
+    names = schema_from_json(head.schema).names
+    have = set(names) if case_sensitive else {n.lower() for n in names}
+    for f in spark_schema.fields:
+        key = f.name if case_sensitive else f.name.lower()
+        if key in have:
+            continue
+        t = rules.nullable_nested(spark_to_arrow(f.dataType, column=f.name))
+        table.add_column(f.name, t)
+        have.add(key)
+    return table.log.head()
+
+
 class FlightsrvWriter(DataSourceArrowWriter):
     def __init__(self, options, spark_schema: T.StructType, overwrite: bool):
         self.wh_uri, self.name = _location(options)
@@ -393,14 +412,26 @@ class FlightsrvWriter(DataSourceArrowWriter):
                 raise TableExists("table already exists (save mode errorifexists, Spark's "
                                   "default: use mode 'append' or 'overwrite', or 'ignore' to "
                                   "skip the write)", table=self.name)
-            schema = schema_from_json(head.schema)
             self.create = False
             self.skip = self.mode == "ignore"
-            self.match = check_fits(self.name, schema, spark_schema,
+            if _flag(options, "mergeSchema") and not self.skip:
+                head = merge_schema(table, head, spark_schema,
                                     case_sensitive=self.case_sensitive)
+            schema = schema_from_json(head.schema)
+            try:
+                self.match = check_fits(self.name, schema, spark_schema,
+                                        case_sensitive=self.case_sensitive)
+            except SchemaMismatch as e:
+                if not e.context.get("unexpected"):
+                    raise
+                raise SchemaMismatch(e.message + "; set option mergeSchema=true to add the "
+                                     "new columns to the table", **e.context) from None
             self.properties = dict(head.properties)
             version_hint = head.version + 1
-        self.schema_json = schema_to_json(schema)
+        # the schema with field ids the files are written with, and the partition spec
+        self.schema_json = head.schema if not self.create else \
+            schema_with_ids(schema_to_json(schema))[0]
+        self.spec_json = dict(UNPARTITIONED) if self.create else head.partition_spec
         self.version_hint = version_hint
 
     def write(self, iterator) -> FilesWritten:
@@ -408,8 +439,9 @@ class FlightsrvWriter(DataSourceArrowWriter):
             return FilesWritten([], 0, 0)
         table = table_handle(self.wh_uri, self.name)
         schema = schema_from_json(self.schema_json)
-        writer = DataFileWriter(table.store, schema, table.runtime,
-                                WriteOptions.from_properties(self.properties), self.version_hint)
+        writer = DataFileWriter(table.store, WriteLayout(self.schema_json, self.spec_json),
+                                table.runtime, WriteOptions.from_properties(self.properties),
+                                self.version_hint)
         batches = (rules.conform_batch(b, schema, self.match, table=self.name,
                                        case_sensitive=self.case_sensitive)
                    for b in iterator if b.num_rows)

@@ -12,6 +12,7 @@ wires the plan to both.
 
 from flightsrv.sql.plan import Pinner, QueryPlan, Scan, bind_params, params_from_batch, plan_query
 from flightsrv.sql.statements import (
+    AlterTable,
     CreateTable,
     CreateTableAs,
     Delete,
@@ -25,7 +26,7 @@ from flightsrv.sql.statements import (
 )
 
 __all__ = [
-    "CreateTable", "CreateTableAs", "Delete", "DropTable", "Insert", "Maintenance", "Pinner",
+    "AlterTable", "CreateTable", "CreateTableAs", "Delete", "DropTable", "Insert", "Maintenance", "Pinner",
     "Query", "QueryPlan", "Scan", "SetSession", "Statement", "bind_params", "params_from_batch",
     "parse_statement", "plan_query",
 ]

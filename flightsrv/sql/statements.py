@@ -13,8 +13,14 @@ Accepted:
 ``Merge``              MERGE INTO t [AS a] USING s ON ... WHEN [NOT] MATCHED ... THEN ...
 ``Insert``             INSERT INTO t [(cols)] SELECT ... | VALUES ...
 ``CreateTable``        CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t (col type, ...)
-``CreateTableAs``      CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t AS SELECT ...
+                       [PARTITIONED BY (day(ts), bucket(64, id), ...)]
+``CreateTableAs``      CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t
+                       [PARTITIONED BY (...)] AS SELECT ...
 ``DropTable``          DROP TABLE [IF EXISTS] t
+``AlterTable``         ALTER TABLE t ADD [COLUMN] [IF NOT EXISTS] c type [DEFAULT constant]
+                       | RENAME [COLUMN] a TO b | DROP [COLUMN] [IF EXISTS] c
+                       | ALTER [COLUMN] c [SET DATA] TYPE wider_type
+                       | SET PARTITIONED BY (...) | UPGRADE   (format 2, metadata only)
 ``Maintenance``        OPTIMIZE t | VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]
                        | PURGE t [EXPIRE] | PUBLISH t [FORMAT delta|iceberg|all]
 ``SetSession``         SET delete_mode = 'splice' | 'dv'   (a flightsrv session setting)
@@ -164,6 +170,7 @@ class CreateTable(Statement):
     schema: pa.Schema = field(default_factory=lambda: pa.schema([]))
     if_not_exists: bool = False
     replace: bool = False
+    partition_by: tuple = ()  # ((transform, column), ...): PARTITIONED BY
     writes = True
 
 
@@ -173,6 +180,7 @@ class CreateTableAs(Statement):
     query: exp.Expression | None = None
     if_not_exists: bool = False
     replace: bool = False
+    partition_by: tuple = ()
     writes = True
 
 
@@ -180,6 +188,26 @@ class CreateTableAs(Statement):
 class DropTable(Statement):
     table: str = ""
     if_exists: bool = False
+    writes = True
+
+
+@dataclass(frozen=True)
+class AlterTable(Statement):
+    """One metadata-only table change (docs/PROTOCOL.md §14-§16). ``action``:
+    ``add_column`` (``column``, ``type``, ``default``: the DEFAULT constant as SQL text or
+    None), ``rename_column`` (``column`` -> ``new_name``), ``drop_column`` (``column``),
+    ``alter_column_type`` (``column``, ``type``), ``set_partitioning`` (``partition_by``:
+    ((transform, column), ...), empty = unpartitioned) or ``upgrade``."""
+
+    table: str = ""
+    action: str = ""
+    column: str = ""
+    new_name: str = ""
+    type: pa.DataType | None = None
+    nullable: bool = True
+    default: str | None = None
+    if_exists: bool = False  # DROP COLUMN IF EXISTS / ADD COLUMN IF NOT EXISTS
+    partition_by: tuple = ()
     writes = True
 
 
@@ -327,7 +355,7 @@ def _parse_statement(sql: str) -> Statement:
 def _targets(stmt: Statement) -> tuple[exp.Table, ...]:
     """The table nodes a statement writes (resolved by the engine, not read as relations)."""
     tree = stmt.tree
-    if isinstance(stmt, (Query, SetSession, Maintenance)):
+    if isinstance(stmt, (Query, SetSession, Maintenance, AlterTable)):
         return ()
     target = tree.this
     if isinstance(target, exp.Schema):
@@ -389,6 +417,15 @@ def _parse_special(sql: str, text: str) -> Statement | None:
         stmt = Query(sql, sqlglot.parse_one(query, read=DIALECT), 0)
         object.__setattr__(stmt, "text", query)
         return stmt
+    after = _after_table(toks, 2) if verb == "ALTER" and len(toks) >= 4 and \
+        toks[1].text.upper() == "TABLE" else len(toks)
+    if after < len(toks) and toks[after].text.upper() == "UPGRADE":
+        table = _token_table(sql, text, toks, 2, "ALTER TABLE")
+        if after + 1 != len(toks):
+            raise SqlError("unexpected text after ALTER TABLE t UPGRADE",
+                           statement=_short(sql), table=table)
+        tree = exp.Command(this="ALTER", expression=exp.Literal.string(text[toks[1].start:]))
+        return AlterTable(sql, tree, 0, table=table, action="upgrade", text=text)
     if verb not in MAINTENANCE_VERBS or toks[0].token_type == TokenType.STRING:
         return None
     if any(t.token_type == TokenType.SEMICOLON for t in toks):
@@ -502,6 +539,8 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
                          if_exists=bool(tree.args.get("exists")))
     if isinstance(tree, exp.Set):
         return _set(sql, tree, n)
+    if isinstance(tree, exp.Alter):
+        return _alter(sql, tree, n)
     if isinstance(tree, exp.Command):
         verb = str(tree.this).upper()
         raise error(f"{verb} statements are not allowed", sql, tree)
@@ -573,6 +612,13 @@ def _create(sql: str, tree: exp.Create, n: int) -> Statement:
         for p in props.expressions:
             if isinstance(p, exp.TemporaryProperty):
                 raise error("temporary tables are not supported", sql, tree)
+    partition_by: tuple = ()
+    if props is not None:
+        for p in props.expressions:
+            if isinstance(p, exp.PartitionedByProperty):
+                partition_by = _partition_items(sql, p, "CREATE TABLE")
+            elif not isinstance(p, exp.TemporaryProperty):
+                raise error(f"table property {p.sql(DIALECT)} is not supported", sql, p)
     replace = bool(tree.args.get("replace"))
     if_not_exists = bool(tree.args.get("exists"))
     query = tree.expression
@@ -581,7 +627,8 @@ def _create(sql: str, tree: exp.Create, n: int) -> Statement:
             raise error("CREATE TABLE ... (columns) AS SELECT is not supported", sql, tree)
         name = _table_name(tree.this, sql, "CREATE TABLE")
         return CreateTableAs(sql, tree, n, table=name, query=query,
-                             if_not_exists=if_not_exists, replace=replace)
+                             if_not_exists=if_not_exists, replace=replace,
+                             partition_by=partition_by)
     if not isinstance(tree.this, exp.Schema):
         raise error("CREATE TABLE needs column definitions or AS SELECT", sql, tree)
     name = _table_name(tree.this, sql, "CREATE TABLE")
@@ -607,7 +654,136 @@ def _create(sql: str, tree: exp.Create, n: int) -> Statement:
     if len(set(names)) != len(names):
         raise error("duplicate column names", sql, tree)
     return CreateTable(sql, tree, n, table=name, schema=pa.schema(fields),
-                       if_not_exists=if_not_exists, replace=replace)
+                       if_not_exists=if_not_exists, replace=replace, partition_by=partition_by)
+
+
+#: sqlglot's nodes for the time transforms of PARTITIONED BY
+_TIME_TRANSFORMS = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.Hour: "hour"}
+_PARTITION_FORMS = ("col, identity(col), year(col), month(col), day(col), hour(col), "
+                    "bucket(N, col) or truncate(W, col)")
+
+
+def _partition_column(sql: str, node, what: str) -> str:
+    if isinstance(node, exp.Column) and not node.table:
+        return node.name
+    if isinstance(node, exp.Identifier):
+        return node.name
+    raise error(f"{what} PARTITIONED BY: a transform names one column", sql, node)
+
+
+def _partition_width(sql: str, node, what: str) -> int:
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit() \
+            and int(node.this) > 0:
+        return int(node.this)
+    raise error(f"{what} PARTITIONED BY: bucket/truncate need a positive whole number",
+                sql, node)
+
+
+def _partition_items(sql: str, prop: exp.PartitionedByProperty, what: str) -> tuple:
+    """``PARTITIONED BY (...)`` as ((transform, column), ...) (docs/PROTOCOL.md §15)."""
+    spec = prop.this
+    items = spec.expressions if isinstance(spec, (exp.Schema, exp.Tuple)) else [spec]
+    out = []
+    for node in items:
+        if isinstance(node, (exp.Column, exp.Identifier)):
+            out.append(("identity", _partition_column(sql, node, what)))
+        elif type(node) in _TIME_TRANSFORMS:
+            out.append((_TIME_TRANSFORMS[type(node)], _partition_column(sql, node.this, what)))
+        elif isinstance(node, exp.PartitionedByBucket):
+            n = _partition_width(sql, node.expression, what)
+            out.append((f"bucket[{n}]", _partition_column(sql, node.this, what)))
+        elif isinstance(node, exp.PartitionByTruncate):
+            n = _partition_width(sql, node.expression, what)
+            out.append((f"truncate[{n}]", _partition_column(sql, node.this, what)))
+        elif isinstance(node, exp.Anonymous) and len(node.expressions) == 1 and \
+                node.name.lower() in ("identity", "years", "months", "days", "hours"):
+            fn = node.name.lower().rstrip("s") if node.name.lower() != "identity" \
+                else "identity"
+            out.append((fn, _partition_column(sql, node.expressions[0], what)))
+        else:
+            raise error(f"{what} PARTITIONED BY: unknown partition transform "
+                        f"{node.sql(DIALECT)}; use {_PARTITION_FORMS}", sql, node)
+    return tuple(out)
+
+
+def _alter(sql: str, tree: exp.Alter, n: int) -> AlterTable:
+    kind = (tree.args.get("kind") or "").upper()
+    if kind != "TABLE":
+        raise error(f"ALTER {kind or '?'} is not supported; only ALTER TABLE", sql, tree)
+    name = _table_name(tree.this, sql, "ALTER TABLE")
+    if tree.args.get("exists"):
+        raise error("ALTER TABLE IF EXISTS is not supported", sql, tree, table=name)
+    actions = tree.args.get("actions") or []
+    if len(actions) != 1:
+        raise error("ALTER TABLE takes one change per statement", sql, tree, table=name)
+    act = actions[0]
+    cmd = exp.Command(this="ALTER", expression=exp.Literal.string(sql))
+    base = {"table": name}
+    if isinstance(act, exp.ColumnDef):
+        if act.args.get("kind") is None:
+            raise error("ALTER TABLE ADD COLUMN needs a type", sql, act, table=name,
+                        column=act.name)
+        try:
+            atype = sqltypes.arrow_type(act.args["kind"])
+        except SqlError as e:
+            raise error(e.message, sql, act, table=name, column=act.name,
+                        **e.context) from None
+        default, nullable = None, True
+        for c in act.args.get("constraints") or []:
+            ck = c.args.get("kind")
+            if isinstance(ck, exp.DefaultColumnConstraint):
+                default = _constant_sql(sql, ck.this, name, act.name)
+            elif isinstance(ck, exp.NotNullColumnConstraint):
+                nullable = bool(ck.args.get("allow_null"))
+            else:
+                raise error(f"column constraint {c.sql(DIALECT)} is not supported", sql, c,
+                            table=name, column=act.name)
+        return AlterTable(sql, cmd, n, action="add_column", column=act.name, type=atype,
+                          default=default, nullable=nullable,
+                          if_exists=bool(act.args.get("exists")), **base)
+    if isinstance(act, exp.RenameColumn):
+        return AlterTable(sql, cmd, n, action="rename_column", column=act.this.name,
+                          new_name=act.args["to"].name, **base)
+    if isinstance(act, exp.Drop) and (act.args.get("kind") or "").upper() == "COLUMN":
+        cols = act.args.get("tables") or []
+        if len(cols) != 1:
+            raise error("ALTER TABLE DROP COLUMN takes one column", sql, act, table=name)
+        return AlterTable(sql, cmd, n, action="drop_column", column=cols[0].name,
+                          if_exists=bool(act.args.get("exists")), **base)
+    if isinstance(act, exp.AlterColumn):
+        dtype = act.args.get("dtype")
+        others = [k for k in ("default", "drop", "comment", "allow_null", "visible", "using",
+                              "collate") if act.args.get(k)]
+        if dtype is None or others:
+            raise error("ALTER TABLE ALTER COLUMN supports only [SET DATA] TYPE (widening)",
+                        sql, act, table=name, column=act.name)
+        try:
+            atype = sqltypes.arrow_type(dtype)
+        except SqlError as e:
+            raise error(e.message, sql, act, table=name, column=act.name,
+                        **e.context) from None
+        return AlterTable(sql, cmd, n, action="alter_column_type", column=act.name,
+                          type=atype, **base)
+    if isinstance(act, exp.AlterSet):
+        props = [p for x in act.expressions for p in
+                 (x.expressions if isinstance(x, exp.Properties) else [x])]
+        if len(props) == 1 and isinstance(props[0], exp.PartitionedByProperty):
+            return AlterTable(sql, cmd, n, action="set_partitioning",
+                              partition_by=_partition_items(sql, props[0], "ALTER TABLE"),
+                              **base)
+    raise error(f"ALTER TABLE {act.sql(DIALECT)} is not supported; the forms are ADD COLUMN, "
+                "RENAME COLUMN, DROP COLUMN, ALTER COLUMN ... TYPE, SET PARTITIONED BY (...) "
+                "and UPGRADE", sql, act, table=name)
+
+
+def _constant_sql(sql: str, node: exp.Expression, table: str, column: str) -> str:
+    """A DEFAULT as SQL text: a constant only (literals, signs, casts of literals)."""
+    for x in node.walk():
+        if not isinstance(x, (exp.Literal, exp.Neg, exp.Boolean, exp.Null, exp.Cast,
+                              exp.DataType, exp.DataTypeParam, exp.Paren, exp.Var)):
+            raise error("ADD COLUMN ... DEFAULT needs a constant", sql, node, table=table,
+                        column=column)
+    return node.sql(DIALECT)
 
 
 def _set(sql: str, tree: exp.Set, n: int) -> SetSession:

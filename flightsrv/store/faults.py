@@ -110,11 +110,13 @@ class CountingStore:
     def __init__(self, inner: ObjectStore):
         self.inner = inner
         self.counts: dict[str, int] = {}
+        self.keys: dict[str, list] = {}  # operation -> the keys it was called with, in order
         self.bytes_read = 0
         self.bytes_written = 0
 
     def reset(self) -> None:
         self.counts.clear()
+        self.keys.clear()
         self.bytes_read = self.bytes_written = 0
 
     def arrow_filesystem(self):
@@ -127,6 +129,9 @@ class CountingStore:
 
         def call(*args, **kwargs):
             self.counts[name] = self.counts.get(name, 0) + 1
+            key = args[0] if args else kwargs.get("key")
+            if isinstance(key, str):
+                self.keys.setdefault(name, []).append(key)
             result = attr(*args, **kwargs)
             if name == "get":
                 self.bytes_read += len(result[0])

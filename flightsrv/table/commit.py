@@ -39,6 +39,7 @@ from flightsrv.errors import (
 )
 from flightsrv.runtime import Runtime
 from flightsrv.store.base import ObjectStore, PutMode
+from flightsrv.table.chunks import ChunkStore, FileList, build
 from flightsrv.table.manifest import POINTER_KEY, Manifest, Pointer, manifest_key, version_of_key
 
 log = logging.getLogger("flightsrv.commit")
@@ -51,12 +52,14 @@ BACKOFF_MAX_S = 0.5
 
 
 class TableLog:
-    """Reads and writes one table's pointer and manifests. Manifests are cached (immutable)."""
+    """Reads and writes one table's pointer and manifests. Manifests are cached (immutable),
+    and so are the manifest chunks of format-2 versions (``self.chunks``)."""
 
     def __init__(self, store: ObjectStore, name: str, runtime: Runtime, cache_size: int = 64):
         self.store = store
         self.name = name
         self.runtime = runtime
+        self.chunks = ChunkStore(store, name, runtime)
         self._cache: OrderedDict[int, Manifest] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -107,7 +110,7 @@ class TableLog:
             raw, _ = self.store.get(key)
         except ObjectNotFound:
             return None
-        m = Manifest.from_json(raw, key=f"{self.name}/{key}")
+        m = Manifest.from_json(raw, key=f"{self.name}/{key}", chunks=self.chunks)
         if m.version != version:
             raise CorruptObject("manifest holds the wrong version", table=self.name, key=key,
                                 expected=version, found=m.version)
@@ -155,15 +158,30 @@ class TableLog:
         return vs[0] if vs else None
 
     # -- writing -------------------------------------------------------------------
-    def write_manifest(self, m: Manifest) -> None:
-        """The commit point. Raises PreconditionFailed if version ``m.version`` exists."""
+    def write_manifest(self, m: Manifest, base: Manifest | None = None, *,
+                       fold: bool = False) -> Manifest:
+        """The commit point. Raises PreconditionFailed if version ``m.version`` exists.
+
+        Format 2: first writes the manifest chunks of ``m.data_files`` that ``base`` (the
+        version ``m`` was made from) does not already have (CREATE under new keys; they are
+        unreferenced until the root lands), then the root. Returns ``m`` with its file list
+        as written (a ``FileList`` over the new root's chunks). ``fold``: no file entry may
+        stay in a chunk behind the root's overlay (erasures)."""
+        if m.format_version >= 2:
+            files = m.data_files
+            if not (isinstance(files, FileList) and files.chunks is self.chunks
+                    and not files.tail and not (fold and files.overlay)):
+                m = dataclasses.replace(m, data_files=build(
+                    self.chunks, files, base.data_files if base is not None else None, m,
+                    fold=fold))
         self.store.put(manifest_key(m.version), m.to_json(), mode=PutMode.CREATE)
         self._remember(m)
+        return m
 
     def advance_pointer(self, m: Manifest) -> None:
         """Move the pointer forward to ``m`` by CAS; never backward. Best effort: a failure
         here leaves a lagging hint, which readers correct by rolling forward."""
-        body = Pointer(m.version, m.table_uuid, m.commit_id).to_json()
+        body = Pointer(m.version, m.table_uuid, m.commit_id, m.format_version).to_json()
         for _ in range(8):
             try:
                 ptr, etag = self.read_pointer()
@@ -190,10 +208,12 @@ def commit(
     runtime: Runtime,
     max_attempts: int = MAX_ATTEMPTS,
     before_write: Callable[[], None] | None = None,
+    fold: bool = False,
 ) -> Manifest | None:
     """Run ``mutator`` against the head and commit its result as the next version.
 
     Returns the committed manifest, or ``None`` when the mutator declined (no-op).
+    ``fold``: write every changed file entry into its chunk (no root overlay; erasures).
     Raises ``CommitConflict`` naming the table and versions when retries run out.
     """
     head = tlog.head()
@@ -214,7 +234,7 @@ def commit(
         if before_write is not None:
             before_write()
         try:
-            tlog.write_manifest(m)
+            m = tlog.write_manifest(m, head, fold=fold)
         except PreconditionFailed:
             telemetry.emit("commit_conflict", table=tlog.name, operation=m.operation)
             delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** min(attempt, 10)))

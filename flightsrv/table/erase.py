@@ -63,7 +63,14 @@ from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import INLINE_LIMIT, encode_blob, inline_descriptor, read_dv
 from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.splice import Copy, SpliceUnsupported, assemble, rewrite_row_groups
-from flightsrv.table.writer import DataFileWriter, WriteOptions, data_key, file_stats
+from flightsrv.table.schema import physical_arrow_schema
+from flightsrv.table.writer import (
+    DataFileWriter,
+    WriteLayout,
+    WriteOptions,
+    data_key,
+    file_stats,
+)
 
 __all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "StalePlan",
            "erase_positions", "purge", "splice_positions"]
@@ -340,13 +347,22 @@ def _splice(table, snap, t: _Target) -> _Prepared:
     plan = rewrite_row_groups(table.store, f.path, f.etag, f.size, _group_split(f, t.remove))
     key = data_key(table.runtime)
     meta = _assemble(table.store, plan, key)
-    offsets, stats = file_stats(_metadata_from_footer(plan.footer), snap.schema)
+    # the spliced object keeps the file's own columns: its schema, spec and partition
+    layout = _file_layout(snap.manifest, f)
+    offsets, stats = file_stats(_metadata_from_footer(plan.footer), layout)
     nf = DataFile(path=key, size=meta.size, etag=meta.etag, rows=plan.new_num_rows,
-                  row_group_offsets=offsets, stats=stats, added_version=0)
+                  row_group_offsets=offsets, stats=stats, added_version=0,
+                  schema_id=f.schema_id, spec_id=f.spec_id, partition=tuple(f.partition))
     return _Prepared(t, [nf], FileErasure(
         f.path, (key,), plan.path, plan.old_num_rows - plan.new_num_rows, f.size, meta.size,
         plan.bytes_downloaded, plan.bytes_uploaded, plan.bytes_copied,
         "" if plan.path == "splice" else "no byte range could be copied"))
+
+
+def _file_layout(m: Manifest, f: DataFile) -> WriteLayout:
+    """How ``f`` was written: its schema (by ``schema_id``), spec and partition."""
+    return WriteLayout(m.schema_by_id(f.schema_id), m.partition_spec,
+                       fixed_partition=(f.spec_id, tuple(f.partition)))
 
 
 def _rewrite(table, snap, t: _Target, reason: str) -> _Prepared:
@@ -355,7 +371,10 @@ def _rewrite(table, snap, t: _Target, reason: str) -> _Prepared:
 
     f = t.file
     pf = open_parquet(table.store, f, table=table.name)
-    schema = snap.schema
+    # rewritten with the schema (physical columns), spec and partition it was written with
+    layout = _file_layout(snap.manifest, f)
+    schema = layout.arrow
+    physical = physical_arrow_schema(layout.schema)
     read = {"bytes": 0}
 
     def batches():
@@ -366,7 +385,8 @@ def _rewrite(table, snap, t: _Target, reason: str) -> _Prepared:
                 continue  # every row of the group goes: never read it
             rg = pf.metadata.row_group(g)
             read["bytes"] += sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
-            tbl = pf.read_row_group(g, columns=schema.names, use_threads=False)
+            tbl = pf.read_row_group(g, columns=physical.names, use_threads=False)
+            tbl = pa.Table.from_arrays(tbl.columns, names=schema.names)
             if hi > lo:
                 keep = np.ones(n, dtype=bool)
                 keep[t.remove[lo:hi] - start] = False
@@ -374,7 +394,7 @@ def _rewrite(table, snap, t: _Target, reason: str) -> _Prepared:
             tbl = tbl.cast(schema) if tbl.schema != schema else tbl
             yield from tbl.to_batches()
 
-    writer = DataFileWriter(table.store, schema, table.runtime,
+    writer = DataFileWriter(table.store, layout, table.runtime,
                             WriteOptions.from_properties(snap.manifest.properties),
                             snap.version + 1)
     files = writer.write(batches())
@@ -688,8 +708,10 @@ def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, ex
                 if progress is not None:
                     r = prepared[-1].report
                     progress.advance(1, f"{r.path} {r.old_path}")
+            # fold: no chunk may keep the replaced file's entry (its statistics) behind the
+            # root's overlay
             committed = table.commit(_mutator(table, snapshot, prepared, operation, extra,
-                                              out))
+                                              out), fold=True)
         except _Replan:
             _discard(table, prepared)
             raise StalePlan("a data file of the erasure plan was rewritten concurrently",

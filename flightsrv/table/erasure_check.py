@@ -23,6 +23,8 @@ and proves the result by re-reading the store instead of trusting what the erasu
     or upload younger than the grace (it may hold the rows), objects under a prefix this
     check does not know, and, for a purge (``all_dead``), rows deleted in the head after the
     purge planned (still stored behind a DV). The result says what was read.
+    Manifest chunks (``chunks/``, format 2) are read literally: a chunk that lists an erased
+    object (with its statistics) matches, whether a retained root references it or not.
     Mirror objects (``flightsrv.table.mirror``: ``_delta_log/``, ``_delta_dv/``,
     ``metadata/``) are read too: one *matches* when it makes readers read an erased object
     (a Delta ``add``, a live Iceberg manifest entry; both carry the file's statistics).
@@ -37,6 +39,7 @@ import logging
 from dataclasses import dataclass, field
 
 from flightsrv.errors import ObjectNotFound
+from flightsrv.table.chunks import CHUNK_PREFIX, ChunkStore
 from flightsrv.table.commit import require_table
 from flightsrv.table.manifest import POINTER_KEY, Manifest, Pointer, version_of_key
 from flightsrv.table.mirror import MIRROR_PREFIXES, object_refs
@@ -49,7 +52,7 @@ log = logging.getLogger("flightsrv.erase")
 TRACE_SUMMARY_KEYS = frozenset({"predicate", "predicate_sha256", "where", "sql", "statement",
                                 "filter"})
 #: Prefixes under a table whose objects this module knows how to judge.
-KNOWN_PREFIXES = ("data/", "tombstone/", "manifest/", "_erasures/", "_delta_log/",
+KNOWN_PREFIXES = ("data/", "tombstone/", "manifest/", "chunks/", "_erasures/", "_delta_log/",
                   "_delta_dv/", "metadata/")
 ERASED, PENDING = "erased", "pending"
 
@@ -59,8 +62,9 @@ def summary_traces(m: Manifest) -> list[str]:
     return sorted(k for k in m.summary if k in TRACE_SUMMARY_KEYS)
 
 
-def _load_raw(table, version: int) -> Manifest | None:
-    """Read one manifest from the store, bypassing the cache (a re-read, not a belief)."""
+def _load_raw(table, version: int, chunks=None) -> Manifest | None:
+    """Read one manifest from the store, bypassing the cache (a re-read, not a belief);
+    its chunks through ``chunks`` (a fresh ``ChunkStore`` per verification)."""
     from flightsrv.table.manifest import manifest_key
 
     key = manifest_key(version)
@@ -68,7 +72,9 @@ def _load_raw(table, version: int) -> Manifest | None:
         raw, _ = table.store.get(key)
     except ObjectNotFound:
         return None
-    return Manifest.from_json(raw, key=f"{table.name}/{key}")
+    if chunks is None:
+        chunks = ChunkStore(table.store, table.name, table.runtime)
+    return Manifest.from_json(raw, key=f"{table.name}/{key}", chunks=chunks)
 
 
 def retained(table) -> list[Manifest]:
@@ -93,6 +99,7 @@ class Verification:
     head_version: int | None
     manifests: list = field(default_factory=list)  # [{key, version, matches, traces?}]
     mirrors: list = field(default_factory=list)  # mirror objects read [{key, matches}]
+    chunks: list = field(default_factory=list)  # manifest chunks listing erased objects
     pointer: dict | None = None  # {key, version, matches}
     listed: dict = field(default_factory=dict)  # prefix -> objects listed
     erased_absent: list = field(default_factory=list)  # erased keys confirmed gone
@@ -103,12 +110,15 @@ class Verification:
     def matches(self) -> int:
         return (sum(m["matches"] for m in self.manifests) + len(self.erased_present)
                 + (self.pointer or {}).get("matches", 0)
-                + sum(m["matches"] for m in self.mirrors))
+                + sum(m["matches"] for m in self.mirrors)
+                + sum(m["matches"] for m in self.chunks))
 
     @property
     def objects_scanned(self) -> int:
         return len(self.manifests) + (1 if self.pointer else 0) + len(self.erased_absent) \
-            + len(self.erased_present) + len(self.mirrors)
+            + len(self.erased_present) + len(self.mirrors) + self.chunks_read
+
+    chunks_read: int = 0  # manifest chunks read
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -133,21 +143,22 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
     value_keys = {k for k, kind in erased.items() if kind != "dv"}
     # manifests: every listed one, read raw; the head may roll past the listing
     refs: set[str] = set()
+    chunks = ChunkStore(table.store, table.name, table.runtime)  # this verification's reads
     versions = sorted(x for x in (version_of_key(k) for k in stored if k.startswith("manifest/"))
                       if x is not None)
     head = None
     probe = versions[-1] + 1 if versions else 0
     while True:  # roll forward from the listing: commits that landed meanwhile
-        if _load_raw(table, probe) is None:
+        if _load_raw(table, probe, chunks) is None:
             break
         versions.append(probe)
         probe += 1
     for ver in versions:
-        m = _load_raw(table, ver)
+        m = _load_raw(table, ver, chunks)
         if m is None:
             continue  # expired while we looked
         head = m
-        hits = sorted(m.referenced_keys() & value_keys)
+        hits = sorted(m.literal_keys() & value_keys)
         traces = summary_traces(m)
         entry = {"key": f"manifest/v{ver:020d}.json", "version": ver,
                  "matches": len(hits) + (1 if traces else 0)}
@@ -174,11 +185,13 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
         elif key not in stored:
             v.erased_absent.append(key)
     _verify_mirrors(table, listing, value_keys, v)
+    _verify_chunks(chunks, listing, value_keys, v)
     for m in listing:
         if m.key in refs or m.key in erased or m.key == POINTER_KEY:
             continue
-        if m.key.startswith(("manifest/", "_erasures/", "tombstone/") + MIRROR_PREFIXES):
-            continue  # manifests are judged above; DV objects hold positions, never values
+        if m.key.startswith(("manifest/", CHUNK_PREFIX, "_erasures/", "tombstone/")
+                            + MIRROR_PREFIXES):
+            continue  # manifests and chunks are judged above; DV objects hold positions
         if m.key.startswith("data/"):
             if grace_ms is None:
                 reason = "unreferenced data object (no sweep ran: an erasure without expire)"
@@ -209,6 +222,41 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
                               "remedy": "PURGE again"})
     v.status = ERASED if v.matches == 0 and not v.pending else PENDING
     return v
+
+
+def chunk_lists(chunks: ChunkStore, key: str) -> set[str]:
+    """The object keys one stored chunk lists, literally (a leaf: its files and DV
+    objects; an index: its child chunks)."""
+    try:
+        raw, _ = chunks.store.get(key)
+    except ObjectNotFound:
+        return set()
+    import orjson
+
+    try:
+        d = orjson.loads(raw)
+    except ValueError:
+        return set()
+    out: set[str] = set()
+    for f in d.get("files") or ():
+        out.add(f.get("path"))
+        dv = f.get("dv") or {}
+        if dv.get("storage") == "object" and dv.get("path"):
+            out.add(dv["path"])
+    for c in d.get("chunks") or ():
+        out.add(c.get("path"))
+    return out
+
+
+def _verify_chunks(chunks: ChunkStore, listing, value_keys: set[str], v: Verification) -> None:
+    """Read every stored chunk; one matches when it lists an erased object."""
+    for m in listing:
+        if not m.key.startswith(CHUNK_PREFIX):
+            continue
+        v.chunks_read += 1
+        hits = sorted(chunk_lists(chunks, m.key) & value_keys)
+        if hits:
+            v.chunks.append({"key": m.key, "matches": len(hits), "references": hits})
 
 
 def _sweep_mirrors(table, value_keys: set[str]) -> list[str]:
@@ -254,7 +302,7 @@ def unclean_versions(manifests: list[Manifest], erased: dict[str, str], below: i
     """Versions before ``below`` that reach an erased object or carry request text."""
     keys = {k for k, kind in erased.items() if kind != "dv"}
     return [m.version for m in manifests if m.version < below and (
-        m.referenced_keys() & keys or summary_traces(m))]
+        m.literal_keys() & keys or summary_traces(m))]
 
 
 def clean_head(table) -> Manifest | None:
@@ -272,7 +320,7 @@ def clean_head(table) -> Manifest | None:
             "rows_added": 0, "rows_deleted": 0, "files_added": 0, "files_removed": 0,
             "redacted_version": cur.version})
 
-    return table.commit(mutate)
+    return table.commit(mutate, fold=True)
 
 
 def expire_through(table, newest: int) -> list[int]:
@@ -309,7 +357,7 @@ def sweep(table, erased: dict[str, str], grace_ms: int) -> tuple[list[str], list
     Lists before reading references, as vacuum does, so a commit that lands meanwhile
     protects its objects. Returns (deleted keys, aborted uploads)."""
     now = table.runtime.clock.now_ms()
-    listing = [m for p in ("data/", "tombstone/") for m in table.store.list(p)]
+    listing = [m for p in ("data/", "tombstone/", CHUNK_PREFIX) for m in table.store.list(p)]
     uploads = [u for u in table.store.list_multipart("") if u.key.startswith("data/")]
     refs = references(table)
     head = require_table(table.log.head(), table.name)  # a commit after the read above
@@ -320,10 +368,15 @@ def sweep(table, erased: dict[str, str], grace_ms: int) -> tuple[list[str], list
             table.store.delete(key)
             deleted.append(key)
     done = set(deleted)
+    value_keys = {k for k, kind in erased.items() if kind != "dv"}
+    reader = ChunkStore(table.store, table.name, table.runtime)
     for m in listing:
         if m.key in live or m.key in done:
             continue
-        if _old(m.last_modified_ms, now, grace_ms):
+        # an unreferenced chunk listing an erased file can never be committed again (its
+        # writer's attempt predates the erasure): it goes whatever its age
+        if _old(m.last_modified_ms, now, grace_ms) or (
+                m.key.startswith(CHUNK_PREFIX) and chunk_lists(reader, m.key) & value_keys):
             table.store.delete(m.key)
             deleted.append(m.key)
     deleted += _sweep_mirrors(table, {k for k, kind in erased.items() if kind != "dv"})

@@ -50,7 +50,7 @@ from flightsrv.table.deletes import (
 )
 from flightsrv.table.manifest import DataFile, DeletionVector, Manifest, manifest_key
 from flightsrv.table.scan import FileTask, Snapshot
-from flightsrv.table.writer import DataFileWriter, WriteOptions
+from flightsrv.table.writer import DataFileWriter, WriteLayout, WriteOptions
 
 log = logging.getLogger("flightsrv.maintenance")
 
@@ -59,7 +59,7 @@ DEFAULT_SMALL_FILE_FRACTION = 0.5  # a file under half the target size is "small
 DEFAULT_SORT_GROUP_BYTES = 512 * 1024 * 1024  # largest input group sorted in memory
 DEFAULT_GRACE = dt.timedelta(days=7)
 #: key prefixes vacuum may delete from; everything else under the table prefix is left alone
-VACUUM_PREFIXES = ("data/", "tombstone/")
+VACUUM_PREFIXES = ("data/", "tombstone/", "chunks/")
 #: stats recommends expiry above this many retained versions (table property overrides)
 DEFAULT_MAX_VERSIONS = 100
 
@@ -332,15 +332,18 @@ def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, smal
     cap = sort_group_bytes if sort_by else target
     bins: list[list[DataFile]] = []
     sizes: list[float] = []
+    keys: list[tuple] = []  # a group holds files of one partition (spec id, values)
     for f in sorted(chosen, key=lambda f: -est[f.path]):  # first fit decreasing
+        key = (f.spec_id, tuple(f.partition))
         for i, s in enumerate(sizes):
-            if s + est[f.path] <= cap:
+            if keys[i] == key and s + est[f.path] <= cap:
                 bins[i].append(f)
                 sizes[i] += est[f.path]
                 break
         else:
             bins.append([f])
             sizes.append(est[f.path])
+            keys.append(key)
     groups = []
     order = {f.path: i for i, f in enumerate(head.data_files)}
     for b in bins:
@@ -383,7 +386,12 @@ def _write_group(table, snap: Snapshot, g: _Group, options: WriteOptions, sort_b
                 progress.advance(0, note=task.file.path.rsplit("/", 1)[-1])
             yield t
 
-    writer = DataFileWriter(table.store, schema, table.runtime, options, version_hint)
+    # the current schema (rows come projected to it by field id); the group's own partition
+    # (its files share one), so output rows stay in input order
+    first = g.inputs[0].file
+    layout = WriteLayout(snap.manifest.schema, snap.manifest.partition_spec,
+                         fixed_partition=(first.spec_id, tuple(first.partition)))
+    writer = DataFileWriter(table.store, layout, table.runtime, options, version_hint)
     if sort_by:
         whole = pa.concat_tables(list(live_tables())) if tasks else schema.empty_table()
         whole = whole.append_column("__seq", pa.array(np.arange(whole.num_rows, dtype=np.int64)))

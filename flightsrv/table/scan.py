@@ -13,6 +13,10 @@ A ``Snapshot`` is one manifest version. Its scan:
 
 Data files are write-once under unique keys; a scan reads them pinned to the ETag recorded in
 the manifest, so it never mixes versions. Footers are cached by (store, key, etag).
+
+Each file is read under the table's current schema by field id
+(:mod:`flightsrv.table.projection`): renamed columns come back under their new names, widened
+ones cast, columns added after the file was written hold their default (or NULL).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import pyarrow.parquet as pq
 
 from flightsrv.errors import CorruptObject, ObjectNotFound, PreconditionFailed, StoreError
 from flightsrv.store.base import arrow_filesystem
+from flightsrv.table import projection as proj
 from flightsrv.table.deletes import keep_mask, read_dv
 from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.schema import schema_from_json
@@ -175,13 +180,40 @@ class FileTask:
 
 
 class Snapshot:
-    """One pinned version of a table."""
+    """One pinned version of a table. ``physical``: every stored row, deleted or not (deletion
+    vectors and deleted row groups are ignored; a splice erases those rows too)."""
 
-    def __init__(self, table, manifest: Manifest):
+    def __init__(self, table, manifest: Manifest, *, physical: bool = False):
         self.table = table
         self.manifest = manifest
         self.version = manifest.version
         self.schema = schema_from_json(manifest.schema)
+        self.physical = physical
+        self._projections: dict = {}
+
+    def projection(self, f: DataFile, columns) -> tuple:
+        """How to read ``columns`` of ``f`` (see :mod:`flightsrv.table.projection`)."""
+        key = (f.schema_id, tuple(columns))
+        p = self._projections.get(key)
+        if p is None:
+            p = self._projections[key] = proj.projection(self.manifest, f.schema_id, columns)
+        return p
+
+    def files(self, keep_chunks=None) -> list[DataFile]:
+        """The version's data files, in order; ``keep_chunks(refs) -> refs`` may skip whole
+        manifest chunks by their summaries (format 2: only kept chunks are read)."""
+        files = self.manifest.data_files
+        if hasattr(files, "select"):
+            return files.select(keep_chunks)
+        return list(files)
+
+    def live(self, f: DataFile) -> DataFile:
+        """``f`` as this snapshot reads it (with ``physical``: without its deletes)."""
+        if self.physical and (f.dv is not None or f.deleted_row_groups):
+            import dataclasses
+
+            return dataclasses.replace(f, dv=None, deleted_row_groups=())
+        return f
 
     def __repr__(self) -> str:
         return f"Snapshot(table={self.table.name!r}, version={self.version})"
@@ -195,7 +227,7 @@ class Snapshot:
         return self.manifest.live_rows
 
     def deleted_positions(self, f: DataFile) -> np.ndarray | None:
-        if f.dv is None or f.dv.cardinality == 0:
+        if f.dv is None or f.dv.cardinality == 0 or self.physical:
             return None
         bitmap = read_dv(self.store, f.dv, table=self.table.name, data_file=f.path)
         # int64, not uint64: numpy compares a uint64 array with a Python int by converting the
@@ -210,7 +242,8 @@ class Snapshot:
         may drop units that cannot match (statistics pruning); ``files`` restricts the scan
         to some of the snapshot's files. Each task's ``ordinal`` is its file's index in the
         list considered (``files`` or the manifest's)."""
-        candidates = list(self.manifest.data_files if files is None else files)
+        candidates = [self.live(f) for f in (self.manifest.data_files if files is None
+                                             else files)]
         ordinals = {id(f): i for i, f in enumerate(candidates)}
         live = [f for f in candidates if f.live_rows > 0]
         if file_filter is not None:
@@ -229,7 +262,10 @@ class Snapshot:
     def _read_group(self, task: FileTask, rg: int, columns: list[str], positions: str | None,
                     file_col: str | None) -> pa.Table:
         pf = open_parquet(self.store, task.file, table=self.table.name)
-        t = pf.read_row_group(rg, columns=columns, use_threads=False)
+        reads = self.projection(task.file, columns)
+        t = pf.read_row_group(rg, columns=proj.read_columns(reads), use_threads=False)
+        if reads:
+            t = pa.Table.from_arrays(proj.apply(t, reads), names=list(columns))
         start = task.file.row_group_offsets[rg]
         if positions is not None:
             t = t.append_column(positions, pa.array(np.arange(start, start + t.num_rows,
@@ -291,15 +327,17 @@ class Snapshot:
 
         return pa.RecordBatchReader.from_batches(schema, batches())
 
-    def take(self, positions: dict[str, np.ndarray], columns: list[str] | None = None
-             ) -> pa.Table:
+    def take(self, positions: dict[str, np.ndarray], columns: list[str] | None = None, *,
+             files=None) -> pa.Table:
         """The rows at the given physical positions (sorted int64, per data file path) of
-        this snapshot's files, in file (manifest) and position order: the rows a caller (the
-        DML planner, after DuckDB found them) already knows it wants, with every column.
-        Reads only the row groups that hold such a position, in the scan's thread pool."""
+        this snapshot's files, in file order (``files``, default the manifest's) and position
+        order: the rows a caller (the DML planner, after DuckDB found them) already knows it
+        wants, with every column, read by field id under the current schema. Reads only the
+        row groups that hold such a position, in the scan's thread pool."""
         cols = list(self.schema.names) if columns is None else list(columns)
         schema = pa.schema([self.schema.field(c) for c in cols])
-        by_path = {f.path: f for f in self.manifest.data_files}
+        listed = list(self.manifest.data_files if files is None else files)
+        by_path = {f.path: f for f in listed}
         work = []
         for path, pos in positions.items():
             f = by_path[path]
@@ -311,12 +349,15 @@ class Snapshot:
             for chunk in np.split(np.arange(len(pos)), bounds):
                 rg = int(groups[chunk[0]])
                 work.append((f, rg, pos[chunk] - offsets[rg]))
-        order = {f.path: i for i, f in enumerate(self.manifest.data_files)}
+        order = {f.path: i for i, f in enumerate(listed)}
         work.sort(key=lambda w: (order[w[0].path], w[1]))
 
         def read(f: DataFile, rg: int, local: np.ndarray) -> pa.Table:
             pf = open_parquet(self.store, f, table=self.table.name)
-            t = pf.read_row_group(rg, columns=cols, use_threads=False)
+            reads = self.projection(f, cols)
+            t = pf.read_row_group(rg, columns=proj.read_columns(reads), use_threads=False)
+            if reads:
+                t = pa.Table.from_arrays(proj.apply(t, reads), names=cols)
             t = t.take(pa.array(local, pa.int64()))
             return t.cast(schema) if t.schema != schema else t
 

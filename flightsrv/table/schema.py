@@ -1,10 +1,17 @@
-"""Arrow schemas as JSON, and column statistics values as JSON.
+"""Arrow schemas as JSON, field ids, and column statistics values as JSON.
 
-The manifest stores the table schema as Arrow types in JSON (docs/PROTOCOL.md §Schema).
+The manifest stores the table schema as Arrow types in JSON (docs/PROTOCOL.md §4.1).
 Type codec: a table of simple types by name, plus parameterised types as objects.
 Statistics values are stored in the column's physical-ish JSON form (ints for integers,
 timestamps in their unit, dates in days, decimals as strings) and decoded back to Arrow
 scalars of the column type for pruning.
+
+Format 2 (docs/PROTOCOL.md §4.1, §14): every field, nested ones included, carries a stable
+``id``; a top-level field may carry ``physical`` (the column name inside data files, when it
+differs from ``name`` after a rename) and ``initial_default`` / ``write_default`` (JSON in the
+statistics encoding). A schema carries ``schema_id``. :func:`schema_from_json` ignores all of
+that and returns the logical Arrow schema (current names, current types); the helpers below
+give the physical view that writers and readers of data files use.
 """
 
 from __future__ import annotations
@@ -89,16 +96,29 @@ def type_from_json(j) -> pa.DataType:
     raise CorruptObject("unknown type in schema", type=kind)
 
 
+#: Arrow field metadata that pyarrow's Parquet writer turns into the Parquet field id
+PARQUET_FIELD_ID = b"PARQUET:field_id"
+
+
 def field_to_json(f: pa.Field) -> dict:
     out = {"name": f.name, "type": type_to_json(f.type), "nullable": f.nullable}
     if f.metadata:
-        out["metadata"] = {k.decode(): v.decode() for k, v in f.metadata.items()}
+        meta = {k.decode(): v.decode() for k, v in f.metadata.items()
+                if k != PARQUET_FIELD_ID}
+        if meta:
+            out["metadata"] = meta
     return out
 
 
 def field_from_json(j: dict) -> pa.Field:
     return pa.field(j["name"], type_from_json(j["type"]), j.get("nullable", True),
                     metadata=j.get("metadata"))
+
+
+def schema_fingerprint(j: dict) -> tuple:
+    """What a schema means to a reader of the logical table (names, types, nullability),
+    without ids or schema_id: equal fingerprints read the same Arrow schema."""
+    return tuple((f["name"], repr(f["type"]), f.get("nullable", True)) for f in j["fields"])
 
 
 def schema_to_json(s: pa.Schema) -> dict:
@@ -204,3 +224,182 @@ def has_stats(t: pa.DataType) -> bool:
             or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_timestamp(t)
             or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_decimal(t)
             or pa.types.is_duration(t))
+
+
+# -- field ids, physical names, defaults (format 2) ---------------------------------
+
+
+def _child_fields(t) -> list[dict]:
+    """The nested field dicts of a type JSON, in id order (list item; map key, value;
+    struct fields)."""
+    if not isinstance(t, dict):
+        return []
+    kind = t["type"]
+    if kind in ("list", "large_list", "fixed_size_list"):
+        return [t["item"]]
+    if kind == "map":
+        return [t["key"], t["item"]]
+    if kind == "struct":
+        return list(t["fields"])
+    return []
+
+
+def _assign_nested(t, next_id: int) -> int:
+    """Ids for the nested fields of type ``t``: a node's children get consecutive ids, then
+    each child's own children, depth-first (the order docs/INTEROP.md §3 fixed for the
+    mirrors, so format-1 tables keep the ids their mirrors already published)."""
+    kids = _child_fields(t)
+    for k in kids:
+        if "id" not in k:
+            next_id += 1
+            k["id"] = next_id
+    for k in kids:
+        next_id = _assign_nested(k["type"], next_id)
+    return next_id
+
+
+def with_field_ids(fields: list[dict], last_id: int = 0) -> tuple[list[dict], int]:
+    """Copies of ``fields`` (top-level field JSON) where every field without an id gets one
+    above ``last_id``: the top-level fields first, in order, then their nested fields.
+    Returns (fields, the largest id used)."""
+    import copy
+
+    out = copy.deepcopy(fields)
+    for f in out:
+        if "id" not in f:
+            last_id += 1
+            f["id"] = last_id
+    for f in out:
+        last_id = _assign_nested(f["type"], last_id)
+    return out, last_id
+
+
+def max_field_id(fields: list[dict]) -> int:
+    best = 0
+    for f in fields:
+        best = max(best, int(f.get("id", 0)), max_field_id(_child_fields(f["type"])))
+    return best
+
+
+def physical_name(f: dict) -> str:
+    """The column name inside data files written under the schema holding ``f``."""
+    return f.get("physical", f["name"])
+
+
+_NESTED_KINDS = ("list", "large_list", "fixed_size_list", "map", "struct")
+
+
+def _arrow_field_physical(f: dict, name: str | None = None) -> pa.Field:
+    t = f["type"]
+    at = _typed_children(t) if isinstance(t, dict) and t["type"] in _NESTED_KINDS \
+        else type_from_json(t)
+    meta = dict(f.get("metadata") or {})
+    if "id" in f:
+        meta[PARQUET_FIELD_ID.decode()] = str(f["id"])
+    return pa.field(name if name is not None else f["name"], at, f.get("nullable", True),
+                    metadata=meta or None)
+
+
+def _typed_children(t: dict) -> pa.DataType:
+    kind = t["type"]
+    if kind == "list":
+        return pa.list_(_arrow_field_physical(t["item"]))
+    if kind == "large_list":
+        return pa.large_list(_arrow_field_physical(t["item"]))
+    if kind == "fixed_size_list":
+        return pa.list_(_arrow_field_physical(t["item"]), t["size"])
+    if kind == "map":
+        return pa.map_(_arrow_field_physical(t["key"]), _arrow_field_physical(t["item"]),
+                       t.get("keys_sorted", False))
+    return pa.struct([_arrow_field_physical(x) for x in t["fields"]])
+
+
+def physical_arrow_schema(j: dict) -> pa.Schema:
+    """The Arrow schema data files are written with: physical column names and every field
+    id as ``PARQUET:field_id`` metadata (pyarrow writes them as Parquet field ids)."""
+    return pa.schema([_arrow_field_physical(f, physical_name(f)) for f in j["fields"]])
+
+
+def field_by_name(j: dict, name: str) -> dict | None:
+    for f in j["fields"]:
+        if f["name"] == name:
+            return f
+    low = name.lower()
+    for f in j["fields"]:
+        if f["name"].lower() == low:
+            return f
+    return None
+
+
+def fields_by_id(j: dict) -> dict[int, dict]:
+    return {int(f["id"]): f for f in j["fields"] if "id" in f}
+
+
+def value_to_json(value, t: pa.DataType):
+    """A Python value of column type ``t`` in the statistics encoding (used for partition
+    values and column defaults): ints, floats, bools as JSON; strings as strings; dates as
+    days; timestamps/times/durations as integers in the unit; decimals as strings; binary
+    as hex."""
+    if value is None:
+        return None
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return bytes(value).hex()
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return str(value)
+    if pa.types.is_floating(t):
+        return float(value)
+    if pa.types.is_boolean(t):
+        return bool(value)
+    if pa.types.is_integer(t):
+        return int(value)
+    if pa.types.is_date(t):
+        return pa.scalar(value, type=pa.date32()).cast(pa.int32()).as_py()
+    if pa.types.is_timestamp(t) or pa.types.is_time(t) or pa.types.is_duration(t):
+        return pa.scalar(value, type=t).cast(pa.int64()).as_py()
+    if pa.types.is_decimal(t):
+        return str(value)
+    raise ConfigurationError("no JSON encoding for a value of this type", type=str(t))
+
+
+def value_from_json(value, t: pa.DataType) -> pa.Scalar:
+    """The Arrow scalar of type ``t`` for a JSON value written by :func:`value_to_json`."""
+    if value is None:
+        return pa.scalar(None, t)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return pa.scalar(bytes.fromhex(value), t)
+    if pa.types.is_timestamp(t) or pa.types.is_time(t) or pa.types.is_duration(t):
+        return pa.scalar(int(value), pa.int64()).cast(t)
+    if pa.types.is_date(t):
+        return pa.scalar(int(value), pa.int32()).cast(pa.date32()).cast(t)
+    if pa.types.is_decimal(t):
+        return pa.scalar(decimal.Decimal(value), t)
+    return pa.scalar(value, t)
+
+
+# -- type widening (metadata-only type changes) ----------------------------------------
+
+_INT_ORDER = ["int8", "int16", "int32", "int64"]
+_UINT_ORDER = ["uint8", "uint16", "uint32", "uint64"]
+
+
+def widening_allowed(old, new) -> bool:
+    """Whether a column of type JSON ``old`` may become ``new`` without rewriting data:
+    int8 -> int16 -> int32 -> int64 (and the unsigned chain), float32 -> float64, decimal
+    precision up at the same scale (within its bit width class or to decimal256), and
+    date32 -> timestamp without a time zone (any unit; midnight, as DuckDB and Arrow cast
+    it). Equal types are not a widening."""
+    if old == new:
+        return False
+    for order in (_INT_ORDER, _UINT_ORDER):
+        if old in order and new in order:
+            return order.index(new) > order.index(old)
+    if old == "float32" and new == "float64":
+        return True
+    if isinstance(old, dict) and isinstance(new, dict) and old.get("type") == "decimal" \
+            and new.get("type") == "decimal":
+        return new["scale"] == old["scale"] and new["precision"] > old["precision"] \
+            and new["bits"] >= old["bits"]
+    if old == "date32" and isinstance(new, dict) and new.get("type") == "timestamp" \
+            and not new.get("tz"):
+        return True
+    return False

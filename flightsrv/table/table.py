@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
 
-from flightsrv.errors import ConfigurationError, SchemaMismatch, VersionNotFound
+from flightsrv.errors import ConfigurationError, CorruptObject, SchemaMismatch, VersionNotFound
 from flightsrv.table import types
 from flightsrv.table.commit import TableLog, commit, require_table
 from flightsrv.table.manifest import Manifest
 from flightsrv.table.scan import Snapshot
-from flightsrv.table.schema import schema_from_json
+from flightsrv.table.schema import schema_fingerprint, schema_from_json
 from flightsrv.table.timestamps import parse_timestamp_ms  # noqa: F401  (re-exported)
-from flightsrv.table.writer import DataFileWriter, WriteOptions
+from flightsrv.table.writer import DataFileWriter, WriteLayout, WriteOptions
 
 if TYPE_CHECKING:
     from flightsrv.warehouse import Warehouse
@@ -168,7 +168,7 @@ class Table:
         discard them all with :meth:`discard_keys`."""
         head = head or self.head()
         schema = schema_from_json(head.schema)
-        writer = DataFileWriter(self.store, schema, self.runtime,
+        writer = DataFileWriter(self.store, WriteLayout.from_manifest(head), self.runtime,
                                 WriteOptions.from_properties(head.properties), head.version + 1)
         if keys is not None:
             writer.keys = keys
@@ -201,18 +201,22 @@ class Table:
         files, nbytes, nrows = self.write_files(data, head=head)
         if not files:
             return None
-        return self.commit_files(files, operation="append", extra={"bytes_added": nbytes})
+        return self.commit_files(files, operation="append", extra={"bytes_added": nbytes},
+                                 expected_schema=head.schema)
 
     def commit_files(self, files, *, operation: str = "append", extra: dict | None = None,
                      expected_schema: dict | None = None) -> Manifest:
-        """Commit already-written data files (appends commute, so this rebases freely)."""
+        """Commit already-written data files (appends commute, so this rebases freely).
+
+        ``expected_schema``: the schema JSON the files were written with. Format 2: the
+        files commit on any head that still holds that schema (by its ``schema_id``)
+        unchanged: appends commute with schema and partitioning changes (docs/PROTOCOL.md
+        §14.3). Format 1: the head's schema must be the same."""
         schema_json = expected_schema
 
         def mutate(head):
             head = require_table(head, self.name)
-            if schema_json is not None and head.schema != schema_json:
-                raise SchemaMismatch("table schema changed while the data was written",
-                                     table=self.name, version=head.version)
+            check_written_schema(head, files, schema_json, self.name)
             added = tuple(dataclasses.replace(f, added_version=head.version + 1) for f in files)
             summary = {"rows_added": sum(f.rows for f in files), "files_added": len(files),
                        "rows_deleted": 0, "files_removed": 0, **(extra or {})}
@@ -220,6 +224,64 @@ class Table:
                                        data_files=head.data_files + added)
 
         return self.commit(mutate)
+
+    # -- schema and partitioning (format 2; flightsrv.table.evolution) ---------------------
+    def _evolve(self, change, *args, **kw) -> Manifest | None:
+        """Commit one metadata-only change, re-validated against each head it meets."""
+        from flightsrv.table import evolution
+
+        fn = getattr(evolution, change)
+
+        def mutate(head):
+            return fn(require_table(head, self.name), self.name, *args, **kw)
+
+        return self.commit(mutate)
+
+    def add_column(self, name: str, type: pa.DataType, *, nullable: bool = True,
+                   default=None) -> Manifest:
+        """``ALTER TABLE t ADD COLUMN``: rows already written read ``default`` (or NULL)."""
+        return self._evolve("add_column", name, type, nullable=nullable, default=default)
+
+    def rename_column(self, old: str, new: str) -> Manifest | None:
+        return self._evolve("rename_column", old, new)
+
+    def drop_column(self, name: str) -> Manifest:
+        return self._evolve("drop_column", name)
+
+    def alter_column_type(self, name: str, type: pa.DataType) -> Manifest | None:
+        """Widen a column's type (int8->16->32->64, float32->64, decimal precision up,
+        date->timestamp); old files are cast when read."""
+        return self._evolve("alter_column_type", name, type)
+
+    def widen_column(self, name: str, type: pa.DataType) -> Manifest | None:
+        """Alias of :meth:`alter_column_type` (only widening is allowed)."""
+        return self.alter_column_type(name, type)
+
+    def set_partition_spec(self, fields) -> Manifest | None:
+        """Alias of :meth:`set_partitioning`."""
+        return self.set_partitioning(fields)
+
+    def set_partitioning(self, fields) -> Manifest | None:
+        """Partition new files by ``fields`` (``["day(ts)", "bucket(64, user_id)"]`` or
+        ``[(transform, column)]``; empty: unpartitioned). Files already written keep their
+        spec."""
+        from flightsrv.table.partition import parse_field
+
+        items = [parse_field(f) if isinstance(f, str) else tuple(f) for f in fields or ()]
+        return self._evolve("set_partitioning", items)
+
+    def upgrade(self) -> Manifest | None:
+        """Move a format-1 table to format 2 in one commit (no data file is rewritten);
+        None when it already is format 2."""
+        return self._evolve("upgrade")
+
+    @property
+    def partitioning(self) -> str:
+        """The current partition spec in SQL spelling (empty: unpartitioned)."""
+        from flightsrv.table.partition import describe
+
+        head = self.head()
+        return describe(head.partition_spec, head.schema)
 
     def set_properties(self, **props) -> Manifest:
         """Set table properties in one commit; a value of None removes the property.
@@ -298,3 +360,25 @@ class Table:
         from flightsrv.table.erasure_status import erasure_status
 
         return erasure_status(self, **kw)
+
+
+def check_written_schema(head: Manifest, files, expected: dict | None, table: str) -> None:
+    """SchemaMismatch unless ``files`` (written with schema JSON ``expected``) fit ``head``
+    (see ``Table.commit_files``)."""
+    if head.format_version < 2:
+        if expected is not None and schema_fingerprint(head.schema) != \
+                schema_fingerprint(expected):
+            raise SchemaMismatch("table schema changed while the data was written",
+                                 table=table, version=head.version)
+        return
+    for sid in sorted({f.schema_id for f in files}):
+        try:
+            have = head.schema_by_id(sid)
+        except CorruptObject:
+            raise SchemaMismatch("the data was written with a schema the table does not have "
+                                 "(dropped and re-created meanwhile?)", table=table,
+                                 version=head.version, schema_id=sid) from None
+        if expected is not None and int(expected.get("schema_id", 0)) == sid and \
+                have["fields"] != expected["fields"]:
+            raise SchemaMismatch("table schema changed while the data was written",
+                                 table=table, version=head.version, schema_id=sid)

@@ -30,7 +30,14 @@ from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
 from flightsrv.store import ensure_checked, open_store
 from flightsrv.table.commit import require_table
 from flightsrv.table import properties as table_properties
-from flightsrv.table.manifest import FORMAT_VERSION, POINTER_KEY, Manifest
+from flightsrv.table.manifest import (
+    FORMAT_VERSION,
+    POINTER_KEY,
+    SUPPORTED_FORMATS,
+    UNPARTITIONED,
+    Manifest,
+    schema_with_ids,
+)
 from flightsrv.table.schema import check_column_names, normalize_schema, schema_to_json
 from flightsrv.table.names import _NAME, check_name, is_table_name  # noqa: F401 (re-exported)
 from flightsrv.table.table import Table
@@ -139,20 +146,32 @@ class Warehouse:
         return out
 
     def create_table(self, name: str, schema: pa.Schema, properties: dict | None = None, *,
-                     exist_ok: bool = False, data_files=(), summary: dict | None = None
-                     ) -> Table:
+                     exist_ok: bool = False, data_files=(), summary: dict | None = None,
+                     partition_by=None, format_version: int = FORMAT_VERSION) -> Table:
         """Create table ``name`` (one commit, operation "create"). ``data_files`` (written
         with this schema, not yet committed) become the new table's first rows in the same
         commit, so a failed create leaves no table behind; ``summary`` adds to the commit
         summary. With ``exist_ok``, an existing table is returned unchanged (and
-        ``data_files`` are not committed)."""
+        ``data_files`` are not committed). ``partition_by``: hidden partitioning of its
+        files, e.g. ``["day(event_time)", "bucket(64, user_id)"]`` (docs/PROTOCOL.md §15);
+        ``format_version`` 1 makes a table of the old format (no field ids, no chunks)."""
+        from flightsrv.table.partition import make_spec, parse_field
+
         t = self._table(name)
+        if format_version not in SUPPORTED_FORMATS:
+            raise ConfigurationError("unknown table format version", table=t.name,
+                                     format_version=format_version,
+                                     supported=",".join(map(str, SUPPORTED_FORMATS)))
         schema = normalize_schema(schema)
         if not len(schema):
             raise ConfigurationError("a table needs at least one column", table=t.name)
         check_column_names(schema, t.name)
-        schema_json = schema_to_json(schema)
+        schema_json, last_id = schema_with_ids(schema_to_json(schema))
         props = table_properties.normalize(properties, schema.names, table=t.name)
+        items = [parse_field(f) if isinstance(f, str) else tuple(f) for f in partition_by or ()]
+        spec, last_pid = make_spec(0, items, schema_json, 999, table=t.name)
+        if items and format_version < 2:
+            raise ConfigurationError("partitioned tables need format 2", table=t.name)
         existed = {}
 
         def mutate(head):
@@ -167,7 +186,9 @@ class Warehouse:
                                      "rows_deleted": 0, "files_added": len(files),
                                      "files_removed": 0, **(summary or {})},
                             schema=schema_json, properties=props, data_files=files,
-                            deletes={}, format_version=FORMAT_VERSION)
+                            deletes={}, format_version=format_version,
+                            partition_spec=spec if items else dict(UNPARTITIONED),
+                            last_column_id=last_id, last_partition_id=last_pid)
 
         t.commit(mutate)
         if existed:

@@ -8,6 +8,14 @@ input larger than memory streams through.
 Keys: ``data/YYYY/MM/DD/HH/<id>.parquet`` from the injected clock and id source. On the local
 store the file is written in place on the store's filesystem and linked into its key; on S3
 it is spooled to a local temp file and uploaded (multipart for large files).
+
+Layout (:class:`WriteLayout`): data files hold the schema's *physical* column names with
+every field id as the Parquet field id; statistics are keyed by field id; each file records
+the schema id and partition spec it was written with. A partitioned table's rows are split
+by their partition values (``flightsrv.table.partition``): every file holds one partition.
+Partitioned writes keep one open file per partition, at most ``MAX_OPEN_PARTITIONS`` at a
+time (the least recently used one is finished first) and buffer at most about four row
+groups of rows in all (the largest buffer is written out as a row group first).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import contextlib
 import datetime as dt
 import os
 import tempfile
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -25,13 +34,63 @@ import pyarrow.parquet as pq
 
 from flightsrv.runtime import Runtime
 from flightsrv.store.base import ObjectStore, PutMode
-from flightsrv.table.manifest import DataFile
+from flightsrv.table.manifest import UNPARTITIONED, DataFile, schema_with_ids
 from flightsrv.table.properties import PROPERTIES, value
-from flightsrv.table.schema import has_stats, stat_to_json
+from flightsrv.table.schema import (
+    has_stats,
+    physical_arrow_schema,
+    physical_name,
+    schema_from_json,
+    schema_to_json,
+    stat_to_json,
+)
 
 DEFAULT_TARGET_FILE_SIZE = PROPERTIES["target_file_size"].default
 DEFAULT_ROW_GROUP_BYTES = PROPERTIES["row_group_bytes"].default  # uncompressed; ~2-8 MiB zstd
 MAX_ROW_GROUP_ROWS = 1 << 20
+MAX_OPEN_PARTITIONS = 64
+
+
+@dataclass(frozen=True)
+class WriteLayout:
+    """What a writer writes: the table schema (with field ids and ``schema_id``), the
+    partition spec rows are split by, and optionally a fixed partition to stamp on every
+    file without computing it (rewrites of one file, whose rows share its partition)."""
+
+    schema: dict
+    spec: dict = None  # type: ignore[assignment]
+    fixed_partition: tuple | None = None  # (spec_id, values)
+
+    def __post_init__(self):
+        if self.spec is None:
+            object.__setattr__(self, "spec", dict(UNPARTITIONED))
+
+    @classmethod
+    def of(cls, schema, spec: dict | None = None) -> "WriteLayout":
+        """From a manifest's schema JSON (with ids) or a plain Arrow schema (ids 1..n)."""
+        if isinstance(schema, WriteLayout):
+            return schema
+        if isinstance(schema, pa.Schema):
+            schema, _ = schema_with_ids(schema_to_json(schema))
+        elif "schema_id" not in schema or any("id" not in f for f in schema["fields"]):
+            schema, _ = schema_with_ids(schema, int(schema.get("schema_id", 0)))
+        return cls(schema, spec)
+
+    @classmethod
+    def from_manifest(cls, m) -> "WriteLayout":
+        return cls(m.schema, m.partition_spec)
+
+    @property
+    def arrow(self) -> pa.Schema:
+        return schema_from_json(self.schema)
+
+    @property
+    def schema_id(self) -> int:
+        return int(self.schema.get("schema_id", 0))
+
+    @property
+    def partitioned(self) -> bool:
+        return bool(self.spec["fields"]) and self.fixed_partition is None
 
 
 @dataclass(frozen=True)
@@ -54,16 +113,21 @@ def data_key(runtime: Runtime) -> str:
     return f"data/{t:%Y/%m/%d/%H}/{runtime.ids.new_id()}.parquet"
 
 
-def file_stats(md: pq.FileMetaData, schema: pa.Schema,
-               nans: dict[str, int] | None = None) -> tuple[tuple[int, ...], dict]:
-    """Row-group offsets and per-column min/max/null count from a Parquet footer.
+def file_stats(md: pq.FileMetaData, layout, nans: dict[str, int] | None = None
+               ) -> tuple[tuple[int, ...], dict]:
+    """Row-group offsets and per-column min/max/null count from a Parquet footer, keyed by
+    field id (``layout``: a :class:`WriteLayout`, a schema JSON with ids, or an Arrow
+    schema, whose columns get ids 1..n).
 
     Parquet min/max leave NaN out, so a float column's bounds say nothing about NaN rows;
-    ``nans`` (NaN count per float column, counted while writing) is recorded as ``"nans"``
-    so that a reader can tell a NaN-free file (bounds are then exact) from an unknown one."""
+    ``nans`` (NaN count per float column, by physical name, counted while writing) is
+    recorded as ``"nans"`` so that a reader can tell a NaN-free file (bounds are then exact)
+    from an unknown one."""
+    layout = WriteLayout.of(layout)
     offsets, row = [], 0
     agg: dict[str, dict] = {}
-    top = {f.name: f for f in schema if has_stats(f.type)}
+    top = {physical_name(f): (str(f["id"]), pa_type) for f, pa_type in
+           zip(layout.schema["fields"], layout.arrow.types) if has_stats(pa_type)}
     names = {}
     for rg_i in range(md.num_row_groups):
         rg = md.row_group(rg_i)
@@ -92,14 +156,14 @@ def file_stats(md: pq.FileMetaData, schema: pa.Schema,
             a["max"] = hi if a["max"] is None or hi > a["max"] else a["max"]
     stats = {}
     for name, a in agg.items():
-        t = top[name].type
+        fid, t = top[name]
         entry = {"nulls": a["nulls"]}
         if nans is not None and name in nans:
             entry["nans"] = nans[name]
         if a["ok"]:
             entry["min"] = stat_to_json(a["min"], t, is_max=False)
             entry["max"] = stat_to_json(a["max"], t, is_max=True)
-        stats[name] = entry
+        stats[fid] = entry
     return tuple(offsets), stats
 
 
@@ -127,13 +191,27 @@ def _rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]
         yield pa.Table.from_batches(pending)
 
 
-class DataFileWriter:
-    """Writes one stream into as many data files as ``target_file_size`` requires."""
+class _Sink:
+    """One open data file of one partition: its writer and the rows not yet written."""
 
-    def __init__(self, store: ObjectStore, schema: pa.Schema, runtime: Runtime,
+    def __init__(self, key: str, tmp: str, writer: pq.ParquetWriter, partition: tuple):
+        self.key, self.tmp, self.writer, self.partition = key, tmp, writer, partition
+        self.pending: list[pa.RecordBatch] = []
+        self.rows = 0
+        self.bytes = 0
+        self.nans: dict[str, int] = {}
+
+
+class DataFileWriter:
+    """Writes one stream into as many data files as ``target_file_size`` (and, for a
+    partitioned table, the partitions) require."""
+
+    def __init__(self, store: ObjectStore, layout, runtime: Runtime,
                  options: WriteOptions, version_hint: int = 0):
         self.store = store
-        self.schema = schema
+        self.layout = WriteLayout.of(layout)
+        self.schema = self.layout.arrow  # logical: what callers hand in
+        self.physical = physical_arrow_schema(self.layout.schema)
         self.runtime = runtime
         self.options = options
         self.version_hint = version_hint
@@ -143,14 +221,21 @@ class DataFileWriter:
         self.keys: list[str] = []
         self.bytes_written = 0
         self.rows_written = 0
-        self._floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+        self._floats = [f.name for f in self.physical if pa.types.is_floating(f.type)]
         self._nans: dict[str, int] = {}
 
-    def _count_nans(self, group: pa.Table) -> None:
+    def _to_physical(self, t):
+        """A batch/table with the logical names as one with physical names and field ids."""
+        if isinstance(t, pa.Table):
+            return pa.Table.from_arrays(t.columns, schema=self.physical)
+        return pa.RecordBatch.from_arrays(t.columns, schema=self.physical)
+
+    def _count_nans(self, group, into: dict | None = None) -> None:
+        into = self._nans if into is None else into
         for name in self._floats:
             col = group.column(name)
             n = pc.sum(pc.is_nan(col)).as_py() if col.null_count < len(col) else 0
-            self._nans[name] = self._nans.get(name, 0) + (n or 0)
+            into[name] = into.get(name, 0) + (n or 0)
 
     def _open(self) -> tuple[str, str, pq.ParquetWriter]:
         key = data_key(self.runtime)
@@ -159,7 +244,7 @@ class DataFileWriter:
             fd, tmp = tempfile.mkstemp(suffix=".parquet", prefix="flightsrv-")
             os.close(fd)
         try:
-            w = pq.ParquetWriter(tmp, self.schema, compression=self.options.compression,
+            w = pq.ParquetWriter(tmp, self.physical, compression=self.options.compression,
                                  compression_level=self.options.compression_level,
                                  write_statistics=True, store_schema=True)
         except BaseException:  # interrupted before the caller owns ``tmp``: remove it here
@@ -168,12 +253,14 @@ class DataFileWriter:
             raise
         return key, tmp, w
 
-    def _finish(self, key: str, tmp: str, w: pq.ParquetWriter) -> None:
+    def _finish(self, key: str, tmp: str, w: pq.ParquetWriter, partition: tuple = (),
+                nans: dict | None = None) -> None:
+        nans = self._nans if nans is None else nans
         w.close()
         md = w.writer.metadata
         if md.num_rows == 0:
             os.unlink(tmp)
-            self._nans = {}
+            nans.clear()
             return
         self.keys.append(key)
         if self.store.local_path(key) is not None and hasattr(self.store, "adopt"):
@@ -184,11 +271,15 @@ class DataFileWriter:
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-        offsets, stats = file_stats(md, self.schema, self._nans)
-        self._nans = {}
+        offsets, stats = file_stats(md, self.layout, nans)
+        nans.clear()
+        spec_id = int(self.layout.spec.get("spec_id", 0))
+        if self.layout.fixed_partition is not None:
+            spec_id, partition = self.layout.fixed_partition
         self.files.append(DataFile(
             path=key, size=meta.size, etag=meta.etag, rows=md.num_rows,
             row_group_offsets=offsets, stats=stats, added_version=self.version_hint,
+            schema_id=self.layout.schema_id, spec_id=spec_id, partition=tuple(partition),
         ))
         self.bytes_written += meta.size
         self.rows_written += md.num_rows
@@ -204,9 +295,12 @@ class DataFileWriter:
             yield first
             yield from it
 
+        if self.layout.partitioned:
+            return self._write_partitioned(chain(), rows)
         key, tmp, w = self._open()
         try:
             for group in _rebatch(chain(), rows):
+                group = self._to_physical(group)
                 self._count_nans(group)
                 w.write_table(group, row_group_size=rows)
                 if os.path.getsize(tmp) >= self.options.target_file_size:
@@ -218,5 +312,79 @@ class DataFileWriter:
                 w.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            raise
+        return self.files
+
+    # -- partitioned ----------------------------------------------------------------
+    def _write_partitioned(self, batches, rows: int) -> list[DataFile]:
+        from flightsrv.table.partition import partition_keys
+
+        sinks: OrderedDict[tuple, _Sink] = OrderedDict()
+        budget = max(4 * self.options.row_group_bytes, 1)
+        held = 0
+
+        def flush(sink: _Sink, whole: bool) -> int:
+            """Write the sink's pending rows as row groups (whole: also a short last one).
+            Returns the bytes released."""
+            if not sink.pending:
+                return 0
+            table = pa.Table.from_batches(sink.pending)
+            keep = table.num_rows if whole else (table.num_rows // rows) * rows
+            released = 0
+            if keep:
+                out = self._to_physical(table.slice(0, keep))
+                self._count_nans(out, sink.nans)
+                sink.writer.write_table(out, row_group_size=rows)
+                released = sink.bytes if keep == table.num_rows else \
+                    int(sink.bytes * keep / table.num_rows)
+            rest = table.slice(keep)
+            sink.pending = rest.to_batches() if rest.num_rows else []
+            sink.rows = rest.num_rows
+            sink.bytes -= released
+            if os.path.getsize(sink.tmp) >= self.options.target_file_size:
+                self._finish(sink.key, sink.tmp, sink.writer, sink.partition, sink.nans)
+                sink.key, sink.tmp, sink.writer = self._open()
+                sink.nans = {}
+            return released
+
+        def close(sink: _Sink) -> None:
+            sinks.pop(sink.partition, None)
+            self._finish(sink.key, sink.tmp, sink.writer, sink.partition, sink.nans)
+
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                for values, idx in partition_keys(self.layout.spec, self.layout.schema, batch):
+                    part = batch.take(idx)
+                    sink = sinks.get(values)
+                    if sink is None:
+                        if len(sinks) >= MAX_OPEN_PARTITIONS:
+                            oldest = next(iter(sinks.values()))
+                            held -= flush(oldest, True)
+                            close(oldest)
+                        key, tmp, w = self._open()
+                        sink = sinks[values] = _Sink(key, tmp, w, values)
+                    sinks.move_to_end(values)
+                    sink.pending.append(part)
+                    sink.rows += part.num_rows
+                    sink.bytes += part.nbytes
+                    held += part.nbytes
+                    if sink.rows >= rows:
+                        held -= flush(sink, False)
+                    while held > budget and sinks:
+                        big = max(sinks.values(), key=lambda s: s.bytes)
+                        if not big.bytes:
+                            break
+                        held -= flush(big, True)
+            for sink in list(sinks.values()):
+                flush(sink, True)
+                close(sink)
+        except BaseException:
+            for sink in sinks.values():
+                with contextlib.suppress(Exception):
+                    sink.writer.close()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(sink.tmp)
             raise
         return self.files

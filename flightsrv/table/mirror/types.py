@@ -71,6 +71,12 @@ class MappedSchema:
     columns: dict = field(default_factory=dict)
     #: Delta reader/writer features the types need (``timestampNtz``)
     delta_features: set = field(default_factory=set)
+    #: the table's own field id (as the manifest's statistics key it) → column name
+    by_id: dict = field(default_factory=dict)
+
+    def named(self, stats: dict) -> dict:
+        """File statistics keyed by column name (format 2 keys them by field id)."""
+        return {self.by_id.get(k, k): v for k, v in stats.items()}
 
 
 def _unsupported(col: str, t, fmt: str):
@@ -183,10 +189,11 @@ def map_schema(schema: dict, formats=("delta", "iceberg")) -> MappedSchema:
         dlt_fields.append(_delta_field(f, dlt, i))
         mapping.append({"field-id": i, "names": [f["name"]], **({"fields": nm} if nm else {})})
         columns[f["name"]] = (i, ice, dlt)
+    by_id = {str(f["id"]): f["name"] for f in fields if "id" in f}
     return MappedSchema(iceberg={"type": "struct", "fields": ice_fields},
                         delta={"type": "struct", "fields": dlt_fields},
                         last_column_id=mapper.next_id, name_mapping=mapping, columns=columns,
-                        delta_features=mapper.features)
+                        delta_features=mapper.features, by_id=by_id)
 
 
 # -- statistics --------------------------------------------------------------------------
@@ -218,6 +225,7 @@ def iceberg_stats(mapped: MappedSchema, stats: dict, rows: int) -> dict:
     """value/null/NaN counts and lower/upper bounds keyed by field id (physical rows)."""
     out = {"value_counts": [], "null_value_counts": [], "nan_value_counts": [],
            "lower_bounds": [], "upper_bounds": []}
+    stats = mapped.named(stats)
     for name, entry in sorted(stats.items(), key=lambda kv: mapped.columns.get(kv[0],
                                                                               (0,))[0]):
         col = mapped.columns.get(name)
@@ -244,7 +252,7 @@ def iceberg_stats(mapped: MappedSchema, stats: dict, rows: int) -> dict:
 def delta_stats(mapped: MappedSchema, stats: dict, rows: int, *, tight: bool) -> str:
     """The ``stats`` string of a Delta ``add`` action, keyed by physical column name."""
     mins, maxs, nulls = {}, {}, {}
-    for name, entry in stats.items():
+    for name, entry in mapped.named(stats).items():
         col = mapped.columns.get(name)
         if col is None or not isinstance(col[2], str):
             continue
