@@ -79,6 +79,7 @@ from flightsrv.errors import (
 from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
+from flightsrv.table.schema import write_defaults
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 DEFAULT_MIN_BATCH_ROWS = 65_536  # coalesce smaller result batches up to this many rows
@@ -565,19 +566,21 @@ class DuckEngine:
                            statement=st._short(stmt.sql), table=stmt.table,
                            columns=len(resolved), values=len(reader.schema))
         counter = _Counter()
-        shaped = self._cast_for_insert(reader, resolved, target, stmt, ctx)
+        defaults = write_defaults(pinner.pin(stmt.table).manifest.schema, target)
+        shaped = self._cast_for_insert(reader, resolved, target, stmt, ctx, defaults)
         self._append(table, pa.RecordBatchReader.from_batches(
             shaped.schema, counter.count(shaped)))
         return counter.rows
 
     def _cast_for_insert(self, reader: pa.RecordBatchReader, columns: list[str],
-                         target: pa.Schema, stmt: st.Statement, ctx: _Ctx
-                         ) -> pa.RecordBatchReader:
+                         target: pa.Schema, stmt: st.Statement, ctx: _Ctx,
+                         defaults: dict | None = None) -> pa.RecordBatchReader:
         """The INSERT's rows in the table's column order and types, cast by DuckDB (as an
         INSERT into a DuckDB table would: ``'5'`` into an integer is 5, 2.5 rounds to 3, a
-        string that does not parse is an error), with NULL for the columns the INSERT does
-        not list and DuckDB's error for a NULL in a NOT NULL column. Streams through the
-        database that can open no file."""
+        string that does not parse is an error), with the column's write default (``ADD
+        COLUMN ... DEFAULT v``; else NULL) for the columns the INSERT does not list and
+        DuckDB's error for a NULL in a NOT NULL column. Streams through the database that
+        can open no file."""
         from flightsrv.sql.types import duckdb_type
 
         # the source columns take the names of the target columns they go to (DuckDB's
@@ -586,10 +589,16 @@ class DuckEngine:
         source = pa.RecordBatchReader.from_batches(src_schema, (
             pa.RecordBatch.from_arrays(b.columns, schema=src_schema) for b in reader))
         pos = {c: i for i, c in enumerate(columns)}
-        select = []
+        select, params = [], []
         for f in target:
             typ = duckdb_type(f.type)  # None: no DuckDB spelling, passed through
-            expr = rels._ident(f.name) if f.name in pos else "NULL"
+            if f.name in pos:
+                expr = rels._ident(f.name)
+            elif defaults and f.name in defaults:
+                params.append(defaults[f.name])
+                expr = f"${len(params)}"
+            else:
+                expr = "NULL"
             if typ is not None:
                 expr = f"CAST({expr} AS {typ})"
             if not f.nullable:
@@ -601,8 +610,8 @@ class DuckEngine:
             else (lambda: None)
         try:
             cur.register("__fsrv_insert", source)
-            inner = cur.sql(f"SELECT {', '.join(select)} FROM __fsrv_insert").to_arrow_reader(
-                self.batch_size)
+            inner = cur.sql(f"SELECT {', '.join(select)} FROM __fsrv_insert",
+                            params=params or None).to_arrow_reader(self.batch_size)
         except duckdb.Error as e:
             unhook()
             cur.close()
@@ -975,3 +984,4 @@ class _Counter:
 
 
 __all__ = ["DuckEngine"]
+

@@ -196,15 +196,29 @@ TABLES_SCHEMA = pa.schema([pa.field("name", pa.string(), nullable=False)])
 
 
 def _columns_table(table) -> pa.Table:
+    from flightsrv.table.schema import write_defaults
+
     schema = table.schema
-    # DuckDB names the types: those of the table's Arrow schema as DuckDB reads it
+    defaults = write_defaults(table.head().schema, schema)
+    # DuckDB names the types (those of the table's Arrow schema as DuckDB reads it) and
+    # spells the defaults (a literal DuckDB casts to the column type)
     con = duckdb.connect()
     try:
         types = [str(t) for t in con.from_arrow(schema.empty_table()).dtypes]
+        spelled = {}
+        for name, value in defaults.items():
+            if isinstance(value, bool):
+                spelled[name] = "true" if value else "false"
+            elif isinstance(value, (int, float)):
+                spelled[name] = repr(value) if isinstance(value, float) else str(value)
+            else:
+                text = con.execute("SELECT CAST($1 AS VARCHAR)", [value]).fetchone()[0]
+                spelled[name] = "'" + text.replace("'", "''") + "'"
     finally:
         con.close()
     rows = [{"column_name": f.name, "column_type": t, "null": "YES" if f.nullable else "NO",
-             "key": None, "default": None, "extra": None} for f, t in zip(schema, types)]
+             "key": None, "default": spelled.get(f.name), "extra": None}
+            for f, t in zip(schema, types)]
     return pa.Table.from_pylist(rows, schema=COLUMNS_SCHEMA)
 
 

@@ -403,3 +403,14 @@ def widening_allowed(old, new) -> bool:
             and not new.get("tz"):
         return True
     return False
+
+
+def write_defaults(schema_json: dict, target: pa.Schema) -> dict:
+    """Column name -> the Python value rows written without that column take (the column's
+    ``write_default``, set by ``ALTER TABLE ... ADD COLUMN ... DEFAULT v``)."""
+    out = {}
+    for f in (schema_json or {}).get("fields", []):
+        d = f.get("write_default")
+        if d is not None and f["name"] in target.names:
+            out[f["name"]] = value_from_json(d, target.field(f["name"]).type).as_py()
+    return out
