@@ -24,15 +24,15 @@ from pyspark.sql import types as T
 from flightsrv.errors import ConfigurationError
 from flightsrv.spark.location import split_uri, table_handle
 from flightsrv.spark.types import spark_arrow_schema
-from flightsrv.table.maintenance import (
-    DEFAULT_SORT_GROUP_BYTES,
-    CompactResult,
+from flightsrv.table.maintenance.common import DEFAULT_SORT_GROUP_BYTES
+from flightsrv.table.maintenance.compact import (
     _Group,
     _plan_groups,
     _write_group,
     compaction_options,
 )
-from flightsrv.table.maintenance import commit_groups as shared_commit_groups
+from flightsrv.table.maintenance.compact import commit_groups as shared_commit_groups
+from flightsrv.table.maintenance.results import CompactResult
 from flightsrv.table.scan import Snapshot
 from flightsrv.table.writer import WriteOptions
 

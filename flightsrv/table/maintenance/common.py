@@ -1,0 +1,91 @@
+"""Shared pieces of maintenance: defaults, the logger, deleted-position sets, DV placement for
+rewritten files, durations and progress."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from pyroaring import BitMap64
+
+from flightsrv.errors import ConfigurationError
+from flightsrv.table.deletes import (
+    INLINE_LIMIT,
+    encode_blob,
+    inline_descriptor,
+    read_dv,
+    write_dv_object,
+)
+from flightsrv.table.manifest import DataFile
+
+log = logging.getLogger("flightsrv.maintenance")
+
+DEFAULT_MIN_DELETED_FRACTION = 0.1
+DEFAULT_SMALL_FILE_FRACTION = 0.5  # a file under half the target size is "small"
+DEFAULT_SORT_GROUP_BYTES = 512 * 1024 * 1024  # largest input group sorted in memory
+DEFAULT_GRACE = dt.timedelta(days=7)
+#: key prefixes vacuum may delete from; everything else under the table prefix is left alone
+VACUUM_PREFIXES = ("data/", "tombstone/", "chunks/")
+#: stats recommends expiry above this many retained versions (table property overrides)
+DEFAULT_MAX_VERSIONS = 100
+
+
+def _table_ctx(table) -> dict:
+    return {"table": table.name}
+
+
+def _overdue(table) -> list:
+    from flightsrv.table.erasure_status import overdue_erasures
+
+    return overdue_erasures(table)
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+
+def _deleted_set(table, f: DataFile) -> BitMap64:
+    """Every deleted row position of ``f``: its DV plus the rows of its deleted row groups."""
+    bm = read_dv(table.store, f.dv, table=table.name, data_file=f.path) if f.dv else BitMap64()
+    for g in f.deleted_row_groups:
+        start = f.row_group_offsets[g]
+        bm.add_range(start, start + f.row_group_rows(g))
+    return bm
+
+
+def _dv_for(bitmap: BitMap64, pending: list, out_path: str):
+    """Descriptor for ``bitmap``: inline when small, else queued for one tombstone object."""
+    blob = encode_blob(bitmap)
+    if len(blob) <= INLINE_LIMIT:
+        return inline_descriptor(bitmap)
+    pending.append((out_path, blob, len(bitmap)))
+    return "pending"
+
+
+_write_tombstone = write_dv_object  # one writer of DV objects (flightsrv.table.deletes)
+
+
+def _seconds(value, what: str, table) -> float:
+    if isinstance(value, dt.timedelta):
+        s = value.total_seconds()
+    elif isinstance(value, (int, float)):
+        s = float(value)
+    else:
+        raise ConfigurationError(f"{what} must be a timedelta or seconds",
+                                 table=getattr(table, "name", None), got=repr(value))
+    if s < 0:
+        raise ConfigurationError(f"{what} must not be negative",
+                                 table=getattr(table, "name", None), seconds=s)
+    return s
+
+
+def _progress_start(progress, total: int | None, unit: str = "") -> None:
+    if progress is not None:
+        progress.total = total
+        if unit:
+            progress.unit = unit
+
+
+def _progress_finish(progress) -> None:
+    if progress is not None and hasattr(progress, "finish"):
+        progress.finish()

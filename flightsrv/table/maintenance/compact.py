@@ -1,0 +1,407 @@
+"""Compaction (``OPTIMIZE``): DV-aware rewrite and bin-packing, deletes carried over, DV
+coalescing."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap64
+
+from flightsrv.errors import ConfigurationError
+from flightsrv.table.commit import require_table
+from flightsrv.table.deletes import (
+    read_dv,
+)
+from flightsrv.table.maintenance.common import (
+    DEFAULT_MIN_DELETED_FRACTION,
+    DEFAULT_SMALL_FILE_FRACTION,
+    DEFAULT_SORT_GROUP_BYTES,
+    _deleted_set,
+    _dv_for,
+    _overdue,
+    _progress_finish,
+    _progress_start,
+    _table_ctx,
+    _write_tombstone,
+    log,
+)
+from flightsrv.table.maintenance.results import CompactResult
+from flightsrv.table.manifest import DataFile, DeletionVector, Manifest
+from flightsrv.table.scan import FileTask, Snapshot
+from flightsrv.table.writer import DataFileWriter, WriteLayout, WriteOptions
+
+# ---------------------------------------------------------------------------------------
+# compaction
+
+
+@dataclass
+class _Input:
+    file: DataFile  # as of the read version
+    deleted: np.ndarray  # sorted deleted positions at the read version (uint64)
+    base: int = 0  # first sequence number of this file's kept rows in the group's write order
+    reason: str = ""
+
+    @property
+    def kept(self) -> int:
+        return self.file.rows - len(self.deleted)
+
+
+@dataclass
+class _Group:
+    inputs: list
+    outputs: list = field(default_factory=list)  # DataFile, in write order
+    out_offsets: np.ndarray | None = None  # first sequence number of each output
+    inverse: np.ndarray | None = None  # sorted groups: input sequence -> output sequence
+    aborted: bool = False
+
+    @property
+    def live_bytes(self) -> float:
+        return sum(i.file.size * i.kept / max(1, i.file.rows) for i in self.inputs)
+
+
+def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, small: int,
+                 sort_by, sort_group_bytes: int) -> tuple[list[_Group], dict]:
+    """Choose input files and pack them into groups of about ``target`` live bytes."""
+    reasons: dict[str, str] = {}
+    for f in head.data_files:
+        if f.live_rows == 0:
+            reasons[f.path] = "deletes"
+        elif sort_by:
+            reasons[f.path] = "sort"
+        elif f.rows and f.deleted_rows / f.rows > min_deleted:
+            reasons[f.path] = "deletes"
+        elif f.size < small:
+            reasons[f.path] = "small"
+    chosen = [f for f in head.data_files if f.path in reasons]
+    est = {f.path: f.size * f.live_rows / max(1, f.rows) for f in chosen}
+    cap = sort_group_bytes if sort_by else target
+    bins: list[list[DataFile]] = []
+    sizes: list[float] = []
+    keys: list[tuple] = []  # a group holds files of one partition (spec id, values)
+    for f in sorted(chosen, key=lambda f: -est[f.path]):  # first fit decreasing
+        key = (f.spec_id, tuple(f.partition))
+        for i, s in enumerate(sizes):
+            if keys[i] == key and s + est[f.path] <= cap:
+                bins[i].append(f)
+                sizes[i] += est[f.path]
+                break
+        else:
+            bins.append([f])
+            sizes.append(est[f.path])
+            keys.append(key)
+    groups = []
+    order = {f.path: i for i, f in enumerate(head.data_files)}
+    for b in bins:
+        # a lone small file with few deletes gains nothing from a rewrite
+        if len(b) == 1 and reasons[b[0].path] == "small":
+            del reasons[b[0].path]
+            continue
+        b.sort(key=lambda f: order[f.path])  # keep the table's file order inside a group
+        inputs = []
+        for f in b:
+            deleted = np.asarray(_deleted_set(table, f).to_array(), dtype=np.uint64)
+            inputs.append(_Input(f, deleted, reason=reasons[f.path]))
+        groups.append(_Group(inputs))
+    return groups, reasons
+
+
+def _write_group(table, snap: Snapshot, g: _Group, options: WriteOptions, sort_by,
+                 version_hint: int, progress) -> None:
+    """Write the group's live rows, recording the order (output row = input rank)."""
+    schema = snap.schema
+    tasks = []
+    seq = 0
+    for inp in g.inputs:
+        inp.base = seq
+        seq += inp.kept
+        f = inp.file
+        groups = [i for i in range(f.row_groups) if i not in set(f.deleted_row_groups)]
+        dv = None
+        if f.dv is not None and f.dv.cardinality:
+            dv = np.asarray(read_dv(table.store, f.dv, table=table.name,
+                                    data_file=f.path).to_array(), dtype=np.uint64)
+        if groups and inp.kept:
+            tasks.append(FileTask(f, groups, dv))
+    counts: dict[str, int] = {}
+
+    def live_tables():
+        for task, t in snap.iter_tables(tasks=tasks):
+            counts[task.file.path] = counts.get(task.file.path, 0) + t.num_rows
+            if progress is not None:
+                progress.advance(0, note=task.file.path.rsplit("/", 1)[-1])
+            yield t
+
+    # the current schema (rows come projected to it by field id); the group's own partition
+    # (its files share one), so output rows stay in input order
+    first = g.inputs[0].file
+    layout = WriteLayout(snap.manifest.schema, snap.manifest.partition_spec,
+                         fixed_partition=(first.spec_id, tuple(first.partition)))
+    writer = DataFileWriter(table.store, layout, table.runtime, options, version_hint)
+    if sort_by:
+        whole = pa.concat_tables(list(live_tables())) if tasks else schema.empty_table()
+        whole = whole.append_column("__seq", pa.array(np.arange(whole.num_rows, dtype=np.int64)))
+        order = pc.sort_indices(whole, sort_keys=[(c, "ascending") for c in sort_by])
+        whole = whole.take(order)
+        perm = whole.column("__seq").to_numpy()
+        inverse = np.empty_like(perm)
+        inverse[perm] = np.arange(len(perm), dtype=perm.dtype)
+        g.inverse = inverse
+        whole = whole.drop_columns(["__seq"])
+        writer.write(b for b in whole.to_batches() if b.num_rows)
+    else:
+        writer.write(b for t in live_tables() for b in t.to_batches() if b.num_rows)
+    for inp in g.inputs:
+        got = counts.get(inp.file.path, 0)
+        if got != inp.kept:
+            from flightsrv.errors import CorruptObject
+            raise CorruptObject("compaction read a different number of live rows than the "
+                                "manifest records", table=table.name, object=inp.file.path,
+                                expected=inp.kept, read=got)
+    g.outputs = list(writer.files)
+    g.out_offsets = np.cumsum([0] + [o.rows for o in g.outputs[:-1]]).astype(np.int64) \
+        if g.outputs else np.zeros(0, dtype=np.int64)
+    if progress is not None:
+        progress.advance(sum(i.file.size for i in g.inputs))
+
+
+def _carry_over(table, g: _Group, head_files: dict[str, DataFile]):
+    """Outputs of ``g`` adjusted for deletes committed after the read, or None to abort.
+
+    Returns (outputs, rows newly deleted, pending large DVs)."""
+    fresh_seq = []
+    for inp in g.inputs:
+        hf = head_files.get(inp.file.path)
+        if hf is None or hf.etag != inp.file.etag:
+            return None  # rewritten or wholly deleted concurrently: abort this group
+        if hf.dv == inp.file.dv and hf.deleted_row_groups == inp.file.deleted_row_groups:
+            continue
+        now = np.asarray(_deleted_set(table, hf).to_array(), dtype=np.uint64)
+        if not np.isin(inp.deleted, now, assume_unique=True).all():
+            return None  # deletions only grow; anything else means we cannot map safely
+        fresh = np.setdiff1d(now, inp.deleted, assume_unique=True)
+        if len(fresh) == 0:
+            continue
+        # rank of a kept position p among kept rows = p - (deleted positions below p)
+        rank = fresh.astype(np.int64) - np.searchsorted(inp.deleted, fresh, side="left")
+        fresh_seq.append(inp.base + rank)
+    if not fresh_seq:
+        return list(g.outputs), 0, []
+    seq = np.concatenate(fresh_seq)
+    if g.inverse is not None:
+        seq = g.inverse[seq]
+    which = np.searchsorted(g.out_offsets, seq, side="right") - 1
+    outs, pending, carried = [], [], 0
+    for i, o in enumerate(g.outputs):
+        pos = seq[which == i] - g.out_offsets[i]
+        if len(pos) == 0:
+            outs.append(o)
+            continue
+        bm = BitMap64(pos.astype(np.uint64))
+        carried += len(bm)
+        if len(bm) >= o.rows:
+            continue  # every row of this output was deleted meanwhile
+        outs.append(dataclasses.replace(o, dv=_dv_for(bm, pending, o.path), stats_wide=True))
+    return outs, carried, pending
+
+
+def _coalesce_plan(table, head: Manifest, inputs: set[str]) -> dict[str, DeletionVector]:
+    """New descriptors for kept files' object DVs when they are spread over 2+ objects."""
+    kept = [f for f in head.data_files if f.path not in inputs and f.dv is not None
+            and f.dv.storage == "object"]
+    if len({f.dv.path for f in kept}) < 2:
+        return {}
+    pending, out = [], {}
+    for f in kept:
+        bm = read_dv(table.store, f.dv, table=table.name, data_file=f.path)
+        d = _dv_for(bm, pending, f.path)
+        if d != "pending":
+            out[f.path] = d
+    if pending:
+        out.update(_write_tombstone(table, pending))
+    return out
+
+
+def compaction_options(table, props: dict, *, target_file_size=None,
+                       min_deleted_fraction=None, small_file_fraction=None,
+                       small_file_threshold=None) -> tuple[WriteOptions, float, float, int]:
+    """Resolve compaction settings from arguments, then table properties, then defaults:
+    (write options, min deleted fraction, small-file fraction, small-file threshold bytes).
+    Shared by ``compact`` and the Spark compaction."""
+    options = WriteOptions.from_properties(props)
+    if target_file_size is not None:
+        if int(target_file_size) <= 0:
+            raise ConfigurationError("target_file_size must be positive", table=table.name,
+                                     target_file_size=target_file_size)
+        options = dataclasses.replace(options, target_file_size=int(target_file_size))
+    try:
+        min_del = float(min_deleted_fraction if min_deleted_fraction is not None else
+                        props.get("compact.min_deleted_fraction", DEFAULT_MIN_DELETED_FRACTION))
+        frac = float(small_file_fraction if small_file_fraction is not None else
+                     props.get("compact.small_file_fraction", DEFAULT_SMALL_FILE_FRACTION))
+    except (TypeError, ValueError):
+        raise ConfigurationError("compaction thresholds must be numbers", table=table.name,
+                                 min_deleted_fraction=min_deleted_fraction,
+                                 small_file_fraction=small_file_fraction) from None
+    if not 0 <= min_del <= 1 or not 0 <= frac <= 1:
+        raise ConfigurationError("compaction fractions must be within [0, 1]", table=table.name,
+                                 min_deleted_fraction=min_del, small_file_fraction=frac)
+    small = int(small_file_threshold) if small_file_threshold is not None else \
+        int(options.target_file_size * frac)
+    return options, min_del, frac, small
+
+
+def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
+                  coalesced: dict | None = None, extra_summary: dict | None = None):
+    """The one compaction commit (used by ``compact`` and the Spark compaction): swap each
+    group's inputs for its written outputs, carrying over deletes that landed after ``head``
+    was read (or aborting a group whose input vanished), move coalesced DVs, keep every other
+    file of the head. Fills ``result``; returns the committed manifest or None."""
+    coalesced = coalesced or {}
+    read_dvs = {f.path: f.dv for f in head.data_files}
+    stash: dict = {}
+
+    def mutate(cur):
+        cur = require_table(cur, table.name)
+        if cur.schema != head.schema:
+            stash.clear()
+            stash["schema_changed"] = True
+            return None
+        by_path = cur.files_by_path()
+        replace: dict[str, list] = {}  # first input path -> outputs (placed there)
+        removed: set[str] = set()
+        pending: list = []
+        committed = aborted = carried = 0
+        stats = {"files_rewritten": 0, "files_added": 0, "bytes_rewritten": 0,
+                 "bytes_written": 0, "rows_written": 0, "deleted_rows_purged": 0}
+        for g in groups:
+            r = _carry_over(table, g, by_path)
+            if r is None:
+                aborted += 1
+                continue
+            outs, n, pend = r
+            committed += 1
+            carried += n
+            pending += pend
+            removed |= {i.file.path for i in g.inputs}
+            replace[g.inputs[0].file.path] = outs
+            stats["files_rewritten"] += len(g.inputs)
+            stats["files_added"] += len(outs)
+            stats["bytes_rewritten"] += sum(i.file.size for i in g.inputs)
+            stats["bytes_written"] += sum(o.size for o in g.outputs)
+            stats["rows_written"] += sum(o.rows for o in g.outputs)
+            stats["deleted_rows_purged"] += sum(len(i.deleted) for i in g.inputs)
+        moved = {p: d for p, d in coalesced.items()
+                 if p in by_path and p not in removed and by_path[p].dv == read_dvs.get(p)}
+        if not committed and not moved:
+            stash.clear()
+            stash["aborted"] = aborted
+            return None
+        descriptors = _write_tombstone(table, pending) if pending else {}
+        new_version = cur.version + 1
+        files = []
+        for f in cur.data_files:
+            if f.path in replace:
+                for o in replace[f.path]:
+                    o = dataclasses.replace(o, added_version=head.version)
+                    if o.dv == "pending":
+                        o = dataclasses.replace(o, dv=descriptors[o.path])
+                    files.append(o)
+            elif f.path in removed:
+                continue
+            elif f.path in moved:
+                files.append(dataclasses.replace(f, dv=moved[f.path]))
+            else:
+                files.append(f)
+        stash.clear()
+        stash.update(stats, groups_committed=committed, groups_aborted=aborted,
+                     deletes_carried_over=carried, dvs_coalesced=len(moved),
+                     version=new_version)
+        summary = {"rows_added": 0, "rows_deleted": carried,
+                   "files_added": stats["files_added"],
+                   "files_removed": stats["files_rewritten"], "read_version": head.version,
+                   "bytes_rewritten": stats["bytes_rewritten"],
+                   "bytes_written": stats["bytes_written"],
+                   "deleted_rows_purged": stats["deleted_rows_purged"],
+                   "deletes_carried_over": carried, "dvs_coalesced": len(moved),
+                   **(extra_summary or {})}
+        return dataclasses.replace(cur, operation="compact", summary=summary,
+                                   data_files=tuple(files))
+
+    m = table.commit(mutate)
+    if m is None:
+        result.groups_aborted = stash.get("aborted", len(groups))
+        if stash.get("schema_changed"):
+            log.warning("compaction abandoned: schema changed", extra=_table_ctx(table))
+        return None
+    for k, v in stash.items():
+        setattr(result, k, v)
+    result.version = m.version
+    result.dv_objects_after = len({f.dv.path for f in m.data_files
+                                   if f.dv is not None and f.dv.storage == "object"})
+    return m
+
+
+def compact(table, *, target_file_size: int | None = None,
+            min_deleted_fraction: float | None = None, small_file_fraction: float | None = None,
+            small_file_threshold: int | None = None, sort_by=None,
+            sort_group_bytes: int = DEFAULT_SORT_GROUP_BYTES, coalesce_dvs: bool = True,
+            dry_run: bool = False, progress=None) -> CompactResult:
+    """Rewrite delete-heavy and small files (and coalesce DVs) in one commit.
+
+    Files whose deleted fraction is over ``min_deleted_fraction`` (table property
+    ``compact.min_deleted_fraction``, default 0.1) are rewritten without their deleted rows;
+    files under ``small_file_threshold`` bytes (default ``small_file_fraction`` × target,
+    property ``compact.small_file_fraction``, default 0.5) are bin-packed up to
+    ``target_file_size`` (property ``target_file_size``, writer default). With ``sort_by``
+    every file is rewritten sorted by those columns (groups of up to ``sort_group_bytes``
+    are sorted in memory). See the module docstring for the concurrency rule."""
+    snap = table.snapshot()
+    head = snap.manifest
+    props = head.properties
+    options, min_del, frac, small = compaction_options(
+        table, props, target_file_size=target_file_size,
+        min_deleted_fraction=min_deleted_fraction, small_file_fraction=small_file_fraction,
+        small_file_threshold=small_file_threshold)
+    if isinstance(sort_by, str):
+        sort_by = [c.strip() for c in sort_by.split(",") if c.strip()]
+    sort_by = list(sort_by or [])
+    unknown = [c for c in sort_by if c not in snap.schema.names]
+    if unknown:
+        raise ConfigurationError("unknown sort column", table=table.name,
+                                 columns=",".join(unknown))
+
+    result = CompactResult(table=table.name, dry_run=dry_run, read_version=head.version)
+    groups, reasons = _plan_groups(head, table, target=options.target_file_size,
+                                   min_deleted=min_del, small=small, sort_by=sort_by,
+                                   sort_group_bytes=sort_group_bytes)
+    inputs = {i.file.path for g in groups for i in g.inputs}
+    result.reasons = {p: r for p, r in reasons.items() if p in inputs}
+    result.groups_planned = len(groups)
+    result.dv_objects_before = len({f.dv.path for f in head.data_files
+                                    if f.dv is not None and f.dv.storage == "object"})
+    if dry_run:
+        result.files_rewritten = len(inputs)
+        result.bytes_rewritten = sum(i.file.size for g in groups for i in g.inputs)
+        result.deleted_rows_purged = sum(len(i.deleted) for g in groups for i in g.inputs)
+        result.erasures_overdue = _overdue(table)
+        return result
+
+    _progress_start(progress, sum(i.file.size for g in groups for i in g.inputs) or None, " B")
+    try:
+        for g in groups:
+            _write_group(table, snap, g, options, sort_by, head.version, progress)
+        coalesced = _coalesce_plan(table, head, inputs) if coalesce_dvs else {}
+        m = commit_groups(table, head, groups, result, coalesced=coalesced) \
+            if groups or coalesced else None
+        if m is not None:
+            log.info("compact", extra={"table": table.name, "version": m.version,
+                                       "files_rewritten": result.files_rewritten,
+                                       "files_added": result.files_added})
+        result.erasures_overdue = _overdue(table)
+        return result
+    finally:
+        _progress_finish(progress)

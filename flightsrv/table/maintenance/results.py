@@ -1,0 +1,198 @@
+"""What maintenance operations return: result dataclasses with ``to_dict()`` and ``rows()``
+(metric/value rows the CLI and SQL answers render)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+# ---------------------------------------------------------------------------------------
+# results
+
+
+class _Result:
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def rows(self) -> list[dict]:
+        return [{"metric": k, "value": v} for k, v in self.to_dict().items()
+                if not isinstance(v, (list, dict))]
+
+
+@dataclass
+class CompactResult(_Result):
+    table: str
+    dry_run: bool
+    read_version: int
+    version: int | None = None  # the committed version (None: nothing committed)
+    groups_planned: int = 0
+    groups_committed: int = 0
+    groups_aborted: int = 0  # an input vanished concurrently; outputs left for vacuum
+    files_rewritten: int = 0
+    files_added: int = 0
+    bytes_rewritten: int = 0
+    bytes_written: int = 0
+    rows_written: int = 0
+    deleted_rows_purged: int = 0  # rows masked by DVs at the read version, now gone
+    deletes_carried_over: int = 0  # rows deleted concurrently, mapped onto the outputs
+    dvs_coalesced: int = 0  # kept files whose DV moved into the new tombstone object
+    dv_objects_before: int = 0
+    dv_objects_after: int = 0
+    reasons: dict = field(default_factory=dict)  # input path -> "deletes" | "small" | "sort"
+    #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status)
+    erasures_overdue: list = field(default_factory=list)
+
+    def rows(self) -> list[dict]:
+        return super().rows() + _overdue_rows(self.erasures_overdue)
+
+
+@dataclass
+class ExpireResult(_Result):
+    table: str
+    dry_run: bool
+    head_version: int
+    oldest_retained: int
+    expired_versions: list = field(default_factory=list)
+    manifests_deleted: int = 0
+    #: mirror format -> mirror objects removed with the expired versions
+    mirrors: dict = field(default_factory=dict)
+    mirror_error: str | None = None  # the mirrors could not be updated (logged)
+
+    def rows(self) -> list[dict]:
+        return [{"metric": "head_version", "value": self.head_version},
+                {"metric": "oldest_retained", "value": self.oldest_retained},
+                {"metric": "versions_expired", "value": len(self.expired_versions)},
+                {"metric": "expired_range", "value": (
+                    f"{self.expired_versions[0]}..{self.expired_versions[-1]}"
+                    if self.expired_versions else "-")},
+                {"metric": "manifests_deleted", "value": self.manifests_deleted},
+                {"metric": "dry_run", "value": self.dry_run}] + [
+                {"metric": f"{fmt}_mirror_objects_deleted", "value": len(keys)}
+                for fmt, keys in sorted(self.mirrors.items())]
+
+
+@dataclass
+class VacuumResult(_Result):
+    table: str
+    dry_run: bool
+    grace_seconds: float
+    oldest_retained: int | None = None
+    head_version: int | None = None
+    referenced_objects: int = 0
+    objects: list = field(default_factory=list)  # [{key, kind, size, age_s}] (to go / gone)
+    uploads: list = field(default_factory=list)  # [{key, upload_id, age_s}] aborted
+    kept_young: int = 0  # unreferenced, but younger than the grace period
+    kept_young_bytes: int = 0
+    #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status)
+    erasures_overdue: list = field(default_factory=list)
+    #: manifests of dropped incarnations removed (their DROP is older than the grace)
+    dropped_versions: list = field(default_factory=list)
+
+    @property
+    def deleted_objects(self) -> int:
+        return len(self.objects)
+
+    @property
+    def deleted_bytes(self) -> int:
+        return sum(o["size"] for o in self.objects)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["deleted_objects"], d["deleted_bytes"] = self.deleted_objects, self.deleted_bytes
+        return d
+
+    def rows(self) -> list[dict]:
+        if self.dry_run:
+            return [{"would_delete": o["key"], "kind": o["kind"], "bytes": o["size"],
+                     "age_h": round(o["age_s"] / 3600, 1)} for o in self.objects] + [
+                {"would_delete": f"{u['key']} (multipart {u['upload_id'][:12]})",
+                 "kind": "upload", "bytes": "", "age_h": round(u["age_s"] / 3600, 1)}
+                for u in self.uploads] + [
+                {"would_delete": r["value"], "kind": r["metric"]}
+                for r in _overdue_rows(self.erasures_overdue)]
+        by_kind: dict[str, list] = {}
+        for o in self.objects:
+            k = by_kind.setdefault(o["kind"], [0, 0])
+            k[0] += 1
+            k[1] += o["size"]
+        out = [{"kind": k, "deleted": n, "bytes": b} for k, (n, b) in sorted(by_kind.items())]
+        if self.uploads:
+            out.append({"kind": "multipart upload", "deleted": len(self.uploads), "bytes": ""})
+        out.append({"kind": "kept (younger than grace)", "deleted": self.kept_young,
+                    "bytes": self.kept_young_bytes})
+        return out + [{"kind": r["metric"], "deleted": r["value"]}
+                      for r in _overdue_rows(self.erasures_overdue)]
+
+
+@dataclass
+class TableStats(_Result):
+    table: str
+    version: int
+    files: int
+    row_groups: int
+    total_rows: int  # physical rows
+    live_rows: int
+    deleted_rows: int
+    deleted_fraction: float
+    deleted_row_groups: int
+    data_bytes: int
+    small_files: int
+    dv_count: int  # files with a deletion vector
+    dv_inline: int
+    dv_objects: int  # distinct tombstone objects the head references
+    orphan_objects: int
+    orphan_bytes: int
+    abandoned_uploads: int
+    version_count: int
+    oldest_retained_version: int | None
+    recommendation: str  # "compact" | "expire" | "vacuum" | "nothing" (the first to run)
+    reasons: list = field(default_factory=list)  # [{"action", "reason"}]
+
+    def rows(self) -> list[dict]:  # type: ignore[override]
+        out = [{"metric": k, "value": v} for k, v in self.to_dict().items()
+               if k not in ("reasons",)]
+        for r in self.reasons:
+            out.append({"metric": f"why {r['action']}", "value": r["reason"]})
+        return out
+
+
+def _overdue_rows(items: list) -> list[dict]:
+    """Result rows naming deletions past their erasure deadline (VACUUM, OPTIMIZE)."""
+    if not items:
+        return []
+    return [{"metric": "erasures past deadline", "value": len(items)}] + [
+        {"metric": "erasure past deadline",
+         "value": f"{i['object']} ({i['kind']}, {i['rows']} rows, {i['age_days']}d): "
+                  f"{i['remedy']}"} for i in items]
+
+
+@dataclass
+class OrphanVacuumResult(_Result):
+    """What ``Warehouse.vacuum_orphans`` removed (or would remove, with ``dry_run``)."""
+
+    dry_run: bool
+    grace_seconds: float
+    prefixes_checked: int = 0  # table-name prefixes that hold no table
+    prefixes: list = field(default_factory=list)  # those with old objects (to go / gone)
+    objects: list = field(default_factory=list)  # [{key, kind, size, age_s}]
+    uploads: list = field(default_factory=list)  # [{key, upload_id, age_s}] aborted
+    kept_young: int = 0  # younger than the grace period: a create may still commit them
+    kept_young_bytes: int = 0
+
+    @property
+    def deleted_objects(self) -> int:
+        return len(self.objects)
+
+    @property
+    def deleted_bytes(self) -> int:
+        return sum(o["size"] for o in self.objects)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["deleted_objects"], d["deleted_bytes"] = self.deleted_objects, self.deleted_bytes
+        return d
+
+    def rows(self) -> list[dict]:
+        out = super().rows()
+        out.insert(2, {"metric": "prefixes", "value": ",".join(self.prefixes) or "-"})
+        return out

@@ -1,0 +1,234 @@
+"""Vacuum: delete objects no retained version references (and, for the warehouse, prefixes that
+hold no table)."""
+
+from __future__ import annotations
+
+from flightsrv.errors import ObjectNotFound
+from flightsrv.table.maintenance.common import (
+    DEFAULT_GRACE,
+    VACUUM_PREFIXES,
+    _overdue,
+    _progress_finish,
+    _progress_start,
+    _seconds,
+    log,
+)
+from flightsrv.table.maintenance.results import OrphanVacuumResult, VacuumResult
+from flightsrv.table.manifest import Manifest, manifest_key
+
+# ---------------------------------------------------------------------------------------
+# vacuum
+
+
+def _kind(key: str) -> str:
+    return key.split("/", 1)[0]
+
+
+def incarnation(table, head: Manifest) -> tuple[int, int | None]:
+    """(first version of the head's incarnation, when the previous incarnation was dropped
+    in ms or None). A table dropped and created again is a new incarnation (a new
+    ``table_uuid``); a dropped head is its own incarnation, holding no data."""
+    start, v = head.version, head.version - 1
+    while v >= 0:
+        m = table.log.try_load(v)
+        if m is None or m.table_uuid != head.table_uuid or m.dropped:
+            break
+        start, v = v, v - 1
+    if head.dropped:
+        return head.version, head.created_at_ms
+    prev = table.log.try_load(start - 1) if start > 0 else None
+    return start, (prev.created_at_ms if prev is not None else None)
+
+
+def _retained_refs(table, grace_s: float = 0.0) -> tuple[set[str], int | None, int]:
+    """Objects referenced by any retained version (oldest listed .. head), and that range.
+
+    Versions of a dropped incarnation (before the last DROP) stop counting once the DROP is
+    older than ``grace_s``: SQL can no longer reach them (time travel never crosses a DROP)
+    and a reader pinned before the DROP has had the grace period to finish."""
+    versions = table.log.versions()
+    head = table.log.head()
+    if head is None:
+        return set(), None, -1
+    start, dropped_ms = incarnation(table, head)
+    now = table.runtime.clock.now_ms()
+    old_gone = dropped_ms is not None and now - dropped_ms >= grace_s * 1000
+    refs: set[str] = set()
+    lo = versions[0] if versions else head.version
+    for v in range(lo, head.version + 1):
+        if v < start and old_gone:
+            continue
+        m = head if v == head.version else table.log.try_load(v)
+        if m is not None:  # missing below the head: expired meanwhile
+            refs |= m.referenced_keys()
+    return refs, lo, head.version
+
+
+def _expire_dropped(table, grace_s: float, dry_run: bool) -> list[int]:
+    """Delete the manifests of dropped incarnations once their DROP is older than the grace
+    (oldest first, so the retained versions stay a contiguous run ending at the head)."""
+    head = table.log.head()
+    if head is None:
+        return []
+    start, dropped_ms = incarnation(table, head)
+    now = table.runtime.clock.now_ms()
+    if dropped_ms is None or now - dropped_ms < grace_s * 1000:
+        return []
+    gone = [v for v in table.log.versions() if v < start]
+    if not dry_run:
+        for v in gone:
+            table.store.delete(manifest_key(v))
+    return gone
+
+
+def _scan_orphans(table, grace_s: float):
+    """(old orphans, young orphans, old uploads, refs, oldest, head) — listing first."""
+    from flightsrv.table.mirror import MIRROR_PREFIXES
+    from flightsrv.table.mirror import referenced as mirror_refs
+
+    now = table.runtime.clock.now_ms()
+    limit = now - int(grace_s * 1000)
+    listing = [m for p in VACUUM_PREFIXES + MIRROR_PREFIXES for m in table.store.list(p)]
+    uploads = list(table.store.list_multipart(""))
+    refs, lo, hv = _retained_refs(table, grace_s)  # AFTER listing: sees commits that raced it
+    if any(m.key.startswith(MIRROR_PREFIXES) for m in listing):
+        refs |= mirror_refs(table)  # also after listing: a publish that raced it is seen
+    old, young = [], []
+    for m in listing:
+        if m.key in refs:
+            continue
+        # unknown (0) or future modification times count as young
+        (old if 0 < m.last_modified_ms <= limit else young).append((m, now))
+    old_uploads = [(u, now) for u in uploads if 0 < u.initiated_ms <= limit]
+    return old, young, old_uploads, refs, lo, hv
+
+
+def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) -> VacuumResult:
+    """Delete unreferenced objects older than ``grace`` and abort stale multipart uploads.
+
+    Only keys under ``VACUUM_PREFIXES`` are candidates; manifests are removed by
+    ``expire_snapshots``, never here. An object any retained version references is never
+    deleted; an unreferenced object younger than ``grace`` is kept (a writer may be about to
+    commit it), so ``grace`` must exceed the longest write-to-commit time of any writer."""
+    grace_s = _seconds(grace, "grace", table)
+    old, young, uploads, refs, lo, hv = _scan_orphans(table, grace_s)
+    if old and not dry_run:
+        # re-read the head: a commit after our reference read may name a listed object
+        head = table.log.head()
+        if head is not None and head.version != hv:
+            for v in range(hv + 1, head.version + 1):
+                m = table.log.try_load(v)
+                if m is not None:
+                    refs |= m.referenced_keys()
+            old = [(m, now) for m, now in old if m.key not in refs]
+    result = VacuumResult(table=table.name, dry_run=dry_run, grace_seconds=grace_s,
+                          oldest_retained=lo, head_version=hv, referenced_objects=len(refs),
+                          kept_young=len(young), kept_young_bytes=sum(m.size for m, _ in young))
+    _progress_start(progress, len(old) + len(uploads) or None, " objects")
+    try:
+        for m, now in old:
+            if not dry_run:
+                table.store.delete(m.key)
+            result.objects.append({"key": m.key, "kind": _kind(m.key), "size": m.size,
+                                   "age_s": (now - m.last_modified_ms) / 1000})
+            if progress is not None:
+                progress.advance(1)
+        for u, now in uploads:
+            if not dry_run:
+                try:
+                    table.store.abort_multipart(u.key, u.upload_id)
+                except ObjectNotFound:
+                    pass
+            result.uploads.append({"key": u.key, "upload_id": u.upload_id,
+                                   "age_s": (now - u.initiated_ms) / 1000})
+            if progress is not None:
+                progress.advance(1)
+    finally:
+        _progress_finish(progress)
+    result.dropped_versions = _expire_dropped(table, grace_s, dry_run)
+    head = table.log.head()
+    result.erasures_overdue = _overdue(table) if head is not None and not head.dropped else []
+    log.info("vacuum", extra={"table": table.name, "dry_run": dry_run,
+                              "objects": result.deleted_objects, "bytes": result.deleted_bytes})
+    return result
+
+
+def vacuum_orphan_prefixes(warehouse, *, grace=DEFAULT_GRACE, dry_run: bool = False,
+                           progress=None) -> OrphanVacuumResult:
+    """Delete the objects that prefixes *without a table* hold: a job that was creating table
+    ``t`` and failed (or was killed) before its create committed leaves data files under
+    ``t/data/`` that no table references and no table-level vacuum reaches.
+
+    A prefix counts only when it is a valid table name and has no manifest at all (a dropped
+    table still has its log: its own ``vacuum`` applies). Only keys under the table object
+    prefixes (``data/``, ``tombstone/``) and unfinished multipart uploads are candidates,
+    and only when older than ``grace``: a create in progress writes its files before its
+    commit creates the table, so ``grace`` must exceed the longest write-to-commit time of
+    any writer. Each prefix is checked again for a table right before its objects go."""
+    from flightsrv.table.names import is_table_name
+
+    grace_s = _seconds(grace, "grace", warehouse)
+    if not dry_run:
+        warehouse.ensure_writable()
+    store = warehouse.store
+    now = warehouse.runtime.clock.now_ms()
+    limit = now - int(grace_s * 1000)
+    result = OrphanVacuumResult(dry_run=dry_run, grace_seconds=grace_s)
+    plan: list[tuple[str, list, list]] = []
+    for name in store.list_prefixes(""):
+        if not is_table_name(name) or _has_log(store, name):
+            continue
+        result.prefixes_checked += 1
+        old, uploads = [], []
+        for p in VACUUM_PREFIXES:
+            for m in store.list(f"{name}/{p}"):
+                if 0 < m.last_modified_ms <= limit:
+                    old.append(m)
+                else:  # unknown (0) or future modification times count as young
+                    result.kept_young += 1
+                    result.kept_young_bytes += m.size
+        uploads = [u for u in store.list_multipart(f"{name}/") if 0 < u.initiated_ms <= limit]
+        if old or uploads:
+            plan.append((name, old, uploads))
+    _progress_start(progress, sum(len(o) + len(u) for _, o, u in plan) or None, " objects")
+    try:
+        for name, old, uploads in plan:
+            if not dry_run and _has_log(store, name):
+                continue  # a create committed meanwhile: its files are a table's now
+            result.prefixes.append(name)
+            for m in old:
+                if not dry_run:
+                    store.delete(m.key)
+                result.objects.append({"key": m.key, "kind": _kind(m.key.split("/", 1)[1]),
+                                       "size": m.size,
+                                       "age_s": (now - m.last_modified_ms) / 1000})
+                if progress is not None:
+                    progress.advance(1)
+            for u in uploads:
+                if not dry_run:
+                    try:
+                        store.abort_multipart(u.key, u.upload_id)
+                    except ObjectNotFound:
+                        pass
+                result.uploads.append({"key": u.key, "upload_id": u.upload_id,
+                                       "age_s": (now - u.initiated_ms) / 1000})
+                if progress is not None:
+                    progress.advance(1)
+    finally:
+        _progress_finish(progress)
+    log.info("vacuum_orphans", extra={"dry_run": dry_run, "prefixes": len(result.prefixes),
+                                      "objects": result.deleted_objects,
+                                      "bytes": result.deleted_bytes})
+    return result
+
+
+def _has_log(store, name: str) -> bool:
+    """Whether prefix ``name`` holds a table's log (a pointer or any manifest)."""
+    from flightsrv.table.manifest import POINTER_KEY
+
+    try:
+        store.head(f"{name}/{POINTER_KEY}")
+        return True
+    except ObjectNotFound:
+        pass
+    return next(iter(store.list(f"{name}/manifest/")), None) is not None
