@@ -108,6 +108,14 @@ class S3Store:
             kw["access_key"], kw["secret_key"] = frozen.access_key, frozen.secret_key
             if frozen.token:
                 kw["session_token"] = frozen.token
+        # the boto3 client's timeouts (its 60 s read timeout, not the AWS C++ SDK's 3 s
+        # low-speed limit, which a busy endpoint trips in the middle of a large GET)
+        config = getattr(self.client.meta, "config", None)
+        for ours, theirs in (("connect_timeout", "connect_timeout"),
+                             ("request_timeout", "read_timeout")):
+            value = getattr(config, theirs, None)
+            if isinstance(value, (int, float)) and value > 0:
+                kw[ours] = float(value)
         return pafs.S3FileSystem(**kw)
 
     def _err(self, exc: Exception, key: str, op: str):
