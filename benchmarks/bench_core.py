@@ -118,7 +118,8 @@ def bench_scan(ctx: Context, wh, data: pa.Table, label: str) -> Row:
     base_mbs = col_bytes / times["base"] / 1e6
     ratio = ours_mbs / base_mbs
     return Row("scan throughput, 1 projected int64 column",
-               f"{label}, {len(paths)} file(s), {sum(t.head().data_files[i].row_groups for i in range(len(paths)))} row groups",
+               f"{label}, {len(paths)} file(s), "
+               f"{sum(t.head().data_files[i].row_groups for i in range(len(paths)))} row groups",
                f"{ours_mbs:.0f} MB/s ({times['ours'] * 1000:.0f} ms)",
                f"DuckDB read_parquet {base_mbs:.0f} MB/s ({times['base'] * 1000:.0f} ms)",
                ratio, ">= 0.8x", ratio >= 0.8, "median of 5, interleaved, warm page cache")

@@ -43,7 +43,8 @@ def run(ctx: Context) -> list[Row]:
         pq_dir = ctx.tempdir("spark-parquet")
         uri = f"{wh}/events"
         df = spark.range(0, n, numPartitions=2).selectExpr(
-            "id", "id % 100003 AS user_id", "rand(7) AS u", "concat('k', cast(id % 4 AS string)) AS s")
+            "id", "id % 100003 AS user_id", "rand(7) AS u",
+            "concat('k', cast(id % 4 AS string)) AS s")
         df.cache().count()
         # warm-up: Python workers, the store's one-time self-check
         df.limit(1000).write.format("flightsrv").mode("overwrite").save(uri)

@@ -110,7 +110,8 @@ class Cancel:
     def check(self, **context) -> None:
         """Raise :class:`~flightsrv.errors.QueryCancelled` if cancelled."""
         if self.reason is not None:
-            raise QueryCancelled(f"statement {'timed out' if self.reason == 'timeout' else 'was cancelled'}",
+            what = "timed out" if self.reason == "timeout" else "was cancelled"
+            raise QueryCancelled(f"statement {what}",
                                  reason=self.reason, **context)
 
 

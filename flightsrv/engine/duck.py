@@ -864,7 +864,8 @@ def _parameter_schema(stmt: st.Statement, warehouse) -> pa.Schema:
 def _kind_name(stmt: st.Statement) -> str:
     return {st.Delete: "delete", st.Update: "update", st.Merge: "merge", st.Insert: "insert",
             st.CreateTable: "create", st.CreateTableAs: "create", st.DropTable: "drop",
-            st.SetSession: "set", st.Maintenance: "maintenance", st.AlterTable: "alter"}.get(type(stmt), "select")
+            st.SetSession: "set", st.Maintenance: "maintenance",
+            st.AlterTable: "alter"}.get(type(stmt), "select")
 
 
 def _schema_key(stmt: st.Statement, pinner: sqlplan.Pinner) -> tuple | None:

@@ -26,7 +26,8 @@ from flightsrv.sql.statements import (
 )
 
 __all__ = [
-    "AlterTable", "CreateTable", "CreateTableAs", "Delete", "DropTable", "Insert", "Maintenance", "Pinner",
+    "AlterTable", "CreateTable", "CreateTableAs", "Delete", "DropTable", "Insert", "Maintenance",
+    "Pinner",
     "Query", "QueryPlan", "Scan", "SetSession", "Statement", "bind_params", "params_from_batch",
     "parse_statement", "plan_query",
 ]

@@ -321,7 +321,8 @@ def _at_clause_span(tokens, i: int) -> tuple[int, int] | None:
     return None
 
 
-def query_source(stmt_text: str, stmt_tree: exp.Expression, kind: str) -> tuple[str, int, int] | None:
+def query_source(stmt_text: str, stmt_tree: exp.Expression,
+                 kind: str) -> tuple[str, int, int] | None:
     """Where the query part of a statement sits in its text: the whole text for a query,
     the part after ``AS`` for CTAS, after the target (and column list) for INSERT."""
     text = stmt_text

@@ -458,7 +458,8 @@ def _parse_special(sql: str, text: str) -> Statement | None:
         kw["formats"] = words[1].lower()
         words = words[2:]
     if words:
-        grammar = {"VACUUM": "VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]", "OPTIMIZE": "OPTIMIZE t",
+        grammar = {"VACUUM": "VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]",
+                   "OPTIMIZE": "OPTIMIZE t",
                    "PURGE": "PURGE t [EXPIRE]",
                    "PUBLISH": "PUBLISH t [FORMAT delta|iceberg|all]"}[verb]
         raise SqlError(f"unexpected {' '.join(words).lower()!r} after {verb} {table}; "

@@ -52,14 +52,16 @@ def type_to_json(t: pa.DataType):
     if pa.types.is_large_list(t):
         return {"type": "large_list", "item": field_to_json(t.value_field)}
     if pa.types.is_fixed_size_list(t):
-        return {"type": "fixed_size_list", "size": t.list_size, "item": field_to_json(t.value_field)}
+        return {"type": "fixed_size_list", "size": t.list_size,
+                "item": field_to_json(t.value_field)}
     if pa.types.is_map(t):
-        return {"type": "map", "key": field_to_json(t.key_field), "item": field_to_json(t.item_field),
-                "keys_sorted": t.keys_sorted}
+        return {"type": "map", "key": field_to_json(t.key_field),
+                "item": field_to_json(t.item_field), "keys_sorted": t.keys_sorted}
     if pa.types.is_list(t):
         return {"type": "list", "item": field_to_json(t.value_field)}
     if pa.types.is_struct(t):
-        return {"type": "struct", "fields": [field_to_json(t.field(i)) for i in range(t.num_fields)]}
+        return {"type": "struct",
+                "fields": [field_to_json(t.field(i)) for i in range(t.num_fields)]}
     if pa.types.is_dictionary(t):
         return type_to_json(t.value_type)
     raise TypeError(f"unsupported Arrow type for a flightsrv table: {t}")
@@ -90,7 +92,8 @@ def type_from_json(j) -> pa.DataType:
     if kind == "fixed_size_list":
         return pa.list_(field_from_json(j["item"]), j["size"])
     if kind == "map":
-        return pa.map_(field_from_json(j["key"]), field_from_json(j["item"]), j.get("keys_sorted", False))
+        return pa.map_(field_from_json(j["key"]), field_from_json(j["item"]),
+                       j.get("keys_sorted", False))
     if kind == "struct":
         return pa.struct([field_from_json(f) for f in j["fields"]])
     raise CorruptObject("unknown type in schema", type=kind)
