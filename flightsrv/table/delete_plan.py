@@ -34,9 +34,9 @@ from pyroaring import BitMap64
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import (
     INLINE_LIMIT,
+    dead_positions,
     encode_blob,
     inline_descriptor,
-    read_dv,
     write_dv_object,
 )
 from flightsrv.table.manifest import DataFile, Manifest
@@ -62,15 +62,6 @@ class FileDelete:
     whole_file: bool = False
     row_groups: set = dataclasses.field(default_factory=set)
     positions: BitMap64 = dataclasses.field(default_factory=BitMap64)
-
-
-def dead_positions(table, f: DataFile) -> BitMap64:
-    """Every deleted position of ``f``: its deletion vector plus its deleted row groups."""
-    dead = read_dv(table.store, f.dv, table=table.name, data_file=f.path) if f.dv else BitMap64()
-    for g in f.deleted_row_groups:
-        start = f.row_group_offsets[g]
-        dead.add_range(start, start + f.row_group_rows(g))
-    return dead
 
 
 def _same_deletes(a: DataFile, b: DataFile) -> bool:

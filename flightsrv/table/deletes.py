@@ -111,6 +111,18 @@ def read_dv(store, dv: DeletionVector, *, table: str, data_file: str) -> BitMap6
     return bitmap
 
 
+def dead_positions(table, f) -> BitMap64:
+    """Every deleted row position of data file ``f`` (a manifest entry): its deletion vector
+    plus the rows of its deleted row groups. The one place that reads a file's deletion
+    state; compaction, erasure and the DML commit all ask it."""
+    dead = read_dv(table.store, f.dv, table=table.name, data_file=f.path) if f.dv \
+        else BitMap64()
+    for g in f.deleted_row_groups:
+        start = f.row_group_offsets[g]
+        dead.add_range(start, start + f.row_group_rows(g))
+    return dead
+
+
 def keep_mask(deleted_positions: np.ndarray, start: int, end: int) -> np.ndarray | None:
     """Boolean mask over rows [start, end): True = keep. None when nothing there is deleted.
     ``deleted_positions`` is sorted uint64."""

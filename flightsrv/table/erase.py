@@ -60,7 +60,12 @@ from flightsrv.errors import (
 from flightsrv.store.base import ObjectMeta, PutMode
 from flightsrv.table import erasure_check as check
 from flightsrv.table.commit import require_table
-from flightsrv.table.deletes import INLINE_LIMIT, encode_blob, inline_descriptor, read_dv
+from flightsrv.table.deletes import (
+    INLINE_LIMIT,
+    dead_positions,
+    encode_blob,
+    inline_descriptor,
+)
 from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.splice import Copy, SpliceUnsupported, assemble, rewrite_row_groups
 from flightsrv.table.schema import physical_arrow_schema
@@ -242,12 +247,8 @@ class ErasedCount(int):
 
 
 def _dead_positions(table, f: DataFile) -> np.ndarray:
-    """Sorted old positions (int64) dead in ``f``: its DV plus its deleted row groups."""
-    bm = read_dv(table.store, f.dv, table=table.name, data_file=f.path) if f.dv else BitMap64()
-    for g in f.deleted_row_groups:
-        start = f.row_group_offsets[g]
-        bm.add_range(start, start + f.row_group_rows(g))
-    return np.asarray(bm.to_array(), dtype=np.int64)
+    """Sorted old positions (int64) dead in ``f`` (``deletes.dead_positions`` as an array)."""
+    return np.asarray(dead_positions(table, f).to_array(), dtype=np.int64)
 
 
 def _group_split(f: DataFile, positions: np.ndarray) -> dict[int, np.ndarray]:

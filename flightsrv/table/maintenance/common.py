@@ -13,10 +13,8 @@ from flightsrv.table.deletes import (
     INLINE_LIMIT,
     encode_blob,
     inline_descriptor,
-    read_dv,
     write_dv_object,
 )
-from flightsrv.table.manifest import DataFile
 
 log = logging.getLogger("flightsrv.maintenance")
 
@@ -42,15 +40,6 @@ def _overdue(table) -> list:
 
 # ---------------------------------------------------------------------------------------
 # helpers
-
-
-def _deleted_set(table, f: DataFile) -> BitMap64:
-    """Every deleted row position of ``f``: its DV plus the rows of its deleted row groups."""
-    bm = read_dv(table.store, f.dv, table=table.name, data_file=f.path) if f.dv else BitMap64()
-    for g in f.deleted_row_groups:
-        start = f.row_group_offsets[g]
-        bm.add_range(start, start + f.row_group_rows(g))
-    return bm
 
 
 def _dv_for(bitmap: BitMap64, pending: list, out_path: str):

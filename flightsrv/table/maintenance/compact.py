@@ -13,14 +13,11 @@ from pyroaring import BitMap64
 
 from flightsrv.errors import ConfigurationError
 from flightsrv.table.commit import require_table
-from flightsrv.table.deletes import (
-    read_dv,
-)
+from flightsrv.table.deletes import dead_positions, read_dv
 from flightsrv.table.maintenance.common import (
     DEFAULT_MIN_DELETED_FRACTION,
     DEFAULT_SMALL_FILE_FRACTION,
     DEFAULT_SORT_GROUP_BYTES,
-    _deleted_set,
     _dv_for,
     _overdue,
     _progress_finish,
@@ -103,7 +100,7 @@ def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, smal
         b.sort(key=lambda f: order[f.path])  # keep the table's file order inside a group
         inputs = []
         for f in b:
-            deleted = np.asarray(_deleted_set(table, f).to_array(), dtype=np.uint64)
+            deleted = np.asarray(dead_positions(table, f).to_array(), dtype=np.uint64)
             inputs.append(_Input(f, deleted, reason=reasons[f.path]))
         groups.append(_Group(inputs))
     return groups, reasons
@@ -179,7 +176,7 @@ def _carry_over(table, g: _Group, head_files: dict[str, DataFile]):
             return None  # rewritten or wholly deleted concurrently: abort this group
         if hf.dv == inp.file.dv and hf.deleted_row_groups == inp.file.deleted_row_groups:
             continue
-        now = np.asarray(_deleted_set(table, hf).to_array(), dtype=np.uint64)
+        now = np.asarray(dead_positions(table, hf).to_array(), dtype=np.uint64)
         if not np.isin(inp.deleted, now, assume_unique=True).all():
             return None  # deletions only grow; anything else means we cannot map safely
         fresh = np.setdiff1d(now, inp.deleted, assume_unique=True)
