@@ -385,3 +385,22 @@ def test_iceberg_only_types(local_uri, typ, values):
     with pytest.raises(UnsupportedForMirror, match="column=v"):
         t.publish("delta")
     assert mirror_publish.mirrors_present(t) == ["iceberg"]  # nothing written for Delta
+
+
+def test_mirrors_follow_renames_and_drops(local_uri):
+    """Format 2 schema changes in the mirrors: a renamed column is read from the files' own
+    (physical) column name, a dropped column disappears, an added one reads NULL in old
+    files, for every retained version, by deltalake and pyiceberg."""
+    wh = Warehouse.open(local_uri)
+    wh.sql("CREATE TABLE evolving (id BIGINT, a VARCHAR, b DOUBLE)")
+    wh.sql("INSERT INTO evolving VALUES (1, 'x', 1.5), (2, 'y', 2.5)")
+    wh.sql("ALTER TABLE evolving RENAME COLUMN a TO label")
+    wh.sql("INSERT INTO evolving VALUES (3, 'z', 3.5)")
+    wh.sql("ALTER TABLE evolving DROP COLUMN b")
+    wh.sql("ALTER TABLE evolving ADD COLUMN c INTEGER")
+    wh.sql("INSERT INTO evolving VALUES (4, 'w', 7)")
+    wh.sql("DELETE FROM evolving WHERE id = 2")
+    t = wh.table("evolving")._table if hasattr(wh.table("evolving"), "_table") \
+        else wh.table("evolving")
+    result = t.publish("all")
+    _assert_all_versions(t, result)

@@ -169,7 +169,9 @@ class DeltaMirror:
             acts += [self._add(f, m, mapped, out_files) for f in m.data_files]
             return acts + [self._commit_info(m)], None
         d = diff(prev, m)
-        acts = [self._remove(f, m, out_files) for f in d.removed]
+        # a schema change (ALTER TABLE) is a new metaData action in the same commit
+        acts = self._protocol_and_metadata(m, mapped) if prev.schema != m.schema else []
+        acts += [self._remove(f, m, out_files) for f in d.removed]
         for old, new in d.redeleted:
             acts.append(self._remove(old, m, out_files))
             acts.append(self._add(new, m, mapped, out_files))

@@ -279,11 +279,13 @@ class IcebergMirror:
                    "deleted-data-files": str(len(d.removed)),
                    "total-data-files": str(len(m.data_files))}
         snap = {"snapshot-id": sid, "sequence-number": seq, "timestamp-ms": m.created_at_ms,
-                "manifest-list": self.uri(lkey), "summary": summary, "schema-id": 0,
+                "manifest-list": self.uri(lkey), "summary": summary,
+                "schema-id": m.schema_id,
                 "first-row-id": first_row_id, "added-rows": added_rows}
         if prev is not None:
             snap["parent-snapshot-id"] = snapshot_id(prev.version)
         snap["_list"], snap["_buckets"] = listing, n_buckets
+        snap["_schema"] = (m.schema_id, mapped)
         snap["_next_row_id"] = next_row_id + added_rows
         snap["_changed"] = d.changed_files
         return snap
@@ -298,8 +300,9 @@ class IcebergMirror:
     def _write_manifest(self, m: Manifest, mapped: MappedSchema, content: int, bucket: int,
                         n_buckets: int, entries: list, sid: int, seq: int,
                         first_row_id: int | None, new_ids: dict) -> dict:
-        schema = dict(mapped.iceberg, **{"schema-id": 0})
-        meta = {"schema": json.dumps(schema), "schema-id": "0", "partition-spec": "[]",
+        schema = dict(mapped.iceberg, **{"schema-id": m.schema_id})
+        meta = {"schema": json.dumps(schema), "schema-id": str(m.schema_id),
+                "partition-spec": "[]",
                 "partition-spec-id": "0", "format-version": "3",
                 "content": "data" if content == DATA else "deletes"}
         kind = "data" if content == DATA else "dels"
@@ -324,7 +327,36 @@ class IcebergMirror:
     def metadata(self, head: Manifest, mapped: MappedSchema, snapshots: list[dict],
                  prev_meta: tuple[int, dict] | None, buckets: int, next_row_id: int) -> dict:
         current = snapshots[-1]
-        props = {"schema.name-mapping.default": json.dumps(mapped.name_mapping),
+        # every schema a retained snapshot was written with (a time-travel read projects
+        # with its snapshot's schema), the head's current; carried-over snapshots keep the
+        # schemas the previous metadata listed
+        schemas = {head.schema_id: (mapped.iceberg, mapped.name_mapping)}
+        if prev_meta is not None:
+            for s in prev_meta[1].get("schemas", []):
+                sid_ = int(s["schema-id"])
+                body = {k: v for k, v in s.items() if k != "schema-id"}
+                schemas.setdefault(sid_, (body, None))
+        for s in snapshots:
+            if "_schema" in s:
+                sid_, vm = s["_schema"]
+                schemas.setdefault(sid_, (vm.iceberg, vm.name_mapping))
+        used = {int(s.get("schema-id", 0)) for s in snapshots} | {head.schema_id}
+        # files hold columns under physical names of whatever schema wrote them: the name
+        # mapping lists, per field id, every name a retained schema gives it
+        names: dict[int, dict] = {}
+        for sid_ in sorted(used):
+            for entry in (schemas[sid_][1] or []):
+                e = names.setdefault(entry["field-id"], dict(entry, names=[]))
+                e["names"] += [n for n in entry["names"] if n not in e["names"]]
+        if prev_meta is not None:
+            old = prev_meta[1].get("properties", {}).get("schema.name-mapping.default")
+            for entry in (json.loads(old) if old else []):
+                e = names.setdefault(entry["field-id"], dict(entry, names=[]))
+                e["names"] += [n for n in entry["names"] if n not in e["names"]]
+        name_mapping = [names[k] for k in sorted(names)]
+        last_column_id = max([mapped.last_column_id] + [
+            max([f["id"] for f in schemas[s][0]["fields"]], default=0) for s in used])
+        props = {"schema.name-mapping.default": json.dumps(name_mapping),
                  "flightsrv.table-uuid": head.table_uuid,
                  "flightsrv.version": str(current["summary"]["flightsrv.version"]),
                  "flightsrv.buckets": str(buckets), "format-version": "3"}
@@ -340,8 +372,9 @@ class IcebergMirror:
             "format-version": 3, "table-uuid": _uuid(head.table_uuid),
             "location": self.location, "last-sequence-number": current["sequence-number"],
             "last-updated-ms": current["timestamp-ms"],
-            "last-column-id": mapped.last_column_id,
-            "current-schema-id": 0, "schemas": [dict(mapped.iceberg, **{"schema-id": 0})],
+            "last-column-id": last_column_id,
+            "current-schema-id": head.schema_id,
+            "schemas": [dict(schemas[s][0], **{"schema-id": s}) for s in sorted(used)],
             "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": []}],
             "last-partition-id": 999, "default-sort-order-id": 0,
             "sort-orders": [{"order-id": 0, "fields": []}], "properties": props,

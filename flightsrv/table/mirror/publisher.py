@@ -182,7 +182,8 @@ def _publish_iceberg(table, head: Manifest, start: int, result: PublishResult,
         done = []
         for v in range(first, head.version + 1):
             m = table.log.load(v)
-            snap = im.snapshot(prev, prev_list, buckets, m, mapped, next_row_id)
+            vm = mapped if m.schema_id == head.schema_id else map_schema(m.schema, ("iceberg",))
+            snap = im.snapshot(prev, prev_list, buckets, m, vm, next_row_id)
             prev_list, buckets, next_row_id = snap["_list"], snap["_buckets"], \
                 snap["_next_row_id"]
             result.changed_files += snap["_changed"]

@@ -87,7 +87,9 @@ def _unsupported(col: str, t, fmt: str):
 
 class _Mapper:
     def __init__(self, fields: list[dict]):
-        self.next_id = len(fields)
+        # nested ids come after every top-level id (format 2 ids are stable, so they may
+        # exceed the column count once columns were dropped)
+        self.next_id = max([len(fields)] + [int(f["id"]) for f in fields if "id" in f])
         self.features: set[str] = set()
 
     def new_id(self) -> int:
@@ -172,7 +174,7 @@ def _nested(mapper: _Mapper, col: str, t, fid: int, formats: set[str]) -> tuple:
 def _delta_field(f: dict, dtype, fid: int) -> dict:
     return {"name": f["name"], "type": dtype, "nullable": f.get("nullable", True),
             "metadata": {"delta.columnMapping.id": fid,
-                         "delta.columnMapping.physicalName": f["name"]}}
+                         "delta.columnMapping.physicalName": f.get("physical", f["name"])}}
 
 
 def map_schema(schema: dict, formats=("delta", "iceberg")) -> MappedSchema:
@@ -182,12 +184,17 @@ def map_schema(schema: dict, formats=("delta", "iceberg")) -> MappedSchema:
     fields = schema["fields"]
     mapper = _Mapper(fields)
     ice_fields, dlt_fields, mapping, columns = [], [], [], {}
-    for i, f in enumerate(fields, start=1):
+    for pos, f in enumerate(fields, start=1):
+        # format 2: the column's own field id (stable across renames and drops); format 1:
+        # its position
+        i = int(f["id"]) if "id" in f else pos
         ice, dlt, nm = _nested(mapper, f["name"], f["type"], i, formats)
         ice_fields.append({"id": i, "name": f["name"], "required": not f.get("nullable", True),
                            "type": ice})
         dlt_fields.append(_delta_field(f, dlt, i))
-        mapping.append({"field-id": i, "names": [f["name"]], **({"fields": nm} if nm else {})})
+        # files hold the column under its physical name (its name when first written)
+        mapping.append({"field-id": i, "names": [f.get("physical", f["name"])],
+                        **({"fields": nm} if nm else {})})
         columns[f["name"]] = (i, ice, dlt)
     by_id = {str(f["id"]): f["name"] for f in fields if "id" in f}
     return MappedSchema(iceberg={"type": "struct", "fields": ice_fields},
