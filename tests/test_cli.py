@@ -629,3 +629,27 @@ def test_progress_ends_with_how_the_work_ended(error, word):
         assert "done" not in last
     if isinstance(error, ValueError):
         assert "bad row 7" in last
+
+
+def test_create_partitioned_and_describe_shows_format_and_partitioning(tmp_path):
+    """`table create --partition-by` is SQL's PARTITIONED BY: rows of two days land in two
+    files; describe names the format version and the partitioning; a bad field is one line
+    (exit 2 for the syntax, exit 1 for an unknown column) and creates nothing."""
+    wh = str(tmp_path / "wh")
+    proc = run("--warehouse", wh, "table", "create", "ev", "--schema",
+               "id:int64,ts:timestamptz,u:int32", "--partition-by", "day(ts), bucket(16,u)")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("--warehouse", wh, "sql", "INSERT INTO ev VALUES "
+               "(1, TIMESTAMPTZ '2026-01-01 10:00:00+00', 3), "
+               "(2, TIMESTAMPTZ '2026-01-02 10:00:00+00', 3)")
+    assert proc.returncode == 0, proc.stderr
+    assert len(Warehouse.open(wh).table("ev").head().data_files) == 2
+    info = json.loads(run("--warehouse", wh, "table", "describe", "ev", "--format",
+                          "json").stdout)
+    assert info["format_version"] == 2
+    assert info["partitioning"] == "day(ts), bucket(16, u)"
+    failed(run("--warehouse", wh, "table", "create", "bad", "--schema", "id:int64",
+               "--partition-by", "day(id"), 2, "--partition-by")
+    failed(run("--warehouse", wh, "table", "create", "bad", "--schema", "id:int64",
+               "--partition-by", "day(nope)"), 1, "nope")
+    assert Warehouse.open(wh).list_tables() == ["ev"]

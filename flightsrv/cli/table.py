@@ -207,11 +207,12 @@ def cmd_create(args) -> int:
         except ConfigurationError as exc:
             raise UsageError(f"--from-file {args.from_file}: {exc}") from None
     props = parse_properties(args.property, schema.names, table=args.table)
+    partition_by = _partition_fields(args.partition_by)
     wh = open_warehouse(args, must_exist=False)
     if args.if_not_exists and wh.is_initialized() and args.table.lower() in wh.list_tables():
         print(f"{args.table.lower()}: exists already; nothing done")
         return 0
-    t = wh.create_table(args.table, schema, props)
+    t = wh.create_table(args.table, schema, props, partition_by=partition_by)
     print(f"created {t.name} at version {t.head().version} in {wh.uri}")
     if args.from_file and not args.schema_only:
         try:
@@ -224,6 +225,27 @@ def cmd_create(args) -> int:
         print(f"loaded {rows} rows from {args.from_file} -> version "
               f"{m.version if m else t.head().version}")
     return 0
+
+
+def _partition_fields(text: str | None) -> list[str]:
+    """``--partition-by`` split at the commas outside parentheses; each field is parsed (and
+    checked against the schema) by the table format."""
+    if text is None:
+        return []
+    fields, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            fields.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    fields.append(cur)
+    fields = [f.strip() for f in fields]
+    if depth != 0 or not all(fields):
+        raise UsageError(f"--partition-by {text!r}: give fields separated by commas, e.g. "
+                         "'day(ts),bucket(16,user_id)'")
+    return fields
 
 
 def cmd_append(args) -> int:
@@ -313,6 +335,7 @@ def cmd_describe(args) -> int:
     import json
 
     from flightsrv.table import properties as P
+    from flightsrv.table.partition import describe as partition_describe
 
     t = open_warehouse(args).table(args.table)
     head = t.head()
@@ -323,6 +346,9 @@ def cmd_describe(args) -> int:
         "table": t.name, "warehouse": t.warehouse.uri, "version": head.version,
         "committed_at": created.isoformat(), "operation": head.operation,
         "live_rows": head.live_rows, "files": len(head.data_files),
+        "format_version": head.format_version,
+        "partitioning": partition_describe(head.partition_spec, head.schema)
+        if head.partition_spec.get("fields") else "none",
         "bytes": sum(f.size for f in head.data_files),
         "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
                     for f in schema],
@@ -336,8 +362,8 @@ def cmd_describe(args) -> int:
         print(json.dumps(info, indent=2))
         return 0
     for k in ("table", "warehouse", "version", "committed_at", "operation", "live_rows",
-              "files", "bytes"):
-        print(f"{k:<13} {info[k]}")
+              "files", "bytes", "format_version", "partitioning"):
+        print(f"{k:<15} {info[k]}")
     print("\ncolumns:")
     w = max(len(c["name"]) for c in info["columns"])
     for c in info["columns"]:
@@ -567,6 +593,10 @@ def add_parser(sub, command) -> None:
     p.add_argument("--property", action="append", metavar="KEY=VALUE",
                    help=f"table property (repeatable); known: {', '.join(P.PROPERTIES)}; "
                         f"your own under {P.USER_PREFIX}*; sizes as 64MB or 1GiB")
+    p.add_argument("--partition-by", metavar="FIELDS",
+                   help="hidden partitioning, as in SQL's PARTITIONED BY, e.g. "
+                        "'day(ts),bucket(16,user_id)' (col, identity(col), year/month/day/"
+                        "hour(col), bucket(N,col), truncate(W,col))")
     p.add_argument("--if-not-exists", action="store_true",
                    help="succeed without changes if the table exists")
 
