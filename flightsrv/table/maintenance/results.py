@@ -19,6 +19,23 @@ class _Result:
                 if not isinstance(v, (list, dict))]
 
 
+class _DeletesObjects(_Result):
+    """A result listing the objects it deleted (or would delete) in ``objects``."""
+
+    @property
+    def deleted_objects(self) -> int:
+        return len(self.objects)
+
+    @property
+    def deleted_bytes(self) -> int:
+        return sum(o["size"] for o in self.objects)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["deleted_objects"], d["deleted_bytes"] = self.deleted_objects, self.deleted_bytes
+        return d
+
+
 @dataclass
 class CompactResult(_Result):
     table: str
@@ -72,7 +89,7 @@ class ExpireResult(_Result):
 
 
 @dataclass
-class VacuumResult(_Result):
+class VacuumResult(_DeletesObjects):
     table: str
     dry_run: bool
     grace_seconds: float
@@ -87,19 +104,6 @@ class VacuumResult(_Result):
     erasures_overdue: list = field(default_factory=list)
     #: manifests of dropped incarnations removed (their DROP is older than the grace)
     dropped_versions: list = field(default_factory=list)
-
-    @property
-    def deleted_objects(self) -> int:
-        return len(self.objects)
-
-    @property
-    def deleted_bytes(self) -> int:
-        return sum(o["size"] for o in self.objects)
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["deleted_objects"], d["deleted_bytes"] = self.deleted_objects, self.deleted_bytes
-        return d
 
     def rows(self) -> list[dict]:
         if self.dry_run:
@@ -167,7 +171,7 @@ def _overdue_rows(items: list) -> list[dict]:
 
 
 @dataclass
-class OrphanVacuumResult(_Result):
+class OrphanVacuumResult(_DeletesObjects):
     """What ``Warehouse.vacuum_orphans`` removed (or would remove, with ``dry_run``)."""
 
     dry_run: bool
@@ -178,19 +182,6 @@ class OrphanVacuumResult(_Result):
     uploads: list = field(default_factory=list)  # [{key, upload_id, age_s}] aborted
     kept_young: int = 0  # younger than the grace period: a create may still commit them
     kept_young_bytes: int = 0
-
-    @property
-    def deleted_objects(self) -> int:
-        return len(self.objects)
-
-    @property
-    def deleted_bytes(self) -> int:
-        return sum(o["size"] for o in self.objects)
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["deleted_objects"], d["deleted_bytes"] = self.deleted_objects, self.deleted_bytes
-        return d
 
     def rows(self) -> list[dict]:
         out = super().rows()

@@ -103,6 +103,19 @@ def _scan_orphans(table, grace_s: float):
     return old, young, old_uploads, refs, lo, hv
 
 
+def _abort_upload(store, u, now: int, result, dry_run: bool, progress) -> None:
+    """Abort one abandoned multipart upload (unless ``dry_run``) and record it."""
+    if not dry_run:
+        try:
+            store.abort_multipart(u.key, u.upload_id)
+        except ObjectNotFound:
+            pass  # aborted or completed meanwhile
+    result.uploads.append({"key": u.key, "upload_id": u.upload_id,
+                           "age_s": (now - u.initiated_ms) / 1000})
+    if progress is not None:
+        progress.advance(1)
+
+
 def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) -> VacuumResult:
     """Delete unreferenced objects older than ``grace`` and abort stale multipart uploads.
 
@@ -134,15 +147,7 @@ def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) 
             if progress is not None:
                 progress.advance(1)
         for u, now in uploads:
-            if not dry_run:
-                try:
-                    table.store.abort_multipart(u.key, u.upload_id)
-                except ObjectNotFound:
-                    pass
-            result.uploads.append({"key": u.key, "upload_id": u.upload_id,
-                                   "age_s": (now - u.initiated_ms) / 1000})
-            if progress is not None:
-                progress.advance(1)
+            _abort_upload(table.store, u, now, result, dry_run, progress)
     finally:
         _progress_finish(progress)
     result.dropped_versions = _expire_dropped(table, grace_s, dry_run)
@@ -205,15 +210,7 @@ def vacuum_orphan_prefixes(warehouse, *, grace=DEFAULT_GRACE, dry_run: bool = Fa
                 if progress is not None:
                     progress.advance(1)
             for u in uploads:
-                if not dry_run:
-                    try:
-                        store.abort_multipart(u.key, u.upload_id)
-                    except ObjectNotFound:
-                        pass
-                result.uploads.append({"key": u.key, "upload_id": u.upload_id,
-                                       "age_s": (now - u.initiated_ms) / 1000})
-                if progress is not None:
-                    progress.advance(1)
+                _abort_upload(store, u, now, result, dry_run, progress)
     finally:
         _progress_finish(progress)
     log.info("vacuum_orphans", extra={"dry_run": dry_run, "prefixes": len(result.prefixes),
