@@ -73,12 +73,13 @@ def _table(ctx: Context, n: int):
     return t
 
 
-def _inline_dv(k: int):
+def _inline_dv(t, k: int):
+    """A small (inline) deletion vector."""
     from pyroaring import BitMap64
 
-    from flightsrv.table.deletes import inline_descriptor
+    from flightsrv.table.deletes import place
 
-    return inline_descriptor(BitMap64(range(k, 100_000, 997)))
+    return place(t, {"f": BitMap64(range(k, 100_000, 997))})["f"]
 
 
 def _change(t, kind: str, step: int) -> None:
@@ -92,7 +93,7 @@ def _change(t, kind: str, step: int) -> None:
         picks = list(range(step * 10, step * 10 + 10))
         if kind == "dv":
             for i in picks:
-                files[i] = dataclasses.replace(files[i], dv=_inline_dv(step + 1),
+                files[i] = dataclasses.replace(files[i], dv=_inline_dv(t, step + 1),
                                                stats_wide=True)
             return dataclasses.replace(head, operation="delete", data_files=tuple(files),
                                        summary={"rows_deleted": 0})

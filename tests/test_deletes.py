@@ -89,6 +89,57 @@ def test_large_dv_goes_to_a_tombstone_object(table):
     assert len(bm) == n == f.dv.cardinality
 
 
+def test_place_inlines_small_and_puts_the_rest_in_one_object(table):
+    """One commit's DVs: empty -> no DV, small -> inline, every large one in ONE object."""
+    before = {m.key for m in table.store.list("tombstone/")}
+    big1, big2 = BitMap64(range(0, 200_000, 3)), BitMap64(range(1, 300_000, 7))
+    small = BitMap64([5, 9, 1000])
+    out = dv.place(table, {"a": big1, "b": small, "c": BitMap64(), "d": big2})
+    assert out["c"] is None
+    assert out["b"].storage is dv.DVStorage.INLINE and out["b"].cardinality == 3
+    assert out["a"].storage is out["d"].storage is dv.DVStorage.OBJECT
+    assert out["a"].path == out["d"].path
+    assert {m.key for m in table.store.list("tombstone/")} - before == {out["a"].path}
+    for name, bm in (("a", big1), ("b", small), ("d", big2)):
+        assert dv.read_dv(table.store, out[name], table="t", data_file=name) == bm
+    assert dv.place(table, {}) == {} and dv.place(table, {"x": BitMap64()}) == {"x": None}
+    assert {m.key for m in table.store.list("tombstone/")} - before == {out["a"].path}
+
+
+def test_split_deleted_moves_whole_row_groups_to_metadata(table):
+    f = table.head().data_files[0]
+    assert f.row_groups >= 3
+    g1 = f.row_group_offsets[1]
+    dead = BitMap64(range(g1, g1 + f.row_group_rows(1))) | BitMap64([0, 2])
+    groups, rest = dv.split_deleted(f, dead)
+    assert groups == (1,) and rest == BitMap64([0, 2])
+    assert dv.split_deleted(f, BitMap64([0])) == ((), BitMap64([0]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_remap_positions_matches_deleting_from_a_list(seed):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 500))
+    removed = np.unique(rng.integers(0, n, int(rng.integers(0, n))))
+    old = np.unique(rng.integers(0, n, int(rng.integers(0, n))))
+    rows = [i for i in range(n) if i not in set(removed.tolist())]
+    expect = [rows.index(p) for p in old.tolist() if p in rows]
+    assert dv.remap_positions(removed, old).tolist() == expect
+
+
+def test_unknown_dv_storage_is_a_corrupt_entry():
+    from flightsrv.table.datafile import file_from_json
+
+    entry = {"path": "data/x.parquet", "size": 1, "etag": "e", "rows": 10,
+             "row_group_offsets": [0], "stats": {}, "added_version": 1,
+             "dv": {"storage": "pending", "cardinality": 1}}
+    with pytest.raises(CorruptObject, match="unknown deletion vector storage") as info:
+        file_from_json(entry)
+    assert "data/x.parquet" in str(info.value)
+
+
 def test_corrupt_dv_object_fails_scan_naming_it(table):
     table.delete("id % 3 = 0 OR id % 7 = 1")
     f = table.head().data_files[0]

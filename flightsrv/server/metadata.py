@@ -13,8 +13,9 @@ import re
 
 import pyarrow as pa
 
-CATALOG = "flightsrv"
-DB_SCHEMA = "main"
+from flightsrv.sql import validate
+
+CATALOG, DB_SCHEMA = validate.CATALOG, validate.SCHEMA  # the one catalog and schema
 TABLE_TYPES = ("TABLE",)
 SERVER_NAME = "flightsrv"
 

@@ -60,10 +60,10 @@ from flightsrv.spark.location import split_uri, table_handle
 from flightsrv.spark.types import arrow_to_spark, spark_arrow_schema, spark_to_arrow
 from flightsrv.table import fingerprint as fpr
 from flightsrv.table.delete_plan import FileDelete, commit_plan
+from flightsrv.table.erase import MAX_REPLANS  # one re-plan budget for every erasure path
 from flightsrv.table.scan import FileTask, Snapshot
 from flightsrv.table.schema import schema_from_json, schema_to_json
 
-MAX_REPLANS = 5
 BROADCAST_LIMIT = 5_000_000
 ROW_GROUPS_PER_TASK = 4
 FID, POS, TASK, BITMAP, BUCKET = "_fid", "_pos", "_task", "_bitmap", "_bucket"

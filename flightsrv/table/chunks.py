@@ -388,8 +388,8 @@ class ChunkStore:
         if ref.level == 0:
             for f in self.load(ref):
                 keys.add(f.path)
-                if f.dv is not None and f.dv.storage == "object" and f.dv.path:
-                    keys.add(f.dv.path)
+                if f.dv_object:
+                    keys.add(f.dv_object)
         else:
             for child in self.load(ref):
                 keys |= self.keys_of(child)
@@ -596,15 +596,15 @@ class FileList(Sequence):
             keys = self.chunk_paths()
             for f in self:
                 keys.add(f.path)
-                if f.dv is not None and f.dv.storage == "object" and f.dv.path:
-                    keys.add(f.dv.path)
+                if f.dv_object:
+                    keys.add(f.dv_object)
             return keys
         for r in self.refs:
             keys |= self.chunks.keys_of(r)
         for f in self.tail:
             keys.add(f.path)
-            if f.dv is not None and f.dv.storage == "object" and f.dv.path:
-                keys.add(f.dv.path)
+            if f.dv_object:
+                keys.add(f.dv_object)
         return keys
 
     def literal_keys(self) -> set[str]:
@@ -615,8 +615,8 @@ class FileList(Sequence):
             keys |= self.chunks.keys_of(r)
         for f in list(self.tail) + [o for o in self.overlay.values() if o is not None]:
             keys.add(f.path)
-            if f.dv is not None and f.dv.storage == "object" and f.dv.path:
-                keys.add(f.dv.path)
+            if f.dv_object:
+                keys.add(f.dv_object)
         return keys
 
     def chunk_paths(self) -> set[str]:

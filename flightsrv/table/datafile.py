@@ -4,18 +4,29 @@ form, shared by the version root (:mod:`flightsrv.table.manifest`) and the manif
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
+from flightsrv.errors import CorruptObject
+
 FORMAT_VERSION = 2  # the newest format (flightsrv.table.manifest re-exports it)
+
+
+class DVStorage(enum.StrEnum):
+    """Where a deletion vector's bytes live."""
+
+    INLINE = "inline"  # base64 of the framed bytes, in the manifest entry itself
+    OBJECT = "object"  # a (offset, length) slice of a write-once object under tombstone/
 
 
 @dataclass(frozen=True)
 class DeletionVector:
     """Where a file's deleted row positions live (the bytes are a framed roaring bitmap,
-    see ``flightsrv.table.deletes``). ``storage`` is "inline" (``data`` = base64 of the framed
-    bytes) or "object" (``path`` at ``offset``/``length`` inside a write-once object)."""
+    see ``flightsrv.table.deletes``, which also decides the storage): ``INLINE`` (``data`` =
+    base64 of the framed bytes) or ``OBJECT`` (``path`` at ``offset``/``length`` inside a
+    write-once object)."""
 
-    storage: str
+    storage: DVStorage
     cardinality: int
     data: str | None = None
     path: str | None = None
@@ -53,6 +64,13 @@ class DataFile:
         return n + sum(self.row_group_rows(i) for i in self.deleted_row_groups)
 
     @property
+    def dv_object(self) -> str | None:
+        """The key of the write-once object holding this file's deletion vector, if its DV
+        is stored in one (None: no DV, or an inline one)."""
+        dv = self.dv
+        return dv.path if dv is not None and dv.storage is DVStorage.OBJECT else None
+
+    @property
     def live_rows(self) -> int:
         return self.rows - self.deleted_rows
 
@@ -71,12 +89,12 @@ def file_to_json(f: DataFile, format_version: int = FORMAT_VERSION,
     if f.dv is not None:
         dv = f.dv
         if format_version == 1:
-            out["dv"] = {"storage": dv.storage, "cardinality": dv.cardinality, "data": dv.data,
-                         "path": dv.path, "offset": dv.offset, "length": dv.length}
-        elif dv.storage == "inline":
+            out["dv"] = {"storage": dv.storage.value, "cardinality": dv.cardinality,
+                         "data": dv.data, "path": dv.path, "offset": dv.offset, "length": dv.length}
+        elif dv.storage is DVStorage.INLINE:
             out["dv"] = {"storage": "inline", "cardinality": dv.cardinality, "data": dv.data}
         else:
-            out["dv"] = {"storage": dv.storage, "cardinality": dv.cardinality, "path": dv.path,
+            out["dv"] = {"storage": "object", "cardinality": dv.cardinality, "path": dv.path,
                          "offset": dv.offset, "length": dv.length}
     if f.deleted_row_groups:
         out["deleted_row_groups"] = f.deleted_row_groups
@@ -103,10 +121,22 @@ def file_from_json(d: dict, format_version: int = FORMAT_VERSION,
         path=d["path"], size=d["size"], etag=d["etag"], rows=d["rows"],
         row_group_offsets=tuple(d["row_group_offsets"]), stats=stats,
         added_version=d["added_version"],
-        dv=DeletionVector(**dv) if dv else None,
+        dv=dv_from_json(dv, d["path"]) if dv else None,
         deleted_row_groups=tuple(d.get("deleted_row_groups", ())),
         stats_wide=bool(d.get("stats_wide", False)),
         schema_id=int(d.get("schema_id", 0)) if format_version >= 2 else 0,
         spec_id=int(d.get("spec_id", 0)) if format_version >= 2 else 0,
         partition=tuple(d.get("partition", ())) if format_version >= 2 else (),
     )
+
+
+def dv_from_json(d: dict, data_file: str) -> DeletionVector:
+    """A descriptor from its JSON; an unknown storage kind is a corrupt entry."""
+    try:
+        storage = DVStorage(d.get("storage"))
+    except ValueError:
+        raise CorruptObject("unknown deletion vector storage", file=data_file,
+                            storage=str(d.get("storage"))[:32]) from None
+    return DeletionVector(storage, int(d["cardinality"]), data=d.get("data"),
+                          path=d.get("path"), offset=int(d.get("offset", 0)),
+                          length=int(d.get("length", 0)))

@@ -32,13 +32,7 @@ import dataclasses
 from pyroaring import BitMap64
 
 from flightsrv.table.commit import require_table
-from flightsrv.table.deletes import (
-    INLINE_LIMIT,
-    dead_positions,
-    encode_blob,
-    inline_descriptor,
-    write_dv_object,
-)
+from flightsrv.table.deletes import dead_positions, place, split_deleted
 from flightsrv.table.manifest import DataFile, Manifest
 
 MAX_RERUNS = 8
@@ -68,34 +62,17 @@ def _same_deletes(a: DataFile, b: DataFile) -> bool:
     return a.dv == b.dv and a.deleted_row_groups == b.deleted_row_groups
 
 
-def _apply(table, head_file: DataFile, positions: BitMap64, dead: BitMap64,
-           dvs_out: list) -> DataFile | None:
+def _apply(head_file: DataFile, positions: BitMap64,
+           dead: BitMap64) -> tuple[DataFile, BitMap64] | None:
     """``head_file`` with ``positions`` (disjoint from ``dead``, its current deletions)
-    deleted; None when no live row is left."""
+    deleted: the entry with its new deleted row groups and the positions its deletion vector
+    must hold (placed by the caller, once per commit); None when no live row is left."""
     merged = dead | positions
     if len(merged) >= head_file.rows:
         return None
-    groups = set(head_file.deleted_row_groups)
-    for g in range(head_file.row_groups):
-        if g in groups:
-            continue
-        start = head_file.row_group_offsets[g]
-        end = start + head_file.row_group_rows(g)
-        if merged.range_cardinality(start, end) == end - start:
-            groups.add(g)  # a whole row group: metadata only
-    for g in groups:
-        start = head_file.row_group_offsets[g]
-        merged.remove_range(start, start + head_file.row_group_rows(g))
-    dv = None
-    if len(merged):
-        blob = encode_blob(merged)
-        if len(blob) <= INLINE_LIMIT:
-            dv = inline_descriptor(merged)
-        else:
-            dvs_out.append((head_file.path, blob, len(merged)))
-            dv = "pending"
-    return dataclasses.replace(head_file, dv=dv, deleted_row_groups=tuple(sorted(groups)),
-                               stats_wide=True)
+    groups, rest = split_deleted(head_file, merged)
+    return dataclasses.replace(head_file, dv=None, deleted_row_groups=groups,
+                               stats_wide=True), rest
 
 
 def commit_changes(table, base: Manifest, deletes: dict[str, BitMap64],
@@ -126,7 +103,7 @@ def commit_changes(table, base: Manifest, deletes: dict[str, BitMap64],
                 raise Rerun("a data file the statement changes was rewritten", p)
         if appends_conflict and any(f.path not in base_paths for f in head.data_files):
             raise Rerun("rows were appended concurrently")
-        pending: list = []
+        changed: dict[str, tuple[DataFile, BitMap64]] = {}
         new_files, count, removed = [], 0, 0
         for f in head.data_files:
             positions = deletes.get(f.path)
@@ -139,16 +116,16 @@ def commit_changes(table, base: Manifest, deletes: dict[str, BitMap64],
                 dead = dead_positions(table, f)
                 if len(positions & (dead - base_dead[f.path])):
                     raise Rerun("rows the statement changes were deleted concurrently", f.path)
-            nf = _apply(table, f, positions, dead, pending)
+            applied = _apply(f, positions, dead)
             count += len(positions)
-            if nf is None:
+            if applied is None:
                 removed += 1
             else:
-                new_files.append(nf)
-        if pending:
-            descriptors = write_dv_object(table, pending)
-            new_files = [dataclasses.replace(f, dv=descriptors[f.path])
-                         if f.dv == "pending" else f for f in new_files]
+                changed[f.path] = applied
+                new_files.append(applied[0])
+        dvs = place(table, {p: rest for p, (_, rest) in changed.items()})
+        new_files = [dataclasses.replace(f, dv=dvs[f.path]) if f.path in changed else f
+                     for f in new_files]
         version = head.version + 1
         fresh = tuple(dataclasses.replace(f, added_version=version) for f in added)
         result["count"] = count

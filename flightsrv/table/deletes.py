@@ -27,7 +27,7 @@ import numpy as np
 from pyroaring import BitMap64
 
 from flightsrv.errors import CorruptObject
-from flightsrv.table.manifest import DeletionVector
+from flightsrv.table.datafile import DataFile, DeletionVector, DVStorage  # noqa: F401
 
 MAGIC = bytes.fromhex("D1D33964")
 OBJECT_FORMAT_BYTE = b"\x01"
@@ -68,11 +68,33 @@ def decode_blob(blob: bytes, *, where: str) -> BitMap64:
                             check="bitmap", error=str(exc)) from None
 
 
-def write_dv_object(table, pending: list) -> dict[str, DeletionVector]:
-    """Write a commit's large DVs into ONE write-once object under ``tombstone/``.
+def place(table, bitmaps: dict[str, BitMap64]) -> dict[str, DeletionVector | None]:
+    """The one writer of deletion vectors: a descriptor per data file for one commit.
 
-    ``pending`` holds ``(data_file_path, blob, cardinality)``; returns a descriptor per path
-    pointing at its blob (offset of the length field, blob length), as in a Delta DV file."""
+    An empty bitmap gets None (no DV). A bitmap whose framed blob is at most
+    ``INLINE_LIMIT`` bytes is inlined in the manifest; the others go into ONE write-once
+    object under ``tombstone/`` (written here, before the manifest that will name it; a
+    commit retry writes a new one and vacuum removes the unreferenced), each descriptor
+    pointing at its blob by (offset of the length field, blob length), as in a Delta DV
+    file."""
+    out: dict[str, DeletionVector | None] = {}
+    large: list[tuple[str, bytes, int]] = []
+    for path, bitmap in bitmaps.items():
+        if not len(bitmap):
+            out[path] = None
+            continue
+        blob = encode_blob(bitmap)
+        if len(blob) <= INLINE_LIMIT:
+            out[path] = DeletionVector(DVStorage.INLINE, len(bitmap),
+                                       data=base64.b64encode(blob).decode())
+        else:
+            large.append((path, blob, len(bitmap)))
+    if large:
+        out.update(_write_object(table, large))
+    return out
+
+
+def _write_object(table, blobs: list[tuple[str, bytes, int]]) -> dict[str, DeletionVector]:
     import datetime as dt
 
     from flightsrv.store.base import PutMode
@@ -81,24 +103,20 @@ def write_dv_object(table, pending: list) -> dict[str, DeletionVector]:
     key = f"tombstone/{t:%Y/%m/%d/%H}/{table.runtime.ids.new_id()}.dv"
     body = bytearray(OBJECT_FORMAT_BYTE)
     out = {}
-    for path, blob, card in pending:
-        out[path] = DeletionVector("object", card, path=key, offset=len(body), length=len(blob))
+    for path, blob, card in blobs:
+        out[path] = DeletionVector(DVStorage.OBJECT, card, path=key, offset=len(body),
+                                   length=len(blob))
         body += blob
     table.store.put(key, bytes(body), mode=PutMode.CREATE)
     return out
 
 
-def inline_descriptor(bitmap: BitMap64) -> DeletionVector:
-    blob = encode_blob(bitmap)
-    return DeletionVector("inline", len(bitmap), data=base64.b64encode(blob).decode())
-
-
 def read_dv(store, dv: DeletionVector, *, table: str, data_file: str) -> BitMap64:
     """Load and validate the bitmap a descriptor points at."""
-    if dv.storage == "inline":
+    if dv.storage is DVStorage.INLINE:
         where = f"{table}/manifest inline DV of {data_file}"
         bitmap = decode_blob(base64.b64decode(dv.data or ""), where=where)
-    elif dv.storage == "object":
+    elif dv.storage is DVStorage.OBJECT:
         where = f"{table}/{dv.path}@{dv.offset}+{dv.length}"
         blob = store.get_range(dv.path, dv.offset, dv.offset + dv.length)
         bitmap = decode_blob(blob, where=where)
@@ -121,6 +139,31 @@ def dead_positions(table, f) -> BitMap64:
         start = f.row_group_offsets[g]
         dead.add_range(start, start + f.row_group_rows(g))
     return dead
+
+
+def split_deleted(f: DataFile, dead: BitMap64) -> tuple[tuple[int, ...], BitMap64]:
+    """How ``f``'s deleted positions ``dead`` are recorded: (row groups deleted whole, by
+    metadata only; the remaining positions, for the deletion vector). A row group all of
+    whose rows are dead is a deleted row group; its positions leave the bitmap."""
+    rest = BitMap64(dead)
+    groups = set(f.deleted_row_groups)
+    for g in range(f.row_groups):
+        start = f.row_group_offsets[g]
+        end = start + f.row_group_rows(g)
+        if g in groups or rest.range_cardinality(start, end) == end - start:
+            groups.add(g)
+            rest.remove_range(start, end)
+    return tuple(sorted(groups)), rest
+
+
+def remap_positions(removed: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """Positions in a file after the rows at ``removed`` left it (a splice, or a rewrite that
+    keeps row order): positions in ``removed`` vanish, the others shift down by the removed
+    rows before them. Both arguments sorted unique int64 arrays; returns int64."""
+    removed = np.asarray(removed, dtype=np.int64)
+    old = np.asarray(old, dtype=np.int64)
+    old = old[~np.isin(old, removed, assume_unique=True)]
+    return old - np.searchsorted(removed, old, side="left")
 
 
 def keep_mask(deleted_positions: np.ndarray, start: int, end: int) -> np.ndarray | None:

@@ -60,12 +60,7 @@ from flightsrv.errors import (
 from flightsrv.store.base import ObjectMeta, PutMode
 from flightsrv.table import erasure_check as check
 from flightsrv.table.commit import require_table
-from flightsrv.table.deletes import (
-    INLINE_LIMIT,
-    dead_positions,
-    encode_blob,
-    inline_descriptor,
-)
+from flightsrv.table.deletes import dead_positions, place, remap_positions
 from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.splice import Copy, SpliceUnsupported, assemble, rewrite_row_groups
 from flightsrv.table.schema import physical_arrow_schema
@@ -261,14 +256,6 @@ def _group_split(f: DataFile, positions: np.ndarray) -> dict[int, np.ndarray]:
     return out
 
 
-def _remap(removed: np.ndarray, old: np.ndarray) -> np.ndarray:
-    """Old positions → positions after ``removed`` rows left (those in ``removed`` vanish).
-    The same rule as ``SplicePlan.remap_positions``; also holds for a rewrite, which keeps
-    row order."""
-    old = old[~np.isin(old, removed, assume_unique=True)]
-    return old - np.searchsorted(removed, old, side="left")
-
-
 # -- building the replacement --------------------------------------------------------
 
 
@@ -437,8 +424,6 @@ def _discard(table, prepared: list[_Prepared]) -> None:
 
 
 def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict, out: dict):
-    from flightsrv.table.deletes import write_dv_object
-
     targets = {p.target.file.path: p for p in prepared}
 
     def mutate(head: Manifest | None) -> Manifest:
@@ -449,19 +434,19 @@ def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict
             if hf is None or hf.etag != p.target.file.etag:
                 raise _Replan()
         version = head.version + 1
-        pending: list = []
+        carried_over: dict[str, BitMap64] = {}  # new file -> positions deleted meanwhile
         replaced: dict[str, list[DataFile]] = {}
         newly_deleted = 0
         old_dv_objects: set[str] = set()
         for path, p in targets.items():
             hf = by_path[path]
-            if hf.dv is not None and hf.dv.storage == "object":
-                old_dv_objects.add(hf.dv.path)
+            if hf.dv_object:
+                old_dv_objects.add(hf.dv_object)
             dead = _dead_positions(table, hf)
             remove = p.target.remove
             newly_deleted += int(len(remove) - np.isin(remove, dead, assume_unique=True).sum())
             # deletions that landed after the plan read the file: carry them over
-            carried = _remap(remove, dead)
+            carried = remap_positions(remove, dead)
             entries, base = [], 0
             for nf in p.new_files:
                 here = carried[(carried >= base) & (carried < base + nf.rows)] - base
@@ -470,19 +455,13 @@ def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict
                     continue  # every row of this new file was deleted meanwhile
                 nf = dataclasses.replace(nf, added_version=version)
                 if len(here):
-                    bm = BitMap64(here.astype(np.uint64))
-                    blob = encode_blob(bm)
-                    if len(blob) <= INLINE_LIMIT:
-                        nf = dataclasses.replace(nf, dv=inline_descriptor(bm), stats_wide=True)
-                    else:
-                        pending.append((nf.path, blob, len(bm)))
-                        nf = dataclasses.replace(nf, dv="pending", stats_wide=True)
+                    carried_over[nf.path] = BitMap64(here.astype(np.uint64))
+                    nf = dataclasses.replace(nf, stats_wide=True)
                 entries.append(nf)
             replaced[path] = entries
-        if pending:
-            descriptors = write_dv_object(table, pending)
-            replaced = {k: [dataclasses.replace(f, dv=descriptors[f.path])
-                            if f.dv == "pending" else f for f in v] for k, v in replaced.items()}
+        dvs = place(table, carried_over)
+        replaced = {k: [dataclasses.replace(f, dv=dvs[f.path]) if f.path in dvs else f
+                        for f in v] for k, v in replaced.items()}
         files: list[DataFile] = []
         for f in head.data_files:
             files.extend(replaced.get(f.path, [f]))
@@ -774,7 +753,7 @@ def purge(table, *, expire: bool = False, grace=None, progress=None,
     Running it again when nothing is left to purge only re-verifies."""
 
     def find(snap) -> dict:
-        return {f.path: BitMap64(_dead_positions(table, f).astype(np.uint64))
+        return {f.path: dead_positions(table, f)
                 for f in snap.manifest.data_files if f.dv is not None or f.deleted_row_groups}
 
     return erase_positions(table, find, operation="purge", expire=expire, grace=grace,

@@ -30,6 +30,7 @@ from flightsrv.table.datafile import (  # noqa: F401 - re-exported
     FORMAT_VERSION,
     DataFile,
     DeletionVector,
+    DVStorage,
     file_from_json,
     file_to_json,
 )
@@ -177,8 +178,8 @@ class Manifest:
         refs = set()
         for f in files:
             refs.add(f.path)
-            if f.dv is not None and f.dv.storage == "object" and f.dv.path:
-                refs.add(f.dv.path)
+            if f.dv_object:
+                refs.add(f.dv_object)
         return refs
 
     def literal_keys(self) -> set[str]:

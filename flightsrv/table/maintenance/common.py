@@ -1,20 +1,12 @@
-"""Shared pieces of maintenance: defaults, the logger, deleted-position sets, DV placement for
-rewritten files, durations and progress."""
+"""Shared pieces of maintenance: defaults, the logger, durations and progress."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 
-from pyroaring import BitMap64
 
 from flightsrv.errors import ConfigurationError
-from flightsrv.table.deletes import (
-    INLINE_LIMIT,
-    encode_blob,
-    inline_descriptor,
-    write_dv_object,
-)
 
 log = logging.getLogger("flightsrv.maintenance")
 
@@ -40,18 +32,6 @@ def _overdue(table) -> list:
 
 # ---------------------------------------------------------------------------------------
 # helpers
-
-
-def _dv_for(bitmap: BitMap64, pending: list, out_path: str):
-    """Descriptor for ``bitmap``: inline when small, else queued for one tombstone object."""
-    blob = encode_blob(bitmap)
-    if len(blob) <= INLINE_LIMIT:
-        return inline_descriptor(bitmap)
-    pending.append((out_path, blob, len(bitmap)))
-    return "pending"
-
-
-_write_tombstone = write_dv_object  # one writer of DV objects (flightsrv.table.deletes)
 
 
 def _seconds(value, what: str, table) -> float:

@@ -13,17 +13,15 @@ from pyroaring import BitMap64
 
 from flightsrv.errors import ConfigurationError
 from flightsrv.table.commit import require_table
-from flightsrv.table.deletes import dead_positions, read_dv
+from flightsrv.table.deletes import dead_positions, place, read_dv, remap_positions
 from flightsrv.table.maintenance.common import (
     DEFAULT_MIN_DELETED_FRACTION,
     DEFAULT_SMALL_FILE_FRACTION,
     DEFAULT_SORT_GROUP_BYTES,
-    _dv_for,
     _overdue,
     _progress_finish,
     _progress_start,
     _table_ctx,
-    _write_tombstone,
     log,
 )
 from flightsrv.table.maintenance.results import CompactResult
@@ -168,7 +166,8 @@ def _write_group(table, snap: Snapshot, g: _Group, options: WriteOptions, sort_b
 def _carry_over(table, g: _Group, head_files: dict[str, DataFile]):
     """Outputs of ``g`` adjusted for deletes committed after the read, or None to abort.
 
-    Returns (outputs, rows newly deleted, pending large DVs)."""
+    Returns (outputs, rows newly deleted, {output path: positions its DV must hold}); the
+    caller places the DVs, once per commit."""
     fresh_seq = []
     for inp in g.inputs:
         hf = head_files.get(inp.file.path)
@@ -182,16 +181,15 @@ def _carry_over(table, g: _Group, head_files: dict[str, DataFile]):
         fresh = np.setdiff1d(now, inp.deleted, assume_unique=True)
         if len(fresh) == 0:
             continue
-        # rank of a kept position p among kept rows = p - (deleted positions below p)
-        rank = fresh.astype(np.int64) - np.searchsorted(inp.deleted, fresh, side="left")
-        fresh_seq.append(inp.base + rank)
+        # rank of a kept position among the kept rows the outputs were written from
+        fresh_seq.append(inp.base + remap_positions(inp.deleted, fresh))
     if not fresh_seq:
-        return list(g.outputs), 0, []
+        return list(g.outputs), 0, {}
     seq = np.concatenate(fresh_seq)
     if g.inverse is not None:
         seq = g.inverse[seq]
     which = np.searchsorted(g.out_offsets, seq, side="right") - 1
-    outs, pending, carried = [], [], 0
+    outs, bitmaps, carried = [], {}, 0
     for i, o in enumerate(g.outputs):
         pos = seq[which == i] - g.out_offsets[i]
         if len(pos) == 0:
@@ -201,25 +199,18 @@ def _carry_over(table, g: _Group, head_files: dict[str, DataFile]):
         carried += len(bm)
         if len(bm) >= o.rows:
             continue  # every row of this output was deleted meanwhile
-        outs.append(dataclasses.replace(o, dv=_dv_for(bm, pending, o.path), stats_wide=True))
-    return outs, carried, pending
+        bitmaps[o.path] = bm
+        outs.append(dataclasses.replace(o, stats_wide=True))
+    return outs, carried, bitmaps
 
 
 def _coalesce_plan(table, head: Manifest, inputs: set[str]) -> dict[str, DeletionVector]:
     """New descriptors for kept files' object DVs when they are spread over 2+ objects."""
-    kept = [f for f in head.data_files if f.path not in inputs and f.dv is not None
-            and f.dv.storage == "object"]
-    if len({f.dv.path for f in kept}) < 2:
+    kept = [f for f in head.data_files if f.path not in inputs and f.dv_object]
+    if len({f.dv_object for f in kept}) < 2:
         return {}
-    pending, out = [], {}
-    for f in kept:
-        bm = read_dv(table.store, f.dv, table=table.name, data_file=f.path)
-        d = _dv_for(bm, pending, f.path)
-        if d != "pending":
-            out[f.path] = d
-    if pending:
-        out.update(_write_tombstone(table, pending))
-    return out
+    return place(table, {f.path: read_dv(table.store, f.dv, table=table.name,
+                                          data_file=f.path) for f in kept})
 
 
 def compaction_options(table, props: dict, *, target_file_size=None,
@@ -270,7 +261,7 @@ def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
         by_path = cur.files_by_path()
         replace: dict[str, list] = {}  # first input path -> outputs (placed there)
         removed: set[str] = set()
-        pending: list = []
+        carried_dvs: dict[str, BitMap64] = {}
         committed = aborted = carried = 0
         stats = {"files_rewritten": 0, "files_added": 0, "bytes_rewritten": 0,
                  "bytes_written": 0, "rows_written": 0, "deleted_rows_purged": 0}
@@ -279,10 +270,10 @@ def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
             if r is None:
                 aborted += 1
                 continue
-            outs, n, pend = r
+            outs, n, bitmaps = r
             committed += 1
             carried += n
-            pending += pend
+            carried_dvs.update(bitmaps)
             removed |= {i.file.path for i in g.inputs}
             replace[g.inputs[0].file.path] = outs
             stats["files_rewritten"] += len(g.inputs)
@@ -297,14 +288,14 @@ def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
             stash.clear()
             stash["aborted"] = aborted
             return None
-        descriptors = _write_tombstone(table, pending) if pending else {}
+        descriptors = place(table, carried_dvs)
         new_version = cur.version + 1
         files = []
         for f in cur.data_files:
             if f.path in replace:
                 for o in replace[f.path]:
                     o = dataclasses.replace(o, added_version=head.version)
-                    if o.dv == "pending":
+                    if o.path in descriptors:
                         o = dataclasses.replace(o, dv=descriptors[o.path])
                     files.append(o)
             elif f.path in removed:
@@ -337,8 +328,7 @@ def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
     for k, v in stash.items():
         setattr(result, k, v)
     result.version = m.version
-    result.dv_objects_after = len({f.dv.path for f in m.data_files
-                                   if f.dv is not None and f.dv.storage == "object"})
+    result.dv_objects_after = len({f.dv_object for f in m.data_files if f.dv_object})
     return m
 
 
@@ -378,8 +368,7 @@ def compact(table, *, target_file_size: int | None = None,
     inputs = {i.file.path for g in groups for i in g.inputs}
     result.reasons = {p: r for p, r in reasons.items() if p in inputs}
     result.groups_planned = len(groups)
-    result.dv_objects_before = len({f.dv.path for f in head.data_files
-                                    if f.dv is not None and f.dv.storage == "object"})
+    result.dv_objects_before = len({f.dv_object for f in head.data_files if f.dv_object})
     if dry_run:
         result.files_rewritten = len(inputs)
         result.bytes_rewritten = sum(i.file.size for g in groups for i in g.inputs)

@@ -3,6 +3,7 @@ recommendation."""
 
 from __future__ import annotations
 
+from flightsrv.table.datafile import DVStorage
 from flightsrv.table.maintenance.common import (
     DEFAULT_MAX_VERSIONS,
     DEFAULT_MIN_DELETED_FRACTION,
@@ -30,7 +31,7 @@ def table_stats(table) -> TableStats:
     small = int(options.target_file_size * frac)
     small_files = sum(1 for f in files if f.size < small)
     heavy = sum(1 for f in files if f.rows and f.deleted_rows / f.rows > min_del)
-    dv_objects = {f.dv.path for f in files if f.dv is not None and f.dv.storage == "object"}
+    dv_objects = {f.dv_object for f in files if f.dv_object}
     old, young, uploads, _refs, _lo, _hv = _scan_orphans(table, 0)
     orphans = [m for m, _ in old] + [m for m, _ in young]
     versions = table.log.versions()
@@ -62,7 +63,7 @@ def table_stats(table) -> TableStats:
         deleted_row_groups=sum(len(f.deleted_row_groups) for f in files),
         data_bytes=data_bytes, small_files=small_files,
         dv_count=sum(1 for f in files if f.dv is not None),
-        dv_inline=sum(1 for f in files if f.dv is not None and f.dv.storage == "inline"),
+        dv_inline=sum(1 for f in files if f.dv is not None and f.dv.storage is DVStorage.INLINE),
         dv_objects=len(dv_objects), orphan_objects=len(orphans), orphan_bytes=orphan_bytes,
         abandoned_uploads=len(uploads),
         version_count=len(versions), oldest_retained_version=versions[0] if versions else None,

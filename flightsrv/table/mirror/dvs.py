@@ -24,7 +24,7 @@ from pyroaring import BitMap64
 
 from flightsrv.errors import CorruptObject
 from flightsrv.table.deletes import decode_blob, encode_blob
-from flightsrv.table.manifest import DataFile
+from flightsrv.table.manifest import DataFile, DVStorage
 
 _B85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
@@ -73,7 +73,7 @@ def deletes_changed(old: DataFile, new: DataFile) -> bool:
 
 def _read_blob(store, table: str, f: DataFile) -> bytes:
     dv = f.dv
-    if dv.storage == "inline":
+    if dv.storage is DVStorage.INLINE:
         blob = base64.b64decode(dv.data or "")
         where = f"{table}/manifest inline DV of {f.path}"
     else:
@@ -93,11 +93,11 @@ def mirror_dv(store, table: str, f: DataFile, *, need_blob: bool) -> MirrorDV | 
         return None
     if not f.deleted_row_groups:
         dv = f.dv
-        if dv.storage == "object" and not need_blob:
+        if dv.storage is DVStorage.OBJECT and not need_blob:
             return MirrorDV(dv.cardinality, object_key=dv.path, offset=dv.offset,
                             length=dv.length)
         blob = _read_blob(store, table, f)
-        if dv.storage == "object":
+        if dv.storage is DVStorage.OBJECT:
             return MirrorDV(dv.cardinality, object_key=dv.path, offset=dv.offset,
                             length=dv.length, blob=blob)
         return MirrorDV(dv.cardinality, blob=blob)
