@@ -25,6 +25,7 @@ from flightsrv.table import erase
 from flightsrv.table.deletes import read_dv
 from flightsrv.table.fingerprint import fingerprint
 from flightsrv.table.manifest import manifest_key
+from flightsrv.cli.render import result_rows
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
 SECRET = "alice.secret@example.org"
@@ -199,7 +200,7 @@ def test_purge_after_dv_deletes(warehouse_uri):
     assert obj.key == f0.path and not obj.deleted and set(obj.referenced_by) >= {1, 2, 3, 4}
     assert result.retained_versions == sorted(obj.referenced_by)
     assert t.purge().version is None  # nothing left to purge
-    rows = result.rows()
+    rows = result_rows(result)
     assert rows[0]["object"] == f0.path and rows[-1]["kind"] == "total"
     assert result.to_dict()["files"][0]["old_path"] == f0.path
 
@@ -527,5 +528,6 @@ def test_model_dv_splice_purge(ops):
 def test_purge_result_shapes_for_the_cli():
     r = erase.PurgeResult("t", "purge", None)
     # never verified: never "erased"
-    assert not r.complete and r.status == "pending" and "not verified" in r.rows()[-1]["status"]
-    assert r.rows()[-1]["kind"] == "total" and r.to_dict()["version"] is None
+    assert not r.complete and r.status == "pending"
+    assert "not verified" in result_rows(r)[-1]["status"]
+    assert result_rows(r)[-1]["kind"] == "total" and r.to_dict()["version"] is None

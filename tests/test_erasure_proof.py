@@ -33,6 +33,7 @@ from flightsrv.table import certificate, erase
 from flightsrv.table import fingerprint as fpr
 from flightsrv.table.manifest import manifest_key
 from flightsrv.table.writer import DataFileWriter, WriteOptions
+from flightsrv.cli.render import result_rows
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 SECRET = "zz-alice@example.org"  # sorts last: it is the string column's max
@@ -486,10 +487,10 @@ def test_erasure_status_ages_and_deadlines(local_uri):
     # VACUUM and OPTIMIZE report it
     vac = t.vacuum(grace=dt.timedelta(days=30))
     assert [o["kind"] for o in vac.erasures_overdue] == ["dv"]
-    assert any(r.get("kind") == "erasures past deadline" for r in vac.rows())
+    assert any(r.get("kind") == "erasures past deadline" for r in result_rows(vac))
     opt = t.compact(min_deleted_fraction=0.5)  # nothing to rewrite; still reports
     assert opt.erasures_overdue and any(r["metric"] == "erasures past deadline"
-                                        for r in opt.rows())
+                                        for r in result_rows(opt))
     # a purge without expire: the bytes move to retained versions
     t.purge()
     kinds = {i["kind"] for i in t.erasure_status().items}

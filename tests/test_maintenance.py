@@ -16,6 +16,7 @@ from flightsrv import Warehouse
 from flightsrv.errors import ConfigurationError, VersionNotFound
 from flightsrv.runtime import IdSource, ManualClock, Runtime
 from flightsrv.table.manifest import manifest_key
+from flightsrv.cli.render import result_rows
 
 SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.int64()), ("tag", pa.string())])
 HOUR_MS = 3_600_000
@@ -297,7 +298,7 @@ def test_vacuum_removes_only_unreferenced_old_objects(table_any, rt):
     rt.clock.advance(HOUR_MS)
     dry = table_any.vacuum(grace=dt.timedelta(minutes=30), dry_run=True)
     assert {o["key"] for o in dry.objects} == orphans and existing(table_any) >= orphans
-    assert all(o["size"] > 0 for o in dry.objects) and dry.rows()[0]["would_delete"]
+    assert all(o["size"] > 0 for o in dry.objects) and result_rows(dry)[0]["would_delete"]
     r = table_any.vacuum(grace=dt.timedelta(minutes=30))
     assert r.deleted_objects == len(orphans)
     assert r.deleted_bytes == sum(o["size"] for o in dry.objects)
@@ -371,7 +372,7 @@ def test_stats_and_recommendation(table, rt):
     s = table.stats()
     assert (s.recommendation, s.orphan_objects, s.files, s.dv_count) == ("nothing", 0, 1, 0)
     d = s.to_dict()
-    assert d["live_rows"] == 6000 and {r["metric"] for r in s.rows()} >= {"orphan_bytes"}
+    assert d["live_rows"] == 6000 and {r["metric"] for r in result_rows(s)} >= {"orphan_bytes"}
 
 
 def test_manifest_keys_left_alone_by_vacuum(table, rt):

@@ -27,6 +27,7 @@ from flightsrv.cli.common import (
     read_input,
     say,
 )
+from flightsrv.cli.render import result_rows
 from flightsrv.errors import ConfigurationError, FlightsrvError
 
 TABLE_HELP = """\
@@ -425,12 +426,7 @@ def cmd_drop(args) -> int:
 
 
 def _print_result(result, args) -> None:
-    if hasattr(result, "rows"):
-        output.write_rows(result.rows(), args)
-    elif isinstance(result, dict):
-        output.write_rows([{"key": k, "value": v} for k, v in result.items()], args)
-    else:
-        print(result)
+    output.write_rows(result_rows(result), args)
 
 
 def cmd_stats(args) -> int:
@@ -508,7 +504,7 @@ def cmd_publish(args) -> int:
     # --format names the mirror here, so the report is always an aligned table
     shown = argparse.Namespace(**{**vars(args), "format": "table", "output": None,
                                   "max_rows": 0})
-    output.write_rows(result.rows(), shown)
+    output.write_rows(result_rows(result), shown)
     return 0
 
 
@@ -558,7 +554,7 @@ def cmd_erasure_status(args) -> int:
     if args.json:
         print(json.dumps(st.to_dict(), sort_keys=True, default=str))
         return 0
-    output.write_rows(st.rows(), args)
+    output.write_rows(result_rows(st), args)
     print(f"deadline {st.deadline_ms / 86_400_000:g}d (table property erasure.deadline); "
           f"{len(st.items)} item(s), {len(st.overdue)} overdue")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 from flightsrv.cli import output
+from flightsrv.cli.render import result_rows
 from flightsrv.cli.common import format_duration, open_warehouse, parse_duration
 from flightsrv.errors import ConfigurationError
 
@@ -33,7 +34,7 @@ def cmd_vacuum(args) -> int:
     if not args.dry_run:
         kw["progress"] = Progress("vacuum orphans")
     result = wh.vacuum_orphans(**kw)
-    output.write_rows(result.rows(), args)
+    output.write_rows(result_rows(result), args)
     return 0
 
 

@@ -190,42 +190,6 @@ class PurgeResult:
                 "pending": ver.pending},
         }
 
-    def rows(self) -> list[dict]:
-        """One row per file, per object that held erased bytes, per pending item, and a
-        total row (the CLI table)."""
-        blank = {"path": "", "new": "", "rows_removed": "", "downloaded": "", "uploaded": "",
-                 "copied": ""}
-        out = [{"kind": "file", "object": f.old_path, "path": f.path,
-                "new": ",".join(f.new_paths) or "-", "rows_removed": f.rows_removed,
-                "downloaded": f.bytes_downloaded, "uploaded": f.bytes_uploaded,
-                "copied": f.bytes_copied, "status": f.reason or "ok"} for f in self.files]
-        for o in self.objects:
-            out.append({"kind": o.kind, "object": o.key, **blank,
-                        "status": "deleted" if o.deleted else
-                        "referenced by v" + ",".join(map(str, o.referenced_by))
-                        if o.referenced_by else "unreferenced (vacuum removes it)"})
-        ver = self.verification
-        for p in (ver.pending if ver else []):
-            out.append({"kind": "pending", "object": p["object"], **blank,
-                        "status": f"{p['reason']}; {p['remedy']}"})
-        if ver is not None:
-            checked = (f"verified: {ver.objects_scanned} objects read, "
-                       f"{sum(ver.listed.values())} listed, {ver.matches} matches")
-        else:
-            checked = "not verified"
-        status = "erased" if self.complete else (
-            "old versions still hold bytes" if self.retained_versions else "pending")
-        if self.certificate:
-            out.append({"kind": "certificate", "object": self.certificate, **blank,
-                        "status": "stored"})
-        out.append({"kind": "total", "object": f"version {self.version}", **blank,
-                    "rows_removed": self.rows_removed,
-                    "downloaded": sum(f.bytes_downloaded for f in self.files),
-                    "uploaded": sum(f.bytes_uploaded for f in self.files),
-                    "copied": sum(f.bytes_copied for f in self.files),
-                    "status": f"{status} ({checked})"})
-        return out
-
 
 class ErasedCount(int):
     """The row count ``Table.delete`` returns, with the full ``PurgeResult`` attached."""

@@ -61,17 +61,6 @@ def parse_duration_ms(value, *, what: str, table: str | None = None) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 
 
-def _human(ms: int) -> str:
-    s = max(0, ms) // 1000
-    if s >= 86_400:
-        return f"{s / 86_400:.1f}d"
-    if s >= 3600:
-        return f"{s / 3600:.1f}h"
-    if s >= 60:
-        return f"{s / 60:.0f}m"
-    return f"{s}s"
-
-
 def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat()
 
@@ -90,18 +79,6 @@ class ErasureStatus:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"overdue": len(self.overdue)}
-
-    def rows(self) -> list[dict]:
-        if not self.items:
-            return [{"kind": "-", "object": "no deleted rows are stored", "rows": "", "age": "",
-                     "overdue": "", "remove_with": ""}]
-        return [{"kind": i["kind"], "object": i["object"],
-                 "rows": "?" if i["rows"] is None else i["rows"],
-                 "age": ("≥" if i["age_is_lower_bound"] else "") + _human(i["age_ms"]),
-                 "overdue": "OVERDUE" if i["overdue"] else "",
-                 "versions": ",".join(map(str, i["versions"])) if i["versions"] else "",
-                 "requests": ",".join(i["requests"]) if i["requests"] else "",
-                 "remove_with": i["remedy"]} for i in self.items]
 
 
 def _requests(m, prev) -> str | None:

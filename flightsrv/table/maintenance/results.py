@@ -1,5 +1,6 @@
-"""What maintenance operations return: result dataclasses with ``to_dict()`` and ``rows()``
-(metric/value rows the CLI and SQL answers render)."""
+"""What maintenance operations return: result dataclasses with ``to_dict()`` (the JSON form
+SQL answers and ``--format jsonl`` use). How the CLI shows them lives in
+:mod:`flightsrv.cli.render`."""
 
 from __future__ import annotations
 
@@ -13,10 +14,6 @@ from dataclasses import dataclass, field
 class _Result:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-    def rows(self) -> list[dict]:
-        return [{"metric": k, "value": v} for k, v in self.to_dict().items()
-                if not isinstance(v, (list, dict))]
 
 
 class _DeletesObjects(_Result):
@@ -59,9 +56,6 @@ class CompactResult(_Result):
     #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status)
     erasures_overdue: list = field(default_factory=list)
 
-    def rows(self) -> list[dict]:
-        return super().rows() + _overdue_rows(self.erasures_overdue)
-
 
 @dataclass
 class ExpireResult(_Result):
@@ -74,18 +68,6 @@ class ExpireResult(_Result):
     #: mirror format -> mirror objects removed with the expired versions
     mirrors: dict = field(default_factory=dict)
     mirror_error: str | None = None  # the mirrors could not be updated (logged)
-
-    def rows(self) -> list[dict]:
-        return [{"metric": "head_version", "value": self.head_version},
-                {"metric": "oldest_retained", "value": self.oldest_retained},
-                {"metric": "versions_expired", "value": len(self.expired_versions)},
-                {"metric": "expired_range", "value": (
-                    f"{self.expired_versions[0]}..{self.expired_versions[-1]}"
-                    if self.expired_versions else "-")},
-                {"metric": "manifests_deleted", "value": self.manifests_deleted},
-                {"metric": "dry_run", "value": self.dry_run}] + [
-                {"metric": f"{fmt}_mirror_objects_deleted", "value": len(keys)}
-                for fmt, keys in sorted(self.mirrors.items())]
 
 
 @dataclass
@@ -104,28 +86,6 @@ class VacuumResult(_DeletesObjects):
     erasures_overdue: list = field(default_factory=list)
     #: manifests of dropped incarnations removed (their DROP is older than the grace)
     dropped_versions: list = field(default_factory=list)
-
-    def rows(self) -> list[dict]:
-        if self.dry_run:
-            return [{"would_delete": o["key"], "kind": o["kind"], "bytes": o["size"],
-                     "age_h": round(o["age_s"] / 3600, 1)} for o in self.objects] + [
-                {"would_delete": f"{u['key']} (multipart {u['upload_id'][:12]})",
-                 "kind": "upload", "bytes": "", "age_h": round(u["age_s"] / 3600, 1)}
-                for u in self.uploads] + [
-                {"would_delete": r["value"], "kind": r["metric"]}
-                for r in _overdue_rows(self.erasures_overdue)]
-        by_kind: dict[str, list] = {}
-        for o in self.objects:
-            k = by_kind.setdefault(o["kind"], [0, 0])
-            k[0] += 1
-            k[1] += o["size"]
-        out = [{"kind": k, "deleted": n, "bytes": b} for k, (n, b) in sorted(by_kind.items())]
-        if self.uploads:
-            out.append({"kind": "multipart upload", "deleted": len(self.uploads), "bytes": ""})
-        out.append({"kind": "kept (younger than grace)", "deleted": self.kept_young,
-                    "bytes": self.kept_young_bytes})
-        return out + [{"kind": r["metric"], "deleted": r["value"]}
-                      for r in _overdue_rows(self.erasures_overdue)]
 
 
 @dataclass
@@ -152,23 +112,6 @@ class TableStats(_Result):
     recommendation: str  # "compact" | "expire" | "vacuum" | "nothing" (the first to run)
     reasons: list = field(default_factory=list)  # [{"action", "reason"}]
 
-    def rows(self) -> list[dict]:  # type: ignore[override]
-        out = [{"metric": k, "value": v} for k, v in self.to_dict().items()
-               if k not in ("reasons",)]
-        for r in self.reasons:
-            out.append({"metric": f"why {r['action']}", "value": r["reason"]})
-        return out
-
-
-def _overdue_rows(items: list) -> list[dict]:
-    """Result rows naming deletions past their erasure deadline (VACUUM, OPTIMIZE)."""
-    if not items:
-        return []
-    return [{"metric": "erasures past deadline", "value": len(items)}] + [
-        {"metric": "erasure past deadline",
-         "value": f"{i['object']} ({i['kind']}, {i['rows']} rows, {i['age_days']}d): "
-                  f"{i['remedy']}"} for i in items]
-
 
 @dataclass
 class OrphanVacuumResult(_DeletesObjects):
@@ -182,8 +125,3 @@ class OrphanVacuumResult(_DeletesObjects):
     uploads: list = field(default_factory=list)  # [{key, upload_id, age_s}] aborted
     kept_young: int = 0  # younger than the grace period: a create may still commit them
     kept_young_bytes: int = 0
-
-    def rows(self) -> list[dict]:
-        out = super().rows()
-        out.insert(2, {"metric": "prefixes", "value": ",".join(self.prefixes) or "-"})
-        return out

@@ -84,17 +84,6 @@ class PublishResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def rows(self) -> list[dict]:
-        out = []
-        for f in self.formats:
-            vs = self.published.get(f, [])
-            lo, hi = self.mirror_versions.get(f, (None, None))
-            out.append({"format": f, "published": len(vs),
-                        "versions": f"{vs[0]}..{vs[-1]}" if vs else "-",
-                        "mirror": f"{lo}..{hi}" if lo is not None else "-",
-                        "location": self.locations.get(f, "")})
-        return out
-
 
 def _interval(head: Manifest) -> int:
     from flightsrv.table.properties import value
