@@ -71,6 +71,11 @@ class StoreUnsupported(ConfigurationError):
     """The store does not enforce the preconditions the commit protocol needs."""
 
 
+class OperationUnsupported(ConfigurationError):
+    """The store does not offer this operation (its ``capabilities`` say so): the caller
+    should have taken the portable path."""
+
+
 class StoreError(TransientError):
     """An I/O failure talking to the store that may succeed on retry."""
 

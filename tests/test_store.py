@@ -6,9 +6,17 @@ import multiprocessing as mp
 
 import pytest
 
-from flightsrv.errors import ObjectNotFound, PreconditionFailed, StoreUnsupported
+from flightsrv.errors import (
+    CorruptObject,
+    ObjectNotFound,
+    OperationUnsupported,
+    PreconditionFailed,
+    StoreUnsupported,
+)
 from flightsrv.store import PutMode, open_store, verify_preconditions
-from flightsrv.store.faults import IgnoresPreconditions
+from flightsrv.store.checked import CheckedStore
+from flightsrv.store.faults import CountingStore, FaultPlan, FaultyStore, IgnoresPreconditions
+from flightsrv.store.prefixed import PrefixedStore
 
 
 @pytest.fixture
@@ -88,6 +96,38 @@ def test_multipart_copy_and_upload(store):
         store.complete_multipart("dst", uid2, [p])
     store.abort_multipart("dst", uid2)
     assert list(store.list_multipart("dst")) == []
+
+
+def test_staged_files_follow_the_capabilities(store):
+    """Every backend and wrapper answers the staged-file calls: with ``local_files`` they
+    assemble an object in one pass and install it; without, they refuse with a typed error."""
+    views = [store, PrefixedStore(store, "t"), CountingStore(store),
+             FaultyStore(store, FaultPlan()), CheckedStore(store, lambda: "tok")]
+    for n, view in enumerate(views):
+        assert view.capabilities == store.capabilities
+        src = view.put(f"src{n}", b"0123456789")
+        if not store.capabilities.local_files:
+            for call in (view.new_temp_file, lambda: view.adopt("x", "/nowhere"),
+                         lambda: view.write_temp_file("/nowhere", [b"x"], source_key="src")):
+                with pytest.raises(OperationUnsupported):
+                    call()
+            continue
+        tmp = view.new_temp_file()
+        view.write_temp_file(tmp, [(2, 5), b"-", (0, 1), (9, 10)], source_key=f"src{n}",
+                             source_etag=src.etag)
+        meta = view.adopt(f"out{n}", tmp, mode=PutMode.CREATE)
+        assert view.get(f"out{n}")[0] == b"234-09" and meta.size == 6
+
+
+def test_write_temp_file_pins_the_source(local_uri):
+    store = open_store(local_uri)
+    old = store.put("src", b"abcdef")
+    store.put("src", b"ABCDEF", mode=PutMode.OVERWRITE)
+    tmp = store.new_temp_file()
+    with pytest.raises(PreconditionFailed):
+        store.write_temp_file(tmp, [(0, 3)], source_key="src", source_etag=old.etag)
+    with pytest.raises(CorruptObject):
+        store.write_temp_file(tmp, [(4, 9)], source_key="src")
 
 
 def test_s3_rejects_small_non_last_parts(s3_uri):

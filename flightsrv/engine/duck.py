@@ -41,13 +41,13 @@ import contextlib
 import functools
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+from cachetools import LRUCache
 from sqlglot import exp
 
 from flightsrv.engine import guard
@@ -137,7 +137,7 @@ class DuckEngine:
         self._dml = Dml(self)
         #: (sql, signature of the referenced tables' schemas) -> result schema; a query's
         #: result types depend only on its text and those schemas
-        self._schemas: OrderedDict = OrderedDict()
+        self._schemas: LRUCache = LRUCache(maxsize=PREPARED_CACHE)
         self._schemas_lock = threading.Lock()
 
     def close(self) -> None:
@@ -171,8 +171,6 @@ class DuckEngine:
         if key is not None:
             with self._schemas_lock:
                 schema = self._schemas.get(key)
-                if schema is not None:
-                    self._schemas.move_to_end(key)
             if schema is not None:
                 return Prepared(sql, StatementKind.QUERY, schema, param_schema,
                                 statement_kind="select")
@@ -194,9 +192,7 @@ class DuckEngine:
                 raise native_failure(e, ctx.natives) or _sql_error(e, sql) from None
         if key is not None:
             with self._schemas_lock:
-                self._schemas[key] = schema
-                while len(self._schemas) > PREPARED_CACHE:
-                    self._schemas.popitem(last=False)
+                self._schemas[key] = schema  # evicts the least recently used
         return Prepared(sql, StatementKind.QUERY, schema, param_schema, statement_kind="select")
 
     # -- Engine: queries ---------------------------------------------------------------------

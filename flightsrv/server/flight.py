@@ -493,59 +493,55 @@ class FlightSqlServer(flight.FlightServerBase):
     def _get_flight_info(self, context, descriptor):
         cmd = self._command(descriptor)
         principal = principal_of(context)
-        handler = self._STATEMENT_INFO.get(type(cmd))
-        if handler is not None:
-            return handler(self, context, principal, cmd, descriptor)
-        meta = commands.METADATA.get(type(cmd))
-        if meta is None:
-            raise self._not_for_info(cmd)
+        statement = self._STATEMENTS.get(type(cmd))
+        if statement is not None:
+            prepared, params = statement(self, context, principal, cmd)
+            return self._statement_info(context, principal, prepared, params, descriptor)
+        meta = self._metadata_command(cmd)
         ticket = self._codec.issue("metadata", principal.user, command=descriptor.command)
         return flight.FlightInfo(meta.schema(cmd), descriptor,
                                  [flight.FlightEndpoint(ticket, [])], -1, -1)
-
-    def _info_statement_query(self, context, principal, cmd, descriptor):
-        self._no_transaction(cmd)
-        sql = self._check_sql(cmd.query)
-        prepared = self._engine.prepare(sql, self._session(context, principal))
-        return self._statement_info(context, principal, prepared, None, descriptor)
-
-    def _info_prepared_query(self, context, principal, cmd, descriptor):
-        entry = self._lookup(principal, cmd.prepared_statement_handle)
-        return self._statement_info(context, principal, entry.prepared, entry.params,
-                                    descriptor)
-
-    def _info_substrait(self, context, principal, cmd, descriptor):
-        raise unimplemented("Substrait plans are not supported")
-
-    _STATEMENT_INFO = {
-        proto.CommandStatementQuery: _info_statement_query,
-        proto.CommandPreparedStatementQuery: _info_prepared_query,
-        proto.CommandStatementSubstraitPlan: _info_substrait,
-    }
-
-    @staticmethod
-    def _not_for_info(cmd) -> Exception:
-        return invalid(f"{proto.arrow_name(cmd)} is not valid for GetFlightInfo/GetSchema "
-                       "(updates and ingest go through DoPut)")
 
     def _get_schema(self, context, descriptor):
         """Never executes anything: statements are only prepared."""
         cmd = self._command(descriptor)
         principal = principal_of(context)
-        if isinstance(cmd, proto.CommandStatementQuery):
-            self._no_transaction(cmd)
-            sql = self._check_sql(cmd.query)
-            prepared = self._engine.prepare(sql, self._session(context, principal))
+        statement = self._STATEMENTS.get(type(cmd))
+        if statement is not None:
+            prepared, _params = statement(self, context, principal, cmd)
             return flight.SchemaResult(prepared.dataset_schema)
-        if isinstance(cmd, proto.CommandPreparedStatementQuery):
-            entry = self._lookup(principal, cmd.prepared_statement_handle)
-            return flight.SchemaResult(entry.prepared.dataset_schema)
-        if isinstance(cmd, proto.CommandStatementSubstraitPlan):
-            raise unimplemented("Substrait plans are not supported")
+        return flight.SchemaResult(self._metadata_command(cmd).schema(cmd))
+
+    # statement commands: each resolves to a prepared statement (its schema is the result's)
+    # and the parameters bound to it; GetFlightInfo runs it later by ticket, GetSchema only
+    # reads its schema
+
+    def _statement_query(self, context, principal, cmd):
+        self._no_transaction(cmd)
+        sql = self._check_sql(cmd.query)
+        return self._engine.prepare(sql, self._session(context, principal)), None
+
+    def _prepared_query(self, context, principal, cmd):
+        entry = self._lookup(principal, cmd.prepared_statement_handle)
+        return entry.prepared, entry.params
+
+    def _substrait_plan(self, context, principal, cmd):
+        raise unimplemented("Substrait plans are not supported")
+
+    _STATEMENTS = {
+        proto.CommandStatementQuery: _statement_query,
+        proto.CommandPreparedStatementQuery: _prepared_query,
+        proto.CommandStatementSubstraitPlan: _substrait_plan,
+    }
+
+    @staticmethod
+    def _metadata_command(cmd) -> commands.Metadata:
+        """The metadata command's entry in ``commands.METADATA`` (its schema and handler)."""
         meta = commands.METADATA.get(type(cmd))
         if meta is None:
-            raise self._not_for_info(cmd)
-        return flight.SchemaResult(meta.schema(cmd))
+            raise invalid(f"{proto.arrow_name(cmd)} is not valid for GetFlightInfo/GetSchema "
+                          "(updates and ingest go through DoPut)")
+        return meta
 
     # == DoGet ===============================================================================
 

@@ -21,21 +21,27 @@ Contracts every backend keeps:
   (conditional on the destination not existing) or ``abort_multipart``. Part numbers start at 1.
   ``min_part_size`` is the smallest legal non-last part (5 MiB on S3, 0 locally).
 - Transport errors that may succeed on retry raise ``StoreError``.
-- Optional capability ``arrow_filesystem()``: a ``pyarrow.fs.FileSystem`` and the path of key
-  ``""`` in it, through which a reader may read objects natively (C++, parallel and coalesced
-  ranged reads, no Python per byte), or None. Those reads carry no ETag precondition, so
-  only keys that are immutable by protocol (data files: written once with CREATE under
-  unique names, never rewritten) may be read through it, and the reader checks their size
-  against the manifest. Wrappers that must see every read (fault injection, counting)
-  answer None. Callers use :func:`arrow_filesystem`, which also answers None for backends
-  without the method.
+- ``arrow_filesystem()``: a ``pyarrow.fs.FileSystem`` and the path of key ``""`` in it,
+  through which a reader may read objects natively (C++, parallel and coalesced ranged
+  reads, no Python per byte), or None (the local store, whose readers open files by
+  ``local_path``). Those reads carry no ETag precondition, so only keys that are immutable
+  by protocol (data files: written once with CREATE under unique names, never rewritten)
+  may be read through it, and the reader checks their size against the manifest. Wrappers
+  that must see every read (fault injection, counting) answer None.
+
+What a store offers beyond that is stated, not probed: ``capabilities``
+(``StoreCapabilities``) says whether objects are files on this host (``local_files``). Only
+then do ``new_temp_file``, ``write_temp_file`` and ``adopt`` (stage a large object and
+install it without another copy) work; elsewhere they raise ``OperationUnsupported`` and the
+caller takes the portable path (``put_file``, multipart). Every backend and wrapper answers
+every method.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Iterable, Iterator, Protocol, runtime_checkable
 
 
 class PutMode(enum.Enum):
@@ -65,6 +71,21 @@ class CompletedPart:
     etag: str
 
 
+@dataclass(frozen=True)
+class StoreCapabilities:
+    """What a backend offers beyond the calls every store answers usefully."""
+
+    #: Objects are files on this host: ``new_temp_file`` / ``write_temp_file`` / ``adopt``
+    #: stage an object and install it without copying it again.
+    local_files: bool = False
+
+
+#: The capabilities of a store that offers nothing beyond the common calls (S3).
+PORTABLE = StoreCapabilities()
+#: The capabilities of a local directory.
+LOCAL_FILES = StoreCapabilities(local_files=True)
+
+
 @runtime_checkable
 class ObjectStore(Protocol):
     """One protocol, several backends (``local``, ``s3``; ``faults`` wraps either)."""
@@ -72,6 +93,7 @@ class ObjectStore(Protocol):
     uri: str
     min_part_size: int
     equal_part_sizes: bool
+    capabilities: StoreCapabilities
 
     def get(self, key: str, *, etag: str | None = None) -> tuple[bytes, ObjectMeta]:
         """Whole object. Raises ObjectNotFound, PreconditionFailed (etag changed)."""
@@ -107,6 +129,35 @@ class ObjectStore(Protocol):
 
     def local_path(self, key: str) -> str | None:
         """A filesystem path for ``key`` if the backend is a local directory, else None."""
+        ...
+
+    def arrow_filesystem(self) -> tuple[object, str] | None:
+        """A ``pyarrow.fs.FileSystem`` and the path of key ``""`` in it, or None (see the
+        module docstring for which keys may be read through it)."""
+        ...
+
+    # -- staged files (``capabilities.local_files``) -------------------------------
+    def new_temp_file(self) -> str:
+        """A fresh path on the store's own filesystem to write a large object to, then
+        ``adopt`` it. Raises OperationUnsupported without ``local_files``."""
+        ...
+
+    def write_temp_file(
+        self, tmp_path: str, pieces: Iterable[bytes | tuple[int, int]], *, source_key: str,
+        source_etag: str | None = None,
+    ) -> None:
+        """Write ``tmp_path`` (from ``new_temp_file``) in one pass from ``pieces`` in order:
+        bytes are written as they are, a ``(start, end)`` range is copied from
+        ``source_key`` inside the store (inside the kernel locally). The source is pinned to
+        ``source_etag``. Raises ObjectNotFound, PreconditionFailed (the source changed),
+        CorruptObject (a range past the source's end), OperationUnsupported without
+        ``local_files``."""
+        ...
+
+    def adopt(self, key: str, tmp_path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
+        """Install a finished file from ``new_temp_file`` as ``key`` without copying it
+        (CREATE or OVERWRITE); the file is consumed. Raises PreconditionFailed,
+        OperationUnsupported without ``local_files``."""
         ...
 
     # -- multipart ---------------------------------------------------------------
@@ -146,10 +197,9 @@ class ObjectStore(Protocol):
         ...
 
 
-def arrow_filesystem(store) -> tuple[object, str] | None:
-    """``store.arrow_filesystem()`` when the backend has that capability, else None."""
-    fn = getattr(store, "arrow_filesystem", None)
-    return fn() if fn is not None else None
+def arrow_filesystem(store: ObjectStore) -> tuple[object, str] | None:
+    """``store.arrow_filesystem()``: a native filesystem for immutable keys, or None."""
+    return store.arrow_filesystem()
 
 
 def join_key(*parts: str) -> str:

@@ -12,6 +12,7 @@ import threading
 
 from flightsrv.store.selfcheck import ensure_checked
 
+# ``new_temp_file`` / ``write_temp_file`` only stage bytes; ``adopt`` is the write
 _WRITES = ("put", "put_file", "adopt", "create_multipart", "upload_part", "upload_part_copy",
            "complete_multipart", "copy", "delete")
 

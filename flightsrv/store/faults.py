@@ -25,6 +25,7 @@ from typing import Callable
 from flightsrv.errors import StoreError
 from flightsrv.store.base import ObjectStore, PutMode
 
+# new_temp_file / write_temp_file only stage bytes outside the key space; adopt is the write
 _WRITE_OPS = {"put", "put_file", "adopt", "delete", "complete_multipart", "upload_part",
               "upload_part_copy", "create_multipart"}
 

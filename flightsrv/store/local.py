@@ -27,11 +27,23 @@ import hashlib
 import json
 import os
 import shutil
-from typing import Iterator
+from typing import Iterable, Iterator
 
-from flightsrv.errors import ConfigurationError, ObjectNotFound, PreconditionFailed, StoreError
+from flightsrv.errors import (
+    ConfigurationError,
+    CorruptObject,
+    ObjectNotFound,
+    PreconditionFailed,
+    StoreError,
+)
 from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
-from flightsrv.store.base import CompletedPart, MultipartUpload, ObjectMeta, PutMode
+from flightsrv.store.base import (
+    LOCAL_FILES,
+    CompletedPart,
+    MultipartUpload,
+    ObjectMeta,
+    PutMode,
+)
 
 _META_DIR = ".flightsrv"
 _COPY_CHUNK = 64 * 1024 * 1024
@@ -63,6 +75,7 @@ class LocalStore:
 
     min_part_size = 0
     equal_part_sizes = False
+    capabilities = LOCAL_FILES
 
     def __init__(self, root: str, runtime: Runtime = DEFAULT_RUNTIME):
         self.root = os.path.abspath(root)
@@ -102,6 +115,9 @@ class LocalStore:
 
     def local_path(self, key: str) -> str:
         return self._path(key)
+
+    def arrow_filesystem(self) -> None:
+        return None  # readers open data files in place by ``local_path``
 
     def _tmp_path(self) -> str:
         return os.path.join(self._meta_dir("tmp"), self.runtime.ids.new_id())
@@ -253,6 +269,27 @@ class LocalStore:
     def new_temp_file(self) -> str:
         """A path on the store's filesystem to write a large object to before ``adopt``."""
         return self._tmp_path()
+
+    def write_temp_file(
+        self, tmp_path: str, pieces: Iterable[bytes | tuple[int, int]], *, source_key: str,
+        source_etag: str | None = None,
+    ) -> None:
+        """Write ``tmp_path`` in one pass: bytes as they are, ``(start, end)`` ranges of
+        ``source_key`` copied inside the kernel (``_copy_range``). The source is pinned on
+        the open descriptor, so a concurrent replace cannot mix versions."""
+        src, st = self._open_checked(source_key, source_etag)
+        with src, open(tmp_path, "wb", buffering=0) as dst:
+            for piece in pieces:
+                if not isinstance(piece, tuple):
+                    view = memoryview(piece)
+                    while view:
+                        view = view[dst.write(view):]
+                    continue
+                start, end = piece
+                if start < 0 or start > end or end > st.st_size:
+                    raise CorruptObject("source ended inside a copied range", key=source_key,
+                                        offset=start, end=end, size=st.st_size)
+                _copy_range(src.fileno(), dst.fileno(), start, end - start)
 
     def adopt(self, key: str, tmp_path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
         """Install a finished file from ``new_temp_file`` as ``key`` without copying it."""

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from flightsrv.store.base import CompletedPart, MultipartUpload, ObjectMeta, ObjectStore, PutMode
+from flightsrv.store.base import (
+    CompletedPart,
+    MultipartUpload,
+    ObjectMeta,
+    ObjectStore,
+    PutMode,
+    StoreCapabilities,
+)
 
 
 class PrefixedStore:
@@ -27,6 +34,10 @@ class PrefixedStore:
     @property
     def equal_part_sizes(self) -> bool:
         return self.inner.equal_part_sizes
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return self.inner.capabilities
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -61,16 +72,18 @@ class PrefixedStore:
         return self.inner.local_path(self._k(key))
 
     def arrow_filesystem(self):
-        from flightsrv.store.base import arrow_filesystem
-
-        got = arrow_filesystem(self.inner)
+        got = self.inner.arrow_filesystem()
         if got is None:
             return None
         fs, root = got
         return fs, root.rstrip("/") + "/" + self.prefix.rstrip("/")
 
-    def new_temp_file(self):
-        return self.inner.new_temp_file() if hasattr(self.inner, "new_temp_file") else None
+    def new_temp_file(self) -> str:
+        return self.inner.new_temp_file()
+
+    def write_temp_file(self, tmp_path, pieces, *, source_key, source_etag=None) -> None:
+        self.inner.write_temp_file(tmp_path, pieces, source_key=self._k(source_key),
+                                   source_etag=source_etag)
 
     def adopt(self, key, tmp_path, *, mode=PutMode.CREATE) -> ObjectMeta:
         return self._m(self.inner.adopt(self._k(key), tmp_path, mode=mode))

@@ -29,11 +29,18 @@ from botocore.exceptions import (
 from flightsrv.errors import (
     ConfigurationError,
     ObjectNotFound,
+    OperationUnsupported,
     PermissionDenied,
     PreconditionFailed,
     StoreError,
 )
-from flightsrv.store.base import CompletedPart, MultipartUpload, ObjectMeta, PutMode
+from flightsrv.store.base import (
+    PORTABLE,
+    CompletedPart,
+    MultipartUpload,
+    ObjectMeta,
+    PutMode,
+)
 
 MIN_PART = 5 * 1024 * 1024
 _UPLOAD_PART = 16 * 1024 * 1024
@@ -47,6 +54,7 @@ class S3Store:
     """``ObjectStore`` over ``s3://bucket/prefix``."""
 
     min_part_size = MIN_PART
+    capabilities = PORTABLE  # no local files: stage elsewhere, then put_file or multipart
 
     def __init__(self, bucket: str, prefix: str = "", *, client=None,
                  equal_part_sizes: bool | None = None):
@@ -224,6 +232,19 @@ class S3Store:
         except BaseException:
             self.abort_multipart(key, upload_id)
             raise
+
+    def _no_local_files(self, op: str):
+        return OperationUnsupported("an S3 store keeps no local files (capabilities)",
+                                    store=self.uri, op=op)
+
+    def new_temp_file(self) -> str:
+        raise self._no_local_files("new_temp_file")
+
+    def write_temp_file(self, tmp_path, pieces, *, source_key, source_etag=None) -> None:
+        raise self._no_local_files("write_temp_file")
+
+    def adopt(self, key: str, tmp_path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
+        raise self._no_local_files("adopt")
 
     def delete(self, key: str) -> None:
         try:

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 import orjson
+from cachetools import FIFOCache, LRUCache
 
 from flightsrv.errors import CorruptObject, ObjectNotFound
 from flightsrv.store.base import PutMode
@@ -306,10 +306,11 @@ class ChunkStore:
         self.store = store
         self.table = table
         self.runtime = runtime
-        self._cache: OrderedDict[str, tuple] = OrderedDict()
-        self._keys: OrderedDict[str, frozenset] = OrderedDict()
         self._size = cache_chunks
-        self._lock = threading.Lock()
+        # parsed chunks, least recently used evicted; keys_of memos, oldest evicted
+        self._cache: LRUCache[str, tuple] = LRUCache(maxsize=cache_chunks)
+        self._keys: FIFOCache[str, frozenset] = FIFOCache(maxsize=cache_chunks * 4)
+        self._lock = threading.Lock()  # guards both caches
         self.reads = 0  # chunk objects read from the store (benchmarks, tests)
         self.writes = 0
 
@@ -319,7 +320,6 @@ class ChunkStore:
         with self._lock:
             hit = self._cache.get(ref.path)
             if hit is not None:
-                self._cache.move_to_end(ref.path)
                 return hit
         try:
             raw, _ = self.store.get(ref.path)
@@ -364,9 +364,7 @@ class ChunkStore:
         if not self._size:
             return
         with self._lock:
-            self._cache[path] = items
-            while len(self._cache) > self._size:
-                self._cache.popitem(last=False)
+            self._cache[path] = items  # evicts the least recently used
 
     def entries(self, ref: ChunkRef) -> Iterator:
         """Every data-file entry below ``ref``, in order."""
@@ -396,9 +394,7 @@ class ChunkStore:
         out = frozenset(keys)
         if self._size:
             with self._lock:
-                self._keys[ref.path] = out
-                while len(self._keys) > self._size * 4:
-                    self._keys.popitem(last=False)
+                self._keys[ref.path] = out  # evicts the oldest
         return out
 
     # -- writing ---------------------------------------------------------------------

@@ -24,8 +24,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections import OrderedDict
 from typing import Callable
+
+from cachetools import LRUCache
 
 from flightsrv import telemetry
 from flightsrv.errors import (
@@ -60,9 +61,8 @@ class TableLog:
         self.name = name
         self.runtime = runtime
         self.chunks = ChunkStore(store, name, runtime)
-        self._cache: OrderedDict[int, Manifest] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+        self._cache: LRUCache[int, Manifest] = LRUCache(maxsize=cache_size)
+        self._lock = threading.Lock()  # guards ``_cache`` and ``_uuid``
         self._uuid: str | None = None
         #: callables ``hook(manifest)`` run after each commit of this log (best effort)
         self.after_commit: list[Callable[[Manifest], None]] = []
@@ -86,10 +86,7 @@ class TableLog:
 
     def _cached(self, version: int) -> Manifest | None:
         with self._lock:
-            m = self._cache.get(version)
-            if m is not None:
-                self._cache.move_to_end(version)
-            return m
+            return self._cache.get(version)
 
     def _remember(self, m: Manifest) -> None:
         with self._lock:
@@ -97,9 +94,7 @@ class TableLog:
                     self._cache, default=-1):
                 self._cache.clear()  # the table was dropped and re-created elsewhere
             self._uuid = m.table_uuid
-            self._cache[m.version] = m
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            self._cache[m.version] = m  # evicts the least recently used
 
     def try_load(self, version: int) -> Manifest | None:
         m = self._cached(version)

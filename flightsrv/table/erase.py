@@ -55,7 +55,6 @@ from flightsrv.errors import (
     ConfigurationError,
     CorruptObject,
     FlightsrvError,
-    PreconditionFailed,
 )
 from flightsrv.store.base import ObjectMeta, PutMode
 from flightsrv.table import erasure_check as check
@@ -250,38 +249,19 @@ def _rewrite_reason(store, f: DataFile) -> str | None:
     return None
 
 
-_COPY_CHUNK = 1 << 30
-
-
 def _assemble(store, plan, key: str) -> ObjectMeta:
-    """``splice.assemble``, except on a local store: there the new file is written in one
-    pass (``os.copy_file_range`` for copied ranges, inside the kernel) and installed with
-    ``adopt`` (CREATE), instead of parts that the local multipart emulation copies twice."""
-    src_path = store.local_path(plan.source_key)
-    if src_path is None or not hasattr(store, "adopt") or not hasattr(store, "new_temp_file"):
+    """``splice.assemble``, except on a store with local files: there the store writes the
+    new file in one pass (``write_temp_file``: copied ranges stay inside the kernel, the
+    source pinned to the plan's ETag) and installs it with ``adopt`` (CREATE), instead of
+    parts that the local multipart emulation copies twice."""
+    if not store.capabilities.local_files:
         return assemble(store, plan, key)
     tmp = store.new_temp_file()
     try:
-        with open(src_path, "rb") as src, open(tmp, "wb", buffering=0) as dst:
-            # pin the source: the descriptor we copy from is the version the plan read
-            if store.head(plan.source_key).etag != plan.source_etag or \
-                    os.fstat(src.fileno()).st_ino != os.stat(src_path).st_ino:
-                raise PreconditionFailed("source changed since the splice was planned",
-                                         key=plan.source_key, etag=plan.source_etag)
-            for part in plan.parts:
-                if not isinstance(part, Copy):
-                    view = memoryview(part.data)
-                    while view:
-                        view = view[dst.write(view):]
-                    continue
-                off, left = part.src_start, part.size
-                while left:
-                    n = os.copy_file_range(src.fileno(), dst.fileno(), min(left, _COPY_CHUNK),
-                                           off)
-                    if n <= 0:
-                        raise CorruptObject("source ended inside a copied range",
-                                            key=plan.source_key, offset=off, missing=left)
-                    off, left = off + n, left - n
+        pieces = [(p.src_start, p.src_end) if isinstance(p, Copy) else p.data
+                  for p in plan.parts]
+        store.write_temp_file(tmp, pieces, source_key=plan.source_key,
+                              source_etag=plan.source_etag)
         meta = store.adopt(key, tmp, mode=PutMode.CREATE)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import io
 import os
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
@@ -32,6 +32,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from cachetools import LRUCache
 
 from flightsrv.errors import CorruptObject, ObjectNotFound, PreconditionFailed, StoreError
 from flightsrv.store.base import arrow_filesystem
@@ -48,11 +49,12 @@ _POOL = ThreadPoolExecutor(max_workers=max(4, (os.cpu_count() or 2) * 2),
                            thread_name_prefix="flightsrv-scan")
 READ_AHEAD = 4
 
-_footers: OrderedDict = OrderedDict()
-_footers_lock = threading.Lock()
 _FOOTER_CACHE = 512
+#: parsed footers by (store, path, etag), least recently used evicted
+_footers: LRUCache = LRUCache(maxsize=_FOOTER_CACHE)
+_footers_lock = threading.Lock()  # guards ``_footers`` and ``_sources`` (scan threads share)
 #: open native input files by (filesystem, path, size): opening one costs a HEAD request
-_sources: OrderedDict = OrderedDict()
+_sources: LRUCache = LRUCache(maxsize=_FOOTER_CACHE)
 
 
 class StoreFile(io.RawIOBase):
@@ -107,7 +109,6 @@ def _native_source(store, f: DataFile, table: str):
     with _footers_lock:
         source = _sources.get(key)
         if source is not None:
-            _sources.move_to_end(key)
             return source
     try:
         source = fs.open_input_file(path)
@@ -123,8 +124,6 @@ def _native_source(store, f: DataFile, table: str):
                             object=f.path, expected=f.size, actual=source.size())
     with _footers_lock:  # ranged reads of an S3 input file are independent: share it
         _sources[key] = source
-        while len(_sources) > _FOOTER_CACHE:
-            _sources.popitem(last=False)
     return source
 
 
@@ -133,8 +132,6 @@ def open_parquet(store, f: DataFile, *, table: str = "?") -> pq.ParquetFile:
     cache_key = (store.uri, f.path, f.etag)
     with _footers_lock:
         md = _footers.get(cache_key)
-        if md is not None:
-            _footers.move_to_end(cache_key)
     try:
         local = store.local_path(f.path)
         if local is not None:
@@ -159,8 +156,6 @@ def open_parquet(store, f: DataFile, *, table: str = "?") -> pq.ParquetFile:
     if md is None:
         with _footers_lock:
             _footers[cache_key] = pf.metadata
-            while len(_footers) > _FOOTER_CACHE:
-                _footers.popitem(last=False)
     return pf
 
 

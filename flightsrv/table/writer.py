@@ -239,8 +239,9 @@ class DataFileWriter:
 
     def _open(self) -> tuple[str, str, pq.ParquetWriter]:
         key = data_key(self.runtime)
-        tmp = self.store.new_temp_file() if hasattr(self.store, "new_temp_file") else None
-        if tmp is None:
+        if self.store.capabilities.local_files:  # written in place, installed by ``adopt``
+            tmp = self.store.new_temp_file()
+        else:
             fd, tmp = tempfile.mkstemp(suffix=".parquet", prefix="flightsrv-")
             os.close(fd)
         try:
@@ -263,7 +264,7 @@ class DataFileWriter:
             nans.clear()
             return
         self.keys.append(key)
-        if self.store.local_path(key) is not None and hasattr(self.store, "adopt"):
+        if self.store.capabilities.local_files:
             meta = self.store.adopt(key, tmp, mode=PutMode.CREATE)
         else:
             try:
