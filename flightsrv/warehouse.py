@@ -66,6 +66,10 @@ def _expression(text: str, what: str) -> str:
 class Table(_FormatTable):
     """A table of a :class:`Warehouse`, with SQL-backed reads and changes."""
 
+    def __init__(self, warehouse: "Warehouse", name: str):
+        super().__init__(warehouse.home, name)
+        self.warehouse = warehouse  # its engine runs this table's SQL
+
     def _at(self, version=None, as_of=None) -> str:
         if version is not None and as_of is not None:
             raise SqlError("give version or as_of, not both", table=self.name)
@@ -186,7 +190,8 @@ class Table(_FormatTable):
 class Warehouse(_FormatWarehouse):
     """A warehouse whose tables speak SQL (see the module docstring)."""
 
-    table_class = Table
+    def _new_table(self, name: str) -> Table:
+        return Table(self, name)
 
     def __init__(self, store, runtime: Runtime | None = None):
         from flightsrv.runtime import DEFAULT_RUNTIME

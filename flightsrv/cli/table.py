@@ -344,7 +344,7 @@ def cmd_describe(args) -> int:
     props = dict(head.properties)
     created = dt.datetime.fromtimestamp(head.created_at_ms / 1000, tz=dt.timezone.utc)
     info = {
-        "table": t.name, "warehouse": t.warehouse.uri, "version": head.version,
+        "table": t.name, "warehouse": t.warehouse_uri, "version": head.version,
         "committed_at": created.isoformat(), "operation": head.operation,
         "live_rows": head.live_rows, "files": len(head.data_files),
         "format_version": head.format_version,

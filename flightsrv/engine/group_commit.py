@@ -60,7 +60,7 @@ class GroupCommitter:
         self.submissions = 0
 
     def _queue(self, table) -> _Queue:
-        key = (table.warehouse.uri, table.name)
+        key = (table.warehouse_uri, table.name)
         with self._lock:
             q = self._queues.get(key)
             if q is None:
@@ -77,7 +77,7 @@ class GroupCommitter:
         """Write ``data`` as new files of ``table`` and commit them with whatever else is
         waiting. Returns the committed manifest (None when ``data`` had no rows)."""
         head = table.head()
-        table.warehouse.ensure_writable()
+        table.ensure_writable()
         files, nbytes, _rows = table.write_files(data, head=head)
         if not files:
             return None

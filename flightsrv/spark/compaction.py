@@ -115,6 +115,6 @@ def compact(spark, uri: str, *, target_file_size: int | None = None,
     if dry_run or not groups:
         result.files_rewritten = len(inputs) if dry_run else 0
         return result
-    table.warehouse.ensure_writable()
+    table.ensure_writable()
     written = rewrite_groups(spark, wh_uri, name, snap, groups, options)
     return commit_groups(table, snap, written, result)

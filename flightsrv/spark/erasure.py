@@ -430,7 +430,7 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
 
     def request_fingerprint(table):
         if "fp" not in shipped:
-            key = fpr.key_for(table.warehouse)
+            key = table.erasure_key
             small = shipped.get("keys")
             acc = fpr.KeySetFingerprint(key, on)
             if small is not None:

@@ -522,7 +522,7 @@ def _covers(table, manifests: list[Manifest], erased: set[str]) -> list[str]:
         touched = {f.path for f in prev.data_files
                    if f.path not in now or now[f.path].deleted_rows > f.deleted_rows}
         if touched & erased:
-            out.append(fp if fp is not None else fingerprint(table.warehouse, text))
+            out.append(fp if fp is not None else fingerprint(table, text))
     return out
 
 

@@ -1,5 +1,9 @@
 """``Table``: one table of a warehouse: snapshots, append, delete, history.
 
+A table knows its warehouse only through a :class:`TableHome`: the store it prefixes, the
+injected runtime, the warehouse URI and the erasure key. Its own store view proves the
+store's conditional writes before its first write (``store/checked.py``).
+
 Every change goes through ``flightsrv.table.commit.commit`` with a mutator; this module holds
 the mutators' meaning (append rebases over anything; deletes merge bitmaps and re-plan when a
 file they target was rewritten).
@@ -9,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import pyarrow as pa
 
@@ -23,21 +28,49 @@ from flightsrv.table.timestamps import parse_timestamp_ms  # noqa: F401  (re-exp
 from flightsrv.table.writer import DataFileWriter, WriteLayout, WriteOptions
 
 if TYPE_CHECKING:
-    from flightsrv.warehouse import Warehouse
+    from flightsrv.runtime import Runtime
+    from flightsrv.store.base import ObjectStore
+    from flightsrv.table.fingerprint import ErasureKey
+
+
+@dataclass(frozen=True)
+class TableHome:
+    """What a table needs from the warehouse it lives in, and nothing more."""
+
+    store: "ObjectStore"  # the warehouse's store; the table works under its name's prefix
+    runtime: "Runtime"  # injected clock and ids
+    uri: str  # the warehouse URI (mirror locations, descriptions)
+    erasure_key: Callable[[], "ErasureKey"]  # the key request fingerprints are made with
 
 
 class Table:
-    def __init__(self, warehouse: "Warehouse", name: str):
+    def __init__(self, home: TableHome, name: str):
         from flightsrv.store.checked import CheckedStore
         from flightsrv.store.prefixed import PrefixedStore
 
-        self.warehouse = warehouse
+        self.home = home
         self.name = name
-        self.runtime = warehouse.runtime
+        self.runtime = home.runtime
+        self._checked = CheckedStore(home.store, self.runtime.ids.new_id)
         #: the table's objects; the first write proves the store's conditional writes
-        self.store = PrefixedStore(CheckedStore(warehouse.store, self.runtime.ids.new_id), name)
+        self.store = PrefixedStore(self._checked, name)
         self.log = TableLog(self.store, name, self.runtime)
         self.log.after_commit.append(self._publish_after_commit)
+
+    @property
+    def warehouse_uri(self) -> str:
+        return self.home.uri
+
+    @property
+    def erasure_key(self) -> "ErasureKey":
+        """The warehouse's erasure key (``flightsrv.table.fingerprint``); request
+        fingerprints of this table are made with it."""
+        return self.home.erasure_key()
+
+    def ensure_writable(self) -> None:
+        """Prove now (once per store) that the store enforces If-None-Match / If-Match, e.g.
+        before handing work to Spark executors; writes through ``store`` prove it anyway."""
+        self._checked.ensure_checked()
 
     def _publish_after_commit(self, m: Manifest) -> None:
         """Queue a publish of the mirrors when the version has ``publish.formats``
@@ -48,7 +81,7 @@ class Table:
             after_commit(self, m)
 
     def __repr__(self) -> str:
-        return f"Table({self.name!r}, warehouse={self.warehouse.uri!r})"
+        return f"Table({self.name!r}, warehouse={self.home.uri!r})"
 
     # -- reading -------------------------------------------------------------------
     def head(self) -> Manifest:

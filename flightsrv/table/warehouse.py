@@ -40,13 +40,10 @@ from flightsrv.table.manifest import (
 )
 from flightsrv.table.schema import check_column_names, normalize_schema, schema_to_json
 from flightsrv.table.names import _NAME, check_name, is_table_name  # noqa: F401 (re-exported)
-from flightsrv.table.table import Table
+from flightsrv.table.table import Table, TableHome
 
 
 class Warehouse:
-    #: the class of the table handles this warehouse hands out
-    table_class = Table
-
     def __init__(self, store, runtime: Runtime = DEFAULT_RUNTIME):
         self.store = store
         self.runtime = runtime
@@ -57,6 +54,17 @@ class Warehouse:
         #: ``flightsrv.table.fingerprint.key_for`` (environment, then the warehouse object)
         self.erasure_key: bytes | None = None
         self._erasure_key_cache = None
+        #: what its tables may use of this warehouse
+        self.home = TableHome(store, runtime, self.uri, self._table_erasure_key)
+
+    def _table_erasure_key(self):
+        from flightsrv.table.fingerprint import key_for
+
+        return key_for(self)
+
+    def _new_table(self, name: str) -> Table:
+        """A handle for table ``name`` (the SQL-level warehouse hands out its own kind)."""
+        return Table(self.home, name)
 
     @classmethod
     def open(cls, uri: str, runtime: Runtime | None = None) -> "Warehouse":
@@ -104,7 +112,7 @@ class Warehouse:
         with self._lock:
             t = self._tables.get(n)
             if t is None:
-                t = self._tables[n] = self.table_class(self, n)
+                t = self._tables[n] = self._new_table(n)
             return t
 
     def table(self, name: str, *, dropped_ok: bool = False) -> Table:

@@ -17,7 +17,7 @@ FORMATS = ("delta", "iceberg")
 def table_location(table) -> str:
     """Absolute URI of the table prefix (``file:///abs/wh/t`` or ``s3://bucket/prefix/t``):
     Iceberg file paths and Delta ``p`` deletion-vector paths must be absolute."""
-    return f"{table.warehouse.uri.rstrip('/')}/{table.name}"
+    return f"{table.warehouse_uri.rstrip('/')}/{table.name}"
 
 
 def digest(data: bytes, n: int = 16) -> str:

@@ -228,7 +228,7 @@ def publish(table, formats=FORMATS, *, progress=None) -> PublishResult:
     if head is None:
         raise TableNotFound("no such table", table=table.name)
     result = PublishResult(table=table.name, head_version=head.version, formats=list(formats))
-    table.warehouse.ensure_writable()
+    table.ensure_writable()
     if head.dropped:
         for f in formats:
             gone = (DeltaMirror(table) if f == "delta" else IcebergMirror(table)).drop()
