@@ -549,19 +549,22 @@ class FlightSqlServer(flight.FlightServerBase):
         principal = principal_of(context)
         t = self._codec.open(ticket.ticket, principal.user)
         self._note(command=f"ticket:{t.kind}")
-        if t.kind == "metadata":
-            cmd = proto.unpack(t.command)
-            meta = commands.METADATA[type(cmd)]
-            return flight.RecordBatchStream(meta.table(self._metadata_context(principal), cmd))
-        if t.kind == "count":
-            return flight.RecordBatchStream(EMPTY_SCHEMA.empty_table())
-        if t.kind == "result":
-            table = self._results.pop(principal.user, t.result_id)
-            if table is None:
-                raise NotFound("result already fetched or expired; the statement that "
-                               "produced it is not run again", ticket=t.nonce[:12])
-            return flight.RecordBatchStream(table)
-        return self._stream_query(context, principal, t)
+        return self._GET[t.kind](self, context, principal, t)
+
+    def _get_metadata(self, context, principal: Principal, t) -> flight.RecordBatchStream:
+        cmd = proto.unpack(t.command)
+        meta = commands.METADATA[type(cmd)]
+        return flight.RecordBatchStream(meta.table(self._metadata_context(principal), cmd))
+
+    def _get_count(self, context, principal: Principal, t) -> flight.RecordBatchStream:
+        return flight.RecordBatchStream(EMPTY_SCHEMA.empty_table())
+
+    def _get_result(self, context, principal: Principal, t) -> flight.RecordBatchStream:
+        table = self._results.pop(principal.user, t.result_id)
+        if table is None:
+            raise NotFound("result already fetched or expired; the statement that "
+                           "produced it is not run again", ticket=t.nonce[:12])
+        return flight.RecordBatchStream(table)
 
     def _stream_query(self, context, principal: Principal, t) -> flight.GeneratorStream:
         self._note(statement=t.sql)
@@ -583,6 +586,9 @@ class FlightSqlServer(flight.FlightServerBase):
         weakref.finalize(stream, self._close_stream, st, result.reader, None)
         return flight.GeneratorStream(result.schema, stream)
 
+    #: ticket kind -> what DoGet streams for it (tickets.KINDS lists the kinds)
+    _GET = {"metadata": _get_metadata, "count": _get_count, "result": _get_result,
+            "query": _stream_query}
     def _close_stream(self, st: _Statement, reader, error: BaseException | None) -> None:
         if not st.streaming:
             return
