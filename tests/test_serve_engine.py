@@ -13,7 +13,7 @@ from pyarrow import flight
 
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine, Session
-from flightsrv.engine.duck import _coalesce
+from flightsrv.engine.stream import coalesce as _coalesce
 from flightsrv.errors import CommitConflict, CorruptObject, ObjectNotFound, TableExists
 from flightsrv.server.status import to_flight_error
 from flightsrv.store import open_store

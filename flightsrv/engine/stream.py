@@ -1,0 +1,111 @@
+"""Streaming a statement's result out of DuckDB: batches pulled from a cursor's Arrow reader
+(errors raised inside our scans explain DuckDB's generic ones), small batches coalesced, rows
+counted on the way into a table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import pyarrow as pa
+
+from flightsrv.engine.api import Cancel, ExecInfo
+from flightsrv.engine.relations import native_failure
+from flightsrv.errors import FlightsrvError, SqlError
+from flightsrv.sql import statements as st
+
+
+def sql_error(e: Exception, sql: str) -> SqlError:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return SqlError(msg, statement=st._short(sql))
+
+
+
+
+def guarded(reader: pa.RecordBatchReader, failures: list) -> pa.RecordBatchReader:
+    """``reader``, recording any exception it raises into ``failures`` before DuckDB turns
+    it into a generic error of its own."""
+
+    def gen():
+        try:
+            yield from reader
+        except BaseException as exc:
+            failures.append(exc)
+            raise
+
+    return pa.RecordBatchReader.from_batches(reader.schema, gen())
+
+
+def scan_failure(failures: list) -> BaseException | None:
+    """The first flightsrv error a scan raised (it explains a DuckDB failure better)."""
+    for exc in failures:
+        if isinstance(exc, FlightsrvError):
+            return exc
+    return None
+
+
+def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
+            sql: str, failures: list, natives: dict, cancel: Cancel | None = None,
+            unhook=lambda: None, info: ExecInfo | None = None) -> Iterator[pa.RecordBatch]:
+    """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
+    try:
+        while True:
+            if cancel is not None:
+                cancel.check(statement=st._short(sql))
+            try:
+                batch = inner.read_next_batch()
+            except StopIteration:
+                return
+            except (duckdb.Error, pa.ArrowException, OSError) as e:
+                if cancel is not None:
+                    cancel.check(statement=st._short(sql))
+                cause = scan_failure(failures) or native_failure(e, natives)
+                if cause is not None:
+                    raise cause from None
+                if isinstance(e, duckdb.Error):
+                    raise sql_error(e, sql) from None
+                raise
+            if info is not None:
+                info.rows += batch.num_rows
+                info.bytes += batch.nbytes
+            yield batch
+    finally:
+        unhook()
+        try:
+            inner.close()
+        finally:
+            cur.close()
+
+
+def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int,
+              max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Merge consecutive small batches until one holds ``min_rows`` rows or ``max_bytes``
+    bytes; batches already that large pass through untouched (no copy)."""
+    pending: list[pa.RecordBatch] = []
+    rows = nbytes = 0
+    for b in batches:
+        if not pending and (b.num_rows >= min_rows or b.nbytes >= max_bytes):
+            yield b
+            continue
+        if b.num_rows:
+            pending.append(b)
+            rows += b.num_rows
+            nbytes += b.nbytes
+        if rows >= min_rows or nbytes >= max_bytes:
+            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending, rows, nbytes = [], 0, 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+
+
+class RowCounter:
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def count(self, reader: pa.RecordBatchReader,
+              schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+        for b in reader:
+            self.rows += b.num_rows
+            if schema is not None and b.schema != schema:
+                b = pa.RecordBatch.from_arrays(b.columns, schema=schema)
+            yield b

@@ -1,0 +1,252 @@
+"""Statements that write rows or change tables, other than DELETE/UPDATE/MERGE
+(:mod:`flightsrv.engine.dml`): INSERT (rows cast to the table's types by DuckDB), CREATE
+TABLE [AS], ALTER TABLE, and Flight SQL bulk ingest. Appends go through the engine's group
+committer."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from flightsrv.engine import relations as rels
+from flightsrv.engine.api import Cancel, IngestMode, Role, Session
+from flightsrv.engine.stream import RowCounter, sql_error, stream_batches
+from flightsrv.errors import (
+    ConfigurationError,
+    PermissionDenied,
+    SqlError,
+    TableExists,
+    TableNotFound,
+)
+from flightsrv.sql import statements as st
+from flightsrv.table.schema import write_defaults
+
+if TYPE_CHECKING:
+    from flightsrv.engine.duck import DuckEngine, _Ctx
+
+
+class Writes:
+    """The writing statements of one :class:`~flightsrv.engine.duck.DuckEngine`."""
+
+    def __init__(self, engine: "DuckEngine"):
+        self.engine = engine
+
+    def insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar],
+                ctx: _Ctx) -> int:
+        table = self.engine._table(stmt.table)
+        pinner = self.engine._pinner()
+        target = pinner.pin(stmt.table).schema
+        columns = list(stmt.columns) if stmt.columns is not None else list(target.names)
+        by_lower = {n.lower(): n for n in target.names}
+        resolved = []
+        for c in columns:
+            if c.lower() not in by_lower:
+                raise SqlError("INSERT names a column the table does not have",
+                               statement=st._short(stmt.sql), table=stmt.table, column=c)
+            resolved.append(by_lower[c.lower()])
+        if len({c.lower() for c in resolved}) != len(resolved):
+            raise SqlError("INSERT names a column twice", statement=st._short(stmt.sql))
+        reader = self.engine._run_query(stmt, tree, "insert", pinner, values, ctx)
+        if len(reader.schema) != len(resolved):
+            reader.close()
+            raise SqlError("INSERT has a different number of values than columns",
+                           statement=st._short(stmt.sql), table=stmt.table,
+                           columns=len(resolved), values=len(reader.schema))
+        counter = RowCounter()
+        defaults = write_defaults(pinner.pin(stmt.table).manifest.schema, target)
+        shaped = self.cast_for_insert(reader, resolved, target, stmt, ctx, defaults)
+        self.append(table, pa.RecordBatchReader.from_batches(
+            shaped.schema, counter.count(shaped)))
+        return counter.rows
+
+    def cast_for_insert(self, reader: pa.RecordBatchReader, columns: list[str],
+                         target: pa.Schema, stmt: st.Statement, ctx: _Ctx,
+                         defaults: dict | None = None) -> pa.RecordBatchReader:
+        """The INSERT's rows in the table's column order and types, cast by DuckDB (as an
+        INSERT into a DuckDB table would: ``'5'`` into an integer is 5, 2.5 rounds to 3, a
+        string that does not parse is an error), with the column's write default (``ADD
+        COLUMN ... DEFAULT v``; else NULL) for the columns the INSERT does not list and
+        DuckDB's error for a NULL in a NOT NULL column. Streams through the database that
+        can open no file."""
+        from flightsrv.sql.types import duckdb_type
+
+        # the source columns take the names of the target columns they go to (DuckDB's
+        # errors then name them), in the statement's order
+        src_schema = pa.schema([pa.field(n, t) for n, t in zip(columns, reader.schema.types)])
+        source = pa.RecordBatchReader.from_batches(src_schema, (
+            pa.RecordBatch.from_arrays(b.columns, schema=src_schema) for b in reader))
+        pos = {c: i for i, c in enumerate(columns)}
+        select, params = [], []
+        for f in target:
+            typ = duckdb_type(f.type)  # None: no DuckDB spelling, passed through
+            if f.name in pos:
+                expr = rels._ident(f.name)
+            elif defaults and f.name in defaults:
+                params.append(defaults[f.name])
+                expr = f"${len(params)}"
+            else:
+                expr = "NULL"
+            if typ is not None:
+                expr = f"CAST({expr} AS {typ})"
+            if not f.nullable:
+                msg = f"NOT NULL constraint failed: {stmt.table}.{f.name}".replace("'", "''")
+                expr = f"CASE WHEN {expr} IS NULL THEN error('{msg}') ELSE {expr} END"
+            select.append(f"{expr} AS {rels._ident(f.name)}")
+        cur = self.engine._sandbox.cursor()
+        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+            else (lambda: None)
+        try:
+            cur.register("__fsrv_insert", source)
+            inner = cur.sql(f"SELECT {', '.join(select)} FROM __fsrv_insert",
+                            params=params or None).to_arrow_reader(self.engine.batch_size)
+        except duckdb.Error as e:
+            unhook()
+            cur.close()
+            raise sql_error(e, stmt.sql) from None
+        except BaseException:
+            unhook()
+            cur.close()
+            raise
+        return pa.RecordBatchReader.from_batches(
+            inner.schema, stream_batches(inner, cur, stmt.sql, ctx.failures, ctx.natives,
+                                         ctx.cancel, unhook))
+
+    def append(self, table, data) -> None:
+        if self.engine.committer is None:
+            table.append(data)
+        else:
+            self.engine.committer.append(table, data)
+
+    def create(self, stmt: st.CreateTable) -> int:
+        if stmt.replace:
+            self.engine.warehouse.drop_table(stmt.table, missing_ok=True)
+        try:
+            self.engine.warehouse.create_table(stmt.table, stmt.schema,
+                                        partition_by=list(stmt.partition_by))
+        except TableExists:
+            if not stmt.if_not_exists:
+                raise
+        return 0
+
+    def ctas(self, stmt: st.CreateTableAs, tree: exp.Expression,
+              values: list[pa.Scalar], ctx: _Ctx) -> int:
+        if stmt.if_not_exists and stmt.table in self.engine.warehouse.list_tables():
+            return 0
+        reader = self.engine._run_query(stmt, tree, "ctas", self.engine._pinner(), values, ctx)
+        schema = pa.schema([f.with_nullable(True) for f in reader.schema])
+        if stmt.replace:
+            self.engine.warehouse.drop_table(stmt.table, missing_ok=True)
+        try:
+            table = self.engine.warehouse.create_table(stmt.table, schema,
+                                                partition_by=list(stmt.partition_by))
+        except BaseException:
+            reader.close()
+            raise
+        counter = RowCounter()
+        try:
+            self.append(table, pa.RecordBatchReader.from_batches(
+                schema, counter.count(reader, schema)))
+        except BaseException:
+            with contextlib.suppress(Exception):  # best effort: no half-made table
+                self.engine.warehouse.drop_table(stmt.table)
+            raise
+        return counter.rows
+
+    def alter(self, stmt: st.AlterTable) -> int:
+        """One metadata-only change (flightsrv.table.evolution) in one commit; a DEFAULT is
+        evaluated by DuckDB, cast to the column's type."""
+        table = self.engine._table(stmt.table)
+        try:
+            return self.alter_table(table, stmt)
+        except TableNotFound:
+            raise
+        except ConfigurationError as e:  # name the statement too (SchemaMismatch, ...)
+            if "statement" in e.context:
+                raise
+            raise type(e)(e.message, statement=st._short(stmt.sql), **e.context) from None
+
+    def alter_table(self, table, stmt: st.AlterTable) -> int:
+        action = stmt.action
+        if action == "add_column":
+            if stmt.if_exists and stmt.column.lower() in \
+                    {n.lower() for n in table.snapshot().schema.names}:
+                return 0
+            default = None
+            if stmt.default is not None:
+                default = self.constant(stmt.default, stmt.type, stmt, stmt.column)
+            table.add_column(stmt.column, stmt.type, nullable=stmt.nullable, default=default)
+        elif action == "rename_column":
+            table.rename_column(stmt.column, stmt.new_name)
+        elif action == "drop_column":
+            if stmt.if_exists and stmt.column.lower() not in \
+                    {n.lower() for n in table.snapshot().schema.names}:
+                return 0
+            table.drop_column(stmt.column)
+        elif action == "alter_column_type":
+            table.alter_column_type(stmt.column, stmt.type)
+        elif action == "set_partitioning":
+            table.set_partitioning(list(stmt.partition_by))
+        elif action == "upgrade":
+            table.upgrade()
+        else:
+            raise SqlError("ALTER TABLE action not handled", statement=st._short(stmt.sql),
+                           table=stmt.table, action=action)
+        return 0
+
+    def constant(self, text: str, t: pa.DataType, stmt: st.Statement, column: str):
+        """The value of a constant SQL expression cast to ``t``, computed by DuckDB in the
+        database that can open no file."""
+        from flightsrv.sql.types import duckdb_type
+
+        typ = duckdb_type(t)
+        expr = text if typ is None else f"CAST({text} AS {typ})"
+        cur = self.engine._sandbox.cursor()
+        try:
+            got = cur.sql(f"SELECT {expr} AS v").to_arrow_table()
+        except duckdb.Error as e:
+            raise SqlError(f"bad DEFAULT for column {column}: "
+                           f"{str(e).strip().splitlines()[0]}", statement=st._short(stmt.sql),
+                           column=column) from None
+        finally:
+            cur.close()
+        value = got.column(0)[0]
+        if value.type != t:
+            try:
+                value = value.cast(t)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise SqlError("DEFAULT does not fit the column's type",
+                               statement=st._short(stmt.sql), column=column,
+                               type=str(t)) from None
+        return value.as_py()
+
+
+    def ingest(self, table: str, mode: IngestMode, data: pa.RecordBatchReader,
+               session: Session, *, cancel: Cancel | None = None) -> int:
+        if session.role == Role.READER:
+            raise PermissionDenied("read-only session may not ingest", user=session.user,
+                                   table=table)
+        wh = self.engine.warehouse
+        if mode == IngestMode.REPLACE:
+            try:
+                wh.drop_table(table)
+            except TableNotFound:
+                pass
+        if mode in (IngestMode.CREATE, IngestMode.REPLACE):
+            t = wh.create_table(table, data.schema)
+        elif mode == IngestMode.APPEND:
+            t = wh.table(table)
+        else:
+            try:
+                t = wh.table(table)
+            except TableNotFound:
+                try:
+                    t = wh.create_table(table, data.schema)
+                except TableExists:
+                    t = wh.table(table)
+        counter = RowCounter()
+        self.append(t, pa.RecordBatchReader.from_batches(data.schema, counter.count(data)))
+        return counter.rows
