@@ -292,6 +292,9 @@ class _RacingWarehouse:
     def table(self, name):
         return _CommittingTable(self._wh.table(name), self.calls)
 
+    def handle(self, name):  # how the engine opens the tables it pins
+        return _CommittingTable(self._wh.handle(name), self.calls)
+
     def __getattr__(self, name):
         return getattr(self._wh, name)
 

@@ -149,13 +149,15 @@ class DuckEngine:
         return list(self.warehouse.list_tables(broken))
 
     def table_schema(self, table: str) -> pa.Schema:
-        return self.warehouse.table(table).snapshot().schema
+        return self.warehouse.handle(table).snapshot().schema
 
     # -- Engine: prepare -------------------------------------------------------------------
 
     def prepare(self, sql: str, session: Session) -> Prepared:
         stmt = _parse(sql)
-        param_schema = parameter_schema(stmt, self.warehouse)
+        # one pin per table for the whole prepare (parameter types and the result schema)
+        pinner = self._pinner()
+        param_schema = parameter_schema(stmt, lambda name: pinner.pin(name).schema)
         if isinstance(stmt, st.Maintenance):
             return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema,
                             effects=True, statement_kind="maintenance")
@@ -165,7 +167,6 @@ class DuckEngine:
         # Bind every parameter as NULL and run the query with LIMIT 0 over empty stand-ins
         # of the pinned relations: types come from DuckDB, no data is read. Cached by the
         # text and the referenced tables' schemas (ADBC prepares every statement it runs).
-        pinner = self._pinner()
         key = schema_key(stmt, pinner)
         if key is not None:
             with self._schemas_lock:
@@ -554,7 +555,7 @@ class DuckEngine:
         def resolve(name: str, version: int | None, as_of: str | None):
             if name not in tables:
                 try:
-                    tables[name] = self.warehouse.table(name)
+                    tables[name] = self.warehouse.handle(name)
                 except TableNotFound:
                     raise
                 except ConfigurationError as e:  # not even a valid name (e.g. a file path)

@@ -16,14 +16,14 @@ from flightsrv.sql import statements as st
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
-def parameter_schema(stmt: st.Statement, warehouse) -> pa.Schema:
+def parameter_schema(stmt: st.Statement, schema_of) -> pa.Schema:
     """The parameters' Arrow types where a statement fixes them, else null: a parameter
     compared with (``=``, ``<``, ``IN``, ``BETWEEN``) a column of a referenced table takes
     that column's type; ``INSERT INTO t [(cols)] VALUES (?, ...)`` takes the target
     columns' types. DuckDB 2.0 reports every parameter of a prepared statement as UNKNOWN,
     and clients that build typed parameter vectors (the Flight SQL JDBC driver) cannot
     bind a value to a null-typed field. The type is only how the client encodes the value;
-    DuckDB still binds and casts it."""
+    DuckDB still binds and casts it. ``schema_of(name)``: the current schema of a table."""
     types: list[pa.DataType] = [pa.null()] * stmt.param_count
     if not stmt.param_count:
         return pa.schema([])
@@ -36,7 +36,7 @@ def parameter_schema(stmt: st.Statement, warehouse) -> pa.Schema:
             skip = (target,) if isinstance(target, exp.Table) else ()
         for ref in list(skip) + binder.bind(tree, stmt.sql, skip=skip).tables:
             try:
-                schema = warehouse.table(ref.name).snapshot().schema
+                schema = schema_of(ref.name)
             except Exception:  # noqa: BLE001 - unknown table: prepare reports it
                 continue
             for f in schema:
@@ -44,7 +44,7 @@ def parameter_schema(stmt: st.Statement, warehouse) -> pa.Schema:
                 columns[key] = f.type if columns.get(key, f.type) == f.type else None
         target = None
         if isinstance(stmt, st.Insert) and isinstance(stmt.tree.expression, exp.Values):
-            schema = warehouse.table(stmt.table).snapshot().schema
+            schema = schema_of(stmt.table)
             names = list(stmt.columns) if stmt.columns is not None else schema.names
             by_lower = {f.name.lower(): f.type for f in schema}
             target = [by_lower.get(n.lower()) for n in names]
