@@ -419,3 +419,30 @@ def test_every_read_mode_after_schema_changes_with_deletes(local_uri, masked):
             assert _canon(rows(e, sql)) == _expected(live, schema, sql), sql
     finally:
         e.close()
+
+
+def test_filtered_mode_reads_with_duckdb_only_for_exact_hints(local_uri):
+    """``masked_scans="filtered"`` reads files with deleted rows by DuckDB when a hint is
+    exact per row; a long IN list (only its range is pushed) keeps the Arrow scan."""
+    wh = Warehouse.open(local_uri)
+    t, _ = three_kinds(wh)
+    snap = t.snapshot()
+    con = duckdb.connect()
+    try:
+        many = tuple(str(i) for i in range(0, 12_000, 97))
+        for terms, want in (([PruneTerm("id", "=", ("4103",))], True),
+                            ([PruneTerm("k", "in", ("1", "2"))], True),
+                            ([PruneTerm("id", "in", many)], False),
+                            ([PruneTerm("id", "in", many), PruneTerm("k", "<", ("3",))], True)):
+            assert relations.pushable(Pruner(con, terms, snap.schema, snap.manifest)) == want
+        assert not relations.pushable(None)
+    finally:
+        con.close()
+    e = DuckEngine(wh)
+    try:
+        lst = ", ".join(str(i) for i in range(0, 12_000, 97))
+        live = set(expected_live())
+        assert sorted(ids(e, f"SELECT id FROM t WHERE id IN ({lst})")) == \
+            [i for i in range(0, 12_000, 97) if i in live]
+    finally:
+        e.close()

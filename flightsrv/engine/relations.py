@@ -341,9 +341,16 @@ def _term_sql(term) -> str | None:
 
 
 def pushable(pruner) -> bool:
-    """Whether ``pruner`` has a hint DuckDB can evaluate per row inside a masked run (the
-    ``"filtered"`` mode reads files with deleted rows with DuckDB only then)."""
-    return pruner is not None and any(_term_sql(t) for t in pruner.terms)
+    """Whether ``pruner`` has a hint DuckDB can evaluate exactly per row inside a masked run
+    (the ``"filtered"`` mode reads files with deleted rows with DuckDB only then). A long
+    IN list does not count: inside it is only its range, which scattered ids make the whole
+    table (a 1,000-id ``IN`` measured 1.26x the Arrow scan that way, benchmarks/RESULTS.md),
+    and the list itself stays above the barrier."""
+    from flightsrv.engine.prune import IN_LIST_EXACT
+
+    return pruner is not None and any(
+        _term_sql(t) and not (t.op == "in" and len(t.operands) > IN_LIST_EXACT)
+        for t in pruner.terms)
 
 
 def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidden: bool,
