@@ -446,3 +446,33 @@ def test_filtered_mode_reads_with_duckdb_only_for_exact_hints(local_uri):
             [i for i in range(0, 12_000, 97) if i in live]
     finally:
         e.close()
+
+
+@pytest.mark.parametrize("masked", ["arrow", "duckdb", "filtered"])
+def test_pushed_hints_never_fail_on_a_deleted_value(local_uri, masked):
+    """The pruning hints evaluated inside a masked run see deleted rows, so a hint whose
+    comparison would cast the column (a BIGINT or DECIMAL(38,0) column against a decimal
+    literal of high scale fails naming the value) is not evaluated there; the statement
+    still gets its answer from the live rows."""
+    import decimal
+
+    schema = pa.schema([("id", pa.int64()), ("b", pa.int64()), ("x", pa.decimal128(38, 0))])
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("t", schema, SMALL_GROUPS)
+    n = 3000
+    big = (1 << 63) - 1
+    t.append(pa.table({"id": list(range(n)), "b": [big if i == 7 else i for i in range(n)],
+                       "x": [decimal.Decimal(9 * 10 ** 37 if i == 7 else i) for i in range(n)]},
+                      schema=schema))
+    t.delete("id = 7")
+    e = DuckEngine(wh, masked_scans=masked)
+    try:
+        for where, want in (("id >= 0 AND b < 1.12345678901234567890123", 2),
+                            ("b < 1.12345678901234567890123", 2),
+                            ("id >= 0 AND x < 1.25", 2),
+                            ("id BETWEEN 5 AND 9 AND x IN (1.5, 8)", 1),
+                            ("id < 100 AND b = 7", 0)):
+            got = rows(e, f"SELECT count(*) AS n FROM t WHERE {where}").to_pylist()
+            assert got == [{"n": want}], where
+    finally:
+        e.close()

@@ -315,15 +315,26 @@ DELETED_SCHEMA = pa.schema([pa.field("fi", pa.uint64(), nullable=False),
 _BARRIER = (1 << 63) - 1
 
 
-def _term_sql(term) -> str | None:
+def _term_sql(term, column_type: pa.DataType) -> str | None:
     """A pruning hint (:class:`~flightsrv.sql.plan.PruneTerm`) as a row condition on
-    ``__fsrv_t``, or None when it is not worth evaluating per row (a long IN list of
-    non-integers). The hints are conjuncts of the statement's WHERE (or implied by a long
-    IN list), so a row they reject could not match anyway; DuckDB still evaluates the whole
-    WHERE above."""
+    ``__fsrv_t``, or None when it is not evaluated per row. The hints are conjuncts of the
+    statement's WHERE (or implied by a long IN list), so a row they reject could not match
+    anyway; DuckDB still evaluates the whole WHERE above the barrier.
+
+    These conditions run on deleted rows too, so none may fail on a row's value: string,
+    boolean and temporal columns are compared with constants cast to the column's type, but
+    a number column may be cast to the constant's decimal type, which fails naming the
+    value (``bigint_col < 1.12345678901234567890123`` casts to DECIMAL(38,23)). So an
+    integer column takes only integer constants, a decimal column none (DuckDB then
+    compares in BIGINT/HUGEINT/DOUBLE, which hold every value), and a long IN list of
+    non-integers is left out."""
     from flightsrv.engine.prune import IN_LIST_EXACT, _int_list
 
     c, op, vals = "__fsrv_t." + _ident(term.column), term.op, term.operands
+    if pa.types.is_decimal(column_type):
+        return None
+    if pa.types.is_integer(column_type) and _int_list(vals) is None:
+        return None
     if op in ("=", "<", "<=", ">", ">=", "<>"):
         return f"{c} {op} {vals[0]}"
     if op == "in" and len(vals) <= IN_LIST_EXACT:
@@ -340,6 +351,19 @@ def _term_sql(term) -> str | None:
     return None
 
 
+def _row_conditions(pruner, schema: pa.Schema, names) -> list[tuple[Any, str]]:
+    """(hint, row condition) of each hint on one of ``names`` that is evaluated per row."""
+    if pruner is None:
+        return []
+    out = []
+    for t in pruner.terms:
+        if t.column in names:
+            cond = _term_sql(t, schema.field(t.column).type)
+            if cond is not None:
+                out.append((t, cond))
+    return out
+
+
 def pushable(pruner) -> bool:
     """Whether ``pruner`` has a hint DuckDB can evaluate exactly per row inside a masked run
     (the ``"filtered"`` mode reads files with deleted rows with DuckDB only then). A long
@@ -348,9 +372,10 @@ def pushable(pruner) -> bool:
     and the list itself stays above the barrier."""
     from flightsrv.engine.prune import IN_LIST_EXACT
 
-    return pruner is not None and any(
-        _term_sql(t) and not (t.op == "in" and len(t.operands) > IN_LIST_EXACT)
-        for t in pruner.terms)
+    if pruner is None:
+        return False
+    return any(not (t.op == "in" and len(t.operands) > IN_LIST_EXACT)
+               for t, _ in _row_conditions(pruner, pruner.schema, pruner.schema.names))
 
 
 def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidden: bool,
@@ -384,9 +409,7 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
             if pos is not None and len(pos):
                 poss.append(pos)
                 fis.append(np.full(len(pos), j, dtype=np.uint64))
-    conds = []
-    if pruner is not None:
-        conds = [c for c in (_term_sql(t) for t in pruner.terms if t.column in names) if c]
+    conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names)]
     if ranges:
         conds.append(f"NOT ({' OR '.join(ranges)})")
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
