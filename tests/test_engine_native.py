@@ -476,3 +476,25 @@ def test_pushed_hints_never_fail_on_a_deleted_value(local_uri, masked):
             assert got == [{"n": want}], where
     finally:
         e.close()
+
+
+def test_filtered_mode_reads_with_duckdb_only_selective_files(local_uri):
+    """With ``masked_max_groups`` (the ``"filtered"`` mode) a file with deleted rows is read
+    by DuckDB only when statistics keep few of its row groups; a filter that keeps them all
+    (the anti join would probe every row) keeps the Arrow scan."""
+    wh = Warehouse.open(local_uri)
+    t, _ = three_kinds(wh)
+    snap = t.snapshot()
+    con = duckdb.connect()
+    try:
+        def body(*terms):
+            pruner = Pruner(con, list(terms), snap.schema, snap.manifest)
+            return relations.build(snap, None, "r", pruner=pruner, masked_native=True,
+                                   masked_max_groups=2).body
+
+        point = body(PruneTerm("id", "=", ("4103",)))  # one row group of one dirty file
+        assert "ANTI JOIN r_d" in point and "r_a" not in point
+        broad = body(PruneTerm("k", "=", ("3",)))  # every row group may match
+        assert "ANTI JOIN" not in broad and "r_a" in broad
+    finally:
+        con.close()

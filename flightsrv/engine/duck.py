@@ -89,6 +89,11 @@ from flightsrv.sql import statements as st
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 #: default read path of local files with deleted rows (see DuckEngine.masked_scans)
 MASKED_SCANS = "filtered"
+#: "filtered": a file with deleted rows is read by DuckDB (anti join) only when statistics
+#: keep at most this many of its row groups (and not all): a selective filter. Measured on
+#: 10M rows, 1% deleted: a point query 0.63x the Arrow scan, a 20% range (17 of 84 groups
+#: kept) 1.48x, because the anti join probes every row that passes the filter.
+MASKED_MAX_GROUPS = 2
 DEFAULT_MIN_BATCH_ROWS = 65_536  # coalesce smaller result batches up to this many rows
 MAX_COALESCE_BYTES = 8 << 20  # ... or this many bytes, whichever comes first
 PREPARED_CACHE = 1024  # result schemas of prepared queries kept, by text and table schemas
@@ -135,8 +140,9 @@ class DuckEngine:
             raise ValueError(f"masked_scans must be arrow, duckdb or filtered: {masked_scans!r}")
         #: how local files with deleted rows are read (see ``relations.build``): "arrow"
         #: (flightsrv's masked Arrow scan), "duckdb" (DuckDB's Parquet reader, deleted
-        #: positions anti-joined inside DuckDB), "filtered" (DuckDB's reader when the
-        #: reference has a prunable filter, whose pushdown it keeps; else the Arrow scan).
+        #: positions anti-joined inside DuckDB), "filtered" (DuckDB's reader for a file
+        #: when the reference has a prunable filter and statistics keep at most
+        #: MASKED_MAX_GROUPS of the file's row groups; else the Arrow scan).
         #: Only local warehouses are read by DuckDB's reader; S3 files take the Arrow scan.
         self.masked_scans = masked_scans
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
@@ -361,7 +367,9 @@ class DuckEngine:
             self.masked_scans == "filtered" and rels.pushable(pruner))
         rel = rels.build(snap, self._scan_columns(scan), scan.relation, pruner=pruner,
                          hidden=hidden, native=native, open_scans=data,
-                         masked_native=masked_native)
+                         masked_native=masked_native,
+                         masked_max_groups=MASKED_MAX_GROUPS
+                         if self.masked_scans == "filtered" else None)
         ctx.natives.update(rel.files)
         for name, obj in rel.readers.items():
             if isinstance(obj, pa.RecordBatchReader):

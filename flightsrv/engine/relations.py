@@ -178,13 +178,16 @@ def _select_sql(reads) -> str:
 
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
           hidden: bool = False, native: bool = True, open_scans: bool = True,
-          files: list[DataFile] | None = None, masked_native: bool = False) -> Relation:
+          files: list[DataFile] | None = None, masked_native: bool = False,
+          masked_max_groups: int | None = None) -> Relation:
     """The view for one table reference (see the module docstring).
 
     ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
     come last when ``hidden``); ``pruner``: a :class:`~flightsrv.engine.prune.Pruner` or
     None; ``native``: read clean local files with DuckDB; ``masked_native``: read local
-    files with deleted rows with DuckDB too (:func:`_masked_part`); ``open_scans=False`` registers
+    files with deleted rows with DuckDB too (:func:`_masked_part`), with
+    ``masked_max_groups`` only those whose footer statistics keep at most that many row
+    groups and fewer than all (the others by the Arrow scan); ``open_scans=False`` registers
     empty stand-ins (for typing a prepared statement without reading data); ``files``
     restricts the relation to some of the snapshot's files. The hidden file column is the
     file's index in the returned ``Relation.file_list``.
@@ -223,12 +226,20 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     if pruner:
         # one statistics query: DuckDB-read files by their manifest entry (DuckDB prunes
         # their row groups itself), Arrow-scanned files by their row groups' footer statistics
-        by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow"} if open_scans \
+        # (and, when their read depends on it, files with deleted rows by their row groups)
+        by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow" or (
+            kinds[id(f)] == "masked" and masked_max_groups is not None)} if open_scans \
             else set()
         kept, groups = pruner.units(
             candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
         rel.files_pruned = len(candidates) - len(kept)
         candidates = kept
+        for f in candidates:
+            if id(f) in by_group and kinds[id(f)] == "masked":
+                live = f.row_groups - len(f.deleted_row_groups)
+                n = len(groups.get(id(f), ()))
+                if n > masked_max_groups or n >= live:  # not selective: the keep mask wins
+                    kinds[id(f)] = "arrow"
     rel.file_list = tuple(candidates)
     rel.files_scanned = len(candidates)
     rel.rows_masked = sum(f.deleted_rows for f in candidates)
