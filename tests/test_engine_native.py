@@ -474,6 +474,11 @@ def test_pushed_hints_never_fail_on_a_deleted_value(local_uri, masked):
                             ("id < 100 AND b = 7", 0)):
             got = rows(e, f"SELECT count(*) AS n FROM t WHERE {where}").to_pylist()
             assert got == [{"n": want}], where
+        # bound parameters arrive as typed constants (CAST(v AS DECIMAL(38,23)))
+        p = pa.record_batch([pa.array([decimal.Decimal("1.12345678901234567890123")],
+                                      pa.decimal128(38, 23))], names=["0"])
+        got = rows(e, "SELECT count(*) AS n FROM t WHERE id >= 0 AND b < ?", p).to_pylist()
+        assert got == [{"n": 2}]
     finally:
         e.close()
 
@@ -494,6 +499,8 @@ def test_filtered_mode_reads_with_duckdb_only_selective_files(local_uri):
 
         point = body(PruneTerm("id", "=", ("4103",)))  # one row group of one dirty file
         assert "ANTI JOIN r_d" in point and "r_a" not in point
+        bound = body(PruneTerm("id", "=", ("CAST(4103 AS BIGINT)",)))  # a bound parameter
+        assert "ANTI JOIN r_d" in bound and "r_a" not in bound
         broad = body(PruneTerm("k", "=", ("3",)))  # every row group may match
         assert "ANTI JOIN" not in broad and "r_a" in broad
     finally:

@@ -51,6 +51,7 @@ is checked against the manifest (present, same size) before the statement runs.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -326,6 +327,13 @@ DELETED_SCHEMA = pa.schema([pa.field("fi", pa.uint64(), nullable=False),
 _BARRIER = (1 << 63) - 1
 
 
+#: constants an integer column is compared with without being cast to a DECIMAL: integer
+#: literals, bound integer parameters (``CAST(4103 AS BIGINT)``), bound floats (DOUBLE)
+_SAFE_FOR_INTEGER = re.compile(
+    r"-?[0-9]+|CAST\(-?[0-9]+ AS (TINYINT|SMALLINT|INT|INTEGER|BIGINT|HUGEINT|UTINYINT|"
+    r"USMALLINT|UINTEGER|UBIGINT|UHUGEINT)\)|CAST\([-+.eE0-9]+ AS (DOUBLE|FLOAT|REAL)\)")
+
+
 def _term_sql(term, column_type: pa.DataType) -> str | None:
     """A pruning hint (:class:`~flightsrv.sql.plan.PruneTerm`) as a row condition on
     ``__fsrv_t``, or None when it is not evaluated per row. The hints are conjuncts of the
@@ -336,15 +344,16 @@ def _term_sql(term, column_type: pa.DataType) -> str | None:
     boolean and temporal columns are compared with constants cast to the column's type, but
     a number column may be cast to the constant's decimal type, which fails naming the
     value (``bigint_col < 1.12345678901234567890123`` casts to DECIMAL(38,23)). So an
-    integer column takes only integer constants, a decimal column none (DuckDB then
-    compares in BIGINT/HUGEINT/DOUBLE, which hold every value), and a long IN list of
-    non-integers is left out."""
+    integer column takes only integer or DOUBLE constants (:data:`_SAFE_FOR_INTEGER`; DuckDB
+    then compares in an integer type or DOUBLE, which hold every value), a decimal column
+    none, and a long IN list of non-integers is left out."""
     from flightsrv.engine.prune import IN_LIST_EXACT, _int_list
 
     c, op, vals = "__fsrv_t." + _ident(term.column), term.op, term.operands
     if pa.types.is_decimal(column_type):
         return None
-    if pa.types.is_integer(column_type) and _int_list(vals) is None:
+    if pa.types.is_integer(column_type) and not all(_SAFE_FOR_INTEGER.fullmatch(v)
+                                                    for v in vals):
         return None
     if op in ("=", "<", "<=", ">", ">=", "<>"):
         return f"{c} {op} {vals[0]}"
