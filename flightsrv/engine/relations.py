@@ -231,9 +231,14 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow" or (
             kinds[id(f)] == "masked" and masked_max_groups is not None)} if open_scans \
             else set()
+        before = len(candidates)
+        if masked_max_groups is not None and any(kinds[id(f)] == "masked" for f in candidates):
+            # files first by their manifest statistics: a point query then decodes the footer
+            # statistics of the one file that may hold it, not of every file with deletes
+            candidates = pruner.files(candidates)
         kept, groups = pruner.units(
             candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
-        rel.files_pruned = len(candidates) - len(kept)
+        rel.files_pruned = before - len(kept)
         candidates = kept
         for f in candidates:
             if id(f) in by_group and kinds[id(f)] == "masked":
