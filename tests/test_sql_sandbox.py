@@ -159,6 +159,32 @@ def test_no_spelling_reads_erased_rows_or_files(served):
     assert wh.list_tables() == ["events"]  # no CREATE TABLE ... AS succeeded
 
 
+@pytest.mark.parametrize("masked", ["filtered", "duckdb"])
+def test_erased_rows_never_reach_the_statements_expressions(served, masked):
+    """An expression that fails on the erased rows only (``error()``, a failed CAST naming
+    the value) must not fail: the statement's WHERE sees live rows only, also when the engine
+    reads the files with deletes through DuckDB's reader (``masked_scans="duckdb"`` always
+    does; the default, ``"filtered"``, does for selective filters)."""
+    wh, _, _ = served
+    probes = [f"CASE WHEN user_id = {SECRET_USER} THEN error('found ' || email) ELSE true END",
+              f"CASE WHEN user_id = {SECRET_USER} THEN CAST(email AS INTEGER) = 1 "
+              "ELSE true END"]
+    engine = DuckEngine(wh, masked_scans=masked)
+    server, port = start_in_thread(engine)
+    try:
+        with connect(f"grpc://127.0.0.1:{port}") as conn:
+            for probe in probes:
+                for where, want in ((probe, 196), (f"id >= 0 AND {probe}", 196),
+                                    (f"id BETWEEN 40 AND 45 AND {probe}", 5),
+                                    (f"user_id = {SECRET_USER} AND {probe}", 0)):
+                    rows, err = run(conn, f"SELECT count(*) AS n FROM events WHERE {where}")
+                    assert err is None, (where, err)
+                    assert rows.to_pylist() == [{"n": want}], where
+    finally:
+        server.shutdown()
+        engine.close()
+
+
 def test_cte_named_like_a_path_is_refused_before_duckdb(served):
     wh, url, _ = served
     root = os.path.abspath(wh.uri) if "://" not in wh.uri else wh.uri

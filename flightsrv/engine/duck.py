@@ -11,8 +11,10 @@ records the decisions as commits. Per request:
    (:mod:`flightsrv.engine.guard`): it may read only relations registered here, visible CTEs
    and allowed table functions, and call only allowed functions;
 4. register each table reference as a per-cursor view over its pinned snapshot
-   (:mod:`flightsrv.engine.relations`: DuckDB's Parquet reader for clean local files, the
-   masked Arrow scan otherwise; statistics pruning through :mod:`flightsrv.engine.prune`);
+   (:mod:`flightsrv.engine.relations`: DuckDB's Parquet reader for clean local files and,
+   per ``masked_scans``, for local files with deleted rows (removed inside DuckDB, by
+   default when the reference has a prunable filter); the masked Arrow scan otherwise;
+   statistics pruning through :mod:`flightsrv.engine.prune`);
 5. run:
 
    - SELECT: the user's own text with only the table references replaced, streamed with
@@ -85,6 +87,13 @@ from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
+#: default read path of local files with deleted rows (see DuckEngine.masked_scans)
+MASKED_SCANS = "filtered"
+#: "filtered": a file with deleted rows is read by DuckDB (anti join) only when statistics
+#: keep at most this many of its row groups (and not all): a selective filter. Measured on
+#: 10M rows, 1% deleted: a point query 0.63x the Arrow scan, a 20% range (17 of 84 groups
+#: kept) 1.48x, because the anti join probes every row that passes the filter.
+MASKED_MAX_GROUPS = 2
 DEFAULT_MIN_BATCH_ROWS = 65_536  # coalesce smaller result batches up to this many rows
 MAX_COALESCE_BYTES = 8 << 20  # ... or this many bytes, whichever comes first
 PREPARED_CACHE = 1024  # result schemas of prepared queries kept, by text and table schemas
@@ -119,13 +128,23 @@ class DuckEngine:
                  min_batch_rows: int = DEFAULT_MIN_BATCH_ROWS,
                  threads: int | None = None, memory_limit: str | None = None,
                  temp_directory: str | None = None,
-                 group_commit: bool = True, native_scans: bool = True):
+                 group_commit: bool = True, native_scans: bool = True,
+                 masked_scans: str = MASKED_SCANS):
         self.warehouse = warehouse
         self.batch_size = batch_size
         self.min_batch_rows = min(min_batch_rows, batch_size)
         self.committer = GroupCommitter() if group_commit else None
         #: the local warehouse directory DuckDB reads natively, or None (S3, or disabled)
         self.native_root = native_root(warehouse) if native_scans else None
+        if masked_scans not in ("arrow", "duckdb", "filtered"):
+            raise ValueError(f"masked_scans must be arrow, duckdb or filtered: {masked_scans!r}")
+        #: how local files with deleted rows are read (see ``relations.build``): "arrow"
+        #: (flightsrv's masked Arrow scan), "duckdb" (DuckDB's Parquet reader, deleted
+        #: positions anti-joined inside DuckDB), "filtered" (DuckDB's reader for a file
+        #: when the reference has a prunable filter and statistics keep at most
+        #: MASKED_MAX_GROUPS of the file's row groups; else the Arrow scan).
+        #: Only local warehouses are read by DuckDB's reader; S3 files take the Arrow scan.
+        self.masked_scans = masked_scans
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  allowed_directory=self.native_root,
                                                  temp_directory=temp_directory))
@@ -345,8 +364,13 @@ class DuckEngine:
             snap = Snapshot(snap.table, snap.manifest, physical=True)
         pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
+        masked_native = self.masked_scans == "duckdb" or (
+            self.masked_scans == "filtered" and rels.pushable(pruner))
         rel = rels.build(snap, self._scan_columns(scan), scan.relation, pruner=pruner,
-                         hidden=hidden, native=native, open_scans=data)
+                         hidden=hidden, native=native, open_scans=data,
+                         masked_native=masked_native,
+                         masked_max_groups=MASKED_MAX_GROUPS
+                         if self.masked_scans == "filtered" else None)
         ctx.natives.update(rel.files)
         for name, obj in rel.readers.items():
             if isinstance(obj, pa.RecordBatchReader):

@@ -9,11 +9,20 @@ columns the statement can touch, its pruning hints) into
   - on a local warehouse, *clean* files (no deletion vector, no deleted row groups) are read
     by DuckDB's own multi-threaded Parquet reader,
     ``SELECT cols FROM read_parquet([...])``, which also prunes their row groups itself;
-  - every other file (a deletion vector or deleted row groups, or any file of an S3
-    warehouse) is read by flightsrv's masked Arrow scan (:meth:`Snapshot.scan`): deleted
-    row groups are never read, the deletion vector is applied per row group as a keep mask,
-    row groups are pruned by footer statistics, and it is registered as an Arrow reader
-    (up to :data:`ARROW_STREAMS` readers per reference, which DuckDB consumes in parallel);
+  - on a local warehouse with ``masked_native`` (the engine's ``masked_scans`` mode),
+    files with a deletion vector or deleted row groups are read by ``read_parquet`` too,
+    through the same projection, the deleted rows removed inside DuckDB
+    (:func:`_masked_part`: ``file_row_number`` ranges for deleted row groups, an anti join
+    against a registered Arrow table of deleted positions for the deletion vectors); the
+    reference's pruning hints are repeated as row conditions inside so DuckDB's filter and
+    row-group pushdown apply, and a ``LIMIT`` barrier keeps the statement's own expressions
+    from ever seeing a deleted row;
+  - every other file (deleted rows without ``masked_native``, float statistics that cannot
+    bound NaN, or any file of an S3 warehouse) is read by flightsrv's masked Arrow scan
+    (:meth:`Snapshot.scan`): deleted row groups are never read, the deletion vector is
+    applied per row group as a keep mask, row groups are pruned by footer statistics, and it
+    is registered as an Arrow reader (up to :data:`ARROW_STREAMS` readers per reference,
+    which DuckDB consumes in parallel);
 
 - optionally two hidden columns, :data:`FILE_COLUMN` (the file's ordinal in the relation's
   ``file_list``) and :data:`POSITION_COLUMN` (the row's physical position in that file: DuckDB's
@@ -24,27 +33,29 @@ columns the statement can touch, its pruning hints) into
 Files and row groups are pruned through :class:`~flightsrv.engine.prune.Pruner`, whose
 comparisons DuckDB makes: whole manifest chunks are skipped by their summaries first, so only
 the chunks that may hold matching files are read; then one statistics query per reference
-prunes the files (clean files by their manifest entry and partition values, DuckDB prunes
+prunes the files (DuckDB-read files by their manifest entry and partition values, DuckDB prunes
 their row groups itself; Arrow-scanned files by their row groups' footer statistics).
 Pruning never decides that a row matches.
 
 Schema evolution: every file is read by field id under the current schema
-(:mod:`flightsrv.table.projection`). Runs of DuckDB-read files share the schema they were
-written with, and their ``SELECT`` renames (``"physical" AS "name"``), casts widened columns
-and supplies the default of columns added later (``CAST(default AS type) AS "name"``); the
-Arrow scan applies the same projection itself.
+(:mod:`flightsrv.table.projection`). Runs of DuckDB-read files (clean or masked) share the
+schema they were written with, and their ``SELECT`` renames (``"physical" AS "name"``), casts
+widened columns and supplies the default of columns added later
+(``CAST(default AS type) AS "name"``); the Arrow scan applies the same projection itself.
 
 Pinning: the file list comes from the pinned manifest; data files are write-once under
-unique keys, so reading them by path reads exactly the pinned version. Each clean file is
-checked against the manifest (present, same size) before the statement runs.
+unique keys, so reading them by path reads exactly the pinned version. Each DuckDB-read file
+is checked against the manifest (present, same size) before the statement runs.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from flightsrv.errors import CorruptObject, ObjectNotFound, SqlError
@@ -168,12 +179,16 @@ def _select_sql(reads) -> str:
 
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
           hidden: bool = False, native: bool = True, open_scans: bool = True,
-          files: list[DataFile] | None = None) -> Relation:
+          files: list[DataFile] | None = None, masked_native: bool = False,
+          masked_max_groups: int | None = None) -> Relation:
     """The view for one table reference (see the module docstring).
 
     ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
     come last when ``hidden``); ``pruner``: a :class:`~flightsrv.engine.prune.Pruner` or
-    None; ``native``: read clean local files with DuckDB; ``open_scans=False`` registers
+    None; ``native``: read clean local files with DuckDB; ``masked_native``: read local
+    files with deleted rows with DuckDB too (:func:`_masked_part`), with
+    ``masked_max_groups`` only those whose footer statistics keep at most that many row
+    groups and fewer than all (the others by the Arrow scan); ``open_scans=False`` registers
     empty stand-ins (for typing a prepared statement without reading data); ``files``
     restricts the relation to some of the snapshot's files. The hidden file column is the
     file's index in the returned ``Relation.file_list``.
@@ -192,7 +207,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     spellable: dict[int, bool] = {}  # schema id -> DuckDB can spell its projection
     for f in candidates:
         kind = "arrow"
-        if native and _is_clean(f):
+        clean = _is_clean(f)
+        if native and (clean or masked_native):
             reads = snapshot.projection(f, names)
             kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
             if kind == "clean":
@@ -204,17 +220,32 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                         spellable[f.schema_id] = False
                 if not spellable[f.schema_id]:
                     kind = "arrow"
+                elif not clean:
+                    kind = "masked"
         kinds[id(f)] = kind
     groups: dict[int, list[int]] = {}
     if pruner:
-        # one statistics query: clean files by their manifest entry (DuckDB prunes their row
-        # groups itself), Arrow-scanned files by their row groups' footer statistics
-        by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow"} if open_scans \
+        # one statistics query: DuckDB-read files by their manifest entry (DuckDB prunes
+        # their row groups itself), Arrow-scanned files by their row groups' footer statistics
+        # (and, when their read depends on it, files with deleted rows by their row groups)
+        by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow" or (
+            kinds[id(f)] == "masked" and masked_max_groups is not None)} if open_scans \
             else set()
+        before = len(candidates)
+        if masked_max_groups is not None and any(kinds[id(f)] == "masked" for f in candidates):
+            # files first by their manifest statistics: a point query then decodes the footer
+            # statistics of the one file that may hold it, not of every file with deletes
+            candidates = pruner.files(candidates)
         kept, groups = pruner.units(
             candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
-        rel.files_pruned = len(candidates) - len(kept)
+        rel.files_pruned = before - len(kept)
         candidates = kept
+        for f in candidates:
+            if id(f) in by_group and kinds[id(f)] == "masked":
+                live = f.row_groups - len(f.deleted_row_groups)
+                n = len(groups.get(id(f), ()))
+                if n > masked_max_groups or n >= live:  # not selective: the keep mask wins
+                    kinds[id(f)] = "arrow"
     rel.file_list = tuple(candidates)
     rel.files_scanned = len(candidates)
     rel.rows_masked = sum(f.deleted_rows for f in candidates)
@@ -228,7 +259,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     runs: list[tuple[str, int, list[DataFile]]] = []
     for f in candidates:
         kind = kinds[id(f)]
-        sid = f.schema_id if kind == "clean" else -1
+        sid = f.schema_id if kind != "arrow" else -1
         if runs and runs[-1][0] == kind and runs[-1][1] == sid:
             runs[-1][2].append(f)
         else:
@@ -248,6 +279,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     parts = []
     store = snapshot.store
     for i, (kind, _sid, run) in enumerate(runs):
+        if kind == "masked":
+            parts.append(_masked_part(snapshot, run, names, hidden, ordinal[id(run[0])],
+                                      f"{relation}_d{i}", rel, open_scans, pruner))
+            continue
         if kind == "clean":
             paths = []
             for f in run:
@@ -289,6 +324,140 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     return rel
 
 
+#: the registered table of deleted positions a masked run anti-joins (file_index is UBIGINT)
+DELETED_SCHEMA = pa.schema([pa.field("fi", pa.uint64(), nullable=False),
+                            pa.field("pos", pa.int64(), nullable=False)])
+#: a LIMIT no table reaches: DuckDB pushes no filter through a LIMIT, so the statement's own
+#: expressions see only rows that left the anti join (see :func:`_masked_part`)
+_BARRIER = (1 << 63) - 1
+
+
+#: constants an integer column is compared with without being cast to a DECIMAL: integer
+#: literals, bound integer parameters (``CAST(4103 AS BIGINT)``), bound floats (DOUBLE)
+_SAFE_FOR_INTEGER = re.compile(
+    r"-?[0-9]+|CAST\(-?[0-9]+ AS (TINYINT|SMALLINT|INT|INTEGER|BIGINT|HUGEINT|UTINYINT|"
+    r"USMALLINT|UINTEGER|UBIGINT|UHUGEINT)\)|CAST\([-+.eE0-9]+ AS (DOUBLE|FLOAT|REAL)\)")
+
+
+def _term_sql(term, column_type: pa.DataType) -> str | None:
+    """A pruning hint (:class:`~flightsrv.sql.plan.PruneTerm`) as a row condition on
+    ``__fsrv_t``, or None when it is not evaluated per row. The hints are conjuncts of the
+    statement's WHERE (or implied by a long IN list), so a row they reject could not match
+    anyway; DuckDB still evaluates the whole WHERE above the barrier.
+
+    These conditions run on deleted rows too, so none may fail on a row's value: string,
+    boolean and temporal columns are compared with constants cast to the column's type, but
+    a number column may be cast to the constant's decimal type, which fails naming the
+    value (``bigint_col < 1.12345678901234567890123`` casts to DECIMAL(38,23)). So an
+    integer column takes only integer or DOUBLE constants (:data:`_SAFE_FOR_INTEGER`; DuckDB
+    then compares in an integer type or DOUBLE, which hold every value), a decimal column
+    none, and a long IN list of non-integers is left out."""
+    from flightsrv.engine.prune import IN_LIST_EXACT, _int_list
+
+    c, op, vals = "__fsrv_t." + _ident(term.column), term.op, term.operands
+    if pa.types.is_decimal(column_type):
+        return None
+    if pa.types.is_integer(column_type) and not all(_SAFE_FOR_INTEGER.fullmatch(v)
+                                                    for v in vals):
+        return None
+    if op in ("=", "<", "<=", ">", ">=", "<>"):
+        return f"{c} {op} {vals[0]}"
+    if op == "in" and len(vals) <= IN_LIST_EXACT:
+        return f"{c} IN ({', '.join(vals)})"
+    if op == "in":
+        ints = _int_list(vals)
+        return None if ints is None else f"{c} BETWEEN {min(ints)} AND {max(ints)}"
+    if op == "between":
+        return f"{c} BETWEEN {vals[0]} AND {vals[1]}"
+    if op == "is_null":
+        return f"{c} IS NULL"
+    if op == "not_null":
+        return f"{c} IS NOT NULL"
+    return None
+
+
+def _row_conditions(pruner, schema: pa.Schema, names) -> list[tuple[Any, str]]:
+    """(hint, row condition) of each hint on one of ``names`` that is evaluated per row."""
+    if pruner is None:
+        return []
+    out = []
+    for t in pruner.terms:
+        if t.column in names:
+            cond = _term_sql(t, schema.field(t.column).type)
+            if cond is not None:
+                out.append((t, cond))
+    return out
+
+
+def pushable(pruner) -> bool:
+    """Whether ``pruner`` has a hint DuckDB can evaluate exactly per row inside a masked run
+    (the ``"filtered"`` mode reads files with deleted rows with DuckDB only then). A long
+    IN list does not count: inside it is only its range, which scattered ids make the whole
+    table (a 1,000-id ``IN`` measured 1.26x the Arrow scan that way, benchmarks/RESULTS.md),
+    and the list itself stays above the barrier."""
+    from flightsrv.engine.prune import IN_LIST_EXACT
+
+    if pruner is None:
+        return False
+    return any(not (t.op == "in" and len(t.operands) > IN_LIST_EXACT)
+               for t, _ in _row_conditions(pruner, pruner.schema, pruner.schema.names))
+
+
+def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidden: bool,
+                 first: int, name: str, rel: Relation, open_scans: bool, pruner) -> str:
+    """One ``SELECT`` reading a run of local files that have deleted rows (and share one
+    written schema) with DuckDB's Parquet reader, the deleted rows removed inside DuckDB.
+
+    Inner query (engine SQL only): the run's projection (:func:`_select_sql`, by field id)
+    with ``file_index``/``file_row_number``; the pruning hints as row conditions, which
+    DuckDB pushes into the reader (projection, filter and row-group pruning); deleted row
+    groups removed by ``file_row_number`` ranges; the deletion vectors' positions removed by
+    an ``ANTI JOIN`` against the registered Arrow table ``name`` of (run-local file index,
+    position). It ends in ``LIMIT`` :data:`_BARRIER`: DuckDB pushes no filter through a
+    LIMIT, so the statement's own WHERE (which may raise errors naming values, e.g. a failed
+    CAST or ``error()``) is evaluated only on rows that are live. Without the barrier the
+    optimizer evaluates it below the anti join, on deleted rows."""
+    table = snapshot.table.name
+    store = snapshot.store
+    paths, ranges, fis, poss = [], [], [], []
+    for j, f in enumerate(run):
+        path = store.local_path(f.path)
+        _check_file(path, f, table)
+        rel.files[path] = (table, f.path)
+        paths.append(_literal(path))
+        for g in f.deleted_row_groups:
+            start = f.row_group_offsets[g]
+            ranges.append(f"(__fsrv_fi = {j} AND __fsrv_fr BETWEEN {start} AND "
+                          f"{start + f.row_group_rows(g) - 1})")
+        if open_scans:
+            pos = snapshot.deleted_positions(f)
+            if pos is not None and len(pos):
+                poss.append(pos)
+                fis.append(np.full(len(pos), j, dtype=np.uint64))
+    conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names)]
+    if ranges:
+        conds.append(f"NOT ({' OR '.join(ranges)})")
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    join = ""
+    if fis or not open_scans:
+        rel.readers[name] = pa.table([pa.array(np.concatenate(fis), pa.uint64()),
+                                      pa.array(np.concatenate(poss), pa.int64())],
+                                     schema=DELETED_SCHEMA) if fis \
+            else DELETED_SCHEMA.empty_table()
+        join = (f" ANTI JOIN {name} AS __fsrv_d ON __fsrv_d.fi = __fsrv_t.__fsrv_fi"
+                " AND __fsrv_d.pos = __fsrv_t.__fsrv_fr")
+    inner = (f"SELECT {_select_sql(snapshot.projection(run[0], names))}, "
+             "file_index AS __fsrv_fi, file_row_number AS __fsrv_fr "
+             f"FROM read_parquet([{', '.join(paths)}], hive_partitioning=false, "
+             "union_by_name=false)")
+    cols = ", ".join(_ident(c) for c in names)
+    if hidden:
+        cols += (f", CAST(__fsrv_fi + {first} AS INTEGER) AS {FILE_COLUMN}"
+                 f", __fsrv_fr AS {POSITION_COLUMN}")
+    return (f"SELECT {cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t{join}{where} "
+            f"LIMIT {_BARRIER}) AS __fsrv_m")
+
+
 def native_failure(error: BaseException,
                    files: dict[str, tuple[str, str]]) -> BaseException | None:
     """The flightsrv error behind a DuckDB error that names one of the native scan's files:
@@ -307,4 +476,4 @@ def native_failure(error: BaseException,
 
 
 __all__ = ["FILE_COLUMN", "HIDDEN", "POSITION_COLUMN", "Relation", "build", "is_native",
-           "native_failure", "native_root"]
+           "native_failure", "native_root", "pushable"]

@@ -1,0 +1,104 @@
+"""Issue 13: how local files with deleted rows are read, each ``DuckEngine(masked_scans=...)``
+mode against the others and against the same files without deletes, in one run.
+
+Data: ``bench_peers.make_events`` (n = 1M small, 10M full) appended as 4 files with DuckDB's
+row-group size (122,880 rows, Snappy, as in ``bench_peers``); then 1% of the ids, chosen at
+random, are deleted (one ``DELETE ... WHERE id IN (SELECT id FROM subjects)``), so every row
+group holds deleted rows. The "no deletes" baseline is the same files at the version before
+the delete (time travel), read by DuckDB's ``read_parquet`` as clean files.
+
+Modes (in process, no Flight, so only the read path differs):
+
+- ``arrow``: flightsrv's masked Arrow scan (the path before issue 13's masked read);
+- ``filtered`` (the default): DuckDB's ``read_parquet`` with the deleted rows anti-joined
+  inside DuckDB when the reference has a prunable filter, else the Arrow scan;
+- ``duckdb``: DuckDB's reader with the anti join always.
+
+Queries: a point ``SELECT * WHERE id = <random>`` (p50 over random ids), ``count(*)`` of a
+1,000-id ``IN`` list, ``count(*), sum(value)`` over 20% of the id range, and over the whole
+table (no filter). Rounds are interleaved across the modes and the baseline.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from benchmarks.bench_peers import DUCKDB_ROW_GROUP, _label, load, make_events
+from benchmarks.harness import Context, Row, mb
+
+NAME = "masked"
+MODES = ("arrow", "filtered", "duckdb")
+
+
+def run(ctx: Context) -> list[Row]:
+    from flightsrv.engine import DuckEngine, Session
+    from flightsrv.warehouse import Warehouse
+
+    n = ctx.rows(1_000_000, 10_000_000)
+    data = make_events(n)
+    rng = np.random.default_rng(7)
+    wh = Warehouse.open(ctx.tempdir("masked-wh"))
+    props = {"row_group_bytes": str(int(DUCKDB_ROW_GROUP * data.nbytes / n)),
+             "compression": "snappy"}
+    t = wh.create_table("events", data.schema, props)
+    step = n // 4
+    for a in range(0, n, step):
+        t.append(data.slice(a, step))
+    v_clean = t.head().version
+    subjects = wh.create_table("subjects", pa.schema([("id", pa.int64())]))
+    subjects.append(pa.table({"id": np.sort(rng.choice(n, n // 100, replace=False))}))
+    files = t.head().data_files
+    workload = (f"{_label(n)}, 5 cols, {len(files)} files, "
+                f"{sum(f.row_groups for f in files)} row groups, snappy, "
+                f"{mb(sum(f.size for f in files))}, 1% deleted at random")
+    session = Session("bench")
+    engines = {m: DuckEngine(wh, masked_scans=m) for m in MODES}
+    try:
+        engines["arrow"].execute_update(
+            "DELETE FROM events WHERE id IN (SELECT id FROM subjects)", session)
+        in_list = ", ".join(str(int(i)) for i in rng.choice(n, 1000, replace=False))
+        queries = {
+            "point `SELECT * WHERE id = ?` (p50)": None,
+            "`count(*) WHERE id IN (<1,000 ids>)`":
+                f"SELECT count(*) FROM events{{at}} WHERE id IN ({in_list})",
+            "`count(*), sum(value) WHERE id BETWEEN` 20% of the range":
+                f"SELECT count(*), sum(value) FROM events{{at}} WHERE id BETWEEN {n // 10} "
+                f"AND {3 * n // 10}",
+            "`count(*), sum(value)` (no filter)": "SELECT count(*), sum(value) FROM events{at}",
+        }
+        points = [int(i) for i in rng.integers(0, n, 41)]
+        contenders = {m: (engines[m], "") for m in MODES}
+        contenders["clean"] = (engines["arrow"], f" AT (VERSION => {v_clean})")
+
+        def go(engine, sql):
+            engine.execute_query(sql, session).reader.read_all()
+
+        rows = []
+        for label, sql in queries.items():
+            times: dict[str, list[float]] = {c: [] for c in contenders}
+            for r in range(len(points) if sql is None else 7):
+                for c, (engine, at) in contenders.items():
+                    q = (f"SELECT * FROM events{at} WHERE id = {points[r]}" if sql is None
+                         else sql.format(at=at))
+                    t0 = time.perf_counter()
+                    go(engine, q)
+                    times[c].append(time.perf_counter() - t0)
+            med = {c: statistics.median(ts[1:]) for c, ts in times.items()}  # first warms
+            base = med["arrow"]
+            for m in ("filtered", "duckdb"):
+                rows.append(Row(
+                    f"masked read `{m}` vs `arrow`", f"{workload}; {label}",
+                    f"{med[m] * 1000:.1f} ms",
+                    f"Arrow scan (`arrow`) {base * 1000:.1f} ms; same files without deletes "
+                    f"{med['clean'] * 1000:.1f} ms", med[m] / base, "< 1.0x", med[m] < base,
+                    f"in process; vs no deletes {med[m] / med['clean']:.2f}x (`arrow`: "
+                    f"{base / med['clean']:.2f}x); median of {len(times[m]) - 1}, "
+                    f"interleaved; load {load()}"))
+        return rows
+    finally:
+        for e in engines.values():
+            e.close()
