@@ -66,7 +66,7 @@ from flightsrv.table.erase.complete import (  # noqa: F401
     _finish,
     _history,
 )
-from flightsrv.table.erase.replace import _discard, _prepare, _Prepared
+from flightsrv.table.erase.replace import _discard, _prepare, Replacement
 from flightsrv.table.erase.results import (  # noqa: F401
     ErasedCount,
     ErasedObject,
@@ -136,7 +136,7 @@ def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, ex
                          source=source, head_before=snapshot.version, started_at_ms=started)
     erased: dict[str, str] = {}
     if targets:
-        prepared: list[_Prepared] = []
+        prepared: list[Replacement] = []
         out: dict = {}
         extra = {"request_fingerprint": fingerprint} if fingerprint else {}
         try:

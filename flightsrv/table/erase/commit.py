@@ -19,7 +19,7 @@ from pyroaring import BitMap64
 from flightsrv.errors import CommitConflict, ConfigurationError
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import dead_positions, place, remap_positions
-from flightsrv.table.erase.replace import _Prepared, _Target
+from flightsrv.table.erase.replace import Replacement, Target
 from flightsrv.table.manifest import DataFile, Manifest
 
 MAX_REPLANS = 5
@@ -42,7 +42,7 @@ def _dead_positions(table, f: DataFile) -> np.ndarray:
 # -- the commit ----------------------------------------------------------------------
 
 
-def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict, out: dict):
+def _mutator(table, snap, prepared: list[Replacement], operation: str, extra: dict, out: dict):
     targets = {p.target.file.path: p for p in prepared}
 
     def mutate(head: Manifest | None) -> Manifest:
@@ -113,7 +113,7 @@ def _mutator(table, snap, prepared: list[_Prepared], operation: str, extra: dict
 # -- planning: a positions plan → targets ------------------------------------------
 
 
-def _targets(table, snap, plan: dict) -> list[_Target]:
+def _targets(table, snap, plan: dict) -> list[Target]:
     """Validate a positions plan against ``snap`` and widen it to the dead rows of every row
     group it touches (they are re-encoded anyway, so their bytes go too)."""
     by_path = snap.manifest.files_by_path()
@@ -134,5 +134,5 @@ def _targets(table, snap, plan: dict) -> list[_Target]:
         dead = _dead_positions(table, f)
         touched = np.unique(np.searchsorted(f.row_group_offsets, new, side="right") - 1)
         dead_groups = np.searchsorted(f.row_group_offsets, dead, side="right") - 1
-        targets.append(_Target(f, np.union1d(new, dead[np.isin(dead_groups, touched)])))
+        targets.append(Target(f, np.union1d(new, dead[np.isin(dead_groups, touched)])))
     return targets

@@ -54,14 +54,18 @@ def _group_split(f: DataFile, positions: np.ndarray) -> dict[int, np.ndarray]:
 
 
 @dataclass
-class _Target:
+class Target:
+    """One data file of an erasure plan and the rows to remove from it."""
+
     file: DataFile  # as seen in the planning snapshot
     remove: np.ndarray  # sorted old positions to drop (int64)
 
 
 @dataclass
-class _Prepared:
-    target: _Target
+class Replacement:
+    """What replaces a target: its new files (written, not yet committed) and the report."""
+
+    target: Target
     new_files: list[DataFile]  # uncommitted, in row order
     report: FileErasure
 
@@ -105,7 +109,7 @@ def _assemble(store, plan, key: str) -> ObjectMeta:
     return meta
 
 
-def _splice(table, snap, t: _Target) -> _Prepared:
+def _splice(table, snap, t: Target) -> Replacement:
     f = t.file
     plan = rewrite_row_groups(table.store, f.path, f.etag, f.size, _group_split(f, t.remove))
     key = data_key(table.runtime)
@@ -116,7 +120,7 @@ def _splice(table, snap, t: _Target) -> _Prepared:
     nf = DataFile(path=key, size=meta.size, etag=meta.etag, rows=plan.new_num_rows,
                   row_group_offsets=offsets, stats=stats, added_version=0,
                   schema_id=f.schema_id, spec_id=f.spec_id, partition=tuple(f.partition))
-    return _Prepared(t, [nf], FileErasure(
+    return Replacement(t, [nf], FileErasure(
         f.path, (key,), plan.path, plan.old_num_rows - plan.new_num_rows, f.size, meta.size,
         plan.bytes_downloaded, plan.bytes_uploaded, plan.bytes_copied,
         "" if plan.path == "splice" else "no byte range could be copied"))
@@ -128,7 +132,7 @@ def _file_layout(m: Manifest, f: DataFile) -> WriteLayout:
                        fixed_partition=(f.spec_id, tuple(f.partition)))
 
 
-def _rewrite(table, snap, t: _Target, reason: str) -> _Prepared:
+def _rewrite(table, snap, t: Target, reason: str) -> Replacement:
     """Copy-on-write: read the surviving rows, write them with the table's writer."""
     from flightsrv.table.scan import open_parquet
 
@@ -161,15 +165,15 @@ def _rewrite(table, snap, t: _Target, reason: str) -> _Prepared:
                             WriteOptions.from_properties(snap.manifest.properties),
                             snap.version + 1)
     files = writer.write(batches())
-    return _Prepared(t, files, FileErasure(
+    return Replacement(t, files, FileErasure(
         f.path, tuple(x.path for x in files), "rewrite", len(t.remove), f.size,
         writer.bytes_written, read["bytes"], writer.bytes_written, 0, reason))
 
 
-def _prepare(table, snap, t: _Target) -> _Prepared:
+def _prepare(table, snap, t: Target) -> Replacement:
     f = t.file
     if len(t.remove) >= f.rows:
-        return _Prepared(t, [], FileErasure(f.path, (), "drop", f.rows, f.size, 0, 0, 0, 0))
+        return Replacement(t, [], FileErasure(f.path, (), "drop", f.rows, f.size, 0, 0, 0, 0))
     reason = _rewrite_reason(table.store, f)
     if reason is None:
         try:
@@ -181,7 +185,7 @@ def _prepare(table, snap, t: _Target) -> _Prepared:
     return _rewrite(table, snap, t, reason)
 
 
-def _discard(table, prepared: list[_Prepared]) -> None:
+def _discard(table, prepared: list[Replacement]) -> None:
     """Delete objects written for a commit that did not land (best effort)."""
     head = table.log.head()
     live = {f.path for f in head.data_files} if head else set()
