@@ -16,6 +16,7 @@ Imports inside ``if TYPE_CHECKING:`` blocks are ignored (they do not run). Impor
 functions count: a late import is still a dependency.
 
     python tools/check_imports.py          # exit 1 and print the problems
+    python tools/check_imports.py --root D # check the flightsrv package under D instead
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "flightsrv"
 
 LAYERS = {
     "flightsrv.errors": 0, "flightsrv.runtime": 0, "flightsrv.telemetry": 0,
@@ -40,8 +40,8 @@ LAYERS = {
 }
 
 
-def module_name(path: pathlib.Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def module_name(path: pathlib.Path, root: pathlib.Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
@@ -63,9 +63,9 @@ def _type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imports(path: pathlib.Path, modules: set[str]) -> set[str]:
+def imports(path: pathlib.Path, modules: set[str], root: pathlib.Path = ROOT) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
-    me = module_name(path)
+    me = module_name(path, root)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out: set[str] = set()
 
@@ -93,11 +93,16 @@ def imports(path: pathlib.Path, modules: set[str]) -> set[str]:
     return {m for m in out if m.startswith("flightsrv")} - {me}
 
 
-def main() -> int:
-    files = sorted(PACKAGE.rglob("*.py"))
-    modules = {module_name(f) for f in files}
-    graph = {module_name(f): {m for m in imports(f, modules) if m in modules or
-                              any(x.startswith(m + ".") for x in modules)} for f in files}
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    root = pathlib.Path(argv[1]).resolve() if argv[:1] == ["--root"] and len(argv) > 1 \
+        else ROOT
+    files = sorted((root / "flightsrv").rglob("*.py"))
+    modules = {module_name(f, root) for f in files}
+    graph = {module_name(f, root): {m for m in imports(f, modules, root)
+                                    if m in modules or any(x.startswith(m + ".")
+                                                           for x in modules)}
+             for f in files}
     problems = []
     for mod, deps in sorted(graph.items()):
         lm = layer(mod)
