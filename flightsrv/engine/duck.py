@@ -584,8 +584,6 @@ class DuckEngine:
             if name not in tables:
                 try:
                     tables[name] = self.warehouse.handle(name)
-                except TableNotFound:
-                    raise
                 except ConfigurationError as e:  # not even a valid name (e.g. a file path)
                     raise TableNotFound("no such table", table=name, reason=e.message) from None
             if version is None and as_of is None:

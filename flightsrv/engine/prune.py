@@ -133,6 +133,30 @@ def _plain(v):
     return v
 
 
+def _column_entry(t: pa.DataType, mins: list, maxs: list, encs: list, nulls: list,
+                  nans: list, ranges: dict, buckets: dict, *, many: bool,
+                  units: int | None) -> dict | None:
+    """One column's statistics as :meth:`Pruner._run` takes them. Bounds that do not
+    decode to ``t`` become NULL bounds (keep every unit) when ``units`` is given, else the
+    column is left out (None). Partition ranges that do not fit ``t`` are left out;
+    ``many``: a unit lists several buckets (a chunk) rather than one (a file)."""
+    try:
+        lo, hi = _decode(mins, encs, t), _decode(maxs, encs, t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+            TypeError, ValueError, OverflowError):
+        if units is None:
+            return None
+        lo = hi = pa.nulls(units, t)
+    entry = {"mins": lo, "maxs": hi, "nulls": nulls, "nans": nans, "ranges": [],
+             "buckets": [(nb, vals, many) for nb, vals in buckets.values()]}
+    for rlo, rhi, pn in ranges.values():
+        try:
+            entry["ranges"].append((pa.array(rlo, t), pa.array(rhi, t), pn))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pass
+    return entry
+
+
 def _decode(raws: list, encs: list, cur: pa.DataType) -> pa.Array:
     """Statistics JSON values as an array of type ``cur``; ``encs[i]`` is the type JSON
     value ``i`` was encoded with (None: the value is None or already of ``cur``)."""
@@ -389,21 +413,8 @@ class Pruner:
                     slot[0][j], slot[1][j] = lo, hi
                     slot[2][j] = f.rows if value is None else 0
                     k_range += 1
-            try:
-                entry = {"mins": _decode(mins, encs, t), "maxs": _decode(maxs, encs, t),
-                         "nulls": nulls, "nans": nans}
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
-                    TypeError, ValueError, OverflowError):
-                entry = {"mins": pa.nulls(len(files), t), "maxs": pa.nulls(len(files), t),
-                         "nulls": nulls, "nans": nans}
-            entry["ranges"] = []
-            for lo, hi, pn in ranges.values():
-                try:
-                    entry["ranges"].append((pa.array(lo, t), pa.array(hi, t), pn))
-                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-                    pass
-            entry["buckets"] = [(nb, vals, False) for nb, vals in buckets.values()]
-            out[col] = entry
+            out[col] = _column_entry(t, mins, maxs, encs, nulls, nans, ranges, buckets,
+                                     many=False, units=len(files))
         return out
 
     def files(self, files: Sequence[DataFile]) -> list[DataFile]:
@@ -467,20 +478,10 @@ class Pruner:
                     enc = type_from_json(sm["t"])
                     slot[0][j] = P.bounds(pf["transform"], sm["lo"], t, enc)[0]
                     slot[1][j] = P.bounds(pf["transform"], sm["hi"], t, enc)[1]
-            try:
-                entry = {"mins": _decode(mins, encs, t), "maxs": _decode(maxs, encs, t),
-                         "nulls": nulls, "nans": nans}
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
-                    TypeError, ValueError, OverflowError):
-                continue
-            entry["ranges"] = []
-            for lo, hi, pn in ranges.values():
-                try:
-                    entry["ranges"].append((pa.array(lo, t), pa.array(hi, t), pn))
-                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-                    pass
-            entry["buckets"] = [(nb, vals, True) for nb, vals in buckets.values()]
-            cols[col] = entry
+            entry = _column_entry(t, mins, maxs, encs, nulls, nans, ranges, buckets,
+                                  many=True, units=None)
+            if entry is not None:
+                cols[col] = entry
         keep = self._run(len(refs), [r.rows for r in refs], cols)
         self.chunks_pruned += len(refs) - len(keep)
         self.chunks_kept += len(keep)
