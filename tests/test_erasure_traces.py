@@ -77,3 +77,28 @@ def test_sql_erasure_leaves_no_literal_in_logs_or_storage(warehouse_uri, capture
     certs = wh.table("people").erasures()
     assert certs and SECRET not in repr(certs)
     assert wh.table("people").count_rows() == 299
+
+
+# every way DuckDB spells a constant, each holding the secret; and a comment holding it
+_SPELLINGS = [
+    "'{s}'", "E'{s}'", "$${s}$$", "$q${s}$q$", "N'{s}'", "'{s}'::VARCHAR", "DATE '{s}'",
+    "{{'k': '{s}'}}", "['{s}', 'x']", "'it''s {s}'",
+]
+
+
+@pytest.mark.parametrize("spelling", _SPELLINGS)
+def test_redacted_statement_text_keeps_no_constant(spelling):
+    from flightsrv.server.logs import StatementText
+
+    text = StatementText("redacted")
+    literal = spelling.format(s=SECRET)
+    sql = (f"SELECT \"user col\", count(*) FROM people /* {SECRET} */ WHERE email = {literal}"
+           f" AND id IN (9876543210, 0x7F3A, 1_234_567, -3.25e7) AND z = $1 -- {SECRET}\n"
+           "GROUP BY 1")
+    shown = text(sql)
+    for leak in ("mallory", "9876543210", "7F3A", "1_234_567", "3.25e7", "234"):
+        assert leak not in shown, (leak, shown)
+    # the statement's shape survives: keywords, identifiers, operators and parameters
+    assert shown.startswith('SELECT "user col", count(*) FROM people WHERE email = ')
+    assert "id IN (?, ?, ?, -?) AND z = $1 GROUP BY ?" in shown
+    assert "\n" not in shown
