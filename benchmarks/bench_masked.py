@@ -31,7 +31,7 @@ from benchmarks.bench_peers import DUCKDB_ROW_GROUP, _label, load, make_events
 from benchmarks.harness import Context, Row, mb
 
 NAME = "masked"
-MODES = ("arrow", "filtered", "duckdb")
+MODES = ("arrow", "prefetch", "filtered", "duckdb")
 
 
 def run(ctx: Context) -> list[Row]:
@@ -89,7 +89,7 @@ def run(ctx: Context) -> list[Row]:
                     times[c].append(time.perf_counter() - t0)
             med = {c: statistics.median(ts[1:]) for c, ts in times.items()}  # first warms
             base = med["arrow"]
-            for m in ("filtered", "duckdb"):
+            for m in ("prefetch", "filtered", "duckdb"):
                 rows.append(Row(
                     f"masked read `{m}` vs `arrow`", f"{workload}; {label}",
                     f"{med[m] * 1000:.1f} ms",

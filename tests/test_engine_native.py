@@ -8,6 +8,7 @@ from __future__ import annotations
 import pathlib
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -60,7 +61,7 @@ def expected_live(v_full: bool = False) -> list[int]:
     return [i for i in range(TOTAL) if v_full or not _deleted(i)]
 
 
-@pytest.mark.parametrize("masked", ["arrow", "duckdb", "filtered"])
+@pytest.mark.parametrize("masked", ["arrow", "prefetch", "duckdb", "filtered"])
 def test_pinned_live_rows_native_and_arrow(warehouse_uri, masked):
     """Every read path of every kind of file; ``masked`` chooses how local files with
     deleted rows are read (the Arrow scan, or DuckDB's reader with the deleted positions
@@ -265,7 +266,7 @@ def test_native_scan_matches_model(tmp_path_factory, ops):
         e.close()
 
 
-@pytest.mark.parametrize("masked", ["duckdb", "filtered"])
+@pytest.mark.parametrize("masked", ["prefetch", "duckdb", "filtered"])
 def test_dml_over_files_masked_inside_duckdb(local_uri, masked):
     """DELETE and UPDATE find their rows' (file, position) through the DuckDB-masked read of
     files that already have deleted rows: the right rows change, deleted rows stay gone."""
@@ -377,7 +378,7 @@ def _canon(table: pa.Table) -> list:
     return sorted(out, key=repr)
 
 
-@pytest.mark.parametrize("masked", ["arrow", "duckdb", "filtered"])
+@pytest.mark.parametrize("masked", ["arrow", "prefetch", "duckdb", "filtered"])
 def test_every_read_mode_after_schema_changes_with_deletes(local_uri, masked):
     """Files of older schemas with deletes are read by field id in every mode (a renamed
     column by its old physical name, a dropped-and-re-added column as the new column's
@@ -448,7 +449,7 @@ def test_filtered_mode_reads_with_duckdb_only_for_exact_hints(local_uri):
         e.close()
 
 
-@pytest.mark.parametrize("masked", ["arrow", "duckdb", "filtered"])
+@pytest.mark.parametrize("masked", ["arrow", "prefetch", "duckdb", "filtered"])
 def test_pushed_hints_never_fail_on_a_deleted_value(local_uri, masked):
     """The pruning hints evaluated inside a masked run see deleted rows, so a hint whose
     comparison would cast the column (a BIGINT or DECIMAL(38,0) column against a decimal
@@ -503,5 +504,45 @@ def test_filtered_mode_reads_with_duckdb_only_selective_files(local_uri):
         assert "ANTI JOIN r_d" in bound and "r_a" not in bound
         broad = body(PruneTerm("k", "=", ("3",)))  # every row group may match
         assert "ANTI JOIN" not in broad and "r_a" in broad
+    finally:
+        con.close()
+
+
+def test_prefetch_mode_hands_the_statement_live_rows_only(local_uri):
+    """``masked_scans="prefetch"`` (the default) reads a selective file with deleted rows by
+    DuckDB *before* the statement, with engine conditions only, and registers the live rows
+    as an Arrow table: the statement's view has no anti join and no LIMIT barrier, and the
+    registered table holds no deleted row, so nothing the optimizer does can show one."""
+    wh = Warehouse.open(local_uri)
+    t, _ = three_kinds(wh)
+    snap = t.snapshot()
+    con = duckdb.connect()
+    seen = []
+
+    def prefetch(sql):
+        seen.append(sql)
+        return con.sql(sql).to_arrow_table()
+
+    try:
+        for term, want in ((PruneTerm("id", "=", ("4103",)), {4103}),
+                           (PruneTerm("id", "between", ("2990", "3010")), None)):
+            pruner = Pruner(con, [term], snap.schema, snap.manifest)
+            rel = relations.build(snap, None, "r", pruner=pruner, masked_native=True,
+                                  masked_max_groups=2, prefetch=prefetch, hidden=True)
+            assert "ANTI JOIN" not in rel.body and "LIMIT" not in rel.body, rel.body
+            tables = [v for k, v in rel.readers.items() if k.startswith("r_p")]
+            assert tables and seen and "read_parquet" in seen[-1]
+            got = {i for tb in tables for i in tb.column("id").to_pylist()}
+            assert not any(_deleted(i) for i in got)  # no deleted row was registered
+            if want is not None:
+                assert got == want - {i for i in want if _deleted(i)}
+            # the hidden columns name each row's file and physical position
+            for tb in tables:
+                for fi, pos, i in zip(tb.column(relations.FILE_COLUMN).to_pylist(),
+                                      tb.column(relations.POSITION_COLUMN).to_pylist(),
+                                      tb.column("id").to_pylist()):
+                    f = rel.file_list[fi]
+                    assert t.snapshot().take({f.path: np.array([pos])}, ["id"],
+                                             files=[f])["id"].to_pylist() == [i]
     finally:
         con.close()

@@ -159,12 +159,12 @@ def test_no_spelling_reads_erased_rows_or_files(served):
     assert wh.list_tables() == ["events"]  # no CREATE TABLE ... AS succeeded
 
 
-@pytest.mark.parametrize("masked", ["filtered", "duckdb"])
+@pytest.mark.parametrize("masked", ["prefetch", "filtered", "duckdb"])
 def test_erased_rows_never_reach_the_statements_expressions(served, masked):
     """An expression that fails on the erased rows only (``error()``, a failed CAST naming
     the value) must not fail: the statement's WHERE sees live rows only, also when the engine
     reads the files with deletes through DuckDB's reader (``masked_scans="duckdb"`` always
-    does; the default, ``"filtered"``, does for selective filters)."""
+    does; ``"filtered"`` and the default, ``"prefetch"``, do for selective filters)."""
     wh, _, _ = served
     probes = [f"CASE WHEN user_id = {SECRET_USER} THEN error('found ' || email) ELSE true END",
               f"CASE WHEN user_id = {SECRET_USER} THEN CAST(email AS INTEGER) = 1 "

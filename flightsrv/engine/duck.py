@@ -87,12 +87,13 @@ from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
-#: default read path of local files with deleted rows (see DuckEngine.masked_scans): the
-#: masked Arrow scan, which hands DuckDB live rows only. "filtered" is opt-in: its gain is
-#: ~10 ms in process on a point query, within the noise through Flight, and it rests on a
-#: LIMIT barrier DuckDB's optimizer keeps (docs/SERVER.md) for the rule that no expression
-#: of a statement ever sees a deleted row (trust before speed).
-MASKED_SCANS = "arrow"
+#: default read path of local files with deleted rows (see DuckEngine.masked_scans):
+#: "prefetch" reads a selective file (statistics keep at most MASKED_MAX_GROUPS row groups)
+#: by DuckDB ahead of the statement with engine SQL only, drops the deleted positions and
+#: hands the statement the live rows as an Arrow table; every other such file goes through
+#: the masked Arrow scan. Either way no expression of a statement ever sees a deleted row,
+#: without relying on the optimizer ("filtered"/"duckdb" rely on a LIMIT barrier: opt-in).
+MASKED_SCANS = "prefetch"
 #: "filtered": a file with deleted rows is read by DuckDB (anti join) only when statistics
 #: keep at most this many of its row groups (and not all): a selective filter. Measured on
 #: 10M rows, 1% deleted: a point query 0.63x the Arrow scan, a 20% range (17 of 84 groups
@@ -140,14 +141,17 @@ class DuckEngine:
         self.committer = GroupCommitter() if group_commit else None
         #: the local warehouse directory DuckDB reads natively, or None (S3, or disabled)
         self.native_root = native_root(warehouse) if native_scans else None
-        if masked_scans not in ("arrow", "duckdb", "filtered"):
-            raise ValueError(f"masked_scans must be arrow, duckdb or filtered: {masked_scans!r}")
-        #: how local files with deleted rows are read (see ``relations.build``): "arrow"
-        #: (flightsrv's masked Arrow scan), "duckdb" (DuckDB's Parquet reader, deleted
-        #: positions anti-joined inside DuckDB), "filtered" (DuckDB's reader for a file
-        #: when the reference has a prunable filter and statistics keep at most
-        #: MASKED_MAX_GROUPS of the file's row groups; else the Arrow scan).
-        #: Only local warehouses are read by DuckDB's reader; S3 files take the Arrow scan.
+        if masked_scans not in ("arrow", "prefetch", "duckdb", "filtered"):
+            raise ValueError("masked_scans must be arrow, prefetch, duckdb or filtered: "
+                             f"{masked_scans!r}")
+        #: how local files with deleted rows are read (see ``relations.build``):
+        #: "arrow" (flightsrv's masked Arrow scan); "prefetch" (a file whose statistics keep
+        #: at most MASKED_MAX_GROUPS row groups, not all, under a prunable filter is read by
+        #: DuckDB ahead of the statement and its live rows registered as Arrow; else the
+        #: Arrow scan); "filtered" (the same files read by DuckDB inside the statement, the
+        #: deleted positions anti-joined below a LIMIT barrier); "duckdb" (the anti join
+        #: always). Only local warehouses are read by DuckDB's reader; S3 files take the
+        #: Arrow scan.
         self.masked_scans = masked_scans
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  allowed_directory=self.native_root,
@@ -368,13 +372,14 @@ class DuckEngine:
             snap = Snapshot(snap.table, snap.manifest, physical=True)
         pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
-        masked_native = self.masked_scans == "duckdb" or (
-            self.masked_scans == "filtered" and rels.pushable(pruner))
+        selective = self.masked_scans in ("filtered", "prefetch")
+        masked_native = self.masked_scans == "duckdb" or (selective and rels.pushable(pruner))
         rel = rels.build(snap, self._scan_columns(scan), scan.relation, pruner=pruner,
                          hidden=hidden, native=native, open_scans=data,
                          masked_native=masked_native,
-                         masked_max_groups=MASKED_MAX_GROUPS
-                         if self.masked_scans == "filtered" else None)
+                         masked_max_groups=MASKED_MAX_GROUPS if selective else None,
+                         prefetch=(lambda text: cur.sql(text).to_arrow_table())
+                         if self.masked_scans == "prefetch" else None)
         ctx.natives.update(rel.files)
         for name, obj in rel.readers.items():
             if isinstance(obj, pa.RecordBatchReader):

@@ -16,7 +16,9 @@ columns the statement can touch, its pruning hints) into
     against a registered Arrow table of deleted positions for the deletion vectors); the
     reference's pruning hints are repeated as row conditions inside so DuckDB's filter and
     row-group pushdown apply, and a ``LIMIT`` barrier keeps the statement's own expressions
-    from ever seeing a deleted row;
+    from ever seeing a deleted row; or, with ``prefetch`` (the engine's default mode), read
+    ahead of the statement by engine SQL only and registered as an Arrow table of live rows
+    (:func:`_prefetched_part`), so the statement's database never holds a deleted row;
   - every other file (deleted rows without ``masked_native``, float statistics that cannot
     bound NaN, or any file of an S3 warehouse) is read by flightsrv's masked Arrow scan
     (:meth:`Snapshot.scan`): deleted row groups are never read, the deletion vector is
@@ -180,7 +182,7 @@ def _select_sql(reads) -> str:
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
           hidden: bool = False, native: bool = True, open_scans: bool = True,
           files: list[DataFile] | None = None, masked_native: bool = False,
-          masked_max_groups: int | None = None) -> Relation:
+          masked_max_groups: int | None = None, prefetch=None) -> Relation:
     """The view for one table reference (see the module docstring).
 
     ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
@@ -188,7 +190,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     None; ``native``: read clean local files with DuckDB; ``masked_native``: read local
     files with deleted rows with DuckDB too (:func:`_masked_part`), with
     ``masked_max_groups`` only those whose footer statistics keep at most that many row
-    groups and fewer than all (the others by the Arrow scan); ``open_scans=False`` registers
+    groups and fewer than all (the others by the Arrow scan); ``prefetch(sql) -> pa.Table``
+    (a function running engine SQL on the statement's cursor): read those files ahead of the
+    statement instead (:func:`_prefetched_part`), so no LIMIT barrier is needed;
+    ``open_scans=False`` registers
     empty stand-ins (for typing a prepared statement without reading data); ``files``
     restricts the relation to some of the snapshot's files. The hidden file column is the
     file's index in the returned ``Relation.file_list``.
@@ -279,6 +284,11 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     parts = []
     store = snapshot.store
     for i, (kind, _sid, run) in enumerate(runs):
+        if kind == "masked" and prefetch is not None:
+            parts.append(_prefetched_part(snapshot, run, names, hidden, ordinal[id(run[0])],
+                                          f"{relation}_p{i}", rel, open_scans, pruner,
+                                          prefetch, out_schema))
+            continue
         if kind == "masked":
             parts.append(_masked_part(snapshot, run, names, hidden, ordinal[id(run[0])],
                                       f"{relation}_d{i}", rel, open_scans, pruner))
@@ -339,7 +349,7 @@ _SAFE_FOR_INTEGER = re.compile(
     r"USMALLINT|UINTEGER|UBIGINT|UHUGEINT)\)|CAST\([-+.eE0-9]+ AS (DOUBLE|FLOAT|REAL)\)")
 
 
-def _term_sql(term, column_type: pa.DataType) -> str | None:
+def _term_sql(term, column_type: pa.DataType, qualifier: str = "__fsrv_t.") -> str | None:
     """A pruning hint (:class:`~flightsrv.sql.plan.PruneTerm`) as a row condition on
     ``__fsrv_t``, or None when it is not evaluated per row. The hints are conjuncts of the
     statement's WHERE (or implied by a long IN list), so a row they reject could not match
@@ -354,7 +364,7 @@ def _term_sql(term, column_type: pa.DataType) -> str | None:
     none, and a long IN list of non-integers is left out."""
     from flightsrv.engine.prune import IN_LIST_EXACT, _int_list
 
-    c, op, vals = "__fsrv_t." + _ident(term.column), term.op, term.operands
+    c, op, vals = qualifier + _ident(term.column), term.op, term.operands
     if pa.types.is_decimal(column_type):
         return None
     if pa.types.is_integer(column_type) and not all(_SAFE_FOR_INTEGER.fullmatch(v)
@@ -376,14 +386,15 @@ def _term_sql(term, column_type: pa.DataType) -> str | None:
     return None
 
 
-def _row_conditions(pruner, schema: pa.Schema, names) -> list[tuple[Any, str]]:
+def _row_conditions(pruner, schema: pa.Schema, names,
+                    qualifier: str = "__fsrv_t.") -> list[tuple[Any, str]]:
     """(hint, row condition) of each hint on one of ``names`` that is evaluated per row."""
     if pruner is None:
         return []
     out = []
     for t in pruner.terms:
         if t.column in names:
-            cond = _term_sql(t, schema.field(t.column).type)
+            cond = _term_sql(t, schema.field(t.column).type, qualifier)
             if cond is not None:
                 out.append((t, cond))
     return out
@@ -456,6 +467,83 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
                  f", __fsrv_fr AS {POSITION_COLUMN}")
     return (f"SELECT {cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t{join}{where} "
             f"LIMIT {_BARRIER}) AS __fsrv_m")
+
+
+def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
+                     hidden: bool, first: int, name: str, rel: Relation, open_scans: bool,
+                     pruner, prefetch, out_schema: pa.Schema) -> str:
+    """One ``SELECT`` over a run of local files with deleted rows whose statistics kept few
+    row groups (a selective filter), read *before* the statement runs.
+
+    ``prefetch`` runs engine SQL only (no expression of the statement): the run's projection
+    (:func:`_select_sql`, by field id) with ``file_index``/``file_row_number``, the pruning
+    hints as row conditions that cannot fail on a row's value (:func:`_term_sql`), so
+    DuckDB's reader applies projection, filter and row-group pushdown, and deleted row groups
+    removed by ``file_row_number`` ranges. flightsrv then drops the rows the deletion vectors
+    name (by position, :func:`~flightsrv.table.deletes.keep_mask`) and registers what is
+    left as an Arrow table. The statement reads that table: its expressions can only ever see
+    live rows, whatever DuckDB's optimizer does, because deleted rows never reach the
+    database it runs in. (The hints are conjuncts of the statement's WHERE, so a row they
+    reject could not match; DuckDB still evaluates the whole WHERE on the prefetched rows.)"""
+    from flightsrv.table.deletes import keep_mask
+
+    table = snapshot.table.name
+    store = snapshot.store
+    paths, ranges = [], []
+    for j, f in enumerate(run):
+        path = store.local_path(f.path)
+        _check_file(path, f, table)
+        rel.files[path] = (table, f.path)
+        paths.append(_literal(path))
+        for g in f.deleted_row_groups:
+            start = f.row_group_offsets[g]
+            ranges.append(f"(file_index = {j} AND file_row_number BETWEEN {start} AND "
+                          f"{start + f.row_group_rows(g) - 1})")
+    cols = ", ".join(_ident(c) for c in names)
+    if not open_scans:
+        rel.readers[name] = out_schema.empty_table()
+    else:
+        conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names, "")]
+        if ranges:
+            conds.append(f"NOT ({' OR '.join(ranges)})")
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        sql = (f"SELECT {_select_sql(snapshot.projection(run[0], names))}, "
+               "file_index AS __fsrv_fi, file_row_number AS __fsrv_fr "
+               f"FROM read_parquet([{', '.join(paths)}], hive_partitioning=false, "
+               f"union_by_name=false){where}")
+        try:
+            got = prefetch(sql)
+        except Exception as e:  # noqa: BLE001 - a missing or broken data file, by name
+            failure = native_failure(e, rel.files)
+            if failure is not None:
+                raise failure from None
+            raise
+        fi = got.column("__fsrv_fi").to_numpy().astype(np.int64, copy=False)
+        fr = got.column("__fsrv_fr").to_numpy().astype(np.int64, copy=False)
+        keep = np.ones(got.num_rows, dtype=bool)
+        for j, f in enumerate(run):
+            dead = snapshot.deleted_positions(f)
+            if dead is None or not len(dead) or not got.num_rows:
+                continue
+            mine = np.flatnonzero(fi == j)
+            if not len(mine):
+                continue
+            lo, hi = int(fr[mine].min()), int(fr[mine].max()) + 1
+            mask = keep_mask(dead, lo, hi)
+            if mask is not None:
+                keep[mine] = mask[fr[mine] - lo]
+        arrays = [got.column(c) if got.schema.field(c).type == out_schema.field(c).type
+                  else got.column(c).cast(out_schema.field(c).type) for c in names]
+        if hidden:
+            arrays += [pa.array((fi + first).astype(np.int32)), pa.array(fr)]
+        live = pa.Table.from_arrays(arrays, schema=out_schema) if arrays else \
+            out_schema.empty_table()
+        if not keep.all():
+            live = live.filter(pa.array(keep))
+        rel.readers[name] = live
+    if hidden:
+        cols += f", {FILE_COLUMN}, {POSITION_COLUMN}"
+    return f"SELECT {cols} FROM {name}"
 
 
 def native_failure(error: BaseException,
