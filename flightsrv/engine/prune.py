@@ -427,8 +427,12 @@ class Pruner:
         return [f for i, f in enumerate(files) if i in keep]
 
     def chunks(self, refs: Sequence) -> list:
-        """The manifest chunks whose summaries allow a match (one level of the tree)."""
-        if not self.terms or not refs:
+        """The manifest chunks whose summaries allow a match (one level of the tree). A
+        lone chunk is kept without a query: skipping it would save reading one chunk, while
+        the statistics of the files in it (never looser than its summary) prune them anyway
+        in the one query that follows, so a point query on a small table runs one query
+        fewer."""
+        if not self.terms or len(refs) <= 1:
             return list(refs)
         from flightsrv.table import partition as P
         from flightsrv.table.schema import type_from_json

@@ -69,6 +69,10 @@ POSITION_COLUMN = "__fsrv_pos"
 HIDDEN = (FILE_COLUMN, POSITION_COLUMN)
 #: at most this many Arrow streams per table reference (each is consumed on one thread)
 ARROW_STREAMS = 4
+#: up to this many files with deleted rows, a selective read decodes their (cached) footer
+#: statistics directly in its one statistics query; above it the manifest statistics prune
+#: the files first, in a query of their own
+FOOTERS_WITHOUT_PREFILTER = 8
 
 
 def native_root(warehouse) -> str | None:
@@ -237,7 +241,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             kinds[id(f)] == "masked" and masked_max_groups is not None)} if open_scans \
             else set()
         before = len(candidates)
-        if masked_max_groups is not None and any(kinds[id(f)] == "masked" for f in candidates):
+        if masked_max_groups is not None and sum(
+                kinds[id(f)] == "masked" for f in candidates) > FOOTERS_WITHOUT_PREFILTER:
             # files first by their manifest statistics: a point query then decodes the footer
             # statistics of the one file that may hold it, not of every file with deletes
             candidates = pruner.files(candidates)
