@@ -55,6 +55,13 @@ _footers: LRUCache = LRUCache(maxsize=_FOOTER_CACHE)
 _footers_lock = threading.Lock()  # guards ``_footers`` and ``_sources`` (scan threads share)
 #: open native input files by (filesystem, path, size): opening one costs a HEAD request
 _sources: LRUCache = LRUCache(maxsize=_FOOTER_CACHE)
+#: decoded deletion vectors (sorted positions, read-only arrays) by where the bitmap lives:
+#: a tombstone object is written once under a unique key and an inline DV is its own bytes,
+#: so an entry never goes stale. Bounded by bytes; a scan, a point query and a DELETE each
+#: read every DV they touch, which cost an object read and a decode per file each time.
+_DV_CACHE_BYTES = 64 << 20
+_dvs: LRUCache = LRUCache(maxsize=_DV_CACHE_BYTES, getsizeof=lambda a: max(a.nbytes, 64))
+_dvs_lock = threading.Lock()
 
 
 class StoreFile(io.RawIOBase):
@@ -224,10 +231,22 @@ class Snapshot:
     def deleted_positions(self, f: DataFile) -> np.ndarray | None:
         if f.dv is None or f.dv.cardinality == 0 or self.physical:
             return None
-        bitmap = read_dv(self.store, f.dv, table=self.table.name, data_file=f.path)
+        dv = f.dv
+        key = (self.store.uri, dv.storage, dv.path, dv.offset, dv.length, dv.data,
+               dv.cardinality)
+        with _dvs_lock:
+            cached = _dvs.get(key)
+        if cached is not None:
+            return cached
+        bitmap = read_dv(self.store, dv, table=self.table.name, data_file=f.path)
         # int64, not uint64: numpy compares a uint64 array with a Python int by converting the
         # whole array to float64, which made every per-row-group searchsorted O(deletes).
-        return np.asarray(bitmap.to_array(), dtype=np.int64)
+        positions = np.asarray(bitmap.to_array(), dtype=np.int64)
+        positions.flags.writeable = False  # shared by every reader of this DV
+        if positions.nbytes <= _DV_CACHE_BYTES // 4:
+            with _dvs_lock:
+                _dvs[key] = positions
+        return positions
 
     def plan(self, file_filter=None, group_filter=None, *, with_deletes: bool = True,
              files=None) -> Iterator[FileTask]:
