@@ -93,14 +93,19 @@ def _deterministic(nodes, sql: str) -> None:
     for node in nodes:
         if node is None:
             continue
-        for fn in node.find_all(exp.Func):
+        sample = False  # one walk; a volatile function is reported before a sample
+        for fn in node.walk():
+            if isinstance(fn, exp.TableSample):
+                sample = True
+            if not isinstance(fn, exp.Func):
+                continue
             name = binder.function_name(fn)
             name = _SQLGLOT_VOLATILE.get(name, name)
             if name in VOLATILE_FUNCTIONS:
                 raise SqlError(f"function {name}() is volatile: its result cannot decide "
                                "which rows a statement changes", statement=st._short(sql),
                                function=name)
-        if node.find(exp.TableSample):
+        if sample:
             raise SqlError("a sample cannot decide which rows a statement changes",
                            statement=st._short(sql))
 
@@ -143,7 +148,10 @@ class Dml:
 
     def _plan(self, ctx, stmt, tree, target: exp.Table, pinner, sql: str):
         """(target snapshot, other scans, reference edits of the statement text)."""
-        bound = binder.bind(tree, sql, skip=(target,), extra=frozenset(ctx.extra))
+        if tree is stmt.tree and not ctx.extra and stmt.binding is not None:
+            bound = stmt.binding  # the same bind, done while parsing (no parameters bound)
+        else:
+            bound = binder.bind(tree, sql, skip=(target,), extra=frozenset(ctx.extra))
         if bound.functions:
             raise SqlError("metadata functions cannot be used in DELETE/UPDATE/MERGE",
                            statement=st._short(sql))
@@ -171,15 +179,18 @@ class Dml:
         at least one; None (all columns) when it can read the whole row: a ``*``, the
         table or alias used as a value, or ``COLUMNS(...)``."""
         whole = {target.name.lower(), self._alias(target).strip('"').lower()}
-        for node in tree.find_all(exp.Star, exp.Column, exp.Func):
-            if isinstance(node, exp.Star):
+        names = set()  # every identifier's name, gathered in the same walk
+        for node in tree.walk():
+            if isinstance(node, exp.Identifier):
+                names.add(node.name.lower())
+            elif isinstance(node, exp.Star):
                 return None
-            if isinstance(node, exp.Column) and not node.table and node.name.lower() in whole:
+            elif isinstance(node, exp.Column) and not node.table and \
+                    node.name.lower() in whole:
                 return None
-            if isinstance(node, exp.Func) and binder.function_name(node) in (
+            elif isinstance(node, exp.Func) and binder.function_name(node) in (
                     "columns", "row", "struct_pack", "pack", "to_json", "hash"):
                 return None
-        names = {i.name.lower() for i in tree.find_all(exp.Identifier)}
         cols = [n for n in snap.schema.names if n.lower() in names]
         return cols or [snap.schema.names[0]]
 

@@ -117,10 +117,14 @@ class _Binder:
                 for c in (child if isinstance(child, list) else [child]):
                     if isinstance(c, exp.Expression):
                         stack.append((c, scope))
-        # walk order: callers expect references in the order they appear
-        self.out.tables.sort(key=_order(root))
-        self.out.functions.sort(key=_order(root))
-        self.out.extras.sort(key=_order(root))
+        # walk order: callers expect references in the order they appear (one index of the
+        # whole walk, built only when a list has two or more references to order)
+        lists = [x for x in (self.out.tables, self.out.functions, self.out.extras)
+                 if len(x) > 1]
+        if lists:
+            key = _order(root)
+            for x in lists:
+                x.sort(key=key)
 
     def table(self, node: exp.Table, scope: frozenset[str]) -> list[exp.Expression]:
         """Resolve one table reference; returns its children that may hold subqueries."""

@@ -32,14 +32,13 @@ from typing import Any
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.tokens import TokenType
 
 from flightsrv.errors import SqlError
 from flightsrv.sql import binder
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import validate
-from flightsrv.sql.statements import DIALECT, error
+from flightsrv.sql.statements import DIALECT, _tokenize, error
 
 Resolver = Callable[[str, "int | None", "str | None"], Any]
 
@@ -75,11 +74,11 @@ def _parse_literal(text: str) -> exp.Expression:
     return sqlglot.parse_one(text, read=DIALECT)
 
 
-@functools.lru_cache(maxsize=1024)
 def _tokens(text: str) -> tuple:
     """DuckDB-dialect tokens of ``text``, cached (a point query's text repeats; tokens are
-    only read)."""
-    return tuple(DuckDB().tokenize(text))
+    only read): the front end's own cache, which already holds the tokens of every
+    statement it parsed (``text`` is a statement's numbered text)."""
+    return _tokenize(text)
 
 
 def params_from_batch(batch: pa.RecordBatch | None, row: int = 0) -> list[pa.Scalar]:
@@ -255,6 +254,8 @@ def reference_edits(text: str, refs: list[exp.Table], relations: list[str],
     qualifier and any ``AT (...)`` clause) by its relation name, keeping the alias (the
     table's own name becomes the alias when it had none). None when a span is not certain
     (missing token offsets, parameters inside ``AT``): the caller must not splice."""
+    if not refs:
+        return []  # nothing to replace (the text tokenized when it was parsed)
     try:
         tokens = _tokens(text)
     except Exception:  # noqa: BLE001 - fall back to the tree
@@ -396,6 +397,8 @@ def _has_star(select: exp.Select) -> bool:
 
 def _projections(tree: exp.Expression, refs: list[exp.Table],
                  schemas: list[pa.Schema]) -> list[list[str] | None]:
+    if not refs:
+        return []
     ref_ids = {id(t): i for i, t in enumerate(refs)}
     full = [False] * len(refs)
     everything = any(True for _ in tree.find_all(exp.Pivot, exp.Columns)) or any(

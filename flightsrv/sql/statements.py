@@ -124,6 +124,10 @@ class Statement:
     #: False when normalisation changed the tree in ways the text does not show (stripped
     #: column qualifiers): the planner must then render the tree instead of splicing text.
     spliceable: bool = field(default=True, kw_only=True)
+    #: what ``tree`` reads (:func:`flightsrv.sql.binder.bind` with the written targets
+    #: skipped and no relations bound by the caller), resolved once while parsing; read only
+    binding: binder.Binding | None = field(default=None, kw_only=True, compare=False,
+                                           repr=False)
 
     #: True for statements that change tables (a READER may not run them).
     writes: ClassVar[bool] = False
@@ -348,7 +352,8 @@ def _parse_statement(sql: str) -> Statement:
     stmt = _classify(sql, tree, nparams)
     object.__setattr__(stmt, "text", text)
     object.__setattr__(stmt, "spliceable", not columns_changed)
-    binder.bind(stmt.tree, sql, skip=_targets(stmt))  # refuse what no plan could read
+    # refuse what no plan could read; the engine's DML planner reuses the binding
+    object.__setattr__(stmt, "binding", binder.bind(stmt.tree, sql, skip=_targets(stmt)))
     return stmt
 
 
