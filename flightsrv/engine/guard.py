@@ -31,6 +31,7 @@ import json
 import threading
 
 import duckdb
+import orjson
 
 from flightsrv.errors import SqlError
 from flightsrv.sql.allowed_functions import SCALAR_FUNCTIONS, TABLE_FUNCTIONS, VOLATILE_FUNCTIONS
@@ -57,7 +58,13 @@ def _parse(text: str) -> dict:
         raw = cur.execute("SELECT json_serialize_sql(?)", [text]).fetchone()[0]
     finally:
         cur.close()
-    return json.loads(raw)
+    try:
+        # the same objects as json.loads, several times faster (a 1,000-constant IN list
+        # serialises to ~150 kB); anything orjson refuses (integers beyond 64 bits, NaN)
+        # goes through json.loads as before
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
 
 
 class _Walk:
