@@ -232,3 +232,19 @@ def test_generated_predicates(pred):
         before = _snapshot(tree)
         assert canonical_predicate_tree(tree) == _reference(tree), pred
         assert _snapshot(tree) == before
+
+
+def test_private_copy_shares_no_mutable_meta():
+    """A meta value that is not a scalar (``dot_parts`` lists, ...) is deep-copied: the
+    generator may change its copy, never the caller's tree."""
+    from flightsrv.table.fingerprint import _normalized_copy
+
+    tree = sqlglot.parse_one("A.B = 1", read="duckdb")
+    col = tree.find(exp.Column)
+    col.meta["dot_parts"] = ["A", "B"]
+    copy = _normalized_copy(tree)
+    got = copy.find(exp.Column)
+    assert got.meta["dot_parts"] == ["A", "B"]
+    assert got.meta["dot_parts"] is not col.meta["dot_parts"]
+    assert copy.find(exp.Identifier).meta is not tree.find(exp.Identifier).meta
+    assert canonical_predicate_tree(tree) == _reference(tree) == "a.b = 1"

@@ -207,7 +207,7 @@ def canonical_predicate_tree(tree) -> str:
     return _normalized_copy(tree).sql(dialect="duckdb", copy=False)
 
 
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _normalized_copy(tree):
@@ -239,7 +239,7 @@ def _normalized_copy(tree):
             copy._type = deepcopy(node._type)
         meta = node._meta
         if meta is not None:
-            copy._meta = dict(meta) if all(type(v) in _SCALARS for v in meta.values()) \
+            copy._meta = dict(meta) if _SCALARS.issuperset(map(type, meta.values())) \
                 else deepcopy(meta)
             if norm and meta.get("case_sensitive"):
                 norm = False
