@@ -204,7 +204,13 @@ def canonical_predicate_tree(tree) -> str:
     is generated from a private copy whose identifiers are normalised while it is made
     (:func:`_normalized_copy`); that copy is the generator's own, so it is not copied again.
     """
-    return _normalized_copy(tree).sql(dialect="duckdb", copy=False)
+    try:
+        copy = _normalized_copy(tree)
+    except AttributeError:  # a sqlglot whose nodes keep other private fields: the slow path
+        from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+        return normalize_identifiers(tree.copy(), dialect="duckdb").sql(dialect="duckdb")
+    return copy.sql(dialect="duckdb", copy=False)
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
