@@ -170,6 +170,36 @@ def test_append_streams_reader_into_several_files(warehouse_uri):
     assert sorted(t.to_table(columns=["id"]).column("id").to_pylist()) == list(range(20000))
 
 
+def test_dictionary_only_where_it_pays(local_uri):
+    """The writer dictionary-encodes a flat column only when its first batch repeats values
+    (an id or a random double is written plain); nested columns keep dictionaries; the
+    rows and statistics do not depend on it."""
+    import pyarrow.parquet as pq
+
+    from flightsrv.table.writer import dictionary_columns
+
+    n = 20_000
+    schema = pa.schema([("id", pa.int64()), ("cat", pa.string()), ("x", pa.float64()),
+                        ("flag", pa.bool_()), ("tags", pa.list_(pa.string()))])
+    data = pa.table({"id": pa.array(range(n), pa.int64()),
+                     "cat": [f"c{i % 5}" for i in range(n)],
+                     "x": [((i * 7919) % 1000003) / 3 for i in range(n)],
+                     "flag": [i % 2 == 0 for i in range(n)],
+                     "tags": [[f"t{i % 3}"] for i in range(n)]}, schema=schema)
+    t = Warehouse.open(local_uri).create_table("t", schema)
+    t.append(data)
+    f = t.head().data_files[0]
+    raw, _ = t.store.get(f.path)
+    md = pq.read_metadata(pa.BufferReader(raw))
+    has_dict = {md.schema.column(i).path: md.row_group(0).column(i).has_dictionary_page
+                for i in range(md.num_columns)}
+    assert has_dict == {"id": False, "cat": True, "x": False, "flag": False,
+                        "tags.list.element": True}
+    assert t.to_table().sort_by("id").equals(data)
+    assert t.head().column_stats(f, "id") == {"nulls": 0, "min": 0, "max": n - 1}
+    assert dictionary_columns(data.slice(0, 100), schema) is True  # too few rows to tell
+
+
 def test_bad_predicates_are_clear(wh):
     t = wh.create_table("t", SCHEMA)
     t.append(rows(0, 10))
