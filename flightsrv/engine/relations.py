@@ -19,8 +19,13 @@ columns the statement can touch, its pruning hints) into
     from ever seeing a deleted row; or, with ``prefetch`` (the engine's default mode), read
     ahead of the statement by engine SQL only and registered as an Arrow table of live rows
     (:func:`_prefetched_part`), so the statement's database never holds a deleted row;
+  - on an S3 warehouse, a file with no deletion vector whose written schema needs no
+    renames or casts for the statement's columns is read by pyarrow's dataset scanner
+    (:func:`~flightsrv.table.scan.native_reader`: parallel, coalesced ranged reads in C++
+    through the store's native filesystem, deleted and pruned row groups left out), unless
+    the DML planner needs the hidden columns;
   - every other file (deleted rows without ``masked_native``, float statistics that cannot
-    bound NaN, or any file of an S3 warehouse) is read by flightsrv's masked Arrow scan
+    bound NaN, or the other files of an S3 warehouse) is read by flightsrv's masked Arrow scan
     (:meth:`Snapshot.scan`): deleted row groups are never read, the deletion vector is
     applied per row group as a keep mask, row groups are pruned by footer statistics, and it
     is registered as an Arrow reader (up to :data:`ARROW_STREAMS` readers per reference,
@@ -62,7 +67,8 @@ import pyarrow as pa
 
 from flightsrv.errors import CorruptObject, ObjectNotFound, SqlError
 from flightsrv.table.manifest import DataFile
-from flightsrv.table.scan import Snapshot, open_parquet
+from flightsrv.table import projection as proj
+from flightsrv.table.scan import Snapshot, native_reader, open_parquet
 
 FILE_COLUMN = "__fsrv_file"
 POSITION_COLUMN = "__fsrv_pos"
@@ -210,6 +216,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     candidates = [f for f in (snapshot.live(x) for x in files) if f.live_rows > 0]
     rel = Relation("")
     manifest = snapshot.manifest
+    remote = not is_native(snapshot)  # S3: files without deleted rows need no Python
     keys = {c: (str(manifest.field_id(c)) if manifest.field_id(c) is not None else c)
             for c in names}
     kinds: dict[int, str] = {}
@@ -231,13 +238,17 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                     kind = "arrow"
                 elif not clean:
                     kind = "masked"
+        if kind == "arrow" and remote and not hidden and open_scans and \
+                (f.dv is None or f.dv.cardinality == 0) and \
+                proj.identity(snapshot.projection(f, names)):
+            kind = "dataset"  # no row to mask: pyarrow's dataset scanner reads it natively
         kinds[id(f)] = kind
     groups: dict[int, list[int]] = {}
     if pruner:
         # one statistics query: DuckDB-read files by their manifest entry (DuckDB prunes
         # their row groups itself), Arrow-scanned files by their row groups' footer statistics
         # (and, when their read depends on it, files with deleted rows by their row groups)
-        by_group = {id(f) for f in candidates if kinds[id(f)] == "arrow" or (
+        by_group = {id(f) for f in candidates if kinds[id(f)] in ("arrow", "dataset") or (
             kinds[id(f)] == "masked" and masked_max_groups is not None)} if open_scans \
             else set()
         before = len(candidates)
@@ -278,7 +289,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     # an Arrow scan is one stream that DuckDB consumes on one thread: split a long run into
     # up to ARROW_STREAMS streams (UNION ALL branches DuckDB can consume in parallel)
     split: list[tuple[str, int, list[DataFile]]] = []
-    for kind, sid, run in runs:
+    for kind, sid, run in runs:  # (a dataset scanner reads its files in parallel itself)
         if kind != "arrow" or len(run) == 1:
             split.append((kind, sid, run))
             continue
@@ -312,6 +323,16 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                          f", file_row_number AS {POSITION_COLUMN}")
             parts.append(f"SELECT {cols} FROM read_parquet([{', '.join(paths)}], "
                          "hive_partitioning=false, union_by_name=false)")
+            continue
+        if kind == "dataset":
+            name = f"{relation}_s{i}"
+            live = [[g for g in range(f.row_groups) if g not in set(f.deleted_row_groups)]
+                    for f in run]
+            if pruner:  # the row groups the statistics query kept
+                live = [[g for g in gs if g in set(groups[id(f)])] for f, gs in zip(run, live)]
+            plain = pa.schema([schema.field(c) for c in names])
+            rel.readers[name] = native_reader(store, run, live, plain, table=table)
+            parts.append(f"SELECT {', '.join(_ident(c) for c in names)} FROM {name}")
             continue
         name = f"{relation}_a{i}"
         if not open_scans:
@@ -553,8 +574,10 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
 
 def native_failure(error: BaseException,
                    files: dict[str, tuple[str, str]]) -> BaseException | None:
-    """The flightsrv error behind a DuckDB error that names one of the native scan's files:
-    ObjectNotFound if it is gone, CorruptObject otherwise (it is not valid Parquet)."""
+    """The flightsrv error behind a DuckDB error that names one of the native scan's files
+    (or, for a reader error that names none, the first file that is gone or whose footer
+    does not decode): ObjectNotFound if it is gone, CorruptObject otherwise (it is not
+    valid Parquet). None when no file explains it."""
     msg = str(error)
     for path, (table, key) in files.items():
         if path in msg:
@@ -565,6 +588,22 @@ def native_failure(error: BaseException,
             first = first.replace(path, key)
             return CorruptObject("data file is not valid Parquet", table=table, object=key,
                                  error=first)
+    if type(error).__name__ in ("Error", "IOException", "InvalidInputException"):
+        # a reader error that names no file (a footer DuckDB cannot decode says only
+        # "TProtocolException: Invalid data"): find the file whose footer does not read
+        import pyarrow.parquet as pq
+
+        for path, (table, key) in files.items():
+            if not os.path.exists(path):
+                return ObjectNotFound("data file referenced by the manifest is missing",
+                                      table=table, object=key)
+            try:
+                pq.read_metadata(path)
+            except (pa.ArrowException, OSError) as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else \
+                    type(exc).__name__
+                return CorruptObject("data file is not valid Parquet", table=table,
+                                     object=key, error=first.replace(path, key))
     return None
 
 

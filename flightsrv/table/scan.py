@@ -134,6 +134,59 @@ def _native_source(store, f: DataFile, table: str):
     return source
 
 
+def native_reader(store, files: list[DataFile], row_groups: list[list[int]],
+                  schema: pa.Schema, *, table: str = "?") -> pa.RecordBatchReader | None:
+    """The rows of some data files (each file's ``row_groups`` only; ``schema``: the columns
+    to read, as written) through the store's native Arrow filesystem and pyarrow's dataset
+    scanner, or None when the store has no native filesystem. Each file is checked first
+    (present, the manifest's size; see :func:`_native_source`); data files are write-once
+    under unique keys, so the key pins the version. The scanner reads the files' row groups
+    in parallel with coalesced ranged reads in C++; a file that fails to read surfaces as
+    ``ObjectNotFound`` or ``CorruptObject`` naming it, as the other read paths do."""
+    import pyarrow.dataset as pads
+
+    got = arrow_filesystem(store)
+    if got is None:
+        return None
+    fs, root = got
+    fmt = pads.ParquetFileFormat(
+        default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=True))
+    fragments = []
+    for f, groups in zip(files, row_groups):
+        _native_source(store, f, table)
+        fragments.append(fmt.make_fragment(f"{root}/{f.path}", fs, row_groups=list(groups),
+                                           file_size=f.size))
+    dataset = pads.FileSystemDataset(fragments, schema=schema, format=fmt, filesystem=fs)
+    reader = dataset.scanner(columns=schema.names, use_threads=True).to_reader()
+
+    def batches():
+        try:
+            yield from reader
+        except (pa.ArrowException, OSError) as exc:
+            raise _read_failure(store, files, root, table, exc) from None
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+def _read_failure(store, files: list[DataFile], root: str, table: str,
+                  exc: BaseException) -> Exception:
+    """The flightsrv error for a failed native read of one of ``files``."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    for f in files:
+        if f.path in text:
+            try:
+                store.head(f.path)
+            except ObjectNotFound:
+                return ObjectNotFound("data file referenced by the manifest is missing",
+                                      table=table, object=f.path)
+            detail = text.split(": ", 1)[-1] if f"{root}/{f.path}" in first else first
+            return CorruptObject("data file is not valid Parquet", table=table, object=f.path,
+                                 error=detail.replace(f"{root}/", ""))
+    return StoreError("reading data files failed", table=table,
+                      error=first.replace(f"{root}/", ""))
+
+
 def open_parquet(store, f: DataFile, *, table: str = "?") -> pq.ParquetFile:
     """Open a data file of the manifest, pinned to its recorded ETag."""
     cache_key = (store.uri, f.path, f.etag)
