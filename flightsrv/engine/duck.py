@@ -373,7 +373,8 @@ class DuckEngine:
         pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
         selective = self.masked_scans in ("filtered", "prefetch")
-        masked_native = self.masked_scans == "duckdb" or (selective and rels.pushable(pruner))
+        masked_native = self.masked_scans == "duckdb" or (selective and rels.pushable(pruner)) \
+            or (self.masked_scans == "prefetch" and rels.point_set(pruner))
         rel = rels.build(snap, self._scan_columns(scan), scan.relation, pruner=pruner,
                          hidden=hidden, native=native, open_scans=data,
                          masked_native=masked_native,

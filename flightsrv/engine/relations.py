@@ -261,8 +261,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
         rel.files_pruned = before - len(kept)
         candidates = kept
+        listed = prefetch is not None and point_set(pruner)
         for f in candidates:
-            if id(f) in by_group and kinds[id(f)] == "masked":
+            if id(f) in by_group and kinds[id(f)] == "masked" and not listed:
                 live = f.row_groups - len(f.deleted_row_groups)
                 n = len(groups.get(id(f), ()))
                 if n > masked_max_groups or n >= live:  # not selective: the keep mask wins
@@ -375,7 +376,8 @@ _SAFE_FOR_INTEGER = re.compile(
     r"USMALLINT|UINTEGER|UBIGINT|UHUGEINT)\)|CAST\([-+.eE0-9]+ AS (DOUBLE|FLOAT|REAL)\)")
 
 
-def _term_sql(term, column_type: pa.DataType, qualifier: str = "__fsrv_t.") -> str | None:
+def _term_sql(term, column_type: pa.DataType, qualifier: str = "__fsrv_t.",
+              exact_lists: bool = False) -> str | None:
     """A pruning hint (:class:`~flightsrv.sql.plan.PruneTerm`) as a row condition on
     ``__fsrv_t``, or None when it is not evaluated per row. The hints are conjuncts of the
     statement's WHERE (or implied by a long IN list), so a row they reject could not match
@@ -398,7 +400,7 @@ def _term_sql(term, column_type: pa.DataType, qualifier: str = "__fsrv_t.") -> s
         return None
     if op in ("=", "<", "<=", ">", ">=", "<>"):
         return f"{c} {op} {vals[0]}"
-    if op == "in" and len(vals) <= IN_LIST_EXACT:
+    if op == "in" and (len(vals) <= IN_LIST_EXACT or exact_lists):
         return f"{c} IN ({', '.join(vals)})"
     if op == "in":
         ints = _int_list(vals)
@@ -412,18 +414,31 @@ def _term_sql(term, column_type: pa.DataType, qualifier: str = "__fsrv_t.") -> s
     return None
 
 
-def _row_conditions(pruner, schema: pa.Schema, names,
-                    qualifier: str = "__fsrv_t.") -> list[tuple[Any, str]]:
-    """(hint, row condition) of each hint on one of ``names`` that is evaluated per row."""
+def _row_conditions(pruner, schema: pa.Schema, names, qualifier: str = "__fsrv_t.",
+                    exact_lists: bool = False) -> list[tuple[Any, str]]:
+    """(hint, row condition) of each hint on one of ``names`` that is evaluated per row
+    (``exact_lists``: a long IN list as itself, not as its range)."""
     if pruner is None:
         return []
     out = []
     for t in pruner.terms:
         if t.column in names:
-            cond = _term_sql(t, schema.field(t.column).type, qualifier)
+            cond = _term_sql(t, schema.field(t.column).type, qualifier, exact_lists)
             if cond is not None:
                 out.append((t, cond))
     return out
+
+
+def point_set(pruner) -> bool:
+    """Whether ``pruner`` has a hint that selects rows by listed values (``col = c`` or
+    ``col IN (c, ...)``, any length) which DuckDB can evaluate exactly per row on deleted
+    rows too: the ``"prefetch"`` mode then reads files with deleted rows ahead of the
+    statement whatever their statistics keep (scattered ids touch every row group, but the
+    prefetched rows are only those holding a listed value)."""
+    if pruner is None:
+        return False
+    return any(t.op in ("=", "in") for t, _ in _row_conditions(
+        pruner, pruner.schema, pruner.schema.names, exact_lists=True))
 
 
 def pushable(pruner) -> bool:
@@ -523,20 +538,23 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
         paths.append(_literal(path))
         for g in f.deleted_row_groups:
             start = f.row_group_offsets[g]
-            ranges.append(f"(file_index = {j} AND file_row_number BETWEEN {start} AND "
+            ranges.append(f"(__fsrv_fi = {j} AND __fsrv_fr BETWEEN {start} AND "
                           f"{start + f.row_group_rows(g) - 1})")
     cols = ", ".join(_ident(c) for c in names)
     if not open_scans:
         rel.readers[name] = out_schema.empty_table()
     else:
-        conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names, "")]
+        conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names,
+                                               exact_lists=True)]
         if ranges:
             conds.append(f"NOT ({' OR '.join(ranges)})")
         where = f" WHERE {' AND '.join(conds)}" if conds else ""
-        sql = (f"SELECT {_select_sql(snapshot.projection(run[0], names))}, "
+        # the conditions name the statement's columns, so they apply to the projection
+        # (a renamed, cast or re-added column), never to the file's physical columns
+        sql = (f"SELECT * FROM (SELECT {_select_sql(snapshot.projection(run[0], names))}, "
                "file_index AS __fsrv_fi, file_row_number AS __fsrv_fr "
                f"FROM read_parquet([{', '.join(paths)}], hive_partitioning=false, "
-               f"union_by_name=false){where}")
+               f"union_by_name=false)) AS __fsrv_t{where}")
         try:
             got = prefetch(sql)
         except Exception as e:  # noqa: BLE001 - a missing or broken data file, by name
