@@ -330,7 +330,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             live = [[g for g in range(f.row_groups) if g not in set(f.deleted_row_groups)]
                     for f in run]
             if pruner:  # the row groups the statistics query kept
-                live = [[g for g in gs if g in set(groups[id(f)])] for f, gs in zip(run, live)]
+                kept_groups = [set(groups[id(f)]) for f in run]
+                live = [[g for g in gs if g in k] for gs, k in zip(live, kept_groups)]
             plain = pa.schema([schema.field(c) for c in names])
             rel.readers[name] = native_reader(store, run, live, plain, table=table)
             parts.append(f"SELECT {', '.join(_ident(c) for c in names)} FROM {name}")
@@ -513,8 +514,9 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
 def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
                      hidden: bool, first: int, name: str, rel: Relation, open_scans: bool,
                      pruner, prefetch, out_schema: pa.Schema) -> str:
-    """One ``SELECT`` over a run of local files with deleted rows whose statistics kept few
-    row groups (a selective filter), read *before* the statement runs.
+    """One ``SELECT`` over a run of local files with deleted rows under a selective filter
+    (statistics kept few row groups, or the filter lists the values it wants), read *before*
+    the statement runs.
 
     ``prefetch`` runs engine SQL only (no expression of the statement): the run's projection
     (:func:`_select_sql`, by field id) with ``file_index``/``file_row_number``, the pruning
@@ -576,12 +578,14 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
             mask = keep_mask(dead, lo, hi)
             if mask is not None:
                 keep[mine] = mask[fr[mine] - lo]
-        arrays = [got.column(c) if got.schema.field(c).type == out_schema.field(c).type
-                  else got.column(c).cast(out_schema.field(c).type) for c in names]
+        # the columns as DuckDB produced them (no cast of ours: DuckDB reads them back as
+        # the same types)
+        fields = [got.schema.field(c) for c in names]
+        arrays = [got.column(c) for c in names]
         if hidden:
+            fields += [out_schema.field(FILE_COLUMN), out_schema.field(POSITION_COLUMN)]
             arrays += [pa.array((fi + first).astype(np.int32)), pa.array(fr)]
-        live = pa.Table.from_arrays(arrays, schema=out_schema) if arrays else \
-            out_schema.empty_table()
+        live = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
         if not keep.all():
             live = live.filter(pa.array(keep))
         rel.readers[name] = live
