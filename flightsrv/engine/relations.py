@@ -456,6 +456,31 @@ def pushable(pruner) -> bool:
                for t, _ in _row_conditions(pruner, pruner.schema, pruner.schema.names))
 
 
+def _native_run(snapshot: Snapshot, run: list[DataFile], names: list[str],
+                rel: Relation) -> tuple[str, list[str]]:
+    """The engine's own read of a run of local files that share one written schema: the
+    ``SELECT`` of their projection by field id with ``__fsrv_fi`` (the run-local file index)
+    and ``__fsrv_fr`` (the row's position in its file), and the conditions that cut their
+    deleted row groups by those two. Each file is checked against the manifest first."""
+    table = snapshot.table.name
+    store = snapshot.store
+    paths, ranges = [], []
+    for j, f in enumerate(run):
+        path = store.local_path(f.path)
+        _check_file(path, f, table)
+        rel.files[path] = (table, f.path)
+        paths.append(_literal(path))
+        for g in f.deleted_row_groups:
+            start = f.row_group_offsets[g]
+            ranges.append(f"(__fsrv_fi = {j} AND __fsrv_fr BETWEEN {start} AND "
+                          f"{start + f.row_group_rows(g) - 1})")
+    inner = (f"SELECT {_select_sql(snapshot.projection(run[0], names))}, "
+             "file_index AS __fsrv_fi, file_row_number AS __fsrv_fr "
+             f"FROM read_parquet([{', '.join(paths)}], hive_partitioning=false, "
+             "union_by_name=false)")
+    return inner, ranges
+
+
 def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidden: bool,
                  first: int, name: str, rel: Relation, open_scans: bool, pruner) -> str:
     """One ``SELECT`` reading a run of local files that have deleted rows (and share one
@@ -470,18 +495,9 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
     LIMIT, so the statement's own WHERE (which may raise errors naming values, e.g. a failed
     CAST or ``error()``) is evaluated only on rows that are live. Without the barrier the
     optimizer evaluates it below the anti join, on deleted rows."""
-    table = snapshot.table.name
-    store = snapshot.store
-    paths, ranges, fis, poss = [], [], [], []
+    inner, ranges = _native_run(snapshot, run, names, rel)
+    fis, poss = [], []
     for j, f in enumerate(run):
-        path = store.local_path(f.path)
-        _check_file(path, f, table)
-        rel.files[path] = (table, f.path)
-        paths.append(_literal(path))
-        for g in f.deleted_row_groups:
-            start = f.row_group_offsets[g]
-            ranges.append(f"(__fsrv_fi = {j} AND __fsrv_fr BETWEEN {start} AND "
-                          f"{start + f.row_group_rows(g) - 1})")
         if open_scans:
             pos = snapshot.deleted_positions(f)
             if pos is not None and len(pos):
@@ -499,10 +515,6 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
             else DELETED_SCHEMA.empty_table()
         join = (f" ANTI JOIN {name} AS __fsrv_d ON __fsrv_d.fi = __fsrv_t.__fsrv_fi"
                 " AND __fsrv_d.pos = __fsrv_t.__fsrv_fr")
-    inner = (f"SELECT {_select_sql(snapshot.projection(run[0], names))}, "
-             "file_index AS __fsrv_fi, file_row_number AS __fsrv_fr "
-             f"FROM read_parquet([{', '.join(paths)}], hive_partitioning=false, "
-             "union_by_name=false)")
     cols = ", ".join(_ident(c) for c in names)
     if hidden:
         cols += (f", CAST(__fsrv_fi + {first} AS INTEGER) AS {FILE_COLUMN}"
@@ -530,18 +542,7 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
     reject could not match; DuckDB still evaluates the whole WHERE on the prefetched rows.)"""
     from flightsrv.table.deletes import keep_mask
 
-    table = snapshot.table.name
-    store = snapshot.store
-    paths, ranges = [], []
-    for j, f in enumerate(run):
-        path = store.local_path(f.path)
-        _check_file(path, f, table)
-        rel.files[path] = (table, f.path)
-        paths.append(_literal(path))
-        for g in f.deleted_row_groups:
-            start = f.row_group_offsets[g]
-            ranges.append(f"(__fsrv_fi = {j} AND __fsrv_fr BETWEEN {start} AND "
-                          f"{start + f.row_group_rows(g) - 1})")
+    inner, ranges = _native_run(snapshot, run, names, rel)
     cols = ", ".join(_ident(c) for c in names)
     if not open_scans:
         rel.readers[name] = out_schema.empty_table()
@@ -553,10 +554,7 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
         where = f" WHERE {' AND '.join(conds)}" if conds else ""
         # the conditions name the statement's columns, so they apply to the projection
         # (a renamed, cast or re-added column), never to the file's physical columns
-        sql = (f"SELECT * FROM (SELECT {_select_sql(snapshot.projection(run[0], names))}, "
-               "file_index AS __fsrv_fi, file_row_number AS __fsrv_fr "
-               f"FROM read_parquet([{', '.join(paths)}], hive_partitioning=false, "
-               f"union_by_name=false)) AS __fsrv_t{where}")
+        sql = f"SELECT * FROM ({inner}) AS __fsrv_t{where}"
         try:
             got = prefetch(sql)
         except Exception as e:  # noqa: BLE001 - a missing or broken data file, by name
