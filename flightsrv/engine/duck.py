@@ -126,6 +126,18 @@ class _Ctx:
             self.cancel.check(statement=st._short(sql))
 
 
+def _prefetch(cur: duckdb.DuckDBPyConnection, text: str, tables: dict[str, pa.Table]
+              ) -> pa.Table:
+    """Run engine SQL ``text`` on ``cur`` with ``tables`` registered for it."""
+    for name, table in tables.items():
+        cur.register(name, table)
+    try:
+        return cur.sql(text).to_arrow_table()
+    finally:
+        for name in tables:
+            cur.unregister(name)
+
+
 class DuckEngine:
     """Implements :class:`flightsrv.engine.api.Engine` for one warehouse."""
 
@@ -379,7 +391,7 @@ class DuckEngine:
                          hidden=hidden, native=native, open_scans=data,
                          masked_native=masked_native,
                          masked_max_groups=MASKED_MAX_GROUPS if selective else None,
-                         prefetch=(lambda text: cur.sql(text).to_arrow_table())
+                         prefetch=functools.partial(_prefetch, cur)
                          if self.masked_scans == "prefetch" else None)
         ctx.natives.update(rel.files)
         for name, obj in rel.readers.items():

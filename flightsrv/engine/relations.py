@@ -202,7 +202,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     ``masked_max_groups`` only those whose footer statistics keep at most that many row
     groups and fewer than all (the others by the Arrow scan); ``prefetch(sql) -> pa.Table``
     (a function running engine SQL on the statement's cursor): read those files ahead of the
-    statement instead (:func:`_prefetched_part`), so no LIMIT barrier is needed;
+    statement instead (:func:`_prefetched_part`; ``prefetch(sql, tables)`` registers
+    ``tables`` by name for the query), so no LIMIT barrier is needed;
     ``open_scans=False`` registers
     empty stand-ins (for typing a prepared statement without reading data); ``files``
     restricts the relation to some of the snapshot's files. The hidden file column is the
@@ -523,6 +524,28 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
             f"LIMIT {_BARRIER}) AS __fsrv_m")
 
 
+def _prefetch_conditions(pruner, schema: pa.Schema, names, name: str
+                         ) -> tuple[list[str], dict[str, pa.Table]]:
+    """The row conditions of a prefetch (:func:`_row_conditions`, long IN lists whole) and
+    the value tables they read. A long list of plain integer literals on an integer column
+    becomes ``IN (SELECT v FROM <table>)`` over a registered BIGINT table of the same values:
+    DuckDB binds a 1,000-literal list in about 40 ms, a table in well under one, and the
+    semi join compares exactly as the list would (BIGINT against an integer column)."""
+    from flightsrv.engine.prune import IN_LIST_EXACT, _int_list
+
+    conds, lists = [], {}
+    for term, cond in _row_conditions(pruner, schema, names, exact_lists=True):
+        if term.op == "in" and len(term.operands) > IN_LIST_EXACT and \
+                pa.types.is_integer(schema.field(term.column).type):
+            ints = _int_list(term.operands)
+            if ints is not None:
+                table = f"{name}_v{len(lists)}"
+                lists[table] = pa.table({"v": pa.array(ints, pa.int64())})
+                cond = f"__fsrv_t.{_ident(term.column)} IN (SELECT v FROM {table})"
+        conds.append(cond)
+    return conds, lists
+
+
 def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
                      hidden: bool, first: int, name: str, rel: Relation, open_scans: bool,
                      pruner, prefetch, out_schema: pa.Schema) -> str:
@@ -547,8 +570,7 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
     if not open_scans:
         rel.readers[name] = out_schema.empty_table()
     else:
-        conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names,
-                                               exact_lists=True)]
+        conds, lists = _prefetch_conditions(pruner, snapshot.schema, names, name)
         if ranges:
             conds.append(f"NOT ({' OR '.join(ranges)})")
         where = f" WHERE {' AND '.join(conds)}" if conds else ""
@@ -556,7 +578,7 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
         # (a renamed, cast or re-added column), never to the file's physical columns
         sql = f"SELECT * FROM ({inner}) AS __fsrv_t{where}"
         try:
-            got = prefetch(sql)
+            got = prefetch(sql, lists)
         except Exception as e:  # noqa: BLE001 - a missing or broken data file, by name
             failure = native_failure(e, rel.files)
             if failure is not None:
