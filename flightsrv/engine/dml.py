@@ -36,7 +36,6 @@ import contextlib
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 from pyroaring import BitMap64
 from sqlglot import exp
 
@@ -110,12 +109,14 @@ def _deterministic(nodes, sql: str) -> None:
                            statement=st._short(sql))
 
 
-def _positions(found: pa.Table, file_list) -> dict[str, BitMap64]:
-    """Positions per data file path from (file ordinal, position) rows."""
-    if found.num_rows == 0:
+def _positions(found, file_list) -> dict[str, BitMap64]:
+    """Positions per data file path from (file ordinal, position) rows (an Arrow table or
+    a dict of NumPy arrays)."""
+    files, pos = found[FILE_COLUMN], found[POSITION_COLUMN]
+    if len(files) == 0:
         return {}
-    files = found.column(FILE_COLUMN).to_numpy().astype(np.int64)
-    pos = found.column(POSITION_COLUMN).to_numpy().astype(np.uint64)
+    files = np.asarray(files).astype(np.int64)
+    pos = np.asarray(pos).astype(np.uint64)
     order = np.argsort(files, kind="stable")
     files, pos = files[order], pos[order]
     bounds = np.flatnonzero(np.diff(files)) + 1
@@ -250,7 +251,7 @@ class Dml:
                                                   physical=physical)
                 for scan in scans:
                     self.engine._register(cur, ctx, scan)
-                found = self.engine._fetch(cur, ctx, find, sql)
+                found = self.engine._find(cur, ctx, find, sql)
             deletes = _positions(found, file_list)
             ctx.info.tables[stmt.table] = snap.version
             fp = self.engine._fingerprint(stmt, tree)
@@ -360,7 +361,7 @@ class Dml:
                         cur, ctx, f"SELECT * FROM {scan.relation}", sql)
                     cur.execute(f"DROP VIEW {scan.relation}")
                     cur.register(scan.relation, others[scan.relation])
-                found = self.engine._fetch(cur, ctx, find, sql)
+                found = self.engine._find(cur, ctx, find, sql)
             ctx.info.tables[stmt.table] = snap.version
             # DuckDB found the candidates' identities over only the columns the statement
             # reads; their whole rows are read by position (row groups holding one only)
