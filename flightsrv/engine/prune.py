@@ -235,6 +235,7 @@ class Pruner:
         self.row_groups_pruned = 0
         self.chunks_pruned = 0
         self.chunks_kept = 0
+        self.memo: dict = {}  # facts its callers derive from the terms, once
         self._hashes: dict = {}
         self._fids = {}
         if manifest is not None:

@@ -249,11 +249,14 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         # one statistics query: DuckDB-read files by their manifest entry (DuckDB prunes
         # their row groups itself), Arrow-scanned files by their row groups' footer statistics
         # (and, when their read depends on it, files with deleted rows by their row groups)
+        # (a file with deleted rows that the prefetch reads whatever its statistics keep,
+        # under a listed-values filter, needs no footer: DuckDB's reader prunes its groups)
+        listed = prefetch is not None and point_set(pruner)
         by_group = {id(f) for f in candidates if kinds[id(f)] in ("arrow", "dataset") or (
-            kinds[id(f)] == "masked" and masked_max_groups is not None)} if open_scans \
-            else set()
+            kinds[id(f)] == "masked" and masked_max_groups is not None and not listed)} \
+            if open_scans else set()
         before = len(candidates)
-        if masked_max_groups is not None and sum(
+        if masked_max_groups is not None and not listed and sum(
                 kinds[id(f)] == "masked" for f in candidates) > FOOTERS_WITHOUT_PREFILTER:
             # files first by their manifest statistics: a point query then decodes the footer
             # statistics of the one file that may hold it, not of every file with deletes
@@ -262,7 +265,6 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
         rel.files_pruned = before - len(kept)
         candidates = kept
-        listed = prefetch is not None and point_set(pruner)
         for f in candidates:
             if id(f) in by_group and kinds[id(f)] == "masked" and not listed:
                 live = f.row_groups - len(f.deleted_row_groups)
@@ -439,8 +441,11 @@ def point_set(pruner) -> bool:
     prefetched rows are only those holding a listed value)."""
     if pruner is None:
         return False
-    return any(t.op in ("=", "in") for t, _ in _row_conditions(
-        pruner, pruner.schema, pruner.schema.names, exact_lists=True))
+    found = pruner.memo.get("point_set")
+    if found is None:  # asked by the engine and by build() for one reference: derive once
+        found = pruner.memo["point_set"] = any(t.op in ("=", "in") for t, _ in _row_conditions(
+            pruner, pruner.schema, pruner.schema.names, exact_lists=True))
+    return found
 
 
 def pushable(pruner) -> bool:
