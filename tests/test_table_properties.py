@@ -60,7 +60,41 @@ def test_create_stores_canonical_values_and_writes_use_them(local_uri):
     assert WriteOptions.from_properties(t.properties) == WriteOptions(64_000_000, 1024, "snappy")
 
 
+def _data_pages(path: str, column: int) -> int:
+    """Data pages of column ``column`` in row group 0 of the Parquet file at ``path``,
+    counted by walking its page headers."""
+    import pyarrow.parquet as pq
+
+    from flightsrv.table import parquet_meta as pm
+
+    cc = pq.ParquetFile(path).metadata.row_group(0).column(column)
+    start = cc.dictionary_page_offset or cc.data_page_offset
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        chunk = fh.read(cc.total_compressed_size)
+    pos, pages = 0, 0
+    while pos < len(chunk):
+        hdr, end = pm.decode_struct(chunk, pos)
+        pages += hdr.get(pm.PH.TYPE) != pm.PAGE_DICTIONARY
+        pos = end + hdr.get(pm.PH.COMPRESSED_PAGE_SIZE)
+    return pages
+
+
+@pytest.mark.parametrize("page,expect", [(None, range(3, 6)), ("8KiB", range(40, 60))])
+def test_data_page_bytes_sets_the_page_size_of_new_files(local_uri, page, expect):
+    # 50,000 distinct int64 ids: 400 kB plain-encoded, so the default 128 KiB pages make
+    # three or four (pyarrow checks the size every 1,024 values) and 8 KiB pages about fifty
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("t", SCHEMA, {"data_page_bytes": page} if page else {})
+    assert P.value(t.properties, "data_page_bytes") == (8192 if page else 128 * 1024)
+    t.append(pa.table({"id": list(range(50_000)), "name": ["x"] * 50_000}))
+    (f,) = t.snapshot().manifest.data_files
+    pages = _data_pages(t.store.local_path(f.path), 0)
+    assert pages in expect, pages
+
+
 @pytest.mark.parametrize("props,needle", [
+    ({"data_page_bytes": "1KiB"}, "property=data_page_bytes"),
     ({"target_file_size": "64XB"}, "property=target_file_size"),
     ({"target_filesize": "64MB"}, "known="),
     ({"owner": "me"}, "user."),

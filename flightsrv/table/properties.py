@@ -196,6 +196,9 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
              "data files roll over at this size (writes, compaction)", minimum=1),
     Property("row_group_bytes", "size", 16 * 1024 ** 2,
              "uncompressed bytes per Parquet row group", minimum=1),
+    Property("data_page_bytes", "size", 128 * 1024,
+             "uncompressed bytes per Parquet data page (a point read decodes one page per "
+             "column, not the row group's)", minimum=4096),
     Property("compression", "choice", "zstd", "Parquet codec of new data files",
              choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")),
     Property("delete_mode", "choice", "dv",

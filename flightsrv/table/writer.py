@@ -113,13 +113,15 @@ class WriteOptions:
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
     compression: str = PROPERTIES["compression"].default
     compression_level: int | None = None
+    data_page_bytes: int = PROPERTIES["data_page_bytes"].default
 
     @classmethod
     def from_properties(cls, props: dict) -> "WriteOptions":
         """From table properties (typed by ``flightsrv.table.properties``)."""
         return cls(target_file_size=value(props, "target_file_size"),
                    row_group_bytes=value(props, "row_group_bytes"),
-                   compression=value(props, "compression"))
+                   compression=value(props, "compression"),
+                   data_page_bytes=value(props, "data_page_bytes"))
 
 
 def data_key(runtime: Runtime) -> str:
@@ -303,6 +305,7 @@ class DataFileWriter:
             w = pq.ParquetWriter(tmp, self.physical, compression=self.options.compression,
                                  compression_level=self.options.compression_level,
                                  use_dictionary=self._dictionary,
+                                 data_page_size=self.options.data_page_bytes,
                                  write_statistics=True, store_schema=True)
         except BaseException:  # interrupted before the caller owns ``tmp``: remove it here
             with contextlib.suppress(FileNotFoundError):
