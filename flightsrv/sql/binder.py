@@ -95,6 +95,8 @@ class _Binder:
         stack = [(root, scope)]
         while stack:
             node, scope = stack.pop()
+            if type(node) is exp.Literal:  # no child expressions (a 1,000-value IN list)
+                continue
             with_ = node.args.get("with_")
             if isinstance(with_, exp.With):
                 names: list[str] = []

@@ -254,13 +254,20 @@ MAX_NESTING = 250
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
 
-def _check_nesting(tokens, sql: str) -> None:
+_OPENERS = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE})
+_CLOSERS = frozenset({TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE})
+
+
+def _check_nesting(types, sql: str) -> None:
+    """Refuse a statement whose brackets nest deeper than MAX_NESTING (``types``: its
+    tokens' types, in order)."""
     depth = deepest = 0
-    for tok in tokens:
-        if tok.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE):
+    for t in types:
+        if t in _OPENERS:
             depth += 1
-            deepest = max(deepest, depth)
-        elif tok.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE):
+            if depth > deepest:
+                deepest = depth
+        elif t in _CLOSERS:
             depth -= 1
     if deepest > MAX_NESTING:
         raise LimitExceeded(f"statement nests {deepest} levels deep; the limit is "
@@ -275,6 +282,9 @@ def _tokenize(text: str) -> tuple:
     return tuple(DuckDB().tokenize(text))
 
 
+_PARAMETER_TOKENS = frozenset({TokenType.PLACEHOLDER, TokenType.QDCOLON, TokenType.PARAMETER})
+
+
 def number_placeholders(sql: str) -> tuple[str, int]:
     """Rewrite ``?`` to ``$1, $2, ...`` in text order; return the text and parameter count.
 
@@ -285,16 +295,20 @@ def number_placeholders(sql: str) -> tuple[str, int]:
         tokens = _tokenize(sql)
     except TokenError as e:
         raise SqlError(f"cannot tokenize: {e}", statement=_short(sql)) from None
-    _check_nesting(tokens, sql)
+    types = [tok.token_type for tok in tokens]  # (one attribute read per token)
+    _check_nesting(types, sql)
     out, last, qmarks, numbered = [], 0, 0, 0
-    for i, tok in enumerate(tokens):
-        if (tok.token_type == TokenType.PLACEHOLDER and tok.text == "?") or (
-                tok.token_type == TokenType.QDCOLON and tok.text == "?::"):  # ?::INT
+    for i, tt in enumerate(types):
+        if tt not in _PARAMETER_TOKENS:
+            continue
+        tok = tokens[i]
+        if (tt == TokenType.PLACEHOLDER and tok.text == "?") or (
+                tt == TokenType.QDCOLON and tok.text == "?::"):  # ?::INT
             qmarks += 1
             out.append(sql[last : tok.start])
             out.append(f"${qmarks}" + tok.text[1:])
             last = tok.end + 1
-        elif tok.token_type == TokenType.PARAMETER:
+        elif tt == TokenType.PARAMETER:
             nxt = tokens[i + 1] if i + 1 < len(tokens) else None
             if nxt is None or nxt.token_type != TokenType.NUMBER or not nxt.text.isdigit():
                 raise SqlError(
