@@ -49,6 +49,7 @@ among them. Anything unconfirmed prunes nothing.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -86,6 +87,39 @@ def _int_list(vals) -> list[int] | None:
         return None
     out = [int(v) for v in vals]
     return out if all(_INT64[0] <= v <= _INT64[1] for v in out) else None
+
+
+#: operators :meth:`Pruner._run_integers` decides without DuckDB
+_INTEGER_OPS = frozenset({"=", "in", "between", "<", "<=", ">", ">="})
+#: an integer constant as the planner spells it: a literal, or a bound BIGINT parameter
+_INT_OPERAND = re.compile(r"(-?[0-9]+)|CAST\((-?[0-9]+) AS BIGINT\)")
+
+
+def _int_operand(text: str) -> int | None:
+    m = _INT_OPERAND.fullmatch(text)
+    if m is None:
+        return None
+    v = int(m.group(1) or m.group(2))
+    return v if _INT64[0] <= v <= _INT64[1] else None
+
+
+def _integer_unit_may_match(op: str, vals: list[int], lo: int, hi: int) -> bool:
+    """Whether a unit whose values lie in [lo, hi] may hold a row with ``column op vals``
+    (``vals`` sorted for ``in``)."""
+    if op == "=":
+        return lo <= vals[0] <= hi
+    if op == "in":
+        k = bisect.bisect_left(vals, lo)
+        return k < len(vals) and vals[k] <= hi
+    if op == "between":
+        return hi >= vals[0] and lo <= vals[1]
+    if op == "<":
+        return lo < vals[0]
+    if op == "<=":
+        return lo <= vals[0]
+    if op == ">":
+        return hi > vals[0]
+    return hi >= vals[0]  # >=
 
 
 def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = None) -> str:
@@ -262,6 +296,42 @@ class Pruner:
         unit's bucket, or with ``many`` the list of buckets a chunk holds)."""
         if not n or not self.terms:
             return set(range(n))
+        keep = self._run_integers(n, cols)
+        if keep is not None:
+            return keep
+        return self._run_duckdb(n, rows, cols)
+
+    def _run_integers(self, n: int, cols: dict) -> set[int] | None:
+        """:meth:`_run`'s answer without a query, or None when it needs DuckDB: when every
+        term compares an integer column with integer constants (plain literals or bound
+        ``CAST(<int> AS BIGINT)`` parameters) by ``=``, ``IN``, ``BETWEEN``, ``<``, ``<=``,
+        ``>`` or ``>=``, and the units have only min/max bounds (no partition ranges or
+        buckets), integers compare the same in Python as in DuckDB. A NULL bound keeps the
+        unit, as ``coalesce(..., TRUE)`` does; an ``IN`` list keeps a unit when one of its
+        values lies in the unit's range (DuckDB's query tests a long list by its range: a
+        superset of that). A point query then costs no statistics query (~2 ms)."""
+        keep = [True] * n
+        for term in self.terms:
+            c = cols.get(term.column)
+            if c is None:
+                continue  # no statistics for the column: every unit stays
+            if term.op not in _INTEGER_OPS or c.get("ranges") or c.get("buckets") or \
+                    not pa.types.is_integer(self.schema.field(term.column).type):
+                return None
+            vals = [_int_operand(v) for v in term.operands]
+            if not vals or None in vals or (term.op == "between" and len(vals) != 2):
+                return None
+            mins, maxs = c["mins"].to_pylist(), c["maxs"].to_pylist()
+            if term.op == "in":
+                vals.sort()
+            for i in range(n):
+                lo, hi = mins[i], maxs[i]
+                if not keep[i] or lo is None or hi is None:
+                    continue
+                keep[i] = _integer_unit_may_match(term.op, vals, lo, hi)
+        return {i for i in range(n) if keep[i]}
+
+    def _run_duckdb(self, n: int, rows: list, cols: dict) -> set[int]:
         arrays = [pa.array(range(n), pa.int64()), pa.array(rows, pa.int64())]
         fields = [pa.field("__i", pa.int64()), pa.field("__rows", pa.int64())]
         conds: list[str] = []
