@@ -251,7 +251,7 @@ class Dml:
                                                   physical=physical)
                 for scan in scans:
                     self.engine._register(cur, ctx, scan)
-                found = self.engine._find(cur, ctx, find, sql)
+                found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
             deletes = _positions(found, file_list)
             ctx.info.tables[stmt.table] = snap.version
             fp = self.engine._fingerprint(stmt, tree)
@@ -361,7 +361,7 @@ class Dml:
                         cur, ctx, f"SELECT * FROM {scan.relation}", sql)
                     cur.execute(f"DROP VIEW {scan.relation}")
                     cur.register(scan.relation, others[scan.relation])
-                found = self.engine._find(cur, ctx, find, sql)
+                found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
             ctx.info.tables[stmt.table] = snap.version
             # DuckDB found the candidates' identities over only the columns the statement
             # reads; their whole rows are read by position (row groups holding one only)

@@ -423,21 +423,14 @@ class DuckEngine:
             unhook()
             cur.close()
 
-    def _find(self, cur, ctx: _Ctx, text: str, sql: str) -> dict:
-        """Run a DML find ``text`` (already verified) on ``cur``: its columns as NumPy
-        arrays. A plain execute: ``cur.sql(text)`` parses and binds the text once to
-        describe the relation and again to run it, ~7 ms more for a statement with 1,000
-        literals (the find carries the user's WHERE)."""
+    def _fetch(self, cur, ctx: _Ctx, text: str, sql: str, *, numpy: bool = False):
+        """Run ``text`` (already verified) on ``cur`` and return the whole result: an Arrow
+        table, or with ``numpy`` (a DML find) its columns as NumPy arrays by a plain
+        execute, because ``cur.sql(text)`` parses and binds the text once to describe the
+        relation and again to run it, ~7 ms more for a find carrying 1,000 literals."""
         try:
-            return cur.execute(text).fetchnumpy()
-        except duckdb.Error as e:
-            ctx.check(sql)
-            raise (scan_failure(ctx.failures) or native_failure(e, ctx.natives)
-                   or sql_error(e, sql)) from None
-
-    def _fetch(self, cur, ctx: _Ctx, text: str, sql: str) -> pa.Table:
-        """Run ``text`` (already verified) on ``cur`` and return the whole result."""
-        try:
+            if numpy:
+                return cur.execute(text).fetchnumpy()
             return cur.sql(text).to_arrow_table()
         except duckdb.Error as e:
             ctx.check(sql)
