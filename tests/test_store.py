@@ -181,3 +181,24 @@ def test_local_cas_is_atomic_across_processes(local_uri):
         wins = pool.starmap(_cas_worker, [(local_uri, 50)] * 4)
     assert sum(wins) == 200
     assert int(store.get("counter")[0]) == 200
+
+
+def _churn_worker(root: str, me: int, rounds: int) -> int:
+    """Create and delete objects, each the only one in its directory, in directories other
+    processes create and delete objects in too (a delete prunes an emptied directory)."""
+    store = open_store(root)
+    for r in range(rounds):
+        key = f"d/{r % 3}/w{me}-{r}"
+        store.put(key, b"x", mode=PutMode.CREATE if r % 2 else PutMode.OVERWRITE)
+        assert store.get(key)[0] == b"x"
+        store.delete(key)
+    return rounds
+
+
+def test_local_writes_survive_concurrent_pruning_of_their_directory(local_uri):
+    # a write makes its directory, then links its object in; another process deleting the
+    # directory's last object prunes the empty directory in between: the write must still land
+    open_store(local_uri).put("keep", b"1")
+    with mp.get_context("spawn").Pool(4) as pool:
+        done = pool.starmap(_churn_worker, [(local_uri, i, 400) for i in range(4)])
+    assert done == [400] * 4

@@ -47,6 +47,8 @@ from flightsrv.store.base import (
 
 _META_DIR = ".flightsrv"
 _COPY_CHUNK = 64 * 1024 * 1024
+#: how often an install recreates a directory a concurrent delete pruned before giving up
+_INSTALL_ATTEMPTS = 16
 
 
 def _etag_of(st: os.stat_result) -> str:
@@ -160,11 +162,10 @@ class LocalStore:
     def _install(self, key: str, tmp: str, mode: PutMode, etag: str | None) -> ObjectMeta:
         """Move a finished temp file to ``key`` under ``mode``. Consumes ``tmp``."""
         path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             if mode is PutMode.CREATE:
                 try:
-                    os.link(tmp, path)
+                    self._into_dir(tmp, path, os.link)
                 except FileExistsError:
                     raise PreconditionFailed(
                         "object exists (If-None-Match: *)", store=self.uri, key=key
@@ -188,12 +189,35 @@ class LocalStore:
                 new = os.stat(tmp)
                 if old is not None and _etag_of(old) == _etag_of(new):
                     os.utime(tmp, ns=(new.st_atime_ns, new.st_mtime_ns + 1))
-                os.replace(tmp, path)
+                self._into_dir(tmp, path, os.replace)
                 self._fsync_dir(path)
                 return self._meta_of(key, os.stat(path))
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+    @staticmethod
+    def _into_dir(tmp: str, path: str, move) -> None:
+        """``move(tmp, path)`` (link or replace) with ``path``'s directory created first. A
+        concurrent ``delete`` of the last object in a directory prunes it (and its emptied
+        parents); if it does so between the ``makedirs`` and the move, or inside
+        ``makedirs``, the call fails with ENOENT (or EEXIST from ``makedirs`` finding a
+        directory gone that it saw) although ``tmp`` is there: make the directory again and
+        retry. EEXIST from the move itself is the caller's (an object is there)."""
+        for attempt in range(_INSTALL_ATTEMPTS):
+            last = attempt == _INSTALL_ATTEMPTS - 1
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+            except (FileNotFoundError, FileExistsError):
+                if last:
+                    raise
+                continue
+            try:
+                move(tmp, path)
+                return
+            except FileNotFoundError:
+                if last or not os.path.exists(tmp):
+                    raise
 
     # -- reads -------------------------------------------------------------------
     def _open_checked(self, key: str, etag: str | None):
