@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine, Session
 from flightsrv.engine import relations
+from flightsrv.engine.duck import _prefetch
 from flightsrv.engine.prune import Pruner
 from flightsrv.sql.plan import PruneTerm
 from flightsrv.errors import CorruptObject, SqlError, TableNotFound
@@ -530,15 +531,9 @@ def test_prefetch_mode_hands_the_statement_live_rows_only(local_uri):
     con = duckdb.connect()
     seen = []
 
-    def prefetch(sql, tables):
+    def prefetch(sql, tables):  # the engine's own prefetch, recording what it is given
         seen.append((sql, {k: v["v"].to_pylist() for k, v in tables.items()}))
-        for k, v in tables.items():
-            con.register(k, v)
-        try:
-            return con.sql(sql).to_arrow_table()
-        finally:
-            for k in tables:
-                con.unregister(k)
+        return _prefetch(con, sql, tables)
 
     try:
         scattered = tuple(range(7, TOTAL, 251))  # every file, most row groups, some deleted
