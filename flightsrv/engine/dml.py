@@ -109,14 +109,13 @@ def _deterministic(nodes, sql: str) -> None:
                            statement=st._short(sql))
 
 
-def _positions(found, file_list) -> dict[str, BitMap64]:
-    """Positions per data file path from (file ordinal, position) rows (an Arrow table or
-    a dict of NumPy arrays)."""
+def _positions(found: dict[str, np.ndarray], file_list) -> dict[str, BitMap64]:
+    """Positions per data file path from a find's (file ordinal, position) columns."""
     files, pos = found[FILE_COLUMN], found[POSITION_COLUMN]
     if len(files) == 0:
         return {}
-    files = np.asarray(files).astype(np.int64)
-    pos = np.asarray(pos).astype(np.uint64)
+    files = files.astype(np.int64)
+    pos = pos.astype(np.uint64)
     order = np.argsort(files, kind="stable")
     files, pos = files[order], pos[order]
     bounds = np.flatnonzero(np.diff(files)) + 1
