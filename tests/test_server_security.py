@@ -4,6 +4,7 @@ that interrupt DuckDB, auth timing and back-off, and error text."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -62,6 +63,7 @@ def _clean(message: str) -> None:
     assert "/work" not in message and "site-packages" not in message
     assert ".py\"" not in message and "KeyError('" not in message
     assert "RecursionError" not in message
+    assert "Traceback" not in message and 'File "' not in message and ".pyx" not in message
 
 
 # -- tickets ------------------------------------------------------------------------------
@@ -405,7 +407,71 @@ def test_errors_carry_no_trace_path_or_setting(served, sql, code):
         _clean(str(exc))
     except pa.ArrowException as exc:
         _clean(str(exc))
-        assert 'File "<flightsrv>"' in str(exc) or "Detail" not in str(exc)
+
+
+def test_bad_tickets_and_statements_carry_no_stack_trace_through_either_client(served):
+    """pyarrow details a status it builds from a Python exception (INVALID_ARGUMENT,
+    NOT_FOUND, UNIMPLEMENTED) with ``traceback.format_exception``; while a server runs that
+    formats no frame. The same errors through ADBC and pyarrow.flight: the message, and no
+    trace."""
+    _, _, _, client, uri = served
+    seen = []
+    for sql in ("SELEC 1", "SELECT * FROM no_such_table", "SELECT CAST('x' AS INTEGER)"):
+        with adbc(uri, READER) as conn, conn.cursor() as cur:
+            with pytest.raises(adbc_driver_manager.Error) as err:
+                cur.execute(sql)
+                cur.fetchall()
+        seen.append(str(err.value))
+    with pytest.raises(pa.ArrowInvalid) as err:
+        client.do_get(flight.Ticket(b"not a ticket"), opts(READER)).read_all()
+    seen.append(str(err.value))
+    with pytest.raises(pa.ArrowNotImplementedError) as err:
+        action(client, "NoSuchAction", b"", READER)
+    seen.append(str(err.value))
+    for message in seen:
+        _clean(message)
+    assert "syntax error" in seen[0] and "no_such_table" in seen[1]
+    assert "Conversion Error" in seen[2] and "ticket" in seen[3]
+
+
+def test_the_server_log_keeps_whole_tracebacks_while_client_statuses_have_none():
+    """The frame limit is the process's while a server runs, and flightsrv's log formatter
+    passes its own: a logged exception still has every frame, and the process's setting
+    comes back when the last server stops."""
+    import io
+    import logging
+    import sys
+
+    from flightsrv.server.logs import JsonFormatter
+    from flightsrv.server.status import frameless_tracebacks
+
+    before = getattr(sys, "tracebacklimit", None)
+    frameless_tracebacks(True)
+    frameless_tracebacks(True)
+    try:
+        assert sys.tracebacklimit == 0
+        out = io.StringIO()
+        handler = logging.StreamHandler(out)
+        handler.setFormatter(JsonFormatter())
+        logger = logging.getLogger("flightsrv.test.frames")
+        logger.addHandler(handler)
+        try:
+            def inner():
+                raise ValueError("boom")
+            try:
+                inner()
+            except ValueError:
+                logger.error("failed", exc_info=True)
+        finally:
+            logger.removeHandler(handler)
+        record = json.loads(out.getvalue())
+        assert "Traceback" in record["exc"] and "in inner" in record["exc"]
+        frameless_tracebacks(False)
+        assert sys.tracebacklimit == 0  # the other server still runs
+    finally:
+        frameless_tracebacks(False)
+        frameless_tracebacks(False)  # one too many is ignored
+    assert getattr(sys, "tracebacklimit", None) == before
 
 
 def test_cancel_query_action_checks_the_principal(served):

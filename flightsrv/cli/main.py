@@ -13,6 +13,7 @@ import sys
 import traceback
 
 from flightsrv.cli import output, serve, sql, table, tools, warehouse
+from flightsrv.server.logs import LOG_FRAMES
 from flightsrv.cli.common import (
     error_text,
     EXIT_FAILED,
@@ -180,12 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         if debug:
-            traceback.print_exc()
+            traceback.print_exc(limit=LOG_FRAMES)
         sys.stderr.write("flightsrv: interrupted\n")
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the one place every error becomes one line
         if debug:
-            traceback.print_exc()
+            traceback.print_exc(limit=LOG_FRAMES)
         try:
             sys.stderr.write(f"flightsrv: error: {error_text(exc)}\n")
         except BrokenPipeError:

@@ -20,8 +20,9 @@ and streams the answer. The guarantees it keeps:
 - **Every statement** gets a ``Cancel`` (``calls``): tripped at ``--query-timeout`` or the
   session's ``statement_timeout`` (DEADLINE_EXCEEDED), when the client cancels the call or
   goes away, or by CancelFlightInfo / CancelQuery of its ticket (CANCELLED).
-- **Errors** are mapped by ``status.to_flight_error`` and leave through entry points with
-  a neutral traceback; the server stays up after any error.
+- **Errors** are mapped by ``status.to_flight_error`` and reach the client with no stack
+  trace (``status.frameless_tracebacks``; the entry points re-raise from a neutral frame
+  as well); the server stays up after any error.
 - One catalog (``flightsrv``) with one schema (``main``); transactions are unsupported.
 
 Dispatch is by table: ``commands.METADATA`` for metadata commands, ``_STATEMENT_INFO`` for
@@ -70,6 +71,7 @@ from flightsrv.server.status import (
     Draining,
     NotFound,
     Scrubber,
+    frameless_tracebacks,
     grpc_status_name,
     invalid,
     neutral_entry,
@@ -190,6 +192,8 @@ class FlightSqlServer(flight.FlightServerBase):
                 location = "grpc+tls://" + location.split("://", 1)[1]
         super().__init__(location, middleware=middleware, tls_certificates=tls_certificates,
                          **kwargs)
+        frameless_tracebacks(True)  # no traceback in a status detail (status.py)
+        self._frameless = True
 
     # == entry points (neutral tracebacks: see status.py) ===================================
 
@@ -810,3 +814,6 @@ class FlightSqlServer(flight.FlightServerBase):
         super().shutdown()
         self._calls.close()
         self.metrics.close()
+        if getattr(self, "_frameless", False):
+            self._frameless = False
+            frameless_tracebacks(False)

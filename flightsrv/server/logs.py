@@ -19,6 +19,11 @@ import functools
 import json
 import logging
 import sys
+import traceback
+
+#: frames kept when flightsrv formats a traceback for its log or ``--debug``: an explicit
+#: limit, which a running server's ``sys.tracebacklimit = 0`` does not shorten (status.py)
+LOG_FRAMES = 10_000
 
 RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "fields", "message", "asctime", "taskName"}
@@ -41,6 +46,11 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
+
+    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+        # an explicit limit: a running server sets sys.tracebacklimit to 0 (see status.py)
+        return "".join(traceback.format_exception(ei[0], ei[1], ei[2], limit=LOG_FRAMES)
+                       ).rstrip("\n")
 
 
 def configure_json_logging(level: int = logging.INFO, stream=None) -> logging.Handler:

@@ -36,18 +36,25 @@ What reaches the client:
   directory) replaced by ``<warehouse>``, ``<temp>``, ``<install>``, ``<home>``;
 - for an unexpected exception only its class name and an incident id (the traceback goes
   to the server log under that id);
-- pyarrow appends ``Detail: Python exception: Traceback ...`` to INVALID_ARGUMENT,
-  NOT_FOUND and UNIMPLEMENTED (statuses it builds from a Python exception). The Flight
-  entry points are compiled under the file name ``<flightsrv>`` and re-raise a fresh
-  exception (``neutral_entry``), so that trace holds only pyarrow's own frame and
-  ``File "<flightsrv>"``: no server path, no source line. FlightError statuses carry no
-  trace at all.
+- no stack trace. pyarrow builds INVALID_ARGUMENT, NOT_FOUND and UNIMPLEMENTED from a
+  Python exception and appends ``Detail: Python exception: ...`` to their message, formatted
+  by ``traceback.format_exception`` with no limit, so by default that is a whole traceback
+  (pyarrow's ``_flight.pyx`` frame and the handler's). While a server runs, its process's
+  ``sys.tracebacklimit`` is 0 (:func:`frameless_tracebacks`), and the detail shrinks to
+  ``Python exception: pyarrow.lib.ArrowInvalid: <the message again>``. flightsrv's own log
+  formatter and ``--debug`` pass an explicit limit, so the server log keeps whole
+  tracebacks. As a second line of defence the Flight entry points are compiled under the
+  file name ``<flightsrv>`` and re-raise a fresh exception (``neutral_entry``), so a trace
+  formatted in spite of the limit names no server path and no source line. FlightError
+  statuses carry no detail at all.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterable
 
 import pyarrow as pa
@@ -226,6 +233,43 @@ _STATUS_NAMES = (
     (pa.ArrowNotImplementedError, "UNIMPLEMENTED"),
     (pa.ArrowInvalid, "INVALID_ARGUMENT"),
 )
+
+
+# -- no traceback in a client's status ---------------------------------------------------
+
+_frameless_lock = threading.Lock()
+_frameless_users = 0
+_frameless_saved: list = []  # the process's own setting while servers run
+
+
+def frameless_tracebacks(on: bool) -> None:
+    """Count a server in (``on``) or out. While at least one runs, ``sys.tracebacklimit`` is 0:
+    the ``traceback.format_exception`` call with which pyarrow details a status built from a
+    Python exception then formats no frame, only ``Type: message``. The setting the process
+    had is restored when the last server stops."""
+    global _frameless_users
+    with _frameless_lock:
+        if on:
+            if _frameless_users == 0:
+                _frameless_saved[:] = [getattr(sys, "tracebacklimit", _UNSET)]
+                sys.tracebacklimit = 0
+            _frameless_users += 1
+            return
+        if _frameless_users == 0:
+            return
+        _frameless_users -= 1
+        if _frameless_users == 0:
+            saved = _frameless_saved.pop() if _frameless_saved else _UNSET
+            if saved is _UNSET:
+                try:
+                    del sys.tracebacklimit
+                except AttributeError:
+                    pass
+            else:
+                sys.tracebacklimit = saved
+
+
+_UNSET = object()
 
 
 # -- entry points with a neutral traceback --------------------------------------------------
