@@ -79,3 +79,22 @@ class CursorSource:
         con, self._con = self._con, None
         if con is not None:
             con.close()
+
+
+def run_to_arrow(cur: duckdb.DuckDBPyConnection, text: str, *, batch_size: int,
+                 stream: bool):
+    """Run one statement ``text`` (no parameters) on ``cur``: an Arrow table, or with
+    ``stream`` a ``RecordBatchReader`` that DuckDB fills as it is read.
+
+    DuckDB 2.0's ``cur.sql(text)`` binds a statement twice, once to describe the relation
+    and once to run it (for a ``read_parquet`` that is twice the footer and file checks:
+    about 1 ms of a point query's prefetch). Its own one-pass seam ``_submit``, where
+    ``to_arrow_table``/``to_arrow_reader`` end up, runs it once, with the same results and
+    errors (it refuses more than one statement, which the engine never sends). A DuckDB
+    without that seam takes the public path."""
+    submit = getattr(cur, "_submit", None)
+    if submit is not None:
+        result = submit(text, None, "stream" if stream else "arrow", int(batch_size))
+        return result.arrow_reader() if stream else result.arrow_table()
+    rel = cur.sql(text)
+    return rel.to_arrow_reader(batch_size) if stream else rel.to_arrow_table()

@@ -63,7 +63,7 @@ from flightsrv.engine.api import (
     Session,
     StatementKind,
 )
-from flightsrv.engine.connection import CursorSource, open_locked
+from flightsrv.engine.connection import CursorSource, open_locked, run_to_arrow
 from flightsrv.engine.dml import Dml
 from flightsrv.engine.group_commit import GroupCommitter
 from flightsrv.engine.params import kind_name, parameter_schema, schema_key
@@ -132,7 +132,7 @@ def _prefetch(cur: duckdb.DuckDBPyConnection, text: str, tables: dict[str, pa.Ta
     for name, table in tables.items():
         cur.register(name, table)
     try:
-        return cur.sql(text).to_arrow_table()
+        return run_to_arrow(cur, text, batch_size=DEFAULT_BATCH_SIZE, stream=False)
     finally:
         for name in tables:
             cur.unregister(name)
@@ -306,7 +306,9 @@ class DuckEngine:
             try:
                 for scan in qp.scans:
                     self._register(cur, ctx, scan)
-                inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size)
+                inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size) \
+                    if params is not None else \
+                    run_to_arrow(cur, qp.sql, batch_size=self.batch_size, stream=True)
             except duckdb.Error as e:
                 ctx.check(sql)
                 raise (scan_failure(ctx.failures) or native_failure(e, ctx.natives)
@@ -431,7 +433,7 @@ class DuckEngine:
         try:
             if numpy:
                 return cur.execute(text).fetchnumpy()
-            return cur.sql(text).to_arrow_table()
+            return run_to_arrow(cur, text, batch_size=self.batch_size, stream=False)
         except duckdb.Error as e:
             ctx.check(sql)
             raise (scan_failure(ctx.failures) or native_failure(e, ctx.natives)
