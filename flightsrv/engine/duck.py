@@ -396,11 +396,14 @@ class DuckEngine:
                          prefetch=functools.partial(_prefetch, cur)
                          if self.masked_scans == "prefetch" else None)
         ctx.natives.update(rel.files)
-        for name, obj in rel.readers.items():
-            if isinstance(obj, pa.RecordBatchReader):
-                obj = guarded(obj, ctx.failures)
-            cur.register(name, obj)
-        cur.execute(f"CREATE TEMP VIEW {scan.relation} AS {rel.body}")
+        if rel.direct is not None:  # one prefetched table: it is the relation, no view
+            cur.register(scan.relation, rel.readers[rel.direct])
+        else:
+            for name, obj in rel.readers.items():
+                if isinstance(obj, pa.RecordBatchReader):
+                    obj = guarded(obj, ctx.failures)
+                cur.register(name, obj)
+            cur.execute(f"CREATE TEMP VIEW {scan.relation} AS {rel.body}")
         info = ctx.info
         info.tables.setdefault(scan.table, snap.version)
         info.files_scanned += rel.files_scanned

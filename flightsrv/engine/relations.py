@@ -109,6 +109,9 @@ class Relation:
     files_scanned: int = 0
     files_pruned: int = 0
     rows_masked: int = 0
+    #: the name of the one reader that is the relation column for column (a prefetched
+    #: table), which may be registered under the relation's own name instead of a view
+    direct: str | None = None
 
 
 def _ident(name: str) -> str:
@@ -362,6 +365,15 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
         parts.append(f"SELECT {cols} FROM {name}")
     rel.body = "\nUNION ALL\n".join(parts)
+    if len(parts) == 1 and len(rel.readers) == 1:
+        # one Arrow table that is the whole relation, column for column: DuckDB can read it
+        # under the relation's name, without a view over it
+        (name, only), = rel.readers.items()
+        columns = names + (list(HIDDEN) if hidden else [])
+        if isinstance(only, pa.Table) and only.schema.names == columns and \
+                parts[0] == f"SELECT {', '.join(_ident(c) for c in names)}" + \
+                (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "") + f" FROM {name}":
+            rel.direct = name
     return rel
 
 
