@@ -317,3 +317,18 @@ def test_no_prune_terms_through_outer_join_or_ambiguity():
     assert s["t"].prune == ()
     s = scans("SELECT * FROM t ASOF JOIN u ON t.id >= u.id WHERE t.id = 1")
     assert s["t"].prune == ()
+
+
+@pytest.mark.parametrize("sql, clause", [
+    ("INSERT OR REPLACE INTO t VALUES (1)", "OR REPLACE"),
+    ("INSERT OR IGNORE INTO t VALUES (1)", "OR IGNORE"),
+    ("INSERT INTO t VALUES (1) ON CONFLICT DO NOTHING", "CONFLICT"),
+    ("INSERT INTO t BY NAME SELECT 1 AS a", "BY NAME"),
+])
+def test_insert_clauses_beyond_a_plain_insert_are_refused_not_ignored(sql, clause):
+    """DuckDB gives these meaning (upsert, skip duplicates); run as a plain INSERT they would
+    silently add duplicates, so each is refused by name."""
+    from flightsrv.sql.statements import parse_statement
+
+    with pytest.raises(SqlError, match=f"INSERT with {clause} is not supported"):
+        parse_statement(sql)

@@ -609,9 +609,13 @@ def _dml_target(cls, sql: str, tree: exp.Expression, n: int, what: str):
 
 
 def _insert(sql: str, tree: exp.Insert, n: int) -> Insert:
-    for flag in ("overwrite", "ignore", "returning", "conflict", "by_name"):
-        if tree.args.get(flag):
-            raise error(f"INSERT with {flag.upper().replace('_', ' ')} is not supported", sql, tree)
+    # only a plain INSERT INTO t [(cols)] SELECT/VALUES: every other clause sqlglot knows of
+    # (OR REPLACE / OR IGNORE, ON CONFLICT, BY NAME, OVERWRITE, RETURNING, ...) is refused
+    for flag, value in tree.args.items():
+        if flag not in ("this", "expression") and value:
+            what = f"OR {value}" if flag == "alternative" and isinstance(value, str) \
+                else flag.upper().replace("_", " ")
+            raise error(f"INSERT with {what} is not supported", sql, tree)
     target = tree.this
     columns = None
     if isinstance(target, exp.Schema):
