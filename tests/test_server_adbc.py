@@ -1,5 +1,6 @@
 """End to end through the ADBC Flight SQL driver (what most Python clients use)."""
 
+import time
 import warnings
 
 import adbc_driver_manager
@@ -183,3 +184,38 @@ def test_execute_schema(conn):
     with conn.cursor() as cur:
         schema = cur.adbc_execute_schema("SELECT id, s FROM sch")
     assert schema.names == ["id", "s"]
+
+
+@pytest.mark.parametrize("mode", ["append", "create", "replace", "create_append"])
+def test_ingest_the_client_aborts_commits_nothing(conn, mode):
+    """A client whose own data source fails part way cancels the upload: the rows sent so
+    far must not be committed, and a replace must leave the old table whole. (ADBC cancels
+    the call; the server then sees what looks like the end of the stream.)"""
+    name = f"ing_abort_{mode}"
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string())])
+    with conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {name}")
+        if mode in ("append", "replace"):
+            cur.adbc_ingest(name, pa.table({"a": [1], "b": ["old"]}, schema=schema),
+                            mode="create")
+
+    def source():
+        yield pa.record_batch({"a": [10, 11], "b": ["partial", "partial"]}, schema=schema)
+        raise RuntimeError("the client's source failed")
+
+    cur = conn.cursor()
+    with pytest.raises(adbc_driver_manager.Error, match="source failed"):
+        cur.adbc_ingest(name, pa.RecordBatchReader.from_batches(schema, source()), mode=mode)
+    cur.close()  # the driver cancels the call now; the server sees the stream end
+
+    expected = [(1, "old")] if mode in ("append", "replace") else None
+    for _ in range(30):  # a wrong commit lands within milliseconds of the cancel
+        with conn.cursor() as check:
+            check.execute("SHOW TABLES")
+            present = name in {r[0] for r in check.fetchall()}
+            if expected is None:
+                assert not present, f"{mode}: a table was created from a cancelled upload"
+            else:
+                check.execute(f"SELECT a, b FROM {name} ORDER BY a")
+                assert check.fetchall() == expected
+        time.sleep(0.1)

@@ -118,13 +118,13 @@ class CallTracker:
                         continue
                     if c.deadline is not None and now >= c.deadline:
                         trip.append((c, "timeout"))
-                    elif c.context is not None and _client_gone(c.context):
+                    elif c.context is not None and client_gone(c.context):
                         trip.append((c, "cancelled"))
             for c, reason in trip:  # outside the lock: callbacks interrupt DuckDB
                 c.cancel.cancel(reason)
 
 
-def _client_gone(context) -> bool:
+def client_gone(context) -> bool:
     try:
         return bool(context.is_cancelled())
     except Exception:  # noqa: BLE001 - a context that cannot answer is not cancelled

@@ -62,7 +62,7 @@ from flightsrv.server.auth import (
     Principal,
     principal_of,
 )
-from flightsrv.server.calls import Call, CallTracker
+from flightsrv.server.calls import Call, CallTracker, client_gone
 from flightsrv.server.config import ServerConfig
 from flightsrv.server.limits import Concurrency, PerPrincipal
 from flightsrv.server.logs import StatementText
@@ -670,7 +670,8 @@ class FlightSqlServer(flight.FlightServerBase):
         # an upload runs as long as the client sends (no statement deadline); cancelling
         # the call still stops it
         st = self._begin("DoPut", context, principal, session, prepared, deadline=False)
-        data = ingest.limited(reader, self.config.max_message_bytes, st.cancel)
+        data = ingest.limited(reader, self.config.max_message_bytes, st.cancel,
+                              gone=lambda: client_gone(context))
         n = self._run(st, self._engine.ingest, table, mode, data, session, cancel=st.cancel)
         st.affected = int(n)
         self._end(st)

@@ -9,8 +9,9 @@ Contract:
   but ``flightsrv``/``main``.
 - ``limited(reader, max_bytes)`` is the client's stream as a ``RecordBatchReader`` that
   raises ``LimitExceeded`` (naming ``max_message_bytes``) on a batch larger than
-  ``max_bytes``, and ``QueryCancelled`` once ``cancel`` trips; it is read lazily, so an
-  ingest streams and never holds the whole upload.
+  ``max_bytes``, and ``QueryCancelled`` once ``cancel`` trips or when the stream ends
+  because the client cancelled the call; it is read lazily, so an ingest streams and never
+  holds the whole upload.
 - ``read_params(reader, max_bytes)`` is the bound parameters as one batch (dense-union
   columns from flightsql-dbapi made plain), or None when none were sent.
 
@@ -72,8 +73,12 @@ def _too_big(batch: pa.RecordBatch, max_bytes: int) -> errors.LimitExceeded:
                                 value=max_bytes, bytes=batch.nbytes)
 
 
-def limited(reader, max_bytes: int, cancel: Cancel | None = None) -> pa.RecordBatchReader:
-    """``reader`` (a ``flight.MetadataRecordBatchReader``) as a checked batch stream."""
+def limited(reader, max_bytes: int, cancel: Cancel | None = None,
+            gone: Callable[[], bool] | None = None) -> pa.RecordBatchReader:
+    """``reader`` (a ``flight.MetadataRecordBatchReader``) as a checked batch stream.
+    ``gone()``: whether the client cancelled the call. It is asked at the end of the
+    stream: a client whose own data source failed part way (ADBC) cancels the call, and
+    the server then sees an ordinary end of stream; those rows must not be committed."""
     schema = reader.schema
 
     def batches() -> Iterator[pa.RecordBatch]:
@@ -83,6 +88,10 @@ def limited(reader, max_bytes: int, cancel: Cancel | None = None) -> pa.RecordBa
             try:
                 chunk = reader.read_chunk()
             except StopIteration:
+                if gone is not None and gone():
+                    raise errors.QueryCancelled(
+                        "the client cancelled the upload before it ended; nothing was "
+                        "committed", reason="cancelled") from None
                 return
             batch = chunk.data
             if batch is None:
