@@ -4,6 +4,7 @@ counted on the way into a table."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import duckdb
@@ -13,6 +14,10 @@ from flightsrv.engine.api import Cancel, ExecInfo
 from flightsrv.engine.relations import native_failure
 from flightsrv.errors import FlightsrvError, SqlError
 from flightsrv.sql import statements as st
+
+
+#: how DuckDB's error messages start ("Conversion Error: ...", "Out of Range Error: ...")
+_DUCKDB_ERROR = re.compile(r"[A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error: ")
 
 
 def sql_error(e: Exception, sql: str) -> SqlError:
@@ -62,7 +67,9 @@ def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
                 cause = scan_failure(failures) or native_failure(e, natives)
                 if cause is not None:
                     raise cause from None
-                if isinstance(e, duckdb.Error):
+                if isinstance(e, duckdb.Error) or _DUCKDB_ERROR.match(str(e)):
+                    # DuckDB's own error (pyarrow hands one raised mid-stream over as an
+                    # OSError): its message, without the wrapper's class name
                     raise sql_error(e, sql) from None
                 raise
             if info is not None:
