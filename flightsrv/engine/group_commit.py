@@ -35,6 +35,7 @@ class _Submission:
     nbytes: int
     schema_key: str
     schema: dict
+    table_uuid: str | None  # the table the files were written for
     wake: threading.Event = field(default_factory=threading.Event)
     lead: bool = False  # this submission's caller must lead the next group
     finished: bool = False
@@ -81,10 +82,12 @@ class GroupCommitter:
         files, nbytes, _rows = table.write_files(data, head=head)
         if not files:
             return None
-        return self.commit_files(table, files, nbytes, head.schema)
+        return self.commit_files(table, files, nbytes, head.schema, head.table_uuid)
 
-    def commit_files(self, table, files: list, nbytes: int, schema: dict):
-        sub = _Submission(list(files), nbytes, json.dumps(schema, sort_keys=True), schema)
+    def commit_files(self, table, files: list, nbytes: int, schema: dict,
+                     table_uuid: str | None = None):
+        key = json.dumps([table_uuid, schema], sort_keys=True)
+        sub = _Submission(list(files), nbytes, key, schema, table_uuid)
         q = self._queue(table)
         with q.lock:
             self.submissions += 1
@@ -112,7 +115,8 @@ class GroupCommitter:
             if len(group) > 1:
                 extra["group_commit"] = len(group)
             manifest = table.commit_files(files, operation="append", extra=extra,
-                                          expected_schema=first.schema)
+                                          expected_schema=first.schema,
+                                          expected_uuid=first.table_uuid)
             self.commits += 1
         except BaseException as exc:  # noqa: BLE001 - handed to every member of the group
             error = exc

@@ -5,7 +5,6 @@ committer."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -122,11 +121,10 @@ class Writes:
             self.engine.committer.append(table, data)
 
     def create(self, stmt: st.CreateTable) -> int:
-        if stmt.replace:
-            self.engine.warehouse.drop_table(stmt.table, missing_ok=True)
+        """CREATE [OR REPLACE] TABLE: one commit (a replace swaps the whole table at once)."""
         try:
-            self.engine.warehouse.create_table(stmt.table, stmt.schema,
-                                        partition_by=list(stmt.partition_by))
+            self.engine.warehouse.create_table(stmt.table, stmt.schema, replace=stmt.replace,
+                                               partition_by=list(stmt.partition_by))
         except TableExists:
             if not stmt.if_not_exists:
                 raise
@@ -134,26 +132,28 @@ class Writes:
 
     def ctas(self, stmt: st.CreateTableAs, tree: exp.Expression,
               values: list[pa.Scalar], ctx: _Ctx) -> int:
-        if stmt.if_not_exists and stmt.table in self.engine.warehouse.list_tables():
-            return 0
+        """CREATE [OR REPLACE] TABLE ... AS: the query's rows are written first and committed
+        with the new table in one commit; a query that fails (or a cancel) commits nothing
+        and, for OR REPLACE, leaves the old table as it was."""
+        wh = self.engine.warehouse
+        if not stmt.replace and wh.exists(stmt.table):
+            if stmt.if_not_exists:
+                return 0
+            raise TableExists("table already exists", table=stmt.table)
         reader = self.engine._run_query(stmt, tree, "ctas", self.engine._pinner(), values, ctx)
         schema = pa.schema([f.with_nullable(True) for f in reader.schema])
-        if stmt.replace:
-            self.engine.warehouse.drop_table(stmt.table, missing_ok=True)
-        try:
-            table = self.engine.warehouse.create_table(stmt.table, schema,
-                                                partition_by=list(stmt.partition_by))
-        except BaseException:
-            reader.close()
-            raise
         counter = RowCounter()
         try:
-            self.append(table, pa.RecordBatchReader.from_batches(
-                schema, counter.count(reader, schema)))
-        except BaseException:
-            with contextlib.suppress(Exception):  # best effort: no half-made table
-                self.engine.warehouse.drop_table(stmt.table)
-            raise
+            wh.create_table(stmt.table, schema, replace=stmt.replace,
+                            partition_by=list(stmt.partition_by),
+                            data=pa.RecordBatchReader.from_batches(
+                                schema, counter.count(reader, schema)))
+        except TableExists:
+            if not stmt.if_not_exists:
+                raise
+            return 0
+        finally:
+            reader.close()
         return counter.rows
 
     def alter(self, stmt: st.AlterTable) -> int:
@@ -230,23 +230,14 @@ class Writes:
             raise PermissionDenied("read-only session may not ingest", user=session.user,
                                    table=table)
         wh = self.engine.warehouse
-        if mode == IngestMode.REPLACE:
-            try:
-                wh.drop_table(table)
-            except TableNotFound:
-                pass
-        if mode in (IngestMode.CREATE, IngestMode.REPLACE):
-            t = wh.create_table(table, data.schema)
-        elif mode == IngestMode.APPEND:
-            t = wh.table(table)
-        else:
-            try:
-                t = wh.table(table)
-            except TableNotFound:
-                try:
-                    t = wh.create_table(table, data.schema)
-                except TableExists:
-                    t = wh.table(table)
         counter = RowCounter()
-        self.append(t, pa.RecordBatchReader.from_batches(data.schema, counter.count(data)))
+        stream = pa.RecordBatchReader.from_batches(data.schema, counter.count(data))
+        if mode == IngestMode.APPEND or (mode == IngestMode.CREATE_APPEND
+                                         and wh.exists(table)):
+            self.append(wh.table(table), stream)
+        else:
+            # a new table takes its rows in its creating commit: an upload that fails or is
+            # cancelled part way commits nothing (and a REPLACE leaves the old table whole)
+            wh.create_table(table, data.schema, replace=mode == IngestMode.REPLACE,
+                            data=stream)
         return counter.rows

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import pyarrow as pa
 
-from flightsrv.errors import ConfigurationError, CorruptObject, SchemaMismatch, VersionNotFound
+from flightsrv.errors import (
+    ConfigurationError,
+    CorruptObject,
+    SchemaMismatch,
+    TableNotFound,
+    VersionNotFound,
+)
 from flightsrv.table import types
 from flightsrv.table.commit import TableLog, commit, require_table
 from flightsrv.table.manifest import Manifest
@@ -103,9 +109,10 @@ class Table:
             raise VersionNotFound("the table was dropped at that version", table=self.name,
                                   version=m.version)
         if m.table_uuid != head.table_uuid:
-            # time travel never crosses a DROP: a re-created table does not expose the rows
-            # of the table it replaced
-            raise VersionNotFound("that version belongs to a dropped table of the same name",
+            # time travel never crosses a DROP or a CREATE OR REPLACE: a new table does not
+            # expose the rows of the table it replaced
+            raise VersionNotFound("that version belongs to a dropped table of the same name "
+                                  "(dropped, or replaced by CREATE OR REPLACE)",
                                   table=self.name, version=m.version)
         return Snapshot(self, m)
 
@@ -235,20 +242,28 @@ class Table:
         if not files:
             return None
         return self.commit_files(files, operation="append", extra={"bytes_added": nbytes},
-                                 expected_schema=head.schema)
+                                 expected_schema=head.schema, expected_uuid=head.table_uuid)
 
     def commit_files(self, files, *, operation: str = "append", extra: dict | None = None,
-                     expected_schema: dict | None = None) -> Manifest:
+                     expected_schema: dict | None = None,
+                     expected_uuid: str | None = None) -> Manifest:
         """Commit already-written data files (appends commute, so this rebases freely).
 
         ``expected_schema``: the schema JSON the files were written with. Format 2: the
         files commit on any head that still holds that schema (by its ``schema_id``)
         unchanged: appends commute with schema and partitioning changes (docs/PROTOCOL.md
-        §14.3). Format 1: the head's schema must be the same."""
+        §14.3). Format 1: the head's schema must be the same. ``expected_uuid``: the
+        ``table_uuid`` of the table the files were written for; if the table was dropped
+        and created again or replaced meanwhile, nothing is committed (the rows were meant
+        for a table that no longer exists)."""
         schema_json = expected_schema
 
         def mutate(head):
             head = require_table(head, self.name)
+            if expected_uuid is not None and head.table_uuid != expected_uuid:
+                raise TableNotFound("the table was replaced while the data was written; "
+                                    "nothing was appended", table=self.name,
+                                    version=head.version)
             check_written_schema(head, files, schema_json, self.name)
             added = tuple(dataclasses.replace(f, added_version=head.version + 1) for f in files)
             summary = {"rows_added": sum(f.rows for f in files), "files_added": len(files),

@@ -4,7 +4,8 @@ sub-prefix each. (The public ``flightsrv.Warehouse`` extends it with SQL.)
 No catalog service: a table ``t`` is the prefix ``t/`` with its ``_latest_manifest`` pointer.
 Creating a table commits version 0 (or, after a DROP, the next version) with operation
 "create"; dropping commits a "drop" version, so names can be reused and a reader pinned to an
-older version keeps working until vacuum.
+older version keeps working until vacuum. CREATE OR REPLACE is one "replace" commit that
+starts a new table (a new ``table_uuid``) on top of the old one's versions.
 
 Opening a warehouse creates nothing; the first write does. ``is_initialized()`` tells a location
 that holds a warehouse from one that does not (a mistyped path, a table's own directory).
@@ -160,15 +161,27 @@ class Warehouse:
         return out
 
     def create_table(self, name: str, schema: pa.Schema, properties: dict | None = None, *,
-                     exist_ok: bool = False, data_files=(), summary: dict | None = None,
-                     partition_by=None, format_version: int = FORMAT_VERSION) -> Table:
+                     exist_ok: bool = False, replace: bool = False, data=None, data_files=(),
+                     summary: dict | None = None, partition_by=None,
+                     format_version: int = FORMAT_VERSION) -> Table:
         """Create table ``name`` (one commit, operation "create"). ``data_files`` (written
         with this schema, not yet committed) become the new table's first rows in the same
         commit, so a failed create leaves no table behind; ``summary`` adds to the commit
         summary. With ``exist_ok``, an existing table is returned unchanged (and
         ``data_files`` are not committed). ``partition_by``: hidden partitioning of its
         files, e.g. ``["day(event_time)", "bucket(64, user_id)"]`` (docs/PROTOCOL.md §15);
-        ``format_version`` 1 makes a table of the old format (no field ids, no chunks)."""
+        ``format_version`` 1 makes a table of the old format (no field ids, no chunks).
+
+        ``data`` (a pyarrow Table, RecordBatch or RecordBatchReader of ``schema``) is written
+        as the table's files *before* the commit, and committed with it: a failure while it
+        is read or written commits nothing and removes what was written.
+
+        ``replace``: CREATE OR REPLACE. The new table (a new ``table_uuid``, operation
+        "replace" when a live table was there) takes the name in the same single commit,
+        so the old table stays whole and readable until the new one is complete, a failed
+        replace leaves it untouched, and two racing replaces each commit one whole table
+        (the later wins). Time travel does not cross a replace; the old table's versions
+        stay readable by readers that pinned them until they expire."""
         from flightsrv.table.partition import make_spec, parse_field
 
         t = self._table(name)
@@ -186,26 +199,56 @@ class Warehouse:
         spec, last_pid = make_spec(0, items, schema_json, 999, table=t.name)
         if items and format_version < 2:
             raise ConfigurationError("partitioned tables need format 2", table=t.name)
+        if exist_ok and replace:
+            raise ConfigurationError("give exist_ok or replace, not both", table=t.name)
+        draft = Manifest(version=0, previous=None, table_uuid="", commit_id="",
+                         created_at_ms=0, operation="create", summary={},
+                         schema=schema_json, properties=props, data_files=(), deletes={},
+                         format_version=format_version,
+                         partition_spec=spec if items else dict(UNPARTITIONED),
+                         last_column_id=last_id, last_partition_id=last_pid)
+        keys: list[str] = []  # every object written for ``data``, removed unless committed
+        extra = dict(summary or {})
+        if data is not None:
+            if not replace:  # refuse before the upload is read, not after
+                head = t.log.head()
+                if head is not None and not head.dropped:
+                    if exist_ok:
+                        return t
+                    raise TableExists("table already exists", table=t.name)
+            try:
+                written, nbytes, _rows = t.write_files(data, head=draft, keys=keys)
+            except BaseException:
+                t.discard_keys(keys)
+                raise
+            data_files = tuple(data_files) + tuple(written)
+            if written:
+                extra.setdefault("bytes_added", nbytes)
         existed = {}
 
         def mutate(head):
-            if head is not None and not head.dropped:
+            live = head is not None and not head.dropped
+            if live and not replace:
                 existed["yes"] = True
                 return None
             version = 0 if head is None else head.version + 1
             files = tuple(dataclasses.replace(f, added_version=version) for f in data_files)
-            return Manifest(version=0, previous=None, table_uuid=t.runtime.ids.new_id(),
-                            commit_id="", created_at_ms=0, operation="create",
-                            summary={"rows_added": sum(f.rows for f in files),
-                                     "rows_deleted": 0, "files_added": len(files),
-                                     "files_removed": 0, **(summary or {})},
-                            schema=schema_json, properties=props, data_files=files,
-                            deletes={}, format_version=format_version,
-                            partition_spec=spec if items else dict(UNPARTITIONED),
-                            last_column_id=last_id, last_partition_id=last_pid)
+            out = {"rows_added": sum(f.rows for f in files), "rows_deleted": 0,
+                   "files_added": len(files), "files_removed": 0, **extra}
+            if live:
+                out.update(rows_deleted=head.live_rows, files_removed=len(head.data_files),
+                           replaced_version=head.version)
+            return dataclasses.replace(
+                draft, table_uuid=t.runtime.ids.new_id(), data_files=files, summary=out,
+                operation="replace" if live else "create")
 
-        t.commit(mutate)
+        try:
+            t.commit(mutate)
+        except BaseException:
+            t.discard_keys(keys)
+            raise
         if existed:
+            t.discard_keys(keys)
             if exist_ok:
                 return t
             raise TableExists("table already exists", table=t.name)

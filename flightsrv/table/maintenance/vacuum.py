@@ -25,19 +25,23 @@ def _kind(key: str) -> str:
 
 
 def incarnation(table, head: Manifest) -> tuple[int, int | None]:
-    """(first version of the head's incarnation, when the previous incarnation was dropped
-    in ms or None). A table dropped and created again is a new incarnation (a new
-    ``table_uuid``); a dropped head is its own incarnation, holding no data."""
-    start, v = head.version, head.version - 1
+    """(first version of the head's incarnation, when the previous incarnation ended — was
+    dropped or replaced — in ms, or None). A table dropped and created again, or replaced
+    (CREATE OR REPLACE), is a new incarnation (a new ``table_uuid``); a dropped head is its
+    own incarnation, holding no data."""
+    start, first, v = head.version, head, head.version - 1
     while v >= 0:
         m = table.log.try_load(v)
         if m is None or m.table_uuid != head.table_uuid or m.dropped:
             break
-        start, v = v, v - 1
+        start, first, v = v, m, v - 1
     if head.dropped:
         return head.version, head.created_at_ms
     prev = table.log.try_load(start - 1) if start > 0 else None
-    return start, (prev.created_at_ms if prev is not None else None)
+    if prev is None:
+        return start, None
+    # a DROP ended the previous table; else the replacing commit itself did
+    return start, (prev.created_at_ms if prev.dropped else first.created_at_ms)
 
 
 def _retained_refs(table, grace_s: float = 0.0) -> tuple[set[str], int | None, int]:

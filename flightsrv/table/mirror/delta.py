@@ -313,7 +313,8 @@ class DeltaMirror:
         return keep
 
 
-_OPERATIONS = {"create": "CREATE TABLE", "append": "WRITE", "spark_append": "WRITE",
+_OPERATIONS = {"create": "CREATE TABLE", "replace": "CREATE OR REPLACE TABLE",
+               "append": "WRITE", "spark_append": "WRITE",
                "delete": "DELETE", "splice_delete": "DELETE", "purge": "DELETE",
                "compact": "OPTIMIZE", "set_properties": "SET TBLPROPERTIES",
                "spark_overwrite": "WRITE", "redact": "SET TBLPROPERTIES"}
