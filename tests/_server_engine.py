@@ -57,7 +57,7 @@ class DuckDBTestEngine:
             return errors.SqlError(msg, statement=sql)
         return exc
 
-    def prepare(self, sql: str, session: Session) -> Prepared:
+    def prepare(self, sql: str, session: Session, params=None) -> Prepared:
         self.calls.append(("prepare", sql))
         try:
             statements = duckdb.extract_statements(sql)
@@ -75,8 +75,10 @@ class DuckDBTestEngine:
             try:
                 cur = self._cursor()
                 if n_params:
-                    # bind NULLs just to learn the result columns
-                    rel = cur.sql(f"SELECT * FROM ({sql}) LIMIT 0", params=[None] * n_params)
+                    # bind the values (else NULLs) just to learn the result columns
+                    values = self._rows(params)[0] if params is not None else []
+                    rel = cur.sql(f"SELECT * FROM ({sql}) LIMIT 0",
+                                  params=values or [None] * n_params)
                 else:
                     rel = cur.sql(sql).limit(0)
                 schema = rel.to_arrow_table().schema

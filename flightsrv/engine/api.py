@@ -151,7 +151,12 @@ class Engine(Protocol):
     """``cancel`` (optional everywhere) interrupts the call; a cancelled call raises
     :class:`~flightsrv.errors.QueryCancelled` and commits nothing it had not committed."""
 
-    def prepare(self, sql: str, session: Session) -> Prepared: ...
+    def prepare(self, sql: str, session: Session,
+                params: pa.RecordBatch | None = None) -> Prepared:
+        """``params``: the values a query is about to run with; its ``dataset_schema`` is
+        then the one they give (a result column typed by a parameter), else the schema with
+        every parameter NULL."""
+        ...
 
     def execute_query(
         self, sql: str, session: Session, params: pa.RecordBatch | None = None, *,

@@ -192,7 +192,8 @@ class DuckEngine:
 
     # -- Engine: prepare -------------------------------------------------------------------
 
-    def prepare(self, sql: str, session: Session) -> Prepared:
+    def prepare(self, sql: str, session: Session,
+                params: pa.RecordBatch | None = None) -> Prepared:
         stmt = _parse(sql)
         # one pin per table for the whole prepare (parameter types and the result schema)
         pinner = self._pinner()
@@ -206,18 +207,22 @@ class DuckEngine:
         # Bind every parameter as NULL and run the query with LIMIT 0 over empty stand-ins
         # of the pinned relations: types come from DuckDB, no data is read. Cached by the
         # text and the referenced tables' schemas (ADBC prepares every statement it runs).
-        key = schema_key(stmt, pinner)
+        # With ``params`` (the first row, as execute_query binds it) the schema is the one
+        # those values give (``SELECT ? AS v``); that one is not cached.
+        bound = self._param_rows(stmt, params)[0] \
+            if params is not None and stmt.param_count else None
+        key = schema_key(stmt, pinner) if bound is None else None
         if key is not None:
             with self._schemas_lock:
                 schema = self._schemas.get(key)
             if schema is not None:
                 return Prepared(sql, StatementKind.QUERY, schema, param_schema,
                                 statement_kind="select")
-        nulls = [pa.scalar(None)] * stmt.param_count
-        tree = sqlplan.bind_params(stmt.tree, nulls, sql, stmt.param_count)
+        values = bound if bound is not None else [pa.scalar(None)] * stmt.param_count
+        tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
         qp = self._plan(stmt, tree, "query", pinner)
         self._verify(qp, sql, {})
-        params = [None] * stmt.param_count if qp.needs_params and stmt.param_count else None
+        native = [v.as_py() for v in values] if qp.needs_params and stmt.param_count else None
         ctx = _Ctx(session)
         with self._statement_cursor(ctx) as cur:
             for fn in qp.functions:
@@ -225,7 +230,7 @@ class DuckEngine:
             try:
                 for scan in qp.scans:
                     self._register(cur, ctx, scan, data=False)
-                rel = cur.sql(qp.sql, params=params)
+                rel = cur.sql(qp.sql, params=native)
                 schema = rel.limit(0).to_arrow_table().schema
             except duckdb.Error as e:
                 raise native_failure(e, ctx.natives) or sql_error(e, sql) from None

@@ -5,10 +5,12 @@ committer."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 from flightsrv.engine import relations as rels
@@ -49,6 +51,13 @@ class Writes:
             resolved.append(by_lower[c.lower()])
         if len({c.lower() for c in resolved}) != len(resolved):
             raise SqlError("INSERT names a column twice", statement=st._short(stmt.sql))
+        defaults = write_defaults(pinner.pin(stmt.table).manifest.schema, target)
+        if isinstance(tree.expression, exp.Values):
+            # as DuckDB's own INSERT: each VALUES expression is cast to its column's type
+            # (run as a query, the list would first be typed across its rows: 1.5 and 'NaN'
+            # -> DECIMAL, an error). The tree then differs from the text: run the tree.
+            tree = self.cast_values(tree, [target.field(c) for c in resolved], defaults)
+            stmt = dataclasses.replace(stmt, spliceable=False)
         reader = self.engine._run_query(stmt, tree, "insert", pinner, values, ctx)
         if len(reader.schema) != len(resolved):
             reader.close()
@@ -56,11 +65,35 @@ class Writes:
                            statement=st._short(stmt.sql), table=stmt.table,
                            columns=len(resolved), values=len(reader.schema))
         counter = RowCounter()
-        defaults = write_defaults(pinner.pin(stmt.table).manifest.schema, target)
         shaped = self.cast_for_insert(reader, resolved, target, stmt, ctx, defaults)
         self.append(table, pa.RecordBatchReader.from_batches(
             shaped.schema, counter.count(shaped)))
         return counter.rows
+
+    @staticmethod
+    def cast_values(tree: exp.Insert, fields: list[pa.Field], defaults: dict) -> exp.Insert:
+        """A copy of ``tree`` (INSERT ... VALUES) with the i-th expression of every row cast
+        to ``fields[i]``'s DuckDB type, as DuckDB's INSERT casts it; a ``DEFAULT`` there is
+        the column's write default (``defaults``), else NULL. Extra values and types DuckDB
+        cannot spell are left as they are."""
+        from flightsrv.sql.types import duckdb_type, literal_sql
+
+        # the type as DuckDB spells it, rendered verbatim (as cast_for_insert does)
+        types = [duckdb_type(f.type) for f in fields]
+        tree = tree.copy()
+        for row in tree.expression.expressions:
+            if not isinstance(row, exp.Tuple):
+                continue
+            for value, f, to in zip(list(row.expressions), fields, types):
+                if isinstance(value, exp.Var) and value.name.upper() == "DEFAULT":
+                    text = literal_sql(pa.scalar(defaults[f.name], f.type)) \
+                        if f.name in defaults else "NULL"
+                    value = value.replace(sqlglot.parse_one(text, read=st.DIALECT))
+                if to is not None:
+                    cast = exp.Cast(to=exp.DataType(this=exp.DataType.Type.USERDEFINED, kind=to))
+                    value.replace(cast)
+                    cast.set("this", value)
+        return tree
 
     def cast_for_insert(self, reader: pa.RecordBatchReader, columns: list[str],
                          target: pa.Schema, stmt: st.Statement, ctx: _Ctx,

@@ -445,8 +445,14 @@ class FlightSqlServer(flight.FlightServerBase):
         """GetFlightInfo for a statement: run it now if it has effects, else a ticket."""
         user = principal.user
         if not prepared.effects:
+            schema = prepared.dataset_schema
+            if params is not None and len(prepared.parameter_schema):
+                # the schema DoGet will stream: a parameter may type a result column
+                # (SELECT ? AS v), so describe the query with the bound values (not run)
+                schema = self._engine.prepare(prepared.sql, self._session(context, principal),
+                                              params).dataset_schema
             ticket = self._codec.issue("query", user, sql=prepared.sql, params=params)
-            return flight.FlightInfo(prepared.dataset_schema, descriptor,
+            return flight.FlightInfo(schema, descriptor,
                                      [flight.FlightEndpoint(ticket, [])], -1, -1)
         self._check_writable(principal, prepared)
         session = self._session(context, principal, keep=prepared.statement_kind == "set")

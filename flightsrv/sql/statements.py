@@ -672,7 +672,7 @@ def _create(sql: str, tree: exp.Create, n: int) -> Statement:
         try:
             atype = sqltypes.arrow_type(col.args["kind"])
         except SqlError as e:
-            raise error(e.message, sql, col, column=col.name, **e.context) from None
+            raise error(e.message, sql, col, table=name, column=col.name, **e.context) from None
         fields.append(pa.field(col.name, atype, nullable=nullable))
     names = [f.name.lower() for f in fields]
     if len(set(names)) != len(names):

@@ -54,11 +54,14 @@ SQL_TO_ARROW: dict[exp.DataType.Type, pa.DataType] = {
     T.TIMESTAMP_MS: pa.timestamp("ms"),
     T.TIMESTAMP_NS: pa.timestamp("ns"),
     T.TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
-    T.INTERVAL: pa.month_day_nano_interval(),
 }
+# INTERVAL is not here: Parquet cannot store Arrow's month_day_nano, so it is refused as
+# an unsupported column type.
 
 #: Default precision/scale of a bare DECIMAL in DuckDB.
 DEFAULT_DECIMAL = (18, 3)
+#: The widest DECIMAL DuckDB has.
+MAX_DECIMAL_PRECISION = 38
 
 #: Arrow type -> DuckDB type name for typed literals; :func:`sql_type_name` consults this
 #: first, then builds the parameterised cases (timestamps, decimals, nested types).
@@ -105,8 +108,14 @@ def arrow_type(dt: exp.DataType) -> pa.DataType:
             scale = int(params[1].name) if len(params) > 1 else 0
         else:
             precision, scale = DEFAULT_DECIMAL
-        return pa.decimal128(precision, scale) if precision <= 38 \
-            else pa.decimal256(precision, scale)
+        # DuckDB's limits: a DECIMAL is 1 to 38 digits wide, its scale at most its width
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION:
+            raise SqlError(f"DECIMAL precision must be between 1 and {MAX_DECIMAL_PRECISION}",
+                           type=dt.sql("duckdb"))
+        if scale > precision:
+            raise SqlError("DECIMAL scale must not be greater than its precision",
+                           type=dt.sql("duckdb"))
+        return pa.decimal128(precision, scale)
     if kind in (T.ARRAY, T.LIST):
         if not params:
             raise SqlError("array type without an element type", type=dt.sql("duckdb"))

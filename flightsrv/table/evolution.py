@@ -27,6 +27,7 @@ from flightsrv.table import partition as P
 from flightsrv.table.manifest import Manifest
 from flightsrv.table.schema import (
     check_column_names,
+    check_column_types,
     field_by_name,
     field_to_json,
     physical_name,
@@ -100,6 +101,7 @@ def add_column(head: Manifest, table: str, name: str, type: pa.DataType, *,
                              version=head.version)
     check_column_names(pa.schema(list(schema_from_json(head.schema)) + [pa.field(name, type)]),
                        table)
+    check_column_types(pa.schema([pa.field(name, type)]), table)
     if not nullable and default is None:
         raise ConfigurationError("a NOT NULL column added to a table needs a DEFAULT (the "
                                  "rows already written get it)", table=table, column=name)
@@ -182,6 +184,7 @@ def alter_column_type(head: Manifest, table: str, name: str, type: pa.DataType) 
     read."""
     require_format2(head, table, "ALTER COLUMN ... TYPE")
     f = _column(head, name, table)
+    check_column_types(pa.schema([pa.field(f["name"], type)]), table)
     new_t = type_to_json(type)
     if f["type"] == new_t:
         return None  # type: ignore[return-value]

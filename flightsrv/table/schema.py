@@ -169,6 +169,18 @@ def check_column_names(schema: pa.Schema, table: str | None = None) -> None:
     check(list(schema), None)
 
 
+def check_column_types(schema: pa.Schema, table: str | None = None) -> None:
+    """Refuse a column whose Arrow type a table cannot store (no entry in the type codec,
+    e.g. month_day_nano intervals, which Parquet cannot hold, or unions), naming the table
+    and the column, before anything is written."""
+    for f in schema:
+        try:
+            type_to_json(f.type)
+        except TypeError:
+            raise ConfigurationError("unsupported column type", table=table, column=f.name,
+                                     type=str(f.type)) from None
+
+
 def normalize_schema(s: pa.Schema) -> pa.Schema:
     """The schema a table stores: dictionary types decoded, schema metadata dropped."""
     return schema_from_json(schema_to_json(s.remove_metadata()))

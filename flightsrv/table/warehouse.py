@@ -39,7 +39,12 @@ from flightsrv.table.manifest import (
     Manifest,
     schema_with_ids,
 )
-from flightsrv.table.schema import check_column_names, normalize_schema, schema_to_json
+from flightsrv.table.schema import (
+    check_column_names,
+    check_column_types,
+    normalize_schema,
+    schema_to_json,
+)
 from flightsrv.table.names import _NAME, check_name, is_table_name  # noqa: F401 (re-exported)
 from flightsrv.table.table import Table, TableHome
 
@@ -189,6 +194,7 @@ class Warehouse:
             raise ConfigurationError("unknown table format version", table=t.name,
                                      format_version=format_version,
                                      supported=",".join(map(str, SUPPORTED_FORMATS)))
+        check_column_types(schema, t.name)
         schema = normalize_schema(schema)
         if not len(schema):
             raise ConfigurationError("a table needs at least one column", table=t.name)

@@ -1,0 +1,90 @@
+"""A result column typed by a bound parameter (``SELECT ? AS v``): GetFlightInfo announces
+the schema of the statement with the bound values, the one DoGet streams, so clients that
+check the two (ADBC: "endpoint 0 returned inconsistent schema") get their rows. Real
+flightsrv engine over a local warehouse, real server, ADBC and raw pyarrow.flight clients."""
+
+from __future__ import annotations
+
+import warnings
+
+import pyarrow as pa
+import pytest
+from adbc_driver_flightsql import dbapi
+from pyarrow import flight
+
+from flightsrv import Warehouse
+from flightsrv.engine.duck import DuckEngine
+from flightsrv.server import proto
+from flightsrv.server.app import start_in_thread
+
+pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory):
+    engine = DuckEngine(Warehouse.open(str(tmp_path_factory.mktemp("pschema") / "wh")))
+    server, port = start_in_thread(engine)
+    yield port
+    server.shutdown()
+    engine.close()
+
+
+@pytest.fixture
+def cur(port):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conn = dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+    cursor = conn.cursor()
+    yield cursor
+    cursor.close()
+    conn.close()
+
+
+@pytest.mark.parametrize("sql,params,rows", [
+    ("SELECT ? AS v", [1], [{"v": 1}]),
+    ("SELECT ? AS v", ["t"], [{"v": "t"}]),
+    ("SELECT ? AS v", [None], [{"v": None}]),
+    ("SELECT ? AS v", [2**40], [{"v": 2**40}]),
+    ("SELECT id, ? AS tag FROM range(3) t(id) ORDER BY id", ["t"],
+     [{"id": 0, "tag": "t"}, {"id": 1, "tag": "t"}, {"id": 2, "tag": "t"}]),
+    ("SELECT ? + 1 AS v, ? AS w", [1.5, "x"], [{"v": 2.5, "w": "x"}]),
+    ("SELECT ?::INTEGER AS v", [1], [{"v": 1}]),
+])
+def test_parameter_typed_column_through_adbc(cur, sql, params, rows):
+    cur.execute(sql, parameters=params)
+    assert cur.fetch_arrow_table().to_pylist() == rows
+
+
+def test_same_statement_with_other_parameter_types(cur):
+    # one prepared text, bound with values of different types in turn
+    for value in (1, "t", None, 2.5, 3):
+        cur.execute("SELECT ? AS v", parameters=[value])
+        assert cur.fetch_arrow_table().to_pylist() == [{"v": value}]
+
+
+def _desc(msg):
+    return flight.FlightDescriptor.for_command(proto.pack(msg))
+
+
+@pytest.mark.parametrize("params", [
+    pa.record_batch({"0": pa.array([7], pa.int64())}),
+    pa.record_batch({"0": pa.array(["t"], pa.string())}),
+    pa.record_batch({"0": pa.array([None], pa.null())}),
+])
+def test_announced_schema_is_the_streamed_schema(port, params):
+    client = flight.connect(f"grpc://127.0.0.1:{port}")
+    try:
+        (raw,) = [r.body.to_pybytes() for r in client.do_action(flight.Action(
+            "CreatePreparedStatement", proto.pack(proto.ActionCreatePreparedStatementRequest(
+                query="SELECT id, ? AS tag FROM range(2) t(id)"))))]
+        handle = proto.unpack(raw).prepared_statement_handle
+        cmd = proto.CommandPreparedStatementQuery(prepared_statement_handle=handle)
+        writer, _ = client.do_put(_desc(cmd), params.schema)
+        writer.write_batch(params)
+        writer.close()
+        info = client.get_flight_info(_desc(cmd))
+        table = client.do_get(info.endpoints[0].ticket).read_all()
+        assert info.schema.equals(table.schema), (info.schema, table.schema)
+        assert table.column("tag").to_pylist() == [params.column(0)[0].as_py()] * 2
+    finally:
+        client.close()

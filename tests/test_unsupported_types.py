@@ -1,0 +1,135 @@
+"""Column types a table cannot hold are refused with a clear error naming the table and the
+column, before anything is committed: INTERVAL (Parquet cannot store Arrow's month_day_nano)
+from SQL, CTAS, bulk ingest and the Python API, and DECIMALs DuckDB has no type for
+(precision above 38, scale above the precision)."""
+
+from __future__ import annotations
+
+import warnings
+
+import adbc_driver_manager
+import duckdb
+import pyarrow as pa
+import pytest
+from adbc_driver_flightsql import dbapi
+
+from flightsrv import Warehouse
+from flightsrv.engine.api import IngestMode
+from flightsrv.errors import ConfigurationError
+
+INTERVALS = pa.table({"c": pa.array([pa.MonthDayNano([1, 2, 3])],
+                                    pa.month_day_nano_interval())})
+
+
+@pytest.fixture
+def wh(tmp_path):
+    return Warehouse.open(str(tmp_path / "wh"))
+
+
+def _refused(wh, sql, message, column):
+    with pytest.raises(ConfigurationError) as exc:
+        wh.sql(sql)
+    e = exc.value
+    assert e.message == message, str(e)
+    assert e.context.get("column") == column, str(e)
+    return e
+
+
+@pytest.mark.parametrize("sql,column", [
+    ("CREATE TABLE iv1 (id INT, c INTERVAL)", "c"),
+    ("CREATE OR REPLACE TABLE iv1 (c INTERVAL)", "c"),
+    ("CREATE TABLE iv1 (s STRUCT(a INTERVAL))", "s"),
+    ("CREATE TABLE iv1 (l INTERVAL[])", "l"),
+    ("CREATE TABLE iv1 AS SELECT 1 AS id, INTERVAL 1 DAY AS c", "c"),
+])
+def test_interval_column_is_refused_naming_table_and_column(wh, sql, column):
+    e = _refused(wh, sql, "unsupported column type", column)
+    assert e.context.get("table") == "iv1"
+    assert "iv1" not in wh.list_tables()
+
+
+def test_interval_in_alter_table_is_refused(wh):
+    wh.sql("CREATE TABLE t (id INT)")
+    _refused(wh, "ALTER TABLE t ADD COLUMN c INTERVAL", "unsupported column type", "c")
+    _refused(wh, "ALTER TABLE t ALTER COLUMN id TYPE INTERVAL", "unsupported column type", "id")
+    t = wh.table("t")
+    for change in (lambda: t.add_column("c", pa.month_day_nano_interval()),
+                   lambda: t.alter_column_type("id", pa.month_day_nano_interval())):
+        with pytest.raises(ConfigurationError, match="unsupported column type"):
+            change()
+    assert wh.table("t").head().version == 0
+    assert wh.sql("SELECT * FROM t").schema.names == ["id"]
+
+
+def test_interval_ingest_is_refused(wh):
+    engine = wh.engine
+    for mode in (IngestMode.CREATE, IngestMode.CREATE_APPEND):
+        with pytest.raises(ConfigurationError) as exc:
+            engine.ingest("iv4", mode, INTERVALS.to_reader(), wh._session())
+        assert exc.value.message == "unsupported column type"
+        assert exc.value.context["table"] == "iv4" and exc.value.context["column"] == "c"
+    assert "iv4" not in wh.list_tables()
+
+
+def test_create_or_replace_with_interval_keeps_the_old_table(wh):
+    wh.sql("CREATE TABLE iv5 (id INT)")
+    wh.sql("INSERT INTO iv5 VALUES (1)")
+    _refused(wh, "CREATE OR REPLACE TABLE iv5 (c INTERVAL)", "unsupported column type", "c")
+    assert wh.sql("SELECT * FROM iv5").to_pylist() == [{"id": 1}]
+
+
+@pytest.mark.parametrize("sql,column,message", [
+    ("CREATE TABLE d (id INT, d DECIMAL(40,2))", "d",
+     "DECIMAL precision must be between 1 and 38"),
+    ("CREATE TABLE d (d DECIMAL(39))", "d", "DECIMAL precision must be between 1 and 38"),
+    ("CREATE TABLE d (d DECIMAL(5,10))", "d",
+     "DECIMAL scale must not be greater than its precision"),
+    ("CREATE TABLE d (s STRUCT(x DECIMAL(4,5)))", "s",
+     "DECIMAL scale must not be greater than its precision"),
+])
+def test_decimal_duckdb_cannot_hold_is_refused(wh, sql, column, message):
+    with pytest.raises(duckdb.Error):  # DuckDB refuses the same columns
+        duckdb.connect().execute(sql)
+    _refused(wh, sql, message, column)
+    assert "d" not in wh.list_tables()
+
+
+def test_decimal_limits_duckdb_accepts_are_accepted(wh):
+    wh.sql("CREATE TABLE d (a DECIMAL(38,38), b DECIMAL(1), c DECIMAL(38,0))")
+    wh.sql("INSERT INTO d VALUES (0.5, 7, 12345678901234567890123456789012345678)")
+    assert wh.sql("SELECT count(*) AS n FROM d").column("n").to_pylist() == [1]
+
+
+def test_interval_through_adbc_is_invalid_argument(wh):
+    from flightsrv.engine.duck import DuckEngine
+    from flightsrv.server.app import start_in_thread
+
+    engine = DuckEngine(wh)
+    server, port = start_in_thread(engine)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conn = dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE iv5 (id INT)")
+            for sql in ("CREATE TABLE iv1 (c INTERVAL)",
+                        "CREATE TABLE iv2 AS SELECT INTERVAL 1 DAY AS c",
+                        "CREATE OR REPLACE TABLE iv5 (c INTERVAL)",
+                        "CREATE TABLE d1 (d DECIMAL(40,2))"):
+                with pytest.raises(adbc_driver_manager.Error) as exc:
+                    cur.execute(sql)
+                text = str(exc.value)
+                assert "INVALID_ARGUMENT" in text, text
+                assert "column=" in text and "table=" in text, text
+                assert "TypeError" not in text and "ValueError" not in text, text
+            with pytest.raises(adbc_driver_manager.Error) as exc:
+                cur.adbc_ingest("iv4", INTERVALS, mode="create")
+            text = str(exc.value)
+            assert "INVALID_ARGUMENT" in text and "unsupported column type" in text, text
+            assert "table=iv4" in text and "column=c" in text, text
+            cur.execute("SELECT count(*) FROM iv5")
+            assert cur.fetchone() == (0,)
+        conn.close()
+    finally:
+        server.shutdown()
+        engine.close()
