@@ -332,3 +332,15 @@ def test_insert_clauses_beyond_a_plain_insert_are_refused_not_ignored(sql, claus
 
     with pytest.raises(SqlError, match=f"INSERT with {clause} is not supported"):
         parse_statement(sql)
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM", "SELECT 1 WHERE", "SELECT * FROM t WHERE a =",
+                                 "SELECT a FROM t ORDER BY", "DELETE FROM", "SELEC 1",
+                                 "SELECT (1", "INSERT INTO t VALUES ("])
+def test_syntax_errors_speak_sql_not_the_parsers_objects(sql):
+    with pytest.raises(SqlError) as exc:
+        parse_statement(sql)
+    msg = str(exc.value)
+    assert msg.startswith("syntax error") or "tokenize" in msg
+    for internal in ("<Token", "TokenType", "<class", "sqlglot", "Required keyword"):
+        assert internal not in msg, msg

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -336,6 +337,28 @@ def parse_statement(sql: str) -> Statement:
                             limit="max_nesting", value=MAX_NESTING) from None
 
 
+_TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: \d+, "
+                         r"col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
+_MISSING_ARG = re.compile(r"Required keyword: '(\w+)' missing for "
+                          r"<class 'sqlglot\.expressions\.(?:\w+\.)*(\w+)'>")
+
+
+def _plain_description(text: str) -> str:
+    """The parser's description of a syntax error in the words of SQL, not of the parser's
+    own objects (its tokens and expression classes)."""
+    text = _TOKEN_REPR.sub(
+        lambda m: "the end of the statement" if m.group(1) == "SENTINEL" else repr(m.group(2)),
+        text)
+    return _MISSING_ARG.sub(lambda m: _CLAUSES.get(m.group(2), "an incomplete expression"),
+                            text)
+
+
+_CLAUSES = {"Where": "an incomplete WHERE clause", "Having": "an incomplete HAVING clause",
+            "Order": "an incomplete ORDER BY clause", "Group": "an incomplete GROUP BY clause",
+            "Limit": "an incomplete LIMIT clause", "Offset": "an incomplete OFFSET clause",
+            "Join": "an incomplete JOIN", "Qualify": "an incomplete QUALIFY clause"}
+
+
 def _parse_statement(sql: str) -> Statement:
     text, nparams = number_placeholders(sql)
     special = _parse_special(sql, text)
@@ -348,7 +371,7 @@ def _parse_statement(sql: str) -> Statement:
     except ParseError as e:
         first = e.errors[0] if e.errors else {}
         raise SqlError(
-            f"syntax error: {first.get('description', str(e))}",
+            f"syntax error: {_plain_description(first.get('description', str(e)))}",
             statement=_short(sql), line=first.get("line"), col=first.get("col"),
         ) from None
     except TokenError as e:
