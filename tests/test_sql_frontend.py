@@ -100,7 +100,7 @@ def test_classified(sql, kind):
     ("SET enable_external_access = true", "engine settings"),
     ("SET memory_limit = '1GB'", "engine settings"),
     ("SET delete_mode = 'bogus'", "bad value"),
-    ("EXPORT DATABASE '/tmp/x'", "syntax"),
+    ("EXPORT DATABASE '/tmp/x'", "DATABASE is not allowed"),
     ("SELECT 1; SELECT 2", "one statement"),
     ("DELETE FROM t; DROP TABLE t", "one statement"),
     ("CREATE VIEW v AS SELECT 1", "CREATE VIEW"),
@@ -344,3 +344,9 @@ def test_syntax_errors_speak_sql_not_the_parsers_objects(sql):
     assert msg.startswith("syntax error") or "tokenize" in msg
     for internal in ("<Token", "TokenType", "<class", "sqlglot", "Required keyword"):
         assert internal not in msg, msg
+
+
+@pytest.mark.parametrize("sql", ["EXPORT DATABASE 'out'", "import database 'in'"])
+def test_export_and_import_database_are_refused_by_name(sql):
+    with pytest.raises(SqlError, match="DATABASE is not allowed"):
+        parse_statement(sql)

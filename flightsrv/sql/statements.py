@@ -370,6 +370,10 @@ def _parse_statement(sql: str) -> Statement:
                  if t is not None]
     except ParseError as e:
         first = e.errors[0] if e.errors else {}
+        verb = text.lstrip().split(None, 1)[0].upper() if text.strip() else ""
+        if verb in ("EXPORT", "IMPORT"):  # DuckDB statements sqlglot cannot parse
+            raise SqlError(f"{verb} DATABASE is not allowed; query the tables and stream "
+                           "the results instead", statement=_short(sql)) from None
         raise SqlError(
             f"syntax error: {_plain_description(first.get('description', str(e)))}",
             statement=_short(sql), line=first.get("line"), col=first.get("col"),
