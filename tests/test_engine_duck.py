@@ -209,6 +209,20 @@ def test_create_ctas_drop(engine, session, wh):
     engine.execute_update("DROP TABLE IF EXISTS agg", session)
 
 
+@pytest.mark.parametrize("sql", [
+    "UPDATE nn SET a = NULL",
+    "MERGE INTO nn USING (SELECT 1 AS a) s ON nn.a = s.a WHEN MATCHED THEN UPDATE SET a = NULL",
+])
+def test_a_not_null_violation_names_the_users_table(engine, session, sql):
+    engine.execute_update("CREATE TABLE nn (a INTEGER NOT NULL, b INTEGER)", session)
+    engine.execute_update("INSERT INTO nn VALUES (1, 2)", session)
+    with pytest.raises(SqlError) as exc:
+        engine.execute_update(sql, session)
+    assert "NOT NULL constraint failed: nn.a" in str(exc.value)
+    assert "__fsrv" not in str(exc.value)
+    assert rows(engine, "SELECT * FROM nn", session).to_pylist() == [{"a": 1, "b": 2}]
+
+
 def test_unknown_table_and_bad_sql(engine, session):
     with pytest.raises(TableNotFound, match="nope"):
         rows(engine, "SELECT * FROM nope", session)

@@ -374,7 +374,8 @@ class Dml:
                                sorted(edits + params + target_edit))
             count, final, actions = self.engine._sandbox_run(
                 ctx, phase2, rows, snap.schema, others, sql,
-                returning=" RETURNING merge_action, *" if operation == "merge" else "")
+                returning=" RETURNING merge_action, *" if operation == "merge" else "",
+                target=stmt.table)
             if count == 0:
                 return 0
             if operation == "merge" and actions is not None and set(actions) <= {"INSERT"}:

@@ -448,7 +448,8 @@ class DuckEngine:
                    or sql_error(e, sql)) from None
 
     def _sandbox_run(self, ctx: _Ctx, text: str, rows: pa.Table, schema: pa.Schema,
-                     others: dict[str, pa.Table], sql: str, returning: str = ""):
+                     others: dict[str, pa.Table], sql: str, returning: str = "",
+                     target: str = "target"):
         """Phase 2 of UPDATE/MERGE: run the user's statement ``text`` against a plain DuckDB
         table ``__fsrv_candidates`` holding ``rows`` (typed and constrained like the
         table), with ``others`` registered by name, in the database that can open no file.
@@ -479,7 +480,11 @@ class DuckEngine:
                 final = cur.sql(f"SELECT * FROM {CANDIDATES}").to_arrow_table()
             except duckdb.Error as e:
                 ctx.check(sql)
-                raise sql_error(e, sql) from None
+                err = sql_error(e, sql)
+                # DuckDB names the stand-in table ("NOT NULL constraint failed:
+                # __fsrv_candidates.a"); the user knows it as the statement's target
+                raise type(err)(err.message.replace(f"{CANDIDATES}.", f"{target}."),
+                                **err.context) from None
         finally:
             unhook()
             with contextlib.suppress(Exception):
