@@ -1,5 +1,6 @@
-"""Model-based test: random sequences of append, delete, concurrent delete and time travel
-against a plain in-memory reference, on the local store and on S3 (moto)."""
+"""Model-based test: random sequences of append, delete, concurrent delete, CREATE OR REPLACE
+(alone and racing a delete) and time travel against a plain in-memory reference, on the local
+store and on S3 (moto)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import itertools
 import uuid
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flightsrv import Warehouse
+from flightsrv.errors import VersionNotFound
 from flightsrv.runtime import Runtime
 
 SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.int64()), ("val", pa.float64()),
@@ -34,6 +37,10 @@ op = st.one_of(
                                                       st.integers(0, 400)),
               st.tuples(st.integers(0, len(PREDICATES) - 1), st.integers(0, 400))),
     st.tuples(st.just("time_travel"), st.integers(0, 10**6), st.just(0)),
+    st.tuples(st.just("replace"), st.integers(0, 200), st.integers(0, 10**6)),
+    st.tuples(st.just("replace_during_delete"), st.tuples(st.integers(0, 200),
+                                                          st.integers(0, 10**6)),
+              st.tuples(st.integers(0, len(PREDICATES) - 1), st.integers(0, 400))),
 )
 
 
@@ -54,7 +61,13 @@ def run_model(uri: str, ops) -> None:
     rival = Warehouse.open(uri).table("m")
     rows: list[dict] = []
     history = {0: []}
+    born = 0  # the first version of the current table (time travel never crosses a replace)
     next_id = itertools.count()
+
+    def fresh(n, seed):
+        ids = [next(next_id) for _ in range(n)]
+        return make_rows(ids[0], n, seed) if ids else []
+
     for o in ops:
         kind = o[0]
         if kind == "append":
@@ -99,9 +112,42 @@ def run_model(uri: str, ops) -> None:
                 assert fired[0] == len(b_rows)
             assert n_a == len(a_rows)
             rows = [r for r in rows if not match_a(r) and not match_b(r)]
+        elif kind == "replace":
+            rows = fresh(o[1], o[2])
+            wh.create_table("m", SCHEMA, {"row_group_bytes": 2048}, replace=True,
+                            data=pa.Table.from_pylist(rows, schema=SCHEMA))
+            born = table.head().version
+        elif kind == "replace_during_delete":
+            (n, seed), (p_i, k) = o[1], o[2]
+            new = fresh(n, seed)
+            real_commit = table.commit
+            fired = []
+
+            def commit_after_replace(mutator, **kw):
+                if not fired:
+                    fired.append(Warehouse.open(uri).create_table(
+                        "m", SCHEMA, replace=True,
+                        data=pa.Table.from_pylist(new, schema=SCHEMA)))
+                return real_commit(mutator, **kw)
+
+            table.commit = commit_after_replace
+            try:
+                n_del = table.delete(PREDICATES[p_i][0](k))
+            finally:
+                table.commit = real_commit
+            match = PREDICATES[p_i][1](k)
+            if fired:  # the delete ran again on the new table: it never touches the old
+                born = next(v for v in range(table.head().version, -1, -1)
+                            if table.log.load(v).operation == "replace")
+                rows = new
+            assert n_del == len([r for r in rows if match(r)])
+            rows = [r for r in rows if not match(r)]
         elif kind == "time_travel":
             v = o[1] % (table.head().version + 1)
-            if v in history:
+            if v < born:
+                with pytest.raises(VersionNotFound):
+                    table.to_table(version=v)
+            elif v in history:
                 check(table, history[v], version=v)
         head = table.head().version
         history[head] = rows
