@@ -356,3 +356,22 @@ def test_locked_down(engine, session, tmp_path):
     # and through the engine, file paths are never tables
     with pytest.raises(TableNotFound):
         rows(engine, f"SELECT * FROM '{secret}'", session)
+
+
+@pytest.mark.parametrize("sql, types_results", [
+    ("SELECT * FROM t WHERE id = ?", False),
+    ("SELECT a FROM t WHERE x IN (SELECT ?) ORDER BY ? LIMIT ? OFFSET ?", False),
+    ("SELECT a, (SELECT max(b) FROM u WHERE u.k = ?) AS m FROM t", False),
+    ("SELECT a FROM t JOIN u ON t.k = u.k AND u.v > ? GROUP BY a HAVING count(*) > ?", False),
+    ("SELECT ? AS v", True),
+    ("SELECT a + ? AS v FROM t WHERE a = ?", True),
+    ("SELECT (SELECT ?) AS v", True),
+    ("SELECT 1 AS v UNION ALL SELECT ?", True),
+    ("WITH c AS (SELECT ? AS v) SELECT * FROM c", True),
+    ("SELECT coalesce(a, ?) FROM t", True),
+])
+def test_which_parameters_can_type_a_result_column(sql, types_results):
+    from flightsrv.engine.duck import _params_type_results
+    from flightsrv.sql.statements import parse_statement
+
+    assert _params_type_results(parse_statement(sql).tree) is types_results

@@ -210,7 +210,8 @@ class DuckEngine:
         # With ``params`` (the first row, as execute_query binds it) the schema is the one
         # those values give (``SELECT ? AS v``); that one is not cached.
         bound = self._param_rows(stmt, params)[0] \
-            if params is not None and stmt.param_count else None
+            if params is not None and stmt.param_count and _params_type_results(stmt.tree) \
+            else None
         key = schema_key(stmt, pinner) if bound is None else None
         if key is not None:
             with self._schemas_lock:
@@ -647,3 +648,23 @@ class DuckEngine:
 
 __all__ = ["DuckEngine"]
 
+
+#: clauses whose expressions only choose rows: a parameter there cannot type a result column
+_FILTER_CLAUSES = (exp.Where, exp.Having, exp.Qualify, exp.Limit, exp.Offset, exp.Order)
+
+
+def _params_type_results(tree: exp.Expression) -> bool:
+    """Whether a bound value may change the result's schema: some parameter sits outside
+    the clauses that only choose rows (WHERE, HAVING, QUALIFY, LIMIT, OFFSET, ORDER BY, a
+    JOIN's ON), e.g. ``SELECT ? AS v``. When none does, the schema prepared with the
+    parameters as NULL is the schema of every execution."""
+    for node in tree.find_all(exp.Placeholder, exp.Parameter):
+        child, parent = node, node.parent
+        while parent is not None:
+            if isinstance(parent, _FILTER_CLAUSES) or (
+                    isinstance(parent, exp.Join) and child is parent.args.get("on")):
+                break
+            child, parent = parent, parent.parent
+        else:
+            return True
+    return False
