@@ -134,7 +134,10 @@ def append_files(t, paths: list[str], label: str):
     nothing is committed and the files written so far are deleted."""
     from flightsrv.progress import Progress
 
+    from flightsrv.table.schema import schema_from_json
+
     head = t.head()
+    schema = schema_from_json(head.schema)  # CSV/JSON columns are read as the table's types
     written, rows, nbytes = [], 0, 0
     keys: list[str] = []  # every object key written, recorded before it is written
     committed = None
@@ -142,7 +145,8 @@ def append_files(t, paths: list[str], label: str):
         try:
             for path in paths:
                 try:
-                    files, b, n = t.write_files(read_input(path), head=head, keys=keys)
+                    files, b, n = t.write_files(read_input(path, schema), head=head,
+                                                    keys=keys)
                 except pa.ArrowException as exc:
                     raise ConfigurationError(f"cannot read {input_kind(path)} file: "
                                              f"{one_line(exc)}", table=t.name,

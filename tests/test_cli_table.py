@@ -1,0 +1,81 @@
+"""``flightsrv table ...`` as a real subprocess on real local warehouses: loading CSV/JSON
+into the table's own column types, listing with broken tables, delete predicates, dropped
+tables' cleanup, erasure certificates and output of binary values."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pytest
+from test_cli import run, tree
+
+from flightsrv import Warehouse
+
+# -- CSV/JSON appends read the columns as the table's types --------------------------------
+
+UTC = dt.timezone.utc
+TYPED = [
+    ("id:int64,amount:decimal(12,2)", "id,amount\n1,1.50\n2,2.25\n", "csv",
+     [(1, decimal.Decimal("1.50")), (2, decimal.Decimal("2.25"))]),
+    ("id:int32,v:float", "id,v\n1,1.5\n", "csv", [(1, 1.5)]),
+    ("id:int32,v:float", '{"id": 1, "v": 1.5}\n', "jsonl", [(1, 1.5)]),
+    ("id:int64,joined:timestamptz", "id,joined\n1,2024-01-02 03:04:05\n"
+     "2,2024-01-02T03:04:05+02:00\n3,\n", "csv",
+     [(1, dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),
+      (2, dt.datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC)), (3, None)]),
+    ("id:int64,joined:timestamptz", '{"id": 1, "joined": "2024-01-02 03:04:05"}\n', "jsonl",
+     [(1, dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC))]),
+    ("id:int64,zip:string", "id,zip\n1,02134\n2,90210\n", "csv", [(1, "02134"), (2, "90210")]),
+    ("id:int64,price:double", "id,price\n1,10\n2,20\n", "csv", [(1, 10.0), (2, 20.0)]),
+]
+
+
+@pytest.mark.parametrize("schema,text,ext,rows", TYPED,
+                         ids=["decimal", "int32-float", "json-int32-float", "timestamptz",
+                              "json-timestamptz", "zip-string", "whole-double"])
+def test_append_reads_csv_and_json_as_the_table_types(tmp_path, schema, text, ext, rows):
+    wh = str(tmp_path / "wh")
+    src = tmp_path / f"in.{ext}"
+    src.write_text(text)
+    assert run("--warehouse", wh, "table", "create", "t", "--schema", schema).returncode == 0
+    proc = run("--warehouse", wh, "table", "append", "t", src)
+    assert proc.returncode == 0, proc.stderr
+    got = Warehouse.open(wh).table("t").scan().read_all().to_pylist()
+    assert sorted(tuple(r.values()) for r in got) == rows
+
+
+@pytest.mark.parametrize("schema,text,ext,needles", [
+    ("id:int64,amount:decimal(12,2)", "id,amount\n1,1.50\n2,x\n", "csv",
+     ["column=amount", "'x'"]),
+    ("id:int32,v:float", "id,v\n" + "1,1.5\n" * 200_000 + "3000000000,2\n", "csv",
+     ["column=id", "3000000000"]),
+    ("id:int64,joined:timestamptz", "id,joined\n1,2024-01-02 03:04:05\n2,\n3,notatime\n", "csv",
+     ["column=joined", "row=3", "value=notatime"]),
+], ids=["decimal", "int32-in-a-later-block", "timestamptz"])
+def test_a_value_that_does_not_convert_names_file_and_column_and_commits_nothing(
+        tmp_path, schema, text, ext, needles):
+    wh = str(tmp_path / "wh")
+    src = tmp_path / f"in.{ext}"
+    src.write_text(text)
+    assert run("--warehouse", wh, "table", "create", "t", "--schema", schema).returncode == 0
+    before = tree(tmp_path / "wh" / "t")
+    proc = run("--warehouse", wh, "table", "append", "t", src)
+    assert proc.returncode == 1
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("flightsrv: error: ") and "Traceback" not in proc.stderr
+    for needle in [f"file={src}", *needles]:
+        assert needle in line, (needle, line)
+    assert tree(tmp_path / "wh" / "t").keys() == before.keys()
+    assert Warehouse.open(wh).table("t").head().version == 0
+
+
+def test_create_from_file_and_append_of_the_same_csv_agree(tmp_path):
+    wh = str(tmp_path / "wh")
+    src = tmp_path / "zips.csv"
+    src.write_text("id,zip,at\n1,02134,2024-01-02 03:04:05\n")
+    assert run("--warehouse", wh, "table", "create", "t", "--from-file", src).returncode == 0
+    proc = run("--warehouse", wh, "table", "append", "t", src)
+    assert proc.returncode == 0, proc.stderr
+    rows = Warehouse.open(wh).table("t").scan().read_all().to_pylist()
+    assert len(rows) == 2 and rows[0] == rows[1]
