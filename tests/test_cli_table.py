@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 
+import pyarrow as pa
 import pytest
 from test_cli import run, tree
 
@@ -79,3 +81,37 @@ def test_create_from_file_and_append_of_the_same_csv_agree(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = Warehouse.open(wh).table("t").scan().read_all().to_pylist()
     assert len(rows) == 2 and rows[0] == rows[1]
+
+
+# -- table list shows the tables it cannot read ---------------------------------------------
+
+
+def test_list_shows_a_broken_table_warns_and_exits_1(tmp_path):
+    wh = tmp_path / "wh"
+    w = Warehouse.open(str(wh))
+    w.create_table("good", pa.schema([("a", pa.int64())]))
+    w.create_table("broken", pa.schema([("a", pa.int64())]))
+    (wh / "broken" / "_latest_manifest").write_text("garbage\n")
+    proc = run("--warehouse", wh, "table", "list", "--format", "jsonl")
+    assert proc.returncode == 1, proc.stderr
+    rows = {r["table"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert rows["good"]["status"] == "ok" and rows["good"]["version"] == 0
+    assert rows["broken"]["status"].startswith("broken: ")
+    assert "broken/_latest_manifest" in rows["broken"]["status"]
+    assert "Traceback" not in proc.stderr
+    warning = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert len(warning) == 1 and "table broken" in warning[0]
+    assert "broken/_latest_manifest" in warning[0]
+    # only the broken table left: still listed, still exit 1
+    w.drop_table("good")
+    proc = run("--warehouse", wh, "table", "list")
+    assert proc.returncode == 1 and "broken" in proc.stdout and "(1 row)" in proc.stdout
+
+
+def test_list_of_no_tables_shows_the_columns(tmp_path):
+    wh = tmp_path / "wh"
+    Warehouse.open(str(wh)).create_table("t", pa.schema([("a", pa.int64())]))
+    Warehouse.open(str(wh)).drop_table("t")
+    proc = run("--warehouse", wh, "table", "list")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[:2] == ["table", "version"] and "(0 rows)" in proc.stdout

@@ -97,9 +97,12 @@ def write_result(reader: pa.RecordBatchReader, args) -> int:
     raise UsageError(f"unknown format {fmt}")
 
 
-def write_rows(rows: list[dict], args) -> int:
-    """``write_result`` for a small list of dicts (summaries, listings)."""
-    if rows:
+def write_rows(rows: list[dict], args, columns=None) -> int:
+    """``write_result`` for a small list of dicts (summaries, listings). ``columns``: the
+    columns to show when there are no rows (text columns then)."""
+    if not rows and columns:
+        table = pa.table({c: pa.array([], pa.string()) for c in columns})
+    elif rows:
         cols = list(dict.fromkeys(k for r in rows for k in r))
         data = {c: [_plain(r.get(c)) for r in rows] for c in cols}
         for c, values in data.items():  # a column of mixed types becomes text

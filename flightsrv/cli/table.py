@@ -17,7 +17,9 @@ import pyarrow as pa
 
 from flightsrv.cli import output
 from flightsrv.cli.common import (
+    EXIT_FAILED,
     UsageError,
+    error_text,
     format_duration,
     input_kind,
     input_schema,
@@ -26,6 +28,7 @@ from flightsrv.cli.common import (
     parse_duration,
     read_input,
     say,
+    warn,
 )
 from flightsrv.cli.render import result_rows
 from flightsrv.errors import ConfigurationError, FlightsrvError
@@ -176,17 +179,36 @@ def append_files(t, paths: list[str], label: str):
 # -- commands ------------------------------------------------------------------------
 
 
+LIST_COLUMNS = ("table", "version", "rows", "files", "bytes", "status")
+
+
 def cmd_list(args) -> int:
+    """The tables; one that cannot be read (corrupt or missing pointer or head manifest) is
+    listed too, with its error as status and a warning on stderr, and the exit code is 1."""
+    from flightsrv.errors import TransientError
+
     output.check_output_args(args)
     wh = open_warehouse(args)
+    broken: list = []
     rows = []
-    for name in wh.list_tables():
-        head = wh.table(name).head()
+    for name in wh.list_tables(broken):
+        try:
+            head = wh.table(name).head()
+        except TransientError:
+            raise
+        except FlightsrvError as exc:
+            broken.append((name, exc))
+            continue
         rows.append({"table": name, "version": head.version, "rows": head.live_rows,
                      "files": len(head.data_files),
-                     "bytes": sum(f.size for f in head.data_files)})
-    output.write_rows(rows, args)
-    return 0
+                     "bytes": sum(f.size for f in head.data_files), "status": "ok"})
+    for name, exc in broken:
+        warn(f"table {name} cannot be read: {error_text(exc)}")
+        rows.append({"table": name, "version": None, "rows": None, "files": None,
+                     "bytes": None, "status": f"broken: {error_text(exc)}"})
+    rows.sort(key=lambda r: r["table"])
+    output.write_rows(rows, args, columns=LIST_COLUMNS)
+    return EXIT_FAILED if broken else 0
 
 
 def cmd_create(args) -> int:
