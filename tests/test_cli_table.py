@@ -10,7 +10,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from test_cli import run, tree
+from test_cli import failed, run, tree
 
 from flightsrv import Warehouse
 
@@ -115,3 +115,39 @@ def test_list_of_no_tables_shows_the_columns(tmp_path):
     proc = run("--warehouse", wh, "table", "list")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[:2] == ["table", "version"] and "(0 rows)" in proc.stdout
+
+
+# -- delete --where is one SQL expression ---------------------------------------------------
+
+
+@pytest.fixture
+def wh15(tmp_path) -> str:
+    path = str(tmp_path / "wh")
+    t = Warehouse.open(path).create_table("t", pa.schema([("id", pa.int64()),
+                                                          ("name", pa.string())]))
+    t.append(pa.table({"id": [1, 1, 2, 3], "name": ["a", "b", "c", "d"]}))
+    return path
+
+
+@pytest.mark.parametrize("where,needle", [
+    ("id > 0 GROUP BY id", "'GROUP BY'"), ("id > 100 LIMIT 0", "'LIMIT'"),
+    ("id > 0 UNION ALL SELECT 99", "UNION"), ("", "empty"), ("   ", "empty"),
+    ("id = 1; DROP TABLE t", "2 statements"), ("id = ?", "parameter"),
+])
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "delete"])
+def test_delete_where_that_is_not_one_expression_is_a_usage_error(wh15, where, needle, dry):
+    version = Warehouse.open(wh15).table("t").head().version
+    proc = run("--warehouse", wh15, "table", "delete", "t", "--where", where,
+               *(["--dry-run"] if dry else []))
+    line = failed(proc, 2, "--where", needle)
+    assert "sqlglot" not in line and "IndexError" not in line
+    assert Warehouse.open(wh15).table("t").head().version == version
+
+
+def test_delete_dry_run_and_delete_agree_even_with_a_trailing_comment(wh15):
+    where = "id = 1 -- the duplicates"
+    dry = run("--warehouse", wh15, "table", "delete", "t", "--where", where, "--dry-run")
+    assert dry.returncode == 0 and "would delete 2 rows" in dry.stdout, dry.stderr
+    proc = run("--warehouse", wh15, "table", "delete", "t", "--where", where)
+    assert proc.returncode == 0 and "deleted 2 rows" in proc.stdout, proc.stderr
+    assert Warehouse.open(wh15).table("t").head().live_rows == 2

@@ -326,7 +326,43 @@ def _engine_session(wh, delete_mode: str | None = None):
     return DuckEngine(wh), session
 
 
+def where_predicate(text: str, option: str = "--where") -> str:
+    """``text`` checked to be one SQL expression (sqlglot, DuckDB dialect, as the SQL front
+    end parses), returned ready to follow ``WHERE``: in parentheses on lines of its own, so
+    nothing in it (a trailing ``--`` comment) reaches the rest of the statement. What it
+    means, and whether it is boolean, DuckDB decides. UsageError if it is not one
+    expression (empty, a query, a clause such as GROUP BY or LIMIT, several statements)."""
+    import sqlglot
+    from sqlglot import exp
+
+    from flightsrv.sql.statements import DIALECT
+
+    try:
+        trees = sqlglot.parse(text, read=DIALECT)
+    except sqlglot.errors.ParseError as exc:
+        e = exc.errors[0] if exc.errors else {}
+        where = f" at {e['highlight']!r} (column {e['col']})" if e.get("highlight") else ""
+        raise UsageError(f"{option} {text!r} is not one SQL expression: unexpected "
+                         f"input{where}") from None
+    except sqlglot.errors.SqlglotError:
+        raise UsageError(f"{option} {text!r} is not one SQL expression") from None
+    trees = [t for t in trees if t is not None]
+    if not trees:
+        raise UsageError(f"{option} is empty: give a SQL predicate, e.g. \"id = 1\"")
+    if len(trees) > 1:
+        raise UsageError(f"{option} {text!r} holds {len(trees)} statements; give one SQL "
+                         "predicate")
+    tree = trees[0]
+    if isinstance(tree, exp.Query) or not isinstance(tree, exp.Condition):
+        raise UsageError(f"{option} {text!r} is not a condition but {tree.key.upper()}; give "
+                         "a SQL condition, e.g. \"id = 1\"")
+    if tree.find(exp.Placeholder, exp.Parameter):
+        raise UsageError(f"{option} {text!r} holds a parameter ($1, ?); write the value")
+    return f"(\n{text}\n)"
+
+
 def cmd_delete(args) -> int:
+    predicate = where_predicate(args.where)
     wh = open_warehouse(args)
     t = wh.table(args.table)
     engine, session = _engine_session(wh, args.mode)
@@ -334,12 +370,13 @@ def cmd_delete(args) -> int:
         if args.dry_run:
             # DuckDB decides which rows match, exactly as the DELETE would
             res = engine.execute_query(f"SELECT count(*) FROM {_quote(t.name)} "
-                                       f"WHERE {args.where}", session)
+                                       f"WHERE {predicate}", session)
             n = res.reader.read_all().column(0)[0].as_py()
             print(f"dry run: would delete {n} rows from {t.name} (version "
                   f"{t.head().version}); nothing changed")
             return 0
-        n = engine.execute_update(f"DELETE FROM {_quote(t.name)} WHERE {args.where}", session)
+        n = engine.execute_update(f"DELETE FROM {_quote(t.name)} WHERE {predicate}",
+                                  session)
     finally:
         engine.close()
     if n:
