@@ -151,3 +151,25 @@ def test_delete_dry_run_and_delete_agree_even_with_a_trailing_comment(wh15):
     proc = run("--warehouse", wh15, "table", "delete", "t", "--where", where)
     assert proc.returncode == 0 and "deleted 2 rows" in proc.stdout, proc.stderr
     assert Warehouse.open(wh15).table("t").head().live_rows == 2
+
+
+# -- a dropped table's files are removed by the command the drop names --------------------
+
+
+def test_table_vacuum_cleans_up_a_dropped_table_as_drop_says(tmp_path):
+    wh = tmp_path / "wh"
+    t = Warehouse.open(str(wh)).create_table("t", pa.schema([("id", pa.int64())]),
+                                             {"vacuum.allow_short_grace": "true"})
+    t.append(pa.table({"id": [1, 2, 3]}))
+    proc = run("--warehouse", wh, "table", "drop", "t")
+    assert proc.returncode == 0
+    assert "`flightsrv table vacuum t`" in proc.stdout
+    assert list((wh / "t" / "data").rglob("*.parquet"))
+    dry = run("--warehouse", wh, "table", "vacuum", "t", "--grace", "0", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert list((wh / "t" / "data").rglob("*.parquet"))
+    proc = run("--warehouse", wh, "table", "vacuum", "t", "--grace", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert not list((wh / "t" / "data").rglob("*.parquet"))
+    failed(run("--warehouse", wh, "table", "vacuum", "nosuch"), 1, "no such table",
+           "table=nosuch")

@@ -484,7 +484,8 @@ def cmd_drop(args) -> int:
             print(f"{args.table}: no such table; nothing done")
             return 0
         raise
-    print(f"dropped {args.table.lower()} (its files stay until `flightsrv table vacuum`)")
+    print(f"dropped {args.table.lower()} (its files stay until `flightsrv table vacuum "
+          f"{args.table.lower()}` deletes them after its grace)")
     return 0
 
 
@@ -533,8 +534,10 @@ def cmd_vacuum(args) -> int:
     from flightsrv.progress import Progress
     from flightsrv.table import properties as P
 
-    t = open_warehouse(args).table(args.table)
-    if args.grace < MIN_GRACE_HOURS * 3600 and not P.value(t.properties, ALLOW_SHORT_GRACE):
+    # as SQL VACUUM: a dropped table's files are cleaned up here too
+    t = open_warehouse(args).table(args.table, dropped_ok=True)
+    props = t.log.head().properties  # a dropped table keeps its last properties
+    if args.grace < MIN_GRACE_HOURS * 3600 and not P.value(props, ALLOW_SHORT_GRACE):
         raise ConfigurationError(
             f"vacuum --grace {format_duration(args.grace)} is below the minimum grace of "
             f"{MIN_GRACE_HOURS} hour: it can delete the files of a write that has not committed "
