@@ -173,3 +173,24 @@ def test_table_vacuum_cleans_up_a_dropped_table_as_drop_says(tmp_path):
     assert not list((wh / "t" / "data").rglob("*.parquet"))
     failed(run("--warehouse", wh, "table", "vacuum", "nosuch"), 1, "no such table",
            "table=nosuch")
+
+
+# -- erasure certificates say where the erasure came from -----------------------------------
+
+
+def test_certificates_record_cli_and_sql_as_source_and_show_the_whole_fingerprint(tmp_path):
+    wh = tmp_path / "wh"
+    t = Warehouse.open(str(wh)).create_table("t", pa.schema([("id", pa.int64())]))
+    t.append(pa.table({"id": [1, 2, 3]}))
+    assert run("--warehouse", wh, "table", "delete", "t", "--where", "id = 1",
+               "--mode", "splice").returncode == 0
+    assert run("--warehouse", wh, "sql",
+               "SET delete_mode = 'splice'; DELETE FROM t WHERE id = 2").returncode == 0
+    proc = run("--warehouse", wh, "table", "erasures", "t", "--json")
+    certs = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert [c["source"] for c in certs] == ["cli", "sql"]
+    proc = run("--warehouse", wh, "table", "erasures", "t", "--format", "jsonl")
+    rows = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert [r["source"] for r in rows] == ["cli", "sql"]
+    assert [r["request"] for r in rows] == [c["request_fingerprint"] for c in certs]
+    assert all(len(r["request"]) > 40 for r in rows)

@@ -375,8 +375,9 @@ def cmd_delete(args) -> int:
             print(f"dry run: would delete {n} rows from {t.name} (version "
                   f"{t.head().version}); nothing changed")
             return 0
-        n = engine.execute_update(f"DELETE FROM {_quote(t.name)} WHERE {predicate}",
-                                  session)
+        # the DELETE as SQL would run it; a splice's certificate records source cli
+        n = engine.delete_statement(f"DELETE FROM {_quote(t.name)} WHERE {predicate}",
+                                    session, mode=args.mode, source="cli")
     finally:
         engine.close()
     if n:
@@ -602,7 +603,8 @@ def cmd_erasures(args) -> int:
         return 0
     output.write_rows([{
         "id": c["id"], "operation": c["operation"], "source": c.get("source", ""),
-        "request": (c.get("request_fingerprint") or "-")[:40],
+        # the whole fingerprint, except in the table for people
+        "request": (c.get("request_fingerprint") or "-")[:40 if args.format == "table" else None],
         "versions": f"{c['versions']['before']}->{c['versions']['after']}",
         "rows_removed": c["rows_removed"], "rewritten": len(c["objects_rewritten"]),
         "deleted": len(c["objects_deleted"]),
