@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import os
+import re
 
 import pyarrow as pa
 import pytest
@@ -194,3 +196,17 @@ def test_certificates_record_cli_and_sql_as_source_and_show_the_whole_fingerprin
     assert [r["source"] for r in rows] == ["cli", "sql"]
     assert [r["request"] for r in rows] == [c["request_fingerprint"] for c in certs]
     assert all(len(r["request"]) > 40 for r in rows)
+
+
+# -- flightsrv demo ----------------------------------------------------------------------
+
+
+def test_demo_runs_again_in_the_same_directory(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FLIGHTSRV_WAREHOUSE"}
+    first = run("demo", cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr
+    second = run("demo", cwd=tmp_path, env=env)
+    assert second.returncode == 0, second.stderr
+    assert re.search(r"at version \d+: 150000", second.stdout), second.stdout
+    assert Warehouse.open(str(tmp_path / "warehouse")).table("walkthrough").count_rows() == \
+        99976
