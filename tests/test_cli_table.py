@@ -210,3 +210,18 @@ def test_demo_runs_again_in_the_same_directory(tmp_path):
     assert re.search(r"at version \d+: 150000", second.stdout), second.stdout
     assert Warehouse.open(str(tmp_path / "warehouse")).table("walkthrough").count_rows() == \
         99976
+
+
+# -- binary values in csv output --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["table", "scan", "b"], ["sql", "SELECT * FROM b"]],
+                         ids=["scan", "sql"])
+def test_csv_writes_binary_as_hex(tmp_path, command):
+    wh = tmp_path / "wh"
+    t = Warehouse.open(str(wh)).create_table("b", pa.schema([("id", pa.int64()),
+                                                             ("payload", pa.binary())]))
+    t.append(pa.table({"id": [1, 2], "payload": pa.array([b"\xff\x00", None], pa.binary())}))
+    proc = run("--warehouse", wh, *command, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ['"id","payload"', '1,"\\xff00"', "2,"]

@@ -3,7 +3,7 @@
 - ``table``: an aligned text table for people, at most ``--max-rows`` rows (it says so when
   it stopped early), then ``(N rows)``.
 - ``csv``: a header line, then RFC 4180 rows (pyarrow's CSV writer), streamed; NULL is an
-  empty field, an empty string is ``""``.
+  empty field, an empty string is ``""``, binary is ``\\x`` and lower-case hex.
 - ``jsonl``: one JSON object per row, streamed. Timestamps and dates are ISO 8601 strings,
   decimals are strings (exact), binary is base64, NaN/Infinity are strings.
 - ``parquet``: one Parquet file (zstd); needs ``--output`` or a redirected stdout.
@@ -191,12 +191,27 @@ def _write_csv(reader: pa.RecordBatchReader, out) -> int:
         if pa.types.is_nested(f.type):
             raise ConfigurationError("CSV cannot hold a nested column; use --format jsonl or "
                                      "parquet", column=f.name, type=str(f.type))
+    binary = [i for i, f in enumerate(reader.schema) if _is_binary(f.type)]
+    schema = reader.schema
+    for i in binary:  # binary values are written as \x<hex>, as --format table shows them
+        schema = schema.set(i, pa.field(schema.field(i).name, pa.string()))
     n = 0
-    with pcsv.CSVWriter(out, reader.schema) as w:
+    with pcsv.CSVWriter(out, schema) as w:
         for batch in reader:
+            if binary:
+                cols = list(batch.columns)
+                for i in binary:
+                    cols[i] = pa.array([None if v is None else "\\x" + v.hex()
+                                        for v in cols[i].to_pylist()], pa.string())
+                batch = pa.record_batch(cols, schema=schema)
             w.write_batch(batch)
             n += batch.num_rows
     return n
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or \
+        pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t)
 
 
 # -- jsonl -------------------------------------------------------------------------
