@@ -225,3 +225,19 @@ def test_csv_writes_binary_as_hex(tmp_path, command):
     proc = run("--warehouse", wh, *command, "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ['"id","payload"', '1,"\\xff00"', "2,"]
+
+
+# -- small output fixes ---------------------------------------------------------------------
+
+
+def test_jsonl_metrics_keep_their_types_and_the_deadline_is_a_duration(tmp_path):
+    wh = tmp_path / "wh"
+    Warehouse.open(str(wh)).create_table("u", pa.schema([("id", pa.int64())]),
+                                         {"erasure.deadline": "1h"})
+    proc = run("--warehouse", wh, "table", "compact", "u", "--dry-run", "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    values = {r["metric"]: r["value"] for r in map(json.loads, proc.stdout.splitlines())}
+    assert values["dry_run"] is True and values["read_version"] == 0
+    proc = run("--warehouse", wh, "table", "erasure-status", "u")
+    assert proc.returncode == 0, proc.stderr
+    assert "deadline 1h (table property erasure.deadline)" in proc.stdout

@@ -99,7 +99,16 @@ def write_result(reader: pa.RecordBatchReader, args) -> int:
 
 def write_rows(rows: list[dict], args, columns=None) -> int:
     """``write_result`` for a small list of dicts (summaries, listings). ``columns``: the
-    columns to show when there are no rows (text columns then)."""
+    columns to show when there are no rows (text columns then). JSON lines keep each value's
+    own type (a metric/value listing mixes numbers, booleans and text)."""
+    if args.format == "jsonl":
+        cols = list(dict.fromkeys([*(columns or ()), *(k for r in rows for k in r)]))
+        with _binary_target(getattr(args, "output", None)) as out:
+            for r in rows:
+                row = {c: _plain(r.get(c)) for c in cols}
+                out.write((json.dumps(_finite(row), default=_json_default, ensure_ascii=False,
+                                      allow_nan=False) + "\n").encode("utf-8"))
+        return len(rows)
     if not rows and columns:
         table = pa.table({c: pa.array([], pa.string()) for c in columns})
     elif rows:

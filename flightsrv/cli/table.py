@@ -623,7 +623,8 @@ def cmd_erasure_status(args) -> int:
         print(json.dumps(st.to_dict(), sort_keys=True, default=str))
         return 0
     output.write_rows(result_rows(st), args)
-    print(f"deadline {st.deadline_ms / 86_400_000:g}d (table property erasure.deadline); "
+    print(f"deadline {format_duration(st.deadline_ms / 1000)} (table property "
+          "erasure.deadline); "
           f"{len(st.items)} item(s), {len(st.overdue)} overdue")
     return 0
 
