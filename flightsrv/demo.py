@@ -65,7 +65,10 @@ def walkthrough(warehouse, out=sys.stdout) -> None:
     n = t.delete("event_id < 50000")
     out.write(f"deleted {n} rows by event_id < 50000 (metadata only) -> version "
               f"{t.head().version}\n")
-    out.write(f"live rows now: {t.count_rows()}; at version 3: {t.count_rows(version=3)}\n")
+    # the version after the appends (version numbers go on after a drop and re-create)
+    appended = m.version
+    out.write(f"live rows now: {t.count_rows()}; at version {appended}: "
+              f"{t.count_rows(version=appended)}\n")
     sample = t.to_table(columns=["event_id", "user_id", "event_type", "amount"],
                         filter="event_id BETWEEN 120000 AND 120004")
     print_table(sample.to_pylist(), out)

@@ -122,8 +122,14 @@ def input_kind(path: str) -> str:
                      ".tsv, .json, .jsonl or .ndjson)")
 
 
-def read_input(path: str):
-    """A RecordBatchReader over one input file (kind from ``input_kind``)."""
+def read_input(path: str, schema=None):
+    """A RecordBatchReader over one input file (kind from ``input_kind``).
+
+    ``schema`` (the table's, when appending to it): CSV/TSV and JSON columns named like a
+    table column are read as that column's type instead of a guessed one, so ``02134`` stays
+    a string and ``1.50`` loads into a decimal. Text for a ``timestamptz`` column is cast by
+    DuckDB (a value without an offset means what it means in SQL). A value that does not
+    convert fails the read, naming the file and the column."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.dataset as ds
@@ -133,12 +139,129 @@ def read_input(path: str):
     try:
         if kind in ("csv", "tsv"):
             parse = pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",")
-            return pcsv.open_csv(path, parse_options=parse)
+            if schema is None:
+                return pcsv.open_csv(path, parse_options=parse)
+            names = _csv_header(path, parse)
+            types, instants = _read_types(schema, names)
+            reader = pcsv.open_csv(path, parse_options=parse,
+                                   convert_options=pcsv.ConvertOptions(column_types=types))
+            return _typed(_named_errors(reader, kind, path, names), instants, path)
         if kind == "json":
-            return pjson.read_json(path).to_reader()
+            if schema is None:
+                return pjson.read_json(path).to_reader()
+            names = pjson.read_json(path).schema.names
+            types, instants = _read_types(schema, names)
+            explicit = pa.schema([(n, types[n]) for n in names if n in types])
+            table = pjson.read_json(path, parse_options=pjson.ParseOptions(
+                explicit_schema=explicit, unexpected_field_behavior="infer"))
+            return _typed(table.to_reader(), instants, path)
         return ds.dataset(path, format="parquet").scanner().to_reader()
     except (pa.ArrowException, OSError) as exc:
-        raise ConfigurationError(f"cannot read {kind} file: {one_line(exc)}", file=path) from None
+        raise _read_error(kind, exc, path, locals().get("names")) from None
+
+
+def _csv_header(path: str, parse) -> list[str]:
+    """The column names of a CSV file (its first block only)."""
+    import pyarrow.csv as pcsv
+
+    reader = pcsv.open_csv(path, parse_options=parse)
+    try:
+        return reader.schema.names
+    finally:
+        reader.close()
+
+
+def _read_types(schema, names: list[str]):
+    """Column types to read ``names`` with: the table's type of every column the file has;
+    text for a time-zone-aware timestamp (cast by DuckDB afterwards, see ``_typed``)."""
+    import pyarrow as pa
+
+    types, instants = {}, []
+    for f in schema:
+        if f.name not in names:
+            continue
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+            types[f.name] = pa.string()
+            instants.append(f)
+        else:
+            types[f.name] = f.type
+    return types, instants
+
+
+def _read_error(kind: str, exc: BaseException, path: str, names) -> ConfigurationError:
+    """A read failure naming the file and, when pyarrow says which, the column."""
+    text = one_line(exc)
+    context = {"file": path}
+    m = re.match(r"In CSV column #(\d+): (.*)", text)
+    if m and names and int(m.group(1)) < len(names):
+        context["column"] = names[int(m.group(1))]
+        text = m.group(2)
+    return ConfigurationError(f"cannot read {kind} file: {text}", **context)
+
+
+def _named_errors(reader, kind: str, path: str, names):
+    """``reader`` whose read errors (in any later block) name the file and column."""
+    import pyarrow as pa
+
+    def batches():
+        it = iter(reader)
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            except pa.ArrowException as exc:
+                raise _read_error(kind, exc, path, names) from None
+            yield batch
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+def _typed(reader, instants, path: str):
+    """``reader`` with its ``timestamptz`` text columns cast by DuckDB; a value that does not
+    convert raises ConfigurationError naming the file, column, row (1 = the first data row)
+    and value."""
+    import pyarrow as pa
+
+    if not instants:
+        return reader
+    import duckdb
+
+    wanted = {f.name: f.type for f in instants}
+    out_schema = pa.schema([(n, wanted.get(n, t))
+                            for n, t in zip(reader.schema.names, reader.schema.types,
+                                            strict=True)])
+
+    def cast_batches():
+        con = duckdb.connect(":memory:")
+        done = 0
+        try:
+            for batch in reader:
+                cols = dict(zip(batch.schema.names, batch.columns, strict=True))
+                for name, typ in wanted.items():
+                    con.register("src", pa.table({"i": pa.array(range(batch.num_rows),
+                                                                pa.int64()),
+                                                  "s": cols[name]}))
+                    try:
+                        got = con.sql("SELECT CAST(NULLIF(s, '') AS TIMESTAMPTZ) FROM src "
+                                      "ORDER BY i").to_arrow_table()
+                    except duckdb.Error:
+                        bad = con.sql("SELECT i, s FROM src WHERE NULLIF(s, '') IS NOT NULL "
+                                          "AND TRY_CAST(s AS TIMESTAMPTZ) IS NULL ORDER BY i "
+                                          "LIMIT 1").fetchall()
+                        where = {"row": done + bad[0][0] + 1, "value": bad[0][1]} if bad \
+                            else {}
+                        raise ConfigurationError("a value is not a timestamp with time zone",
+                                                 file=path, column=name, **where) from None
+                    finally:
+                        con.unregister("src")
+                    cols[name] = got.column(0).combine_chunks().cast(typ)
+                done += batch.num_rows
+                yield pa.record_batch(list(cols.values()), schema=out_schema)
+        finally:
+            con.close()
+
+    return pa.RecordBatchReader.from_batches(out_schema, cast_batches())
 
 
 def input_schema(path: str):

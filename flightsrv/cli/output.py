@@ -3,7 +3,7 @@
 - ``table``: an aligned text table for people, at most ``--max-rows`` rows (it says so when
   it stopped early), then ``(N rows)``.
 - ``csv``: a header line, then RFC 4180 rows (pyarrow's CSV writer), streamed; NULL is an
-  empty field, an empty string is ``""``.
+  empty field, an empty string is ``""``, binary is ``\\x`` and lower-case hex.
 - ``jsonl``: one JSON object per row, streamed. Timestamps and dates are ISO 8601 strings,
   decimals are strings (exact), binary is base64, NaN/Infinity are strings.
 - ``parquet``: one Parquet file (zstd); needs ``--output`` or a redirected stdout.
@@ -97,9 +97,21 @@ def write_result(reader: pa.RecordBatchReader, args) -> int:
     raise UsageError(f"unknown format {fmt}")
 
 
-def write_rows(rows: list[dict], args) -> int:
-    """``write_result`` for a small list of dicts (summaries, listings)."""
-    if rows:
+def write_rows(rows: list[dict], args, columns=None) -> int:
+    """``write_result`` for a small list of dicts (summaries, listings). ``columns``: the
+    columns to show when there are no rows (text columns then). JSON lines keep each value's
+    own type (a metric/value listing mixes numbers, booleans and text)."""
+    if args.format == "jsonl":
+        cols = list(dict.fromkeys([*(columns or ()), *(k for r in rows for k in r)]))
+        with _binary_target(getattr(args, "output", None)) as out:
+            for r in rows:
+                row = {c: _plain(r.get(c)) for c in cols}
+                out.write((json.dumps(_finite(row), default=_json_default, ensure_ascii=False,
+                                      allow_nan=False) + "\n").encode("utf-8"))
+        return len(rows)
+    if not rows and columns:
+        table = pa.table({c: pa.array([], pa.string()) for c in columns})
+    elif rows:
         cols = list(dict.fromkeys(k for r in rows for k in r))
         data = {c: [_plain(r.get(c)) for r in rows] for c in cols}
         for c, values in data.items():  # a column of mixed types becomes text
@@ -188,12 +200,27 @@ def _write_csv(reader: pa.RecordBatchReader, out) -> int:
         if pa.types.is_nested(f.type):
             raise ConfigurationError("CSV cannot hold a nested column; use --format jsonl or "
                                      "parquet", column=f.name, type=str(f.type))
+    binary = [i for i, f in enumerate(reader.schema) if _is_binary(f.type)]
+    schema = reader.schema
+    for i in binary:  # binary values are written as \x<hex>, as --format table shows them
+        schema = schema.set(i, pa.field(schema.field(i).name, pa.string()))
     n = 0
-    with pcsv.CSVWriter(out, reader.schema) as w:
+    with pcsv.CSVWriter(out, schema) as w:
         for batch in reader:
+            if binary:
+                cols = list(batch.columns)
+                for i in binary:
+                    cols[i] = pa.array([None if v is None else "\\x" + v.hex()
+                                        for v in cols[i].to_pylist()], pa.string())
+                batch = pa.record_batch(cols, schema=schema)
             w.write_batch(batch)
             n += batch.num_rows
     return n
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or \
+        pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t)
 
 
 # -- jsonl -------------------------------------------------------------------------

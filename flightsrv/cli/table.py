@@ -17,7 +17,9 @@ import pyarrow as pa
 
 from flightsrv.cli import output
 from flightsrv.cli.common import (
+    EXIT_FAILED,
     UsageError,
+    error_text,
     format_duration,
     input_kind,
     input_schema,
@@ -26,6 +28,7 @@ from flightsrv.cli.common import (
     parse_duration,
     read_input,
     say,
+    warn,
 )
 from flightsrv.cli.render import result_rows
 from flightsrv.errors import ConfigurationError, FlightsrvError
@@ -134,7 +137,10 @@ def append_files(t, paths: list[str], label: str):
     nothing is committed and the files written so far are deleted."""
     from flightsrv.progress import Progress
 
+    from flightsrv.table.schema import schema_from_json
+
     head = t.head()
+    schema = schema_from_json(head.schema)  # CSV/JSON columns are read as the table's types
     written, rows, nbytes = [], 0, 0
     keys: list[str] = []  # every object key written, recorded before it is written
     committed = None
@@ -142,7 +148,8 @@ def append_files(t, paths: list[str], label: str):
         try:
             for path in paths:
                 try:
-                    files, b, n = t.write_files(read_input(path), head=head, keys=keys)
+                    files, b, n = t.write_files(read_input(path, schema), head=head,
+                                                    keys=keys)
                 except pa.ArrowException as exc:
                     raise ConfigurationError(f"cannot read {input_kind(path)} file: "
                                              f"{one_line(exc)}", table=t.name,
@@ -172,17 +179,36 @@ def append_files(t, paths: list[str], label: str):
 # -- commands ------------------------------------------------------------------------
 
 
+LIST_COLUMNS = ("table", "version", "rows", "files", "bytes", "status")
+
+
 def cmd_list(args) -> int:
+    """The tables; one that cannot be read (corrupt or missing pointer or head manifest) is
+    listed too, with its error as status and a warning on stderr, and the exit code is 1."""
+    from flightsrv.errors import TransientError
+
     output.check_output_args(args)
     wh = open_warehouse(args)
+    broken: list = []
     rows = []
-    for name in wh.list_tables():
-        head = wh.table(name).head()
+    for name in wh.list_tables(broken):
+        try:
+            head = wh.table(name).head()
+        except TransientError:
+            raise
+        except FlightsrvError as exc:
+            broken.append((name, exc))
+            continue
         rows.append({"table": name, "version": head.version, "rows": head.live_rows,
                      "files": len(head.data_files),
-                     "bytes": sum(f.size for f in head.data_files)})
-    output.write_rows(rows, args)
-    return 0
+                     "bytes": sum(f.size for f in head.data_files), "status": "ok"})
+    for name, exc in broken:
+        warn(f"table {name} cannot be read: {error_text(exc)}")
+        rows.append({"table": name, "version": None, "rows": None, "files": None,
+                     "bytes": None, "status": f"broken: {error_text(exc)}"})
+    rows.sort(key=lambda r: r["table"])
+    output.write_rows(rows, args, columns=LIST_COLUMNS)
+    return EXIT_FAILED if broken else 0
 
 
 def cmd_create(args) -> int:
@@ -300,7 +326,43 @@ def _engine_session(wh, delete_mode: str | None = None):
     return DuckEngine(wh), session
 
 
+def where_predicate(text: str, option: str = "--where") -> str:
+    """``text`` checked to be one SQL expression (sqlglot, DuckDB dialect, as the SQL front
+    end parses), returned ready to follow ``WHERE``: in parentheses on lines of its own, so
+    nothing in it (a trailing ``--`` comment) reaches the rest of the statement. What it
+    means, and whether it is boolean, DuckDB decides. UsageError if it is not one
+    expression (empty, a query, a clause such as GROUP BY or LIMIT, several statements)."""
+    import sqlglot
+    from sqlglot import exp
+
+    from flightsrv.sql.statements import DIALECT
+
+    try:
+        trees = sqlglot.parse(text, read=DIALECT)
+    except sqlglot.errors.ParseError as exc:
+        e = exc.errors[0] if exc.errors else {}
+        where = f" at {e['highlight']!r} (column {e['col']})" if e.get("highlight") else ""
+        raise UsageError(f"{option} {text!r} is not one SQL expression: unexpected "
+                         f"input{where}") from None
+    except sqlglot.errors.SqlglotError:
+        raise UsageError(f"{option} {text!r} is not one SQL expression") from None
+    trees = [t for t in trees if t is not None]
+    if not trees:
+        raise UsageError(f"{option} is empty: give a SQL predicate, e.g. \"id = 1\"")
+    if len(trees) > 1:
+        raise UsageError(f"{option} {text!r} holds {len(trees)} statements; give one SQL "
+                         "predicate")
+    tree = trees[0]
+    if isinstance(tree, exp.Query) or not isinstance(tree, exp.Condition):
+        raise UsageError(f"{option} {text!r} is not a condition but {tree.key.upper()}; give "
+                         "a SQL condition, e.g. \"id = 1\"")
+    if tree.find(exp.Placeholder, exp.Parameter):
+        raise UsageError(f"{option} {text!r} holds a parameter ($1, ?); write the value")
+    return f"(\n{text}\n)"
+
+
 def cmd_delete(args) -> int:
+    predicate = where_predicate(args.where)
     wh = open_warehouse(args)
     t = wh.table(args.table)
     engine, session = _engine_session(wh, args.mode)
@@ -308,12 +370,14 @@ def cmd_delete(args) -> int:
         if args.dry_run:
             # DuckDB decides which rows match, exactly as the DELETE would
             res = engine.execute_query(f"SELECT count(*) FROM {_quote(t.name)} "
-                                       f"WHERE {args.where}", session)
+                                       f"WHERE {predicate}", session)
             n = res.reader.read_all().column(0)[0].as_py()
             print(f"dry run: would delete {n} rows from {t.name} (version "
                   f"{t.head().version}); nothing changed")
             return 0
-        n = engine.execute_update(f"DELETE FROM {_quote(t.name)} WHERE {args.where}", session)
+        # the DELETE as SQL would run it; a splice's certificate records source cli
+        n = engine.delete_statement(f"DELETE FROM {_quote(t.name)} WHERE {predicate}",
+                                    session, mode=args.mode, source="cli")
     finally:
         engine.close()
     if n:
@@ -421,7 +485,8 @@ def cmd_drop(args) -> int:
             print(f"{args.table}: no such table; nothing done")
             return 0
         raise
-    print(f"dropped {args.table.lower()} (its files stay until `flightsrv table vacuum`)")
+    print(f"dropped {args.table.lower()} (its files stay until `flightsrv table vacuum "
+          f"{args.table.lower()}` deletes them after its grace)")
     return 0
 
 
@@ -470,8 +535,10 @@ def cmd_vacuum(args) -> int:
     from flightsrv.progress import Progress
     from flightsrv.table import properties as P
 
-    t = open_warehouse(args).table(args.table)
-    if args.grace < MIN_GRACE_HOURS * 3600 and not P.value(t.properties, ALLOW_SHORT_GRACE):
+    # as SQL VACUUM: a dropped table's files are cleaned up here too
+    t = open_warehouse(args).table(args.table, dropped_ok=True)
+    props = t.log.head().properties  # a dropped table keeps its last properties
+    if args.grace < MIN_GRACE_HOURS * 3600 and not P.value(props, ALLOW_SHORT_GRACE):
         raise ConfigurationError(
             f"vacuum --grace {format_duration(args.grace)} is below the minimum grace of "
             f"{MIN_GRACE_HOURS} hour: it can delete the files of a write that has not committed "
@@ -536,7 +603,8 @@ def cmd_erasures(args) -> int:
         return 0
     output.write_rows([{
         "id": c["id"], "operation": c["operation"], "source": c.get("source", ""),
-        "request": (c.get("request_fingerprint") or "-")[:40],
+        # the whole fingerprint, except in the table for people
+        "request": (c.get("request_fingerprint") or "-")[:40 if args.format == "table" else None],
         "versions": f"{c['versions']['before']}->{c['versions']['after']}",
         "rows_removed": c["rows_removed"], "rewritten": len(c["objects_rewritten"]),
         "deleted": len(c["objects_deleted"]),
@@ -555,7 +623,8 @@ def cmd_erasure_status(args) -> int:
         print(json.dumps(st.to_dict(), sort_keys=True, default=str))
         return 0
     output.write_rows(result_rows(st), args)
-    print(f"deadline {st.deadline_ms / 86_400_000:g}d (table property erasure.deadline); "
+    print(f"deadline {format_duration(st.deadline_ms / 1000)} (table property "
+          "erasure.deadline); "
           f"{len(st.items)} item(s), {len(st.overdue)} overdue")
     return 0
 

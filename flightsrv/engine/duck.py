@@ -581,7 +581,8 @@ class DuckEngine:
             # the session setting wins; else the table property delete_mode (default dv)
             mode = session.settings.get("delete_mode") or \
                 table.head().properties.get("delete_mode", "dv")
-            return self._dml.delete(ctx, stmt, tree, values, mode)
+            return self._dml.delete(ctx, stmt, tree, values, mode,
+                                    splice_options={"source": "sql"})
         if isinstance(stmt, st.Update):
             return self._dml.update(ctx, stmt, tree, values)
         if isinstance(stmt, st.Merge):

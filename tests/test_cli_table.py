@@ -1,0 +1,243 @@
+"""``flightsrv table ...`` as a real subprocess on real local warehouses: loading CSV/JSON
+into the table's own column types, listing with broken tables, delete predicates, dropped
+tables' cleanup, erasure certificates and output of binary values."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import re
+
+import pyarrow as pa
+import pytest
+from test_cli import failed, run, tree
+
+from flightsrv import Warehouse
+
+# -- CSV/JSON appends read the columns as the table's types --------------------------------
+
+UTC = dt.timezone.utc
+TYPED = [
+    ("id:int64,amount:decimal(12,2)", "id,amount\n1,1.50\n2,2.25\n", "csv",
+     [(1, decimal.Decimal("1.50")), (2, decimal.Decimal("2.25"))]),
+    ("id:int32,v:float", "id,v\n1,1.5\n", "csv", [(1, 1.5)]),
+    ("id:int32,v:float", '{"id": 1, "v": 1.5}\n', "jsonl", [(1, 1.5)]),
+    ("id:int64,joined:timestamptz", "id,joined\n1,2024-01-02 03:04:05\n"
+     "2,2024-01-02T03:04:05+02:00\n3,\n", "csv",
+     [(1, dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),
+      (2, dt.datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC)), (3, None)]),
+    ("id:int64,joined:timestamptz", '{"id": 1, "joined": "2024-01-02 03:04:05"}\n', "jsonl",
+     [(1, dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC))]),
+    ("id:int64,zip:string", "id,zip\n1,02134\n2,90210\n", "csv", [(1, "02134"), (2, "90210")]),
+    ("id:int64,price:double", "id,price\n1,10\n2,20\n", "csv", [(1, 10.0), (2, 20.0)]),
+]
+
+
+@pytest.mark.parametrize("schema,text,ext,rows", TYPED,
+                         ids=["decimal", "int32-float", "json-int32-float", "timestamptz",
+                              "json-timestamptz", "zip-string", "whole-double"])
+def test_append_reads_csv_and_json_as_the_table_types(tmp_path, schema, text, ext, rows):
+    wh = str(tmp_path / "wh")
+    src = tmp_path / f"in.{ext}"
+    src.write_text(text)
+    assert run("--warehouse", wh, "table", "create", "t", "--schema", schema).returncode == 0
+    proc = run("--warehouse", wh, "table", "append", "t", src)
+    assert proc.returncode == 0, proc.stderr
+    got = Warehouse.open(wh).table("t").scan().read_all().to_pylist()
+    assert sorted(tuple(r.values()) for r in got) == rows
+
+
+@pytest.mark.parametrize("schema,text,ext,needles", [
+    ("id:int64,amount:decimal(12,2)", "id,amount\n1,1.50\n2,x\n", "csv",
+     ["column=amount", "'x'"]),
+    ("id:int32,v:float", "id,v\n" + "1,1.5\n" * 200_000 + "3000000000,2\n", "csv",
+     ["column=id", "3000000000"]),
+    ("id:int64,joined:timestamptz", "id,joined\n1,2024-01-02 03:04:05\n2,\n3,notatime\n", "csv",
+     ["column=joined", "row=3", "value=notatime"]),
+], ids=["decimal", "int32-in-a-later-block", "timestamptz"])
+def test_a_value_that_does_not_convert_names_file_and_column_and_commits_nothing(
+        tmp_path, schema, text, ext, needles):
+    wh = str(tmp_path / "wh")
+    src = tmp_path / f"in.{ext}"
+    src.write_text(text)
+    assert run("--warehouse", wh, "table", "create", "t", "--schema", schema).returncode == 0
+    before = tree(tmp_path / "wh" / "t")
+    proc = run("--warehouse", wh, "table", "append", "t", src)
+    assert proc.returncode == 1
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("flightsrv: error: ") and "Traceback" not in proc.stderr
+    for needle in [f"file={src}", *needles]:
+        assert needle in line, (needle, line)
+    assert tree(tmp_path / "wh" / "t").keys() == before.keys()
+    assert Warehouse.open(wh).table("t").head().version == 0
+
+
+def test_create_from_file_and_append_of_the_same_csv_agree(tmp_path):
+    wh = str(tmp_path / "wh")
+    src = tmp_path / "zips.csv"
+    src.write_text("id,zip,at\n1,02134,2024-01-02 03:04:05\n")
+    assert run("--warehouse", wh, "table", "create", "t", "--from-file", src).returncode == 0
+    proc = run("--warehouse", wh, "table", "append", "t", src)
+    assert proc.returncode == 0, proc.stderr
+    rows = Warehouse.open(wh).table("t").scan().read_all().to_pylist()
+    assert len(rows) == 2 and rows[0] == rows[1]
+
+
+# -- table list shows the tables it cannot read ---------------------------------------------
+
+
+def test_list_shows_a_broken_table_warns_and_exits_1(tmp_path):
+    wh = tmp_path / "wh"
+    w = Warehouse.open(str(wh))
+    w.create_table("good", pa.schema([("a", pa.int64())]))
+    w.create_table("broken", pa.schema([("a", pa.int64())]))
+    (wh / "broken" / "_latest_manifest").write_text("garbage\n")
+    proc = run("--warehouse", wh, "table", "list", "--format", "jsonl")
+    assert proc.returncode == 1, proc.stderr
+    rows = {r["table"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert rows["good"]["status"] == "ok" and rows["good"]["version"] == 0
+    assert rows["broken"]["status"].startswith("broken: ")
+    assert "broken/_latest_manifest" in rows["broken"]["status"]
+    assert "Traceback" not in proc.stderr
+    warning = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert len(warning) == 1 and "table broken" in warning[0]
+    assert "broken/_latest_manifest" in warning[0]
+    # only the broken table left: still listed, still exit 1
+    w.drop_table("good")
+    proc = run("--warehouse", wh, "table", "list")
+    assert proc.returncode == 1 and "broken" in proc.stdout and "(1 row)" in proc.stdout
+
+
+def test_list_of_no_tables_shows_the_columns(tmp_path):
+    wh = tmp_path / "wh"
+    Warehouse.open(str(wh)).create_table("t", pa.schema([("a", pa.int64())]))
+    Warehouse.open(str(wh)).drop_table("t")
+    proc = run("--warehouse", wh, "table", "list")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[:2] == ["table", "version"] and "(0 rows)" in proc.stdout
+
+
+# -- delete --where is one SQL expression ---------------------------------------------------
+
+
+@pytest.fixture
+def wh15(tmp_path) -> str:
+    path = str(tmp_path / "wh")
+    t = Warehouse.open(path).create_table("t", pa.schema([("id", pa.int64()),
+                                                          ("name", pa.string())]))
+    t.append(pa.table({"id": [1, 1, 2, 3], "name": ["a", "b", "c", "d"]}))
+    return path
+
+
+@pytest.mark.parametrize("where,needle", [
+    ("id > 0 GROUP BY id", "'GROUP BY'"), ("id > 100 LIMIT 0", "'LIMIT'"),
+    ("id > 0 UNION ALL SELECT 99", "UNION"), ("", "empty"), ("   ", "empty"),
+    ("id = 1; DROP TABLE t", "2 statements"), ("id = ?", "parameter"),
+])
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "delete"])
+def test_delete_where_that_is_not_one_expression_is_a_usage_error(wh15, where, needle, dry):
+    version = Warehouse.open(wh15).table("t").head().version
+    proc = run("--warehouse", wh15, "table", "delete", "t", "--where", where,
+               *(["--dry-run"] if dry else []))
+    line = failed(proc, 2, "--where", needle)
+    assert "sqlglot" not in line and "IndexError" not in line
+    assert Warehouse.open(wh15).table("t").head().version == version
+
+
+def test_delete_dry_run_and_delete_agree_even_with_a_trailing_comment(wh15):
+    where = "id = 1 -- the duplicates"
+    dry = run("--warehouse", wh15, "table", "delete", "t", "--where", where, "--dry-run")
+    assert dry.returncode == 0 and "would delete 2 rows" in dry.stdout, dry.stderr
+    proc = run("--warehouse", wh15, "table", "delete", "t", "--where", where)
+    assert proc.returncode == 0 and "deleted 2 rows" in proc.stdout, proc.stderr
+    assert Warehouse.open(wh15).table("t").head().live_rows == 2
+
+
+# -- a dropped table's files are removed by the command the drop names --------------------
+
+
+def test_table_vacuum_cleans_up_a_dropped_table_as_drop_says(tmp_path):
+    wh = tmp_path / "wh"
+    t = Warehouse.open(str(wh)).create_table("t", pa.schema([("id", pa.int64())]),
+                                             {"vacuum.allow_short_grace": "true"})
+    t.append(pa.table({"id": [1, 2, 3]}))
+    proc = run("--warehouse", wh, "table", "drop", "t")
+    assert proc.returncode == 0
+    assert "`flightsrv table vacuum t`" in proc.stdout
+    assert list((wh / "t" / "data").rglob("*.parquet"))
+    dry = run("--warehouse", wh, "table", "vacuum", "t", "--grace", "0", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert list((wh / "t" / "data").rglob("*.parquet"))
+    proc = run("--warehouse", wh, "table", "vacuum", "t", "--grace", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert not list((wh / "t" / "data").rglob("*.parquet"))
+    failed(run("--warehouse", wh, "table", "vacuum", "nosuch"), 1, "no such table",
+           "table=nosuch")
+
+
+# -- erasure certificates say where the erasure came from -----------------------------------
+
+
+def test_certificates_record_cli_and_sql_as_source_and_show_the_whole_fingerprint(tmp_path):
+    wh = tmp_path / "wh"
+    t = Warehouse.open(str(wh)).create_table("t", pa.schema([("id", pa.int64())]))
+    t.append(pa.table({"id": [1, 2, 3]}))
+    assert run("--warehouse", wh, "table", "delete", "t", "--where", "id = 1",
+               "--mode", "splice").returncode == 0
+    assert run("--warehouse", wh, "sql",
+               "SET delete_mode = 'splice'; DELETE FROM t WHERE id = 2").returncode == 0
+    proc = run("--warehouse", wh, "table", "erasures", "t", "--json")
+    certs = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert [c["source"] for c in certs] == ["cli", "sql"]
+    proc = run("--warehouse", wh, "table", "erasures", "t", "--format", "jsonl")
+    rows = [json.loads(ln) for ln in proc.stdout.splitlines()]
+    assert [r["source"] for r in rows] == ["cli", "sql"]
+    assert [r["request"] for r in rows] == [c["request_fingerprint"] for c in certs]
+    assert all(len(r["request"]) > 40 for r in rows)
+
+
+# -- flightsrv demo ----------------------------------------------------------------------
+
+
+def test_demo_runs_again_in_the_same_directory(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FLIGHTSRV_WAREHOUSE"}
+    first = run("demo", cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr
+    second = run("demo", cwd=tmp_path, env=env)
+    assert second.returncode == 0, second.stderr
+    assert re.search(r"at version \d+: 150000", second.stdout), second.stdout
+    assert Warehouse.open(str(tmp_path / "warehouse")).table("walkthrough").count_rows() == \
+        99976
+
+
+# -- binary values in csv output --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["table", "scan", "b"], ["sql", "SELECT * FROM b"]],
+                         ids=["scan", "sql"])
+def test_csv_writes_binary_as_hex(tmp_path, command):
+    wh = tmp_path / "wh"
+    t = Warehouse.open(str(wh)).create_table("b", pa.schema([("id", pa.int64()),
+                                                             ("payload", pa.binary())]))
+    t.append(pa.table({"id": [1, 2], "payload": pa.array([b"\xff\x00", None], pa.binary())}))
+    proc = run("--warehouse", wh, *command, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ['"id","payload"', '1,"\\xff00"', "2,"]
+
+
+# -- small output fixes ---------------------------------------------------------------------
+
+
+def test_jsonl_metrics_keep_their_types_and_the_deadline_is_a_duration(tmp_path):
+    wh = tmp_path / "wh"
+    Warehouse.open(str(wh)).create_table("u", pa.schema([("id", pa.int64())]),
+                                         {"erasure.deadline": "1h"})
+    proc = run("--warehouse", wh, "table", "compact", "u", "--dry-run", "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    values = {r["metric"]: r["value"] for r in map(json.loads, proc.stdout.splitlines())}
+    assert values["dry_run"] is True and values["read_version"] == 0
+    proc = run("--warehouse", wh, "table", "erasure-status", "u")
+    assert proc.returncode == 0, proc.stderr
+    assert "deadline 1h (table property erasure.deadline)" in proc.stdout
