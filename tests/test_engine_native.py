@@ -679,6 +679,7 @@ def test_a_broken_data_file_is_named_on_every_read_path(warehouse_uri, damage):
                 rows(e, sql)
             text = str(info.value)
             assert f.path in text and "table=t" in text, text
+            assert f"version={t.head().version}" in text, text
             assert "__fsrv" not in text and "bench/" not in text, text
             root = warehouse_uri.split("://", 1)[-1]
             assert root not in text.replace(f.path, ""), text

@@ -130,3 +130,51 @@ def test_s3_size_mismatch_is_corrupt(s3_uri):
         dataclasses.replace(f, size=f.size + 1),)))
     with pytest.raises(CorruptObject, match="size differs"):
         wrong.to_table()
+
+
+def _damage(t, key: str) -> None:
+    """Break the first ZSTD frame of a data file (its magic number), keeping its size and
+    footer: locally in place with its mtime restored, as bit rot leaves it, on S3 by an
+    overwrite. Parquet has no checksums, so flipped bytes elsewhere may decode silently."""
+    import os
+
+    from flightsrv.store.base import PutMode
+
+    body = bytearray(t.store.get(key)[0])
+    at = body.index(b"\x28\xb5\x2f\xfd", 4)
+    body[at:at + 4] = bytes(b ^ 0xFF for b in body[at:at + 4])
+    path = t.store.local_path(key)
+    if path is None:
+        t.store.put(key, bytes(body), mode=PutMode.OVERWRITE)
+        return
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.write(body)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_damaged_data_file_is_corrupt_object_on_every_decode(warehouse_uri):
+    """A data file whose pages do not decompress (same size, footer intact) fails a scan, a
+    read by position, compaction and a purge's splice with CorruptObject naming the table,
+    the object and the version (not a decoder's OSError naming neither)."""
+    from flightsrv.errors import CorruptObject
+
+    wh, t = _table(warehouse_uri, files=2)
+    t.delete("id % 10 = 3")  # a DV on both files: compaction and purge rewrite them
+    version = t.head().version
+    f = t.head().data_files[0]
+    _damage(t, f.path)
+    snap = t.snapshot()
+    for what, run in (
+        ("scan", lambda: t.to_table()),
+        ("take", lambda: snap.take({f.path: np.array([5, 6], dtype=np.int64)})),
+        ("compact", lambda: t.compact(min_deleted_fraction=0.01)),
+        ("purge", lambda: t.purge()),
+    ):
+        with pytest.raises(CorruptObject) as info:
+            run()
+        text = str(info.value)
+        assert "table=t" in text and f"object={f.path}" in text, (what, text)
+        assert f"version={version}" in text, (what, text)
+        assert "OSError" not in text and "/tmp" not in text, (what, text)
+    assert t.head().version == version  # nothing was committed

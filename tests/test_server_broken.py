@@ -67,3 +67,45 @@ def test_server_starts_and_serves_around_broken_tables(broken_warehouse):
         assert srv.stop() == 0
     finally:
         srv.kill()
+
+
+def _damage_in_place(path: str) -> None:
+    """Break the first ZSTD frame of the file (its magic number), keeping the file's size
+    and footer: Parquet has no checksums, so flipped bytes elsewhere may decode silently."""
+    with open(path, "r+b") as f:
+        data = f.read()
+        at = data.index(b"\x28\xb5\x2f\xfd", 4)
+        f.seek(at)
+        f.write(bytes(b ^ 0xFF for b in data[at:at + 4]))
+
+
+def test_a_damaged_data_file_is_a_clear_error_through_the_server(tmp_path):
+    """A data file damaged in place (same size, footer intact) fails a query with the
+    table, the object and the version named, no server path, and no decoder class name."""
+    root = str(tmp_path / "wh")
+    wh = Warehouse.open(root)
+    make_table(wh, "good", batches=1, rows=50)
+    damaged = {}
+    for name in ("damaged", "masked"):
+        t = make_table(wh, name, batches=1, rows=5000)
+        if name == "masked":  # a deletion vector: read and masked by another path
+            t.delete("id % 10 = 3")
+        (f,) = t.head().data_files
+        _damage_in_place(os.path.join(root, name, f.path))
+        damaged[name] = (f.path, t.head().version)
+    srv = Served(root)
+    try:
+        uri = srv.uri()
+        for name, (key, version) in damaged.items():
+            for sql in (f"SELECT sum(id) FROM {name}", f"SELECT * FROM {name} WHERE id = 7",
+                        f"SELECT * FROM {name}"):
+                with pytest.raises(adbc_driver_manager.Error) as ei:
+                    query(uri, sql)
+                message = str(ei.value)
+                assert "CorruptObject" in message and f"table={name}" in message, message
+                assert key in message and f"version={version}" in message, message
+                assert root not in message and "Traceback" not in message, message
+        assert query(uri, "SELECT count(*) FROM good") == [(50,)]
+        assert srv.stop() == 0
+    finally:
+        srv.kill()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 
 import pytest
 
@@ -49,6 +50,57 @@ def test_same_bytes_rewrite_gets_new_etag_locally(local_uri):
     assert m1.etag != m2.etag
     with pytest.raises(PreconditionFailed):
         store.put("k", b"same", mode=PutMode.IF_MATCH, etag=m1.etag)
+
+
+def test_rewrites_under_a_stopped_clock_never_repeat_a_pinned_version(tmp_path):
+    """Pinned reads ignore the inode (a copied warehouse has new ones), so the mtime must tell
+    versions of a key apart: a filesystem clock that has not moved on (coarse timestamps)
+    must not give a rewrite the mtime of the version it replaces."""
+    from flightsrv.store.local import LocalStore
+
+    class StoppedClock(LocalStore):  # every file the store writes gets the same mtime
+        def _write_tmp(self, data):
+            tmp = super()._write_tmp(data)
+            os.utime(tmp, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+            return tmp
+
+    store = StoppedClock(str(tmp_path / "s"))
+    versions = [store.put("p", b"v0")]
+    for i in range(1, 4):
+        versions.append(store.put("p", f"v{i}".encode(), mode=PutMode.IF_MATCH,
+                                  etag=versions[-1].etag))
+    assert len({v.etag for v in versions}) == 4
+    for old in versions[:-1]:
+        with pytest.raises(PreconditionFailed):
+            store.get("p", etag=old.etag)
+        with pytest.raises(PreconditionFailed):
+            store.put("p", b"vX", mode=PutMode.IF_MATCH, etag=old.etag)
+    assert store.get("p", etag=versions[-1].etag)[0] == b"v3"
+
+
+def test_pinned_reads_survive_a_copy_of_the_store(tmp_path):
+    """A copy keeps size and mtime (maybe truncated) but not the inode: reads pinned to the
+    original's ETags pass on the copy; a rewrite on the copy is still caught."""
+    import subprocess
+
+    src = open_store(str(tmp_path / "a"))
+    m = src.put("obj", b"0123456789")
+    subprocess.run(["cp", "-a", str(tmp_path / "a"), str(tmp_path / "b")], check=True)
+    subprocess.run(["tar", "--format=gnu", "-cf", str(tmp_path / "a.tar"), "-C",
+                    str(tmp_path / "a"), "."], check=True)
+    os.makedirs(tmp_path / "c")
+    subprocess.run(["tar", "-xf", str(tmp_path / "a.tar"), "-C", str(tmp_path / "c")],
+                   check=True)
+    for name in ("b", "c"):
+        copy = open_store(str(tmp_path / name))
+        assert copy.head("obj").etag != m.etag  # a new inode
+        assert copy.get("obj", etag=m.etag)[0] == b"0123456789"
+        assert copy.get_range("obj", 2, 5, etag=m.etag) == b"234"
+        with pytest.raises(PreconditionFailed):  # CAS compares the whole ETag
+            copy.put("obj", b"x", mode=PutMode.IF_MATCH, etag=m.etag)
+        copy.put("obj", b"9876543210", mode=PutMode.IF_MATCH, etag=copy.head("obj").etag)
+        with pytest.raises(PreconditionFailed):
+            copy.get("obj", etag=m.etag)
 
 
 def test_get_pinned_to_etag(store):

@@ -119,7 +119,7 @@ class _Ctx:
     info: ExecInfo = field(default_factory=ExecInfo)
     extra: dict[str, pa.Table] = field(default_factory=dict)  # relations bound by name
     failures: list = field(default_factory=list)  # raised inside scans while DuckDB pulls
-    natives: dict = field(default_factory=dict)  # local path -> (table, key) DuckDB reads
+    natives: dict = field(default_factory=dict)  # local path -> (table, key, version) read
 
     def check(self, sql: str) -> None:
         if self.cancel is not None:

@@ -104,7 +104,8 @@ def is_native(snapshot) -> bool:
 class Relation:
     body: str  # SQL of the view
     readers: dict[str, Any] = field(default_factory=dict)  # name -> Arrow object to register
-    files: dict[str, tuple[str, str]] = field(default_factory=dict)  # local path -> (table, key)
+    #: local path -> (table, key, version) of the data files DuckDB reads
+    files: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     file_list: tuple[DataFile, ...] = ()  # hidden file column value -> data file
     files_scanned: int = 0
     files_pruned: int = 0
@@ -122,15 +123,15 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _check_file(path: str, f: DataFile, table: str) -> None:
+def _check_file(path: str, f: DataFile, table: str, version: int) -> None:
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
         raise ObjectNotFound("data file referenced by the manifest is missing", table=table,
-                             object=f.path) from None
+                             object=f.path, version=version) from None
     if size != f.size:
         raise CorruptObject("data file size differs from the manifest", table=table,
-                            object=f.path, expected=f.size, actual=size)
+                            object=f.path, version=version, expected=f.size, actual=size)
 
 
 def _is_clean(f: DataFile) -> bool:
@@ -265,7 +266,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             # statistics of the one file that may hold it, not of every file with deletes
             candidates = pruner.files(candidates)
         kept, groups = pruner.units(
-            candidates, by_group, lambda f: open_parquet(snapshot.store, f, table=table).metadata)
+            candidates, by_group,
+            lambda f: open_parquet(snapshot.store, f, table=table,
+                                   version=snapshot.version).metadata)
         rel.files_pruned = before - len(kept)
         candidates = kept
         for f in candidates:
@@ -320,8 +323,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             paths = []
             for f in run:
                 path = store.local_path(f.path)
-                _check_file(path, f, table)
-                rel.files[path] = (table, f.path)
+                _check_file(path, f, table, snapshot.version)
+                rel.files[path] = (table, f.path, snapshot.version)
                 paths.append(_literal(path))
             cols = _select_sql(snapshot.projection(run[0], names))
             if hidden:
@@ -339,7 +342,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 kept_groups = [set(groups[id(f)]) for f in run]
                 live = [[g for g in gs if g in k] for gs, k in zip(live, kept_groups)]
             plain = pa.schema([schema.field(c) for c in names])
-            rel.readers[name] = native_reader(store, run, live, plain, table=table)
+            rel.readers[name] = native_reader(store, run, live, plain, table=table,
+                                              version=snapshot.version)
             parts.append(f"SELECT {', '.join(_ident(c) for c in names)} FROM {name}")
             continue
         name = f"{relation}_a{i}"
@@ -485,8 +489,8 @@ def _native_run(snapshot: Snapshot, run: list[DataFile], names: list[str],
     paths, ranges = [], []
     for j, f in enumerate(run):
         path = store.local_path(f.path)
-        _check_file(path, f, table)
-        rel.files[path] = (table, f.path)
+        _check_file(path, f, table, snapshot.version)
+        rel.files[path] = (table, f.path, snapshot.version)
         paths.append(_literal(path))
         for g in f.deleted_row_groups:
             start = f.row_group_offsets[g]
@@ -632,37 +636,38 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
 
 
 def native_failure(error: BaseException,
-                   files: dict[str, tuple[str, str]]) -> BaseException | None:
+                   files: dict[str, tuple[str, str, int]]) -> BaseException | None:
     """The flightsrv error behind a DuckDB error that names one of the native scan's files
     (or, for a reader error that names none, the first file that is gone or whose footer
     does not decode): ObjectNotFound if it is gone, CorruptObject otherwise (it is not
-    valid Parquet). None when no file explains it."""
+    valid Parquet), naming the table, object and version. None when no file explains it."""
     msg = str(error)
-    for path, (table, key) in files.items():
+    for path, (table, key, version) in files.items():
         if path in msg:
             if not os.path.exists(path):
                 return ObjectNotFound("data file referenced by the manifest is missing",
-                                      table=table, object=key)
+                                      table=table, object=key, version=version)
             first = msg.strip().splitlines()[0] if msg.strip() else type(error).__name__
             first = first.replace(path, key)
             return CorruptObject("data file is not valid Parquet", table=table, object=key,
-                                 error=first)
+                                 version=version, error=first)
     if type(error).__name__ in ("Error", "IOException", "InvalidInputException"):
         # a reader error that names no file (a footer DuckDB cannot decode says only
         # "TProtocolException: Invalid data"): find the file whose footer does not read
         import pyarrow.parquet as pq
 
-        for path, (table, key) in files.items():
+        for path, (table, key, version) in files.items():
             if not os.path.exists(path):
                 return ObjectNotFound("data file referenced by the manifest is missing",
-                                      table=table, object=key)
+                                      table=table, object=key, version=version)
             try:
                 pq.read_metadata(path)
             except (pa.ArrowException, OSError) as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else \
                     type(exc).__name__
                 return CorruptObject("data file is not valid Parquet", table=table,
-                                     object=key, error=first.replace(path, key))
+                                     object=key, version=version,
+                                     error=first.replace(path, key))
     return None
 
 

@@ -8,10 +8,15 @@ pyarrow can read data files in place. Atomicity across processes on one host:
 - IF_MATCH / OVERWRITE / delete take an exclusive ``fcntl.flock`` on a per-key lock file,
   compare the current ETag, ``os.replace`` the temp file over the key and fsync the directory.
 - ETags are generation-based: ``<inode>-<mtime_ns>-<size>`` of the file. A rewrite under the
-  lock that would reproduce the old ETag (same bytes, reused inode, coarse clock) gets its
-  mtime bumped, so a stale If-Match never passes.
+  lock gets an mtime later than the file it replaces (bumped when the clock has not moved on),
+  so the ETags of one key never repeat and a stale If-Match never passes. If-Match writes
+  compare the whole ETag.
 - Readers open the file and check the ETag on the open descriptor (``fstat``): a concurrent
-  replace swaps the directory entry, never the bytes behind an open descriptor.
+  replace swaps the directory entry, never the bytes behind an open descriptor. A pinned read
+  compares size and mtime only (``_same_object``), so a warehouse copied with its timestamps
+  (``cp -a``, ``shutil.copytree`` with ``copy2``, ``rsync -a``, ``tar``, which may keep whole
+  seconds only) still reads by the ETags its manifests recorded: a copy changes every inode.
+  Rewrites move the mtime forward, so a read pinned to an older version of a key still fails.
 
 Temp files, locks and multipart state live under ``.flightsrv/`` and are never listed.
 Opening a store creates nothing: the root and ``.flightsrv/`` are made by the first write,
@@ -53,6 +58,40 @@ _INSTALL_ATTEMPTS = 16
 
 def _etag_of(st: os.stat_result) -> str:
     return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
+def _mtime_size(etag: str) -> tuple[int, int] | None:
+    """(mtime_ns, size) of a local ETag, or None if ``etag`` is not one."""
+    parts = etag.strip('"').split("-")
+    if len(parts) != 3:
+        return None
+    try:
+        return int(parts[1], 16), int(parts[2], 16)
+    except ValueError:
+        return None
+
+
+#: mtime precisions a copy may truncate to (ns): GNU tar keeps whole seconds, others ms or µs
+_COPY_PRECISIONS = (1_000, 1_000_000, 1_000_000_000)
+
+
+def _same_object(st: os.stat_result, etag: str) -> bool:
+    """Whether the file ``st`` is the object version ``etag`` named, for a pinned read.
+
+    A copy of the store (``cp -a``, ``rsync -a``, ``tar``, a restored backup) gives every file
+    a new inode and may truncate its mtime, so a pinned read ignores the inode and accepts the
+    recorded mtime cut to a coarser precision; the size must match exactly. A rewrite of the
+    key cannot pass: ``_install`` gives it an mtime later than the version it replaced."""
+    if _etag_of(st) == etag:
+        return True
+    pinned = _mtime_size(etag)
+    if pinned is None:
+        return False
+    mtime, size = pinned
+    if st.st_size != size:
+        return False
+    return st.st_mtime_ns == mtime or any(st.st_mtime_ns == mtime - mtime % p
+                                          for p in _COPY_PRECISIONS)
 
 
 def _copy_range(src_fd: int, dst_fd: int, start: int, length: int) -> None:
@@ -187,8 +226,10 @@ class LocalStore:
                             found=_etag_of(old),
                         )
                 new = os.stat(tmp)
-                if old is not None and _etag_of(old) == _etag_of(new):
-                    os.utime(tmp, ns=(new.st_atime_ns, new.st_mtime_ns + 1))
+                if old is not None and new.st_mtime_ns <= old.st_mtime_ns:
+                    # the ETags of a key never repeat, and pinned reads (which ignore the
+                    # inode, see ``_same_object``) of the old version fail
+                    os.utime(tmp, ns=(new.st_atime_ns, old.st_mtime_ns + 1))
                 self._into_dir(tmp, path, os.replace)
                 self._fsync_dir(path)
                 return self._meta_of(key, os.stat(path))
@@ -226,7 +267,7 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):  # a file in the key's path: none
             raise ObjectNotFound("no such object", store=self.uri, key=key) from None
         st = os.fstat(f.fileno())
-        if etag is not None and _etag_of(st) != etag:
+        if etag is not None and not _same_object(st, etag):
             f.close()
             raise PreconditionFailed(
                 "object changed since it was pinned", store=self.uri, key=key, expected=etag,

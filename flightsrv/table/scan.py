@@ -102,7 +102,7 @@ class StoreFile(io.RawIOBase):
         return len(data)
 
 
-def _native_source(store, f: DataFile, table: str):
+def _native_source(store, f: DataFile, table: str, version: int | None = None):
     """The data file opened through the store's native Arrow filesystem (parallel, coalesced
     ranged reads in C++), or None when the store has none. Data files are immutable under
     their unique keys, so the key pins the version; the size is checked against the
@@ -121,21 +121,24 @@ def _native_source(store, f: DataFile, table: str):
         source = fs.open_input_file(path)
     except FileNotFoundError:
         raise ObjectNotFound("data file referenced by the manifest is missing", table=table,
-                             object=f.path) from None
+                             object=f.path, version=version) from None
     except OSError as exc:
         raise StoreError("reading a data file failed", table=table, object=f.path,
+                         version=version,
                          error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                          ) from None
     if source.size() != f.size:
         raise CorruptObject("data file size differs from the manifest", table=table,
-                            object=f.path, expected=f.size, actual=source.size())
+                            object=f.path, version=version, expected=f.size,
+                            actual=source.size())
     with _footers_lock:  # ranged reads of an S3 input file are independent: share it
         _sources[key] = source
     return source
 
 
 def native_reader(store, files: list[DataFile], row_groups: list[list[int]],
-                  schema: pa.Schema, *, table: str = "?") -> pa.RecordBatchReader | None:
+                  schema: pa.Schema, *, table: str = "?",
+                  version: int | None = None) -> pa.RecordBatchReader | None:
     """The rows of some data files (each file's ``row_groups`` only; ``schema``: the columns
     to read, as written) through the store's native Arrow filesystem and pyarrow's dataset
     scanner, or None when the store has no native filesystem. Each file is checked first
@@ -153,7 +156,7 @@ def native_reader(store, files: list[DataFile], row_groups: list[list[int]],
         default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=True))
     fragments = []
     for f, groups in zip(files, row_groups):
-        _native_source(store, f, table)
+        _native_source(store, f, table, version)
         fragments.append(fmt.make_fragment(f"{root}/{f.path}", fs, row_groups=list(groups),
                                            file_size=f.size))
     dataset = pads.FileSystemDataset(fragments, schema=schema, format=fmt, filesystem=fs)
@@ -163,12 +166,12 @@ def native_reader(store, files: list[DataFile], row_groups: list[list[int]],
         try:
             yield from reader
         except (pa.ArrowException, OSError) as exc:
-            raise _read_failure(store, files, root, table, exc) from None
+            raise _read_failure(store, files, root, table, version, exc) from None
 
     return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
-def _read_failure(store, files: list[DataFile], root: str, table: str,
+def _read_failure(store, files: list[DataFile], root: str, table: str, version: int | None,
                   exc: BaseException) -> Exception:
     """The flightsrv error for a failed native read of one of ``files``."""
     text = str(exc).strip()
@@ -179,16 +182,18 @@ def _read_failure(store, files: list[DataFile], root: str, table: str,
                 store.head(f.path)
             except ObjectNotFound:
                 return ObjectNotFound("data file referenced by the manifest is missing",
-                                      table=table, object=f.path)
+                                      table=table, object=f.path, version=version)
             detail = text.split(": ", 1)[-1] if f"{root}/{f.path}" in first else first
             return CorruptObject("data file is not valid Parquet", table=table, object=f.path,
-                                 error=detail.replace(f"{root}/", ""))
-    return StoreError("reading data files failed", table=table,
+                                 version=version, error=detail.replace(f"{root}/", ""))
+    return StoreError("reading data files failed", table=table, version=version,
                       error=first.replace(f"{root}/", ""))
 
 
-def open_parquet(store, f: DataFile, *, table: str = "?") -> pq.ParquetFile:
-    """Open a data file of the manifest, pinned to its recorded ETag."""
+def open_parquet(store, f: DataFile, *, table: str = "?",
+                 version: int | None = None) -> pq.ParquetFile:
+    """Open a data file of the manifest (of ``version``, named in errors), pinned to its
+    recorded ETag. Decode its row groups with :func:`read_row_group`."""
     cache_key = (store.uri, f.path, f.etag)
     with _footers_lock:
         md = _footers.get(cache_key)
@@ -198,25 +203,46 @@ def open_parquet(store, f: DataFile, *, table: str = "?") -> pq.ParquetFile:
             source = pa.memory_map(local, "r")
             if source.size() != f.size:
                 raise CorruptObject("data file size differs from the manifest", table=table,
-                                    object=f.path, expected=f.size, actual=source.size())
+                                    object=f.path, version=version, expected=f.size,
+                                    actual=source.size())
         else:
-            source = _native_source(store, f, table)
+            source = _native_source(store, f, table, version)
             if source is None:
                 source = pa.PythonFile(StoreFile(store, f.path, f.etag, f.size), mode="r")
         pf = pq.ParquetFile(source, metadata=md, pre_buffer=local is None)
     except (FileNotFoundError, ObjectNotFound):
         raise ObjectNotFound("data file referenced by the manifest is missing", table=table,
-                             object=f.path) from None
+                             object=f.path, version=version) from None
     except PreconditionFailed:
         raise CorruptObject("data file changed under its key (ETag mismatch)", table=table,
-                            object=f.path, etag=f.etag) from None
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptObject("data file is not valid Parquet", table=table, object=f.path,
-                            error=str(exc)) from None
+                            object=f.path, version=version, etag=f.etag) from None
+    except (pa.ArrowException, OSError) as exc:
+        raise _undecodable(f, table, version, exc) from None
     if md is None:
         with _footers_lock:
             _footers[cache_key] = pf.metadata
     return pf
+
+
+def _undecodable(f: DataFile, table: str, version: int | None,
+                 exc: BaseException, **context) -> CorruptObject:
+    """The error for a data file whose bytes do not decode: it names the table, the object
+    and the version, and the decoder's reason in one line (no class names, no paths)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else "undecodable bytes"
+    return CorruptObject("data file is not valid Parquet", table=table, object=f.path,
+                         version=version, **context, error=first)
+
+
+def read_row_group(pf: pq.ParquetFile, f: DataFile, rg: int, columns: list[str] | None, *,
+                   table: str = "?", version: int | None = None) -> pa.Table:
+    """Row group ``rg`` of data file ``f`` (opened by :func:`open_parquet`). Damaged bytes
+    (a page that does not decompress or decode) raise ``CorruptObject`` naming the table,
+    object, version and row group: the footer parsing at open time does not see them."""
+    try:
+        return pf.read_row_group(rg, columns=columns, use_threads=False)
+    except (pa.ArrowException, OSError) as exc:
+        raise _undecodable(f, table, version, exc, row_group=rg) from None
 
 
 def _bool_array(mask: np.ndarray) -> pa.BooleanArray:
@@ -319,7 +345,8 @@ class Snapshot:
             dead = set(f.deleted_row_groups)
             groups = [i for i in range(f.row_groups) if i not in dead]
             if group_filter is not None and groups:
-                md = open_parquet(self.store, f, table=self.table.name).metadata
+                md = open_parquet(self.store, f, table=self.table.name,
+                                  version=self.version).metadata
                 groups = group_filter(f, md, groups)
             if not groups:
                 continue
@@ -328,9 +355,10 @@ class Snapshot:
 
     def _read_group(self, task: FileTask, rg: int, columns: list[str], positions: str | None,
                     file_col: str | None) -> pa.Table:
-        pf = open_parquet(self.store, task.file, table=self.table.name)
+        pf = open_parquet(self.store, task.file, table=self.table.name, version=self.version)
         reads = self.projection(task.file, columns)
-        t = pf.read_row_group(rg, columns=proj.read_columns(reads), use_threads=False)
+        t = read_row_group(pf, task.file, rg, proj.read_columns(reads), table=self.table.name,
+                           version=self.version)
         if reads:
             t = pa.Table.from_arrays(proj.apply(t, reads), names=list(columns))
         start = task.file.row_group_offsets[rg]
@@ -420,9 +448,10 @@ class Snapshot:
         work.sort(key=lambda w: (order[w[0].path], w[1]))
 
         def read(f: DataFile, rg: int, local: np.ndarray) -> pa.Table:
-            pf = open_parquet(self.store, f, table=self.table.name)
+            pf = open_parquet(self.store, f, table=self.table.name, version=self.version)
             reads = self.projection(f, cols)
-            t = pf.read_row_group(rg, columns=proj.read_columns(reads), use_threads=False)
+            t = read_row_group(pf, f, rg, proj.read_columns(reads), table=self.table.name,
+                               version=self.version)
             if reads:
                 t = pa.Table.from_arrays(proj.apply(t, reads), names=cols)
             t = t.take(pa.array(local, pa.int64()))

@@ -1,6 +1,6 @@
 """Building the replacement object for one data file, before any commit.
 
-``_prepare`` chooses the path per target file:
+``_prepare`` (``_replace``) chooses the path per target file:
 
 - **drop**: no row survives, nothing is written;
 - **splice** (``flightsrv.table.splice``): re-encode only the touched row groups, copy every
@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flightsrv.errors import CorruptObject, FlightsrvError
+from flightsrv.errors import CorruptObject, FlightsrvError, PreconditionFailed
 from flightsrv.store.base import ObjectMeta, PutMode
 from flightsrv.table.erase.results import FileErasure
 from flightsrv.table.manifest import DataFile, Manifest
@@ -134,10 +134,10 @@ def _file_layout(m: Manifest, f: DataFile) -> WriteLayout:
 
 def _rewrite(table, snap, t: Target, reason: str) -> Replacement:
     """Copy-on-write: read the surviving rows, write them with the table's writer."""
-    from flightsrv.table.scan import open_parquet
+    from flightsrv.table.scan import open_parquet, read_row_group
 
     f = t.file
-    pf = open_parquet(table.store, f, table=table.name)
+    pf = open_parquet(table.store, f, table=table.name, version=snap.version)
     # rewritten with the schema (physical columns), spec and partition it was written with
     layout = _file_layout(snap.manifest, f)
     schema = layout.arrow
@@ -152,7 +152,8 @@ def _rewrite(table, snap, t: Target, reason: str) -> Replacement:
                 continue  # every row of the group goes: never read it
             rg = pf.metadata.row_group(g)
             read["bytes"] += sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
-            tbl = pf.read_row_group(g, columns=physical.names, use_threads=False)
+            tbl = read_row_group(pf, f, g, physical.names, table=table.name,
+                                 version=snap.version)
             tbl = pa.Table.from_arrays(tbl.columns, names=schema.names)
             if hi > lo:
                 keep = np.ones(n, dtype=bool)
@@ -171,6 +172,28 @@ def _rewrite(table, snap, t: Target, reason: str) -> Replacement:
 
 
 def _prepare(table, snap, t: Target) -> Replacement:
+    """The replacement of ``t.file``. A data file whose bytes changed under its key (a
+    pinned read fails) or do not decode raises ``CorruptObject`` naming the table, the
+    object and the planning version."""
+    try:
+        return _replace(table, snap, t)
+    except PreconditionFailed:  # data files are written once: a changed one is damaged
+        raise CorruptObject("data file changed under its key (ETag mismatch)",
+                            table=table.name, object=t.file.path, version=snap.version,
+                            etag=t.file.etag) from None
+    except CorruptObject as exc:
+        if "table" in exc.context:
+            raise
+        detail = {k: v for k, v in exc.context.items()
+                  if k not in ("store", "key", "object", "table", "version")}
+        written = exc.context.get("key")
+        if written not in (None, t.file.path):  # about the new object, not the source
+            detail["written"] = written
+        raise CorruptObject(exc.message, table=table.name, object=t.file.path,
+                            version=snap.version, **detail) from None
+
+
+def _replace(table, snap, t: Target) -> Replacement:
     f = t.file
     if len(t.remove) >= f.rows:
         return Replacement(t, [], FileErasure(f.path, (), "drop", f.rows, f.size, 0, 0, 0, 0))
