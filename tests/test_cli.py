@@ -160,6 +160,10 @@ def test_set_property_checks_types_and_commits_once(wh):
                             "sort_key": "id"}
     proc = run("--warehouse", wh, "table", "set-property", "people", "--unset", "delete_mode")
     assert proc.returncode == 0 and "delete_mode" not in people(wh).properties
+    v = people(wh).head().version
+    proc = run("--warehouse", wh, "table", "set-property", "people", "sort_key=id")
+    assert proc.returncode == 0 and "nothing changed; still at version" in proc.stdout
+    assert people(wh).head().version == v  # setting what is set commits nothing
 
 
 # -- appends: file checks, atomicity, progress ----------------------------------------------

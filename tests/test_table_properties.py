@@ -177,3 +177,12 @@ def test_s3_warehouse_exists_only_with_a_table(s3_uri):
 def test_s3_missing_bucket_is_a_configuration_error(moto_s3):
     with pytest.raises(ConfigurationError, match="no such bucket"):
         Warehouse.open("s3://no-such-bucket-here/wh").list_tables()
+
+
+def test_setting_what_is_already_set_commits_nothing(local_uri):
+    t = Warehouse.open(local_uri).create_table("t", SCHEMA, {"delete_mode": "splice"})
+    v = t.head().version
+    assert t.set_properties(delete_mode="splice") is None
+    assert t.set_properties(target_file_size=None) is None  # removing an absent one
+    assert t.head().version == v
+    assert t.set_properties(delete_mode="dv").version == v + 1

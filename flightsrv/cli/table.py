@@ -165,7 +165,8 @@ def append_files(t, paths: list[str], label: str):
                     committed = t.commit_files(written, operation="append",
                                                extra={"bytes_added": nbytes,
                                                       "input_files": len(paths)},
-                                               expected_schema=head.schema)
+                                               expected_schema=head.schema,
+                                               expected_uuid=head.table_uuid)
                 if interrupted:
                     say(f"Ctrl-C came during the commit; version {committed.version} was "
                         "committed")
@@ -470,7 +471,10 @@ def cmd_set_property(args) -> int:
         print(f"{t.name}: {k} = {shown}")
     for k in args.unset or []:
         print(f"{t.name}: {k} unset")
-    print(f"{t.name}: now at version {m.version}")
+    if m is None:
+        print(f"{t.name}: nothing changed; still at version {t.head().version}")
+    else:
+        print(f"{t.name}: now at version {m.version}")
     return 0
 
 

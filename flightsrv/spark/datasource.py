@@ -433,6 +433,9 @@ class FlightsrvWriter(DataSourceArrowWriter):
             schema_with_ids(schema_to_json(schema))[0]
         self.spec_json = dict(UNPARTITIONED) if self.create else head.partition_spec
         self.version_hint = version_hint
+        #: the table the job writes for (None: it creates one); a table dropped and created
+        #: again or replaced while the job runs does not take its rows
+        self.table_uuid = None if self.create else head.table_uuid
 
     def write(self, iterator) -> FilesWritten:
         if self.skip:
@@ -481,6 +484,7 @@ class FlightsrvWriter(DataSourceArrowWriter):
             if files:
                 table.commit_files(files, operation="spark_append",
                                    expected_schema=self.schema_json,
+                                   expected_uuid=self.table_uuid,
                                    extra=self._summary(nbytes))
             elif table.head().schema != self.schema_json:
                 raise SchemaMismatch("table schema changed while the data was written",

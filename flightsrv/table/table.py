@@ -331,8 +331,9 @@ class Table:
         head = self.head()
         return describe(head.partition_spec, head.schema)
 
-    def set_properties(self, **props) -> Manifest:
-        """Set table properties in one commit; a value of None removes the property.
+    def set_properties(self, **props) -> Manifest | None:
+        """Set table properties in one commit; a value of None removes the property. None
+        (and no commit) when every property already has the value given.
         Every value is checked against its type first (``flightsrv.table.properties``:
         unknown names outside ``user.`` are refused, sizes may be written ``64MB``)."""
         from flightsrv.table import properties as table_properties
@@ -350,6 +351,8 @@ class Table:
                                                                       table=self.name)}
             for k in removed:
                 merged.pop(k, None)
+            if merged == head.properties:
+                return None  # nothing changes: no new version
             summary = {"properties": sorted(props)}
             if removed:
                 summary["removed"] = removed
