@@ -241,3 +241,8 @@ def test_jsonl_metrics_keep_their_types_and_the_deadline_is_a_duration(tmp_path)
     proc = run("--warehouse", wh, "table", "erasure-status", "u")
     assert proc.returncode == 0, proc.stderr
     assert "deadline 1h (table property erasure.deadline)" in proc.stdout
+    proc = run("--warehouse", wh, "table", "erasure-status", "u", "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    for line in proc.stdout.splitlines():  # only rows on stdout: each line is JSON
+        json.loads(line)
+    assert "deadline 1h" in proc.stderr

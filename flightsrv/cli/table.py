@@ -627,9 +627,10 @@ def cmd_erasure_status(args) -> int:
         print(json.dumps(st.to_dict(), sort_keys=True, default=str))
         return 0
     output.write_rows(result_rows(st), args)
-    print(f"deadline {format_duration(st.deadline_ms / 1000)} (table property "
-          "erasure.deadline); "
-          f"{len(st.items)} item(s), {len(st.overdue)} overdue")
+    footer = (f"deadline {format_duration(st.deadline_ms / 1000)} (table property "
+              f"erasure.deadline); {len(st.items)} item(s), {len(st.overdue)} overdue")
+    # stdout of a machine format holds its rows only
+    print(footer) if getattr(args, "format", "table") == "table" else say(footer)
     return 0
 
 
