@@ -246,3 +246,21 @@ def test_jsonl_metrics_keep_their_types_and_the_deadline_is_a_duration(tmp_path)
     for line in proc.stdout.splitlines():  # only rows on stdout: each line is JSON
         json.loads(line)
     assert "deadline 1h" in proc.stderr
+
+
+def test_bad_values_on_the_command_line_exit_2_and_change_nothing(tmp_path):
+    wh = tmp_path / "wh"
+    assert run("--warehouse", wh, "table", "create", "t", "--schema",
+               "id:int64,ts:timestamp").returncode == 0
+    before = tree(wh)
+    for args, needle in [
+        (("table", "scan", "t", "--version", "0", "--as-of", "2030-01-01"), "not both"),
+        (("table", "scan", "t", "--as-of", "notatime"), "--as-of"),
+        (("table", "compact", "t", "--sort-by", "nosuch"), "nosuch"),
+        (("table", "create", "p", "--schema", "id:int64", "--partition-by", "day(nosuch)"),
+         "nosuch"),
+        (("table", "create", "p", "--schema", "id:int64", "--partition-by", "bogus(id)"),
+         "--partition-by"),
+    ]:
+        failed(run("--warehouse", wh, *args), 2, needle)
+    assert tree(wh) == before

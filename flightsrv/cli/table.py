@@ -236,6 +236,7 @@ def cmd_create(args) -> int:
             raise UsageError(f"--from-file {args.from_file}: {exc}") from None
     props = parse_properties(args.property, schema.names, table=args.table)
     partition_by = _partition_fields(args.partition_by)
+    _check_partitioning(partition_by, schema, args.table)
     wh = open_warehouse(args, must_exist=False)
     if args.if_not_exists and wh.is_initialized() and args.table.lower() in wh.list_tables():
         print(f"{args.table.lower()}: exists already; nothing done")
@@ -253,6 +254,22 @@ def cmd_create(args) -> int:
         print(f"loaded {rows} rows from {args.from_file} -> version "
               f"{m.version if m else t.head().version}")
     return 0
+
+
+def _check_partitioning(fields: list[str], schema: pa.Schema, table: str) -> None:
+    """A usage error (exit 2, before anything is read or written) unless every
+    ``--partition-by`` field is a transform of a column of ``schema``."""
+    if not fields:
+        return
+    from flightsrv.table.manifest import schema_with_ids
+    from flightsrv.table.partition import make_spec, parse_field
+    from flightsrv.table.schema import normalize_schema, schema_to_json
+
+    try:
+        schema_json = schema_with_ids(schema_to_json(normalize_schema(schema)))[0]
+        make_spec(0, [parse_field(f) for f in fields], schema_json, 999, table=table)
+    except ConfigurationError as exc:
+        raise UsageError(f"--partition-by: {exc}") from None
 
 
 def _partition_fields(text: str | None) -> list[str]:
@@ -310,6 +327,15 @@ def cmd_scan(args) -> int:
     output.check_output_args(args)
     if args.limit is not None and args.limit < 0:
         raise UsageError("--limit must be 0 or more")
+    if args.version is not None and args.as_of is not None:
+        raise UsageError("give --version or --as-of, not both")
+    if args.as_of is not None:
+        from flightsrv.table.timestamps import parse_timestamp_ms
+
+        try:
+            parse_timestamp_ms(args.as_of)
+        except ConfigurationError as exc:
+            raise UsageError(f"--as-of: {exc}") from None
     t = open_warehouse(args).table(args.table)
     cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
     reader = t.scan(cols, args.filter, version=args.version, as_of=args.as_of)
@@ -512,6 +538,11 @@ def cmd_compact(args) -> int:
     kw = {"dry_run": args.dry_run}
     if args.sort_by:
         kw["sort_by"] = [c.strip() for c in args.sort_by.split(",")]
+        have = {n.lower() for n in t.schema.names}
+        unknown = [c for c in kw["sort_by"] if c.lower() not in have]
+        if unknown:
+            raise UsageError(f"--sort-by: the table has no column {', '.join(unknown)} "
+                             f"(columns: {', '.join(t.schema.names)})")
     if args.target_file_size:
         kw["target_file_size"] = args.target_file_size
     if not args.dry_run:
