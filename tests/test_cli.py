@@ -655,5 +655,5 @@ def test_create_partitioned_and_describe_shows_format_and_partitioning(tmp_path)
     failed(run("--warehouse", wh, "table", "create", "bad", "--schema", "id:int64",
                "--partition-by", "day(id"), 2, "--partition-by")
     failed(run("--warehouse", wh, "table", "create", "bad", "--schema", "id:int64",
-               "--partition-by", "day(nope)"), 1, "nope")
+               "--partition-by", "day(nope)"), 2, "nope")
     assert Warehouse.open(wh).list_tables() == ["ev"]
