@@ -186,3 +186,19 @@ def test_setting_what_is_already_set_commits_nothing(local_uri):
     assert t.set_properties(target_file_size=None) is None  # removing an absent one
     assert t.head().version == v
     assert t.set_properties(delete_mode="dv").version == v + 1
+
+
+@pytest.mark.parametrize("page,expect", [(None, range(3, 6)), ("8KiB", range(40, 60))])
+def test_a_spliced_row_group_keeps_the_page_size_it_was_written_with(local_uri, page, expect):
+    """An erasure re-encodes the row groups it touches; a point read must still decode one
+    small page of them, not pyarrow's default 1 MiB."""
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("t", SCHEMA, {"data_page_bytes": page} if page else {})
+    t.append(pa.table({"id": list(range(50_000)), "name": ["x"] * 50_000}))
+    (before,) = t.snapshot().manifest.data_files
+    assert t.delete("id IN (7, 25000)", mode="splice") == 2
+    (after,) = t.snapshot().manifest.data_files
+    assert after.path != before.path or after.etag != before.etag  # the bytes were rewritten
+    assert t.count_rows() == 49_998
+    pages = _data_pages(t.store.local_path(after.path), 0)
+    assert pages in expect, pages

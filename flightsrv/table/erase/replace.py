@@ -111,7 +111,9 @@ def _assemble(store, plan, key: str) -> ObjectMeta:
 
 def _splice(table, snap, t: Target) -> Replacement:
     f = t.file
-    plan = rewrite_row_groups(table.store, f.path, f.etag, f.size, _group_split(f, t.remove))
+    page = WriteOptions.from_properties(snap.manifest.properties).data_page_bytes
+    plan = rewrite_row_groups(table.store, f.path, f.etag, f.size, _group_split(f, t.remove),
+                              data_page_size=page)
     key = data_key(table.runtime)
     meta = _assemble(table.store, plan, key)
     # the spliced object keeps the file's own columns: its schema, spec and partition

@@ -100,8 +100,10 @@ def rewrite_row_groups(
     deletions: Mapping[int, Iterable[int] | np.ndarray],
     *,
     force_rewrite: bool = False,
+    data_page_size: int | None = None,
 ) -> SplicePlan:
-    """Plan a new object equal to ``key@etag`` minus the given rows.
+    """Plan a new object equal to ``key@etag`` minus the given rows (the groups it
+    re-encodes written with ``data_page_size``-byte data pages; None: pyarrow's default).
 
     ``deletions[g]`` holds row positions within row group ``g``. Reads (pinned to ``etag``)
     only the footer, the edited groups, the page-index tail and any bytes needed to pad
@@ -111,7 +113,7 @@ def rewrite_row_groups(
     (the object changed), CorruptObject, SpliceUnsupported (fall back to copy-on-write).
     """
     edit = _Edit.read(RangedSource(store, key, etag, size), deletions)
-    new_groups, tail = _reencode_groups(edit)
+    new_groups, tail = _reencode_groups(edit, data_page_size)
     data = _lay_out_data(edit, new_groups)
     new_tail = _build_tail(edit, new_groups, data, tail, _blob_order(edit, new_groups, data))
     new_footer, new_rows = _new_footer(edit.fmd, edit.rgs, data.out_rgs)
@@ -183,7 +185,8 @@ def _normalize(deletions: Mapping[int, Iterable[int]], rgs: list[TStruct], key: 
 # -- step 2: re-encode the edited groups ------------------------------------------------
 
 
-def _reencode_groups(edit: _Edit) -> tuple[dict[int, NewGroup | None], bytes]:
+def _reencode_groups(edit: _Edit, data_page_size: int | None = None
+                     ) -> tuple[dict[int, NewGroup | None], bytes]:
     """Each edited group re-encoded (None: it loses every row and is dropped unread), and
     the source's tail (page indexes, bloom filters), read in one pass of ranged GETs."""
     src, lay, rgs, dels = edit.src, edit.lay, edit.rgs, edit.dels
@@ -202,7 +205,7 @@ def _reencode_groups(edit: _Edit) -> tuple[dict[int, NewGroup | None], bytes]:
             continue
         s, e = lay.ranges[g]
         new_groups[g] = reencode(edit.fmd, g, src.read(s, e), s, removed, edit.key,
-                                 read_header)
+                                 read_header, data_page_size)
     return new_groups, src.read(lay.data_end, footer_start)
 
 

@@ -41,9 +41,11 @@ class NewGroup:
 
 
 def reencode(fmd: TStruct, gi: int, rg_bytes: bytes, rg_start: int, removed: np.ndarray,
-             key: str, read_header=None) -> NewGroup | None:
+             key: str, read_header=None, data_page_size: int | None = None) -> NewGroup | None:
     """Row group ``gi`` (its chunk bytes ``rg_bytes``, starting at ``rg_start`` in the file)
     without the in-group positions ``removed``; None when no row is left.
+    ``data_page_size``: the data page threshold to write with (the table's
+    ``data_page_bytes``, so a point read still decodes one small page); None: pyarrow's.
 
     ``read_header(offset)`` returns the bytes of an old bloom filter's header, so the new
     filter keeps its size. Raises CorruptObject (the group does not decode to its row
@@ -64,6 +66,8 @@ def reencode(fmd: TStruct, gi: int, rg_bytes: bytes, rg_start: int, removed: np.
         return None
     table = _compact_dictionaries(table.filter(pa.array(keep)))
     opts = _writer_options(fmd, rg, rg_bytes, rg_start, read_header)
+    if data_page_size is not None:
+        opts["data_page_size"] = data_page_size
     want = _schema_key(fmd)
     tried = []
     for version in ("2.6", "2.4", "1.0"):
