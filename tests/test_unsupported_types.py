@@ -133,3 +133,24 @@ def test_interval_through_adbc_is_invalid_argument(wh):
     finally:
         server.shutdown()
         engine.close()
+
+
+@pytest.mark.parametrize("t", [pa.decimal256(40, 2), pa.list_(pa.decimal256(39, 0)),
+                               pa.struct([("x", pa.decimal256(50, 10))])])
+def test_arrow_decimals_wider_than_38_digits_are_refused(wh, t):
+    """DuckDB would read them as DOUBLE and lose digits; a decimal256 of 38 digits or fewer
+    is stored as a decimal DuckDB has."""
+    import decimal
+
+    one = decimal.Decimal("1")
+    value = [one] if pa.types.is_list(t) else {"x": one} if pa.types.is_struct(t) else one
+    data = pa.table({"d": pa.array([value], t)})
+    with pytest.raises(ConfigurationError, match="between 1 and 38") as exc:
+        wh.engine.ingest("wide", IngestMode.CREATE, data.to_reader(), wh._session())
+    assert exc.value.context["column"] == "d"
+    with pytest.raises(ConfigurationError, match="between 1 and 38"):
+        wh.create_table("wide", data.schema)
+    assert "wide" not in wh.list_tables()
+    ok = pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal256(20, 2))})
+    wh.engine.ingest("narrow", IngestMode.CREATE, ok.to_reader(), wh._session())
+    assert wh.sql("SELECT typeof(d) AS t FROM narrow").to_pylist() == [{"t": "DECIMAL(20,2)"}]

@@ -179,6 +179,21 @@ def check_column_types(schema: pa.Schema, table: str | None = None) -> None:
         except TypeError:
             raise ConfigurationError("unsupported column type", table=table, column=f.name,
                                      type=str(f.type)) from None
+        wide = _wide_decimal(f.type)
+        if wide is not None:  # DuckDB would read it as DOUBLE: digits would be lost
+            raise ConfigurationError("DECIMAL precision must be between 1 and 38",
+                                     table=table, column=f.name, type=str(wide))
+
+
+def _wide_decimal(t: pa.DataType) -> pa.DataType | None:
+    """The first decimal type in ``t`` (nested ones too) with more than 38 digits."""
+    if pa.types.is_decimal(t):
+        return t if t.precision > 38 else None
+    for i in range(t.num_fields):
+        found = _wide_decimal(t.field(i).type)
+        if found is not None:
+            return found
+    return None
 
 
 def normalize_schema(s: pa.Schema) -> pa.Schema:
