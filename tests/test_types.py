@@ -292,3 +292,22 @@ def test_cli_warehouse_vacuum(tmp_path):
     assert list(wh.store.list("newt/")) == []
     r = run()  # nothing left; the default grace keeps young files anyway
     assert r.returncode == 0 and "deleted_objects" in r.stdout
+
+
+@pytest.mark.parametrize("t", [pa.time32("s"), pa.time32("ms"), pa.time64("us"),
+                               pa.time64("ns")])
+def test_time_columns_store_statistics_and_prune_by_them(tmp_path, t):
+    """time32 columns failed to append (their statistics were cast to int64, which pyarrow
+    cannot do for time32); every time unit keeps min/max and SQL filters on them."""
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    table = wh.create_table("tm", pa.schema([("c", t)]))
+    early = pa.table({"c": pa.array([dt.time(1, 2, 3), dt.time(2, 0)], t)})
+    late = pa.table({"c": pa.array([dt.time(5, 0), dt.time(6, 30)], t)})
+    table.append(early)
+    table.append(late)
+    files = table.head().data_files
+    assert all(f.stats for f in files)
+    got = wh.sql("SELECT c FROM tm WHERE c > '03:00:00' ORDER BY c").to_pylist()
+    assert got == [{"c": dt.time(5, 0)}, {"c": dt.time(6, 30)}]
+    assert table.to_table().column("c").to_pylist() == early.column("c").to_pylist() + \
+        late.column("c").to_pylist()

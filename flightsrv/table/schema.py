@@ -230,8 +230,10 @@ def stat_to_json(value, t: pa.DataType, *, is_max: bool):
         return value
     if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t) \
             or pa.types.is_duration(t):
-        return pa.scalar(value, type=t).cast(pa.int64()).as_py() if not pa.types.is_date(t) \
-            else pa.scalar(value, type=pa.date32()).cast(pa.int32()).as_py()
+        if pa.types.is_date(t):
+            return pa.scalar(value, type=pa.date32()).cast(pa.int32()).as_py()
+        # time32 casts only to and from int32
+        return pa.scalar(value, type=t).cast(_ticks_type(t)).as_py()
     if pa.types.is_decimal(t):
         return str(value)
     return None
@@ -241,12 +243,17 @@ def stat_from_json(value, t: pa.DataType) -> pa.Scalar | None:
     if value is None:
         return None
     if pa.types.is_timestamp(t) or pa.types.is_time(t) or pa.types.is_duration(t):
-        return pa.scalar(value, pa.int64()).cast(t)
+        return pa.scalar(value, _ticks_type(t)).cast(t)
     if pa.types.is_date(t):
         return pa.scalar(value, pa.int32()).cast(pa.date32()).cast(t)
     if pa.types.is_decimal(t):
         return pa.scalar(decimal.Decimal(value), t)
     return pa.scalar(value, t)
+
+
+def _ticks_type(t: pa.DataType) -> pa.DataType:
+    """The integer type a temporal type's statistics are stored as (its ticks)."""
+    return pa.int32() if pa.types.is_time32(t) else pa.int64()
 
 
 def has_stats(t: pa.DataType) -> bool:
