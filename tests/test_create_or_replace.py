@@ -137,3 +137,27 @@ def test_vacuum_keeps_the_replaced_tables_files_for_the_grace_period(wh):
     t.vacuum(grace=0)
     assert not old_files & set(_objects(wh, "precious", "data/"))
     assert _rows(wh) == [{"z": 1}]
+
+
+def test_an_insert_select_racing_a_replace_inserts_nothing(tmp_path):
+    """INSERT ... SELECT computes its rows for the table version it pinned; if the table is
+    replaced before they are committed, none of them land in the new table."""
+    d = str(tmp_path / "wh")
+    wh = Warehouse.open(d)
+    wh.sql("CREATE TABLE t AS SELECT 1 AS gen, range AS id FROM range(10)")
+    schema = pa.schema([("gen", pa.int32()), ("id", pa.int64())])
+    new = pa.table({"gen": pa.array([2] * 10, pa.int32()), "id": pa.array(range(10))})
+
+    def rows():  # DuckDB pulls this while the INSERT runs: the replace lands meanwhile
+        Warehouse.open(d).create_table("t", schema, replace=True, data=new)
+        yield pa.record_batch({"gen": pa.array([1], pa.int32()), "id": pa.array([99])},
+                              schema=schema)
+
+    for committer in (False, True):
+        wh.engine.committer = None if not committer else __import__(
+            "flightsrv.engine.group_commit", fromlist=["GroupCommitter"]).GroupCommitter()
+        src = pa.RecordBatchReader.from_batches(schema, rows())
+        with pytest.raises(TableNotFound, match="replaced"):
+            wh.engine.execute_update("INSERT INTO t SELECT gen, id FROM src", wh._session(),
+                                     extra={"src": src})
+        assert _rows(wh, "t") == new.to_pylist()

@@ -74,10 +74,14 @@ class GroupCommitter:
         with q.lock:
             return len(q.waiting)
 
-    def append(self, table, data):
+    def append(self, table, data, *, expected_uuid: str | None = None):
         """Write ``data`` as new files of ``table`` and commit them with whatever else is
-        waiting. Returns the committed manifest (None when ``data`` had no rows)."""
+        waiting. Returns the committed manifest (None when ``data`` had no rows).
+        ``expected_uuid``: see ``Table.append``."""
+        from flightsrv.table.table import check_incarnation
+
         head = table.head()
+        check_incarnation(head, expected_uuid, table.name)
         table.ensure_writable()
         files, nbytes, _rows = table.write_files(data, head=head)
         if not files:

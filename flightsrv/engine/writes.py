@@ -67,7 +67,8 @@ class Writes:
         counter = RowCounter()
         shaped = self.cast_for_insert(reader, resolved, target, stmt, ctx, defaults)
         self.append(table, pa.RecordBatchReader.from_batches(
-            shaped.schema, counter.count(shaped)))
+            shaped.schema, counter.count(shaped)),
+            expected_uuid=pinner.pin(stmt.table).manifest.table_uuid)
         return counter.rows
 
     @staticmethod
@@ -147,11 +148,13 @@ class Writes:
             inner.schema, stream_batches(inner, cur, stmt.sql, ctx.failures, ctx.natives,
                                          ctx.cancel, unhook))
 
-    def append(self, table, data) -> None:
+    def append(self, table, data, expected_uuid: str | None = None) -> None:
+        """Append ``data``; ``expected_uuid``: the table the rows were computed for (the
+        version an INSERT pinned); a table replaced since takes none of them."""
         if self.engine.committer is None:
-            table.append(data)
+            table.append(data, expected_uuid=expected_uuid)
         else:
-            self.engine.committer.append(table, data)
+            self.engine.committer.append(table, data, expected_uuid=expected_uuid)
 
     def create(self, stmt: st.CreateTable) -> int:
         """CREATE [OR REPLACE] TABLE: one commit (a replace swaps the whole table at once)."""

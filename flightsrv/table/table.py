@@ -234,10 +234,13 @@ class Table:
             except Exception:  # noqa: BLE001 - cleanup must not hide the original error
                 pass
 
-    def append(self, data) -> Manifest | None:
+    def append(self, data, *, expected_uuid: str | None = None) -> Manifest | None:
         """Stream ``data`` into new data files and commit them in one version.
-        Returns the new manifest (None if there were no rows)."""
+        Returns the new manifest (None if there were no rows). ``expected_uuid``: the
+        ``table_uuid`` the rows were made for (an INSERT ... SELECT read that version); if
+        the table was replaced since, nothing is written (TableNotFound)."""
         head = self.head()
+        check_incarnation(head, expected_uuid, self.name)
         files, nbytes, nrows = self.write_files(data, head=head)
         if not files:
             return None
@@ -260,10 +263,7 @@ class Table:
 
         def mutate(head):
             head = require_table(head, self.name)
-            if expected_uuid is not None and head.table_uuid != expected_uuid:
-                raise TableNotFound("the table was replaced while the data was written; "
-                                    "nothing was appended", table=self.name,
-                                    version=head.version)
+            check_incarnation(head, expected_uuid, self.name)
             check_written_schema(head, files, schema_json, self.name)
             added = tuple(dataclasses.replace(f, added_version=head.version + 1) for f in files)
             summary = {"rows_added": sum(f.rows for f in files), "files_added": len(files),
@@ -411,6 +411,15 @@ class Table:
         from flightsrv.table.erasure_status import erasure_status
 
         return erasure_status(self, **kw)
+
+
+def check_incarnation(head: Manifest, expected_uuid: str | None, table: str) -> None:
+    """TableNotFound unless ``head`` belongs to the table ``expected_uuid`` names (None:
+    any): rows written or computed for a table that was dropped and created again, or
+    replaced, never land in the new one."""
+    if expected_uuid is not None and head.table_uuid != expected_uuid:
+        raise TableNotFound("the table was replaced while the data was written; nothing "
+                            "was appended", table=table, version=head.version)
 
 
 def check_written_schema(head: Manifest, files, expected: dict | None, table: str) -> None:
