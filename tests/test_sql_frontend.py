@@ -350,3 +350,16 @@ def test_syntax_errors_speak_sql_not_the_parsers_objects(sql):
 def test_export_and_import_database_are_refused_by_name(sql):
     with pytest.raises(SqlError, match="DATABASE is not allowed"):
         parse_statement(sql)
+
+
+@pytest.mark.parametrize("sql,needle", [
+    ("CREATE OR REPLACE TABLE IF NOT EXISTS t (a INT)", "OR REPLACE and IF NOT EXISTS"),
+    ("CREATE OR REPLACE TABLE IF NOT EXISTS t AS SELECT 1 AS a", "OR REPLACE and IF NOT EXISTS"),
+    ("DELETE t", "DELETE needs FROM"),
+    ("DELETE t WHERE id = 1", "DELETE needs FROM"),
+])
+def test_contradictory_or_incomplete_statements_are_refused_clearly(sql, needle):
+    """CREATE OR REPLACE ... IF NOT EXISTS wiped the table (DuckDB refuses it); DELETE
+    without FROM failed inside the error builder (an unexpected AttributeError)."""
+    with pytest.raises(SqlError, match=needle):
+        parse_statement(sql)

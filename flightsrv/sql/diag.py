@@ -11,7 +11,7 @@ from flightsrv.errors import SqlError
 
 def position(node: exp.Expression | None) -> tuple[int | None, int | None]:
     """(line, col) of the first token sqlglot recorded under ``node``, else (None, None)."""
-    if node is None:
+    if not isinstance(node, exp.Expression):  # None, or a flag sqlglot left in its place
         return None, None
     for n in node.walk():
         meta = getattr(n, "_meta", None) or {}

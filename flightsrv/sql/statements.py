@@ -616,6 +616,8 @@ def _no_with(sql: str, tree: exp.Expression, what: str) -> None:
 
 def _delete(sql: str, tree: exp.Delete, n: int) -> Delete:
     target = tree.this
+    if not isinstance(target, exp.Table):  # "DELETE t": sqlglot keeps t elsewhere
+        raise error("syntax error: DELETE needs FROM (DELETE FROM t WHERE ...)", sql, tree)
     _no_with(sql, tree, "DELETE")
     if tree.args.get("returning"):
         raise error("DELETE ... RETURNING is not supported", sql, tree)
@@ -672,6 +674,8 @@ def _create(sql: str, tree: exp.Create, n: int) -> Statement:
                 raise error(f"table property {p.sql(DIALECT)} is not supported", sql, p)
     replace = bool(tree.args.get("replace"))
     if_not_exists = bool(tree.args.get("exists"))
+    if replace and if_not_exists:  # as DuckDB: the two contradict each other
+        raise error("cannot give both OR REPLACE and IF NOT EXISTS", sql, tree)
     query = tree.expression
     if query is not None:
         if isinstance(tree.this, exp.Schema):
