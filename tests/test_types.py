@@ -311,3 +311,23 @@ def test_time_columns_store_statistics_and_prune_by_them(tmp_path, t):
     assert got == [{"c": dt.time(5, 0)}, {"c": dt.time(6, 30)}]
     assert table.to_table().column("c").to_pylist() == early.column("c").to_pylist() + \
         late.column("c").to_pylist()
+
+
+def test_dates_past_year_9999_and_infinities_are_stored_and_filtered_like_duckdb(tmp_path):
+    """Their Parquet bounds do not fit Python's datetime: the column keeps no bounds for
+    that file (never pruned on) instead of the append failing with an OverflowError."""
+    import duckdb
+
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    ddl = "CREATE TABLE d (id INTEGER, dt DATE, ts TIMESTAMP)"
+    rows = ["(1, '10000-01-01', '12000-05-05 00:00:00')", "(2, 'infinity', '-infinity')",
+            "(3, '2020-01-01', '2020-01-01 00:00:00')"]
+    ref = duckdb.connect()
+    for con in (wh.sql, ref.execute):
+        con(ddl)
+        for r in rows:
+            con(f"INSERT INTO d VALUES {r}")
+    for where in ("dt > DATE '2021-01-01'", "ts < TIMESTAMP '2000-01-01'", "dt = 'infinity'",
+                  "true"):
+        q = f"SELECT id, dt::VARCHAR AS dt, ts::VARCHAR AS ts FROM d WHERE {where} ORDER BY id"
+        assert [tuple(r.values()) for r in wh.sql(q).to_pylist()] == ref.execute(q).fetchall()

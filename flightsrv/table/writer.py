@@ -167,7 +167,13 @@ def file_stats(md: pq.FileMetaData, layout, nans: dict[str, int] | None = None
                     continue  # all-null row group: no bounds needed
                 a["ok"] = False
                 continue
-            lo, hi = s.min, s.max
+            try:
+                lo, hi = s.min, s.max
+            except (OverflowError, ValueError):
+                # a bound Python cannot hold (a date past year 9999, infinity): no bounds,
+                # the column is never pruned on (DuckDB still reads and filters it)
+                a["ok"] = False
+                continue
             a["min"] = lo if a["min"] is None or lo < a["min"] else a["min"]
             a["max"] = hi if a["max"] is None or hi > a["max"] else a["max"]
     stats = {}
