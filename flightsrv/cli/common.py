@@ -139,12 +139,16 @@ def read_input(path: str, schema=None):
     try:
         if kind in ("csv", "tsv"):
             parse = pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",")
+            # an empty field is NULL, a quoted empty one ("") the empty string: what
+            # ``--format csv`` writes, and what DuckDB's read_csv reads
+            nulls = dict(strings_can_be_null=True, quoted_strings_can_be_null=False)
             if schema is None:
-                return pcsv.open_csv(path, parse_options=parse)
+                return pcsv.open_csv(path, parse_options=parse,
+                                     convert_options=pcsv.ConvertOptions(**nulls))
             names = _csv_header(path, parse)
             types, instants = _read_types(schema, names)
-            reader = pcsv.open_csv(path, parse_options=parse,
-                                   convert_options=pcsv.ConvertOptions(column_types=types))
+            reader = pcsv.open_csv(path, parse_options=parse, convert_options=pcsv.ConvertOptions(
+                column_types=types, **nulls))
             return _typed(_named_errors(reader, kind, path, names), instants, path)
         if kind == "json":
             if schema is None:
