@@ -88,3 +88,19 @@ def test_announced_schema_is_the_streamed_schema(port, params):
         assert table.column("tag").to_pylist() == [params.column(0)[0].as_py()] * 2
     finally:
         client.close()
+
+
+def test_a_nanosecond_timestamp_parameter_keeps_its_nanoseconds(cur):
+    """SELECT and DELETE with the same bound value match the same rows (a query bound the
+    value through Python, cut to microseconds, while DML bound the exact literal)."""
+    cur.execute("CREATE OR REPLACE TABLE ns_t (ts TIMESTAMP_NS)")
+    cur.execute("INSERT INTO ns_t VALUES ('2024-01-02 03:04:20.123456789')")
+    value = pa.record_batch([pa.array([1704164660123456789], pa.timestamp("ns"))], names=["0"])
+    cur.execute("SELECT ? AS v", parameters=value)
+    got = cur.fetch_arrow_table()
+    assert got.schema.field("v").type == pa.timestamp("ns")
+    assert got.column("v")[0].value == 1704164660123456789
+    cur.execute("SELECT count(*) AS n FROM ns_t WHERE ts = ?", parameters=value)
+    assert cur.fetchall() == [(1,)]
+    cur.execute("DELETE FROM ns_t WHERE ts = ?", parameters=value)
+    assert cur.rowcount == 1

@@ -40,6 +40,7 @@ pulls from it, ...) pass through unchanged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 from dataclasses import dataclass, field
@@ -221,6 +222,8 @@ class DuckEngine:
                                 statement_kind="select")
         values = bound if bound is not None else [pa.scalar(None)] * stmt.param_count
         tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
+        if stmt.spliceable and not all(map(_binds_natively, values)):
+            stmt = dataclasses.replace(stmt, spliceable=False)  # as _run_query does
         qp = self._plan(stmt, tree, "query", pinner)
         self._verify(qp, sql, {})
         native = [v.as_py() for v in values] if qp.needs_params and stmt.param_count else None
@@ -298,6 +301,10 @@ class DuckEngine:
         """Plan, verify, register and start a query; the returned reader owns the cursor.
         ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams."""
         sql = stmt.sql
+        if values and stmt.spliceable and not all(map(_binds_natively, values)):
+            # a value Python cannot carry whole (nanoseconds) runs as the literal the
+            # rewritten tree holds, as DML binds it: SELECT and DELETE see the same value
+            stmt = dataclasses.replace(stmt, spliceable=False)
         qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra))
         self._verify(qp, sql, ctx.extra)
         params = [v.as_py() for v in values] if qp.needs_params and values else None
@@ -669,3 +676,11 @@ def _params_type_results(tree: exp.Expression) -> bool:
         else:
             return True
     return False
+
+
+def _binds_natively(value: pa.Scalar) -> bool:
+    """Whether DuckDB gets ``value`` whole as a Python object: a nanosecond timestamp or
+    time comes back from ``as_py()`` cut to microseconds."""
+    t = value.type
+    return not ((pa.types.is_timestamp(t) or pa.types.is_time64(t)
+                 or pa.types.is_duration(t)) and t.unit == "ns" and value.is_valid)
