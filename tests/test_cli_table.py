@@ -284,3 +284,11 @@ def test_csv_written_by_scan_appends_back_with_nulls_and_empty_strings(tmp_path)
     assert proc.returncode == 0, proc.stderr
     got = Warehouse.open(str(wh)).table("dst").to_table().sort_by("id")
     assert got.to_pylist() == rows.to_pylist()
+
+
+def test_a_vacuum_dry_run_with_nothing_to_delete_shows_its_columns(tmp_path):
+    wh = tmp_path / "wh"
+    Warehouse.open(str(wh)).create_table("v", pa.schema([("id", pa.int64())]))
+    proc = run("--warehouse", wh, "table", "vacuum", "v", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "would_delete" in proc.stdout and "(no columns)" not in proc.stdout

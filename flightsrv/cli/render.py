@@ -63,6 +63,13 @@ def _(result: ExpireResult) -> list[dict]:
             for fmt, keys in sorted(result.mirrors.items())]
 
 
+def result_columns(result) -> tuple[str, ...] | None:
+    """The columns of ``result_rows(result)`` when it has no rows (None: not a listing)."""
+    if isinstance(result, VacuumResult) and result.dry_run:
+        return ("would_delete", "kind", "bytes", "age_h")
+    return None
+
+
 @result_rows.register
 def _(result: VacuumResult) -> list[dict]:
     overdue = _overdue_rows(result.erasures_overdue)

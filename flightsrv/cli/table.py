@@ -30,7 +30,7 @@ from flightsrv.cli.common import (
     say,
     warn,
 )
-from flightsrv.cli.render import result_rows
+from flightsrv.cli.render import result_columns, result_rows
 from flightsrv.errors import ConfigurationError, FlightsrvError
 
 TABLE_HELP = """\
@@ -521,7 +521,7 @@ def cmd_drop(args) -> int:
 
 
 def _print_result(result, args) -> None:
-    output.write_rows(result_rows(result), args)
+    output.write_rows(result_rows(result), args, columns=result_columns(result))
 
 
 def cmd_stats(args) -> int:
