@@ -4,6 +4,7 @@ store and on S3 (moto)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import uuid
 
@@ -55,6 +56,25 @@ def check(table, model_rows, version=None):
     assert table.count_rows(version=version) == len(model_rows)
 
 
+@contextlib.contextmanager
+def rival_before_commit(table, rival):
+    """While active, ``table``'s first commit runs ``rival()`` (another writer) right
+    before it; the list it yields holds what ``rival`` returned, if it ran."""
+    real_commit = table.commit
+    fired: list = []
+
+    def commit_after_rival(mutator, **kw):
+        if not fired:
+            fired.append(rival())
+        return real_commit(mutator, **kw)
+
+    table.commit = commit_after_rival
+    try:
+        yield fired
+    finally:
+        table.commit = real_commit
+
+
 def run_model(uri: str, ops) -> None:
     wh = Warehouse.open(uri, Runtime.deterministic(11))
     table = wh.create_table("m", SCHEMA, {"row_group_bytes": 2048})
@@ -91,19 +111,9 @@ def run_model(uri: str, ops) -> None:
             (pa_i, ka), (pb_i, kb) = o[1], o[2]
             match_a = PREDICATES[pa_i][1](ka)
             match_b = PREDICATES[pb_i][1](kb)
-            real_commit = table.commit
-            fired = []
-
-            def commit_after_rival(mutator, **kw):
-                if not fired:
-                    fired.append(rival.delete(PREDICATES[pb_i][0](kb)))
-                return real_commit(mutator, **kw)
-
-            table.commit = commit_after_rival
-            try:
+            with rival_before_commit(table, lambda: rival.delete(PREDICATES[pb_i][0](kb))
+                                     ) as fired:
                 n_a = table.delete(PREDICATES[pa_i][0](ka))
-            finally:
-                table.commit = real_commit
             if not fired:  # A matched nothing, so it never reached its commit
                 match_b = lambda r: False  # noqa: E731
             b_rows = [r for r in rows if match_b(r)]
@@ -120,21 +130,10 @@ def run_model(uri: str, ops) -> None:
         elif kind == "replace_during_delete":
             (n, seed), (p_i, k) = o[1], o[2]
             new = fresh(n, seed)
-            real_commit = table.commit
-            fired = []
-
-            def commit_after_replace(mutator, **kw):
-                if not fired:
-                    fired.append(Warehouse.open(uri).create_table(
-                        "m", SCHEMA, replace=True,
-                        data=pa.Table.from_pylist(new, schema=SCHEMA)))
-                return real_commit(mutator, **kw)
-
-            table.commit = commit_after_replace
-            try:
+            with rival_before_commit(table, lambda: Warehouse.open(uri).create_table(
+                    "m", SCHEMA, replace=True,
+                    data=pa.Table.from_pylist(new, schema=SCHEMA))) as fired:
                 n_del = table.delete(PREDICATES[p_i][0](k))
-            finally:
-                table.commit = real_commit
             match = PREDICATES[p_i][1](k)
             if fired:  # the delete ran again on the new table: it never touches the old
                 born = next(v for v in range(table.head().version, -1, -1)
