@@ -292,3 +292,23 @@ def test_a_vacuum_dry_run_with_nothing_to_delete_shows_its_columns(tmp_path):
     proc = run("--warehouse", wh, "table", "vacuum", "v", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "would_delete" in proc.stdout and "(no columns)" not in proc.stdout
+
+
+def test_create_from_file_that_fails_to_load_leaves_no_table_and_no_files(tmp_path):
+    """The table and the file's rows are one commit: a bad value past the first block
+    (types are guessed from the first block) fails the command and nothing remains."""
+    src = tmp_path / "late_bad.csv"
+    lines = ["id,name"] + [f"{i},name{i}" for i in range(120_000)] + ["oops,late"]
+    src.write_text("\n".join(lines) + "\n")
+    wh = tmp_path / "wh"
+    proc = run("--warehouse", wh, "table", "create", "t", "--from-file", src)
+    assert proc.returncode == 1 and "late_bad.csv" in proc.stderr, proc.stderr
+    w = Warehouse.open(str(wh))
+    assert "t" not in w.list_tables()
+    assert not list((wh / "t").rglob("*.parquet"))  # what it wrote was removed
+    ok = tmp_path / "ok.csv"
+    ok.write_text("id,name\n1,a\n2,b\n")
+    proc = run("--warehouse", wh, "table", "create", "t", "--from-file", ok)
+    assert proc.returncode == 0, proc.stderr
+    assert "loaded 2 rows" in proc.stdout
+    assert Warehouse.open(str(wh)).table("t").head().version == 0  # one commit

@@ -241,18 +241,32 @@ def cmd_create(args) -> int:
     if args.if_not_exists and wh.is_initialized() and args.table.lower() in wh.list_tables():
         print(f"{args.table.lower()}: exists already; nothing done")
         return 0
-    t = wh.create_table(args.table, schema, props, partition_by=partition_by)
-    print(f"created {t.name} at version {t.head().version} in {wh.uri}")
-    if args.from_file and not args.schema_only:
+    if not args.from_file or args.schema_only:
+        t = wh.create_table(args.table, schema, props, partition_by=partition_by)
+        print(f"created {t.name} at version {t.head().version} in {wh.uri}")
+        return 0
+    # the table and the file's rows in one commit: a load that fails (or Ctrl-C) leaves no
+    # table behind, and no reader ever sees it empty
+    from flightsrv.progress import Progress
+    from flightsrv.table.schema import normalize_schema
+
+    path = args.from_file
+    with Progress(f"load {args.table.lower()}", total=1, unit=" files") as progress:
         try:
-            m, rows, _ = append_files(t, [args.from_file], f"load {t.name}")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                wh.drop_table(t.name)
-            say(f"loading {args.from_file} failed; table {t.name} was dropped again")
-            raise
-        print(f"loaded {rows} rows from {args.from_file} -> version "
-              f"{m.version if m else t.head().version}")
+            t = wh.create_table(args.table, schema, props, partition_by=partition_by,
+                                data=read_input(path, normalize_schema(schema)))
+        except pa.ArrowException as exc:
+            raise ConfigurationError(f"cannot read {input_kind(path)} file: "
+                                     f"{one_line(exc)}", table=args.table.lower(),
+                                     file=path) from None
+        except FlightsrvError as exc:
+            if "file" in exc.context:
+                raise
+            raise type(exc)(exc.message, **{**exc.context, "file": path}) from None
+        head = t.head()
+        progress.advance(1, f"{path}: {head.live_rows} rows")
+    print(f"created {t.name} at version {head.version} in {wh.uri}")
+    print(f"loaded {head.live_rows} rows from {path} -> version {head.version}")
     return 0
 
 
