@@ -363,3 +363,10 @@ def test_contradictory_or_incomplete_statements_are_refused_clearly(sql, needle)
     without FROM failed inside the error builder (an unexpected AttributeError)."""
     with pytest.raises(SqlError, match=needle):
         parse_statement(sql)
+
+
+def test_a_type_named_column_compared_with_less_than_gets_a_hint():
+    # sqlglot reads "range <" as the start of a type's parameter list; quoting works
+    with pytest.raises(SqlError, match=r'quoted \("range"\)'):
+        parse_statement("SELECT range < 5 FROM range(3)")
+    parse_statement('SELECT "range" < 5 FROM range(3)')

@@ -374,8 +374,12 @@ def _parse_statement(sql: str) -> Statement:
         if verb in ("EXPORT", "IMPORT"):  # DuckDB statements sqlglot cannot parse
             raise SqlError(f"{verb} DATABASE is not allowed; query the tables and stream "
                            "the results instead", statement=_short(sql)) from None
+        what = _plain_description(first.get('description', str(e)))
+        if what == "Expecting >":  # the parser read "name <" as a type's parameter list
+            what += ("; a column named like a type (range, map, struct, ...) compared "
+                      "with < must be quoted (\"range\") or qualified (t.range)")
         raise SqlError(
-            f"syntax error: {_plain_description(first.get('description', str(e)))}",
+            f"syntax error: {what}",
             statement=_short(sql), line=first.get("line"), col=first.get("col"),
         ) from None
     except TokenError as e:
