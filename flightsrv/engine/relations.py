@@ -308,12 +308,14 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         split.extend(("arrow", sid, run[j:j + size]) for j in range(0, len(run), size))
     runs = split
     parts = []
+    as_is: set[str] = set()  # readers whose part is ``SELECT <the columns> FROM <reader>``
     store = snapshot.store
     for i, (kind, _sid, run) in enumerate(runs):
         if kind == "masked" and prefetch is not None:
             parts.append(_prefetched_part(snapshot, run, names, hidden, ordinal[id(run[0])],
                                           f"{relation}_p{i}", rel, open_scans, pruner,
                                           prefetch, out_schema))
+            as_is.add(f"{relation}_p{i}")  # its part selects the table's columns as they are
             continue
         if kind == "masked":
             parts.append(_masked_part(snapshot, run, names, hidden, ordinal[id(run[0])],
@@ -362,21 +364,21 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         cols = ", ".join(_ident(c) for c in names) + \
             (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
         parts.append(f"SELECT {cols} FROM {name}")
+        as_is.add(name)
     if not parts:  # nothing to read: an empty relation of the snapshot's types
         name = f"{relation}_empty"
         rel.readers[name] = out_schema.empty_table()
         cols = ", ".join(_ident(c) for c in names) + \
             (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "")
         parts.append(f"SELECT {cols} FROM {name}")
+        as_is.add(name)
     rel.body = "\nUNION ALL\n".join(parts)
     if len(parts) == 1 and len(rel.readers) == 1:
         # one Arrow table that is the whole relation, column for column: DuckDB can read it
         # under the relation's name, without a view over it
         (name, only), = rel.readers.items()
         columns = names + (list(HIDDEN) if hidden else [])
-        if isinstance(only, pa.Table) and only.schema.names == columns and \
-                parts[0] == f"SELECT {', '.join(_ident(c) for c in names)}" + \
-                (f", {FILE_COLUMN}, {POSITION_COLUMN}" if hidden else "") + f" FROM {name}":
+        if name in as_is and isinstance(only, pa.Table) and only.schema.names == columns:
             rel.direct = name
     return rel
 
