@@ -222,8 +222,7 @@ class DuckEngine:
                                 statement_kind="select")
         values = bound if bound is not None else [pa.scalar(None)] * stmt.param_count
         tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
-        if stmt.spliceable and not all(map(_binds_natively, values)):
-            stmt = dataclasses.replace(stmt, spliceable=False)  # as _run_query does
+        stmt = _literal_if_lossy(stmt, values)
         qp = self._plan(stmt, tree, "query", pinner)
         self._verify(qp, sql, {})
         native = [v.as_py() for v in values] if qp.needs_params and stmt.param_count else None
@@ -301,10 +300,7 @@ class DuckEngine:
         """Plan, verify, register and start a query; the returned reader owns the cursor.
         ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams."""
         sql = stmt.sql
-        if values and stmt.spliceable and not all(map(_binds_natively, values)):
-            # a value Python cannot carry whole (nanoseconds) runs as the literal the
-            # rewritten tree holds, as DML binds it: SELECT and DELETE see the same value
-            stmt = dataclasses.replace(stmt, spliceable=False)
+        stmt = _literal_if_lossy(stmt, values)
         qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra))
         self._verify(qp, sql, ctx.extra)
         params = [v.as_py() for v in values] if qp.needs_params and values else None
@@ -676,6 +672,15 @@ def _params_type_results(tree: exp.Expression) -> bool:
         else:
             return True
     return False
+
+
+def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Statement:
+    """``stmt``, run from its rewritten tree (parameters as literals, as DML binds them)
+    when a bound value cannot reach DuckDB whole as a Python object (nanoseconds), so a
+    query and a DELETE with the same value see the same value."""
+    if values and stmt.spliceable and not all(map(_binds_natively, values)):
+        return dataclasses.replace(stmt, spliceable=False)
+    return stmt
 
 
 def _binds_natively(value: pa.Scalar) -> bool:
