@@ -131,6 +131,19 @@ def _interrupts_deferred():
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def _loading(path: str, table: str):
+    """Errors while the rows of input file ``path`` are read and written name the file (and
+    the table): pyarrow's become ConfigurationError."""
+    try:
+        yield
+    except pa.ArrowException as exc:
+        raise ConfigurationError(f"cannot read {input_kind(path)} file: {one_line(exc)}",
+                                 table=table, file=path) from None
+    except FlightsrvError as exc:
+        raise type(exc)(exc.message, **{**exc.context, "file": path}) from None
+
+
 def append_files(t, paths: list[str], label: str):
     """Write every file's rows as data files, then commit them all in one version.
     Returns (manifest or None, rows, files). On any failure or Ctrl-C before the commit,
@@ -147,15 +160,9 @@ def append_files(t, paths: list[str], label: str):
     with Progress(label, total=len(paths), unit=" files") as progress:
         try:
             for path in paths:
-                try:
+                with _loading(path, t.name):
                     files, b, n = t.write_files(read_input(path, schema), head=head,
-                                                    keys=keys)
-                except pa.ArrowException as exc:
-                    raise ConfigurationError(f"cannot read {input_kind(path)} file: "
-                                             f"{one_line(exc)}", table=t.name,
-                                             file=path) from None
-                except FlightsrvError as exc:
-                    raise type(exc)(exc.message, **{**exc.context, "file": path}) from None
+                                                keys=keys)
                 written += files
                 rows += n
                 nbytes += b
@@ -252,17 +259,9 @@ def cmd_create(args) -> int:
 
     path = args.from_file
     with Progress(f"load {args.table.lower()}", total=1, unit=" files") as progress:
-        try:
+        with _loading(path, args.table.lower()):
             t = wh.create_table(args.table, schema, props, partition_by=partition_by,
                                 data=read_input(path, normalize_schema(schema)))
-        except pa.ArrowException as exc:
-            raise ConfigurationError(f"cannot read {input_kind(path)} file: "
-                                     f"{one_line(exc)}", table=args.table.lower(),
-                                     file=path) from None
-        except FlightsrvError as exc:
-            if "file" in exc.context:
-                raise
-            raise type(exc)(exc.message, **{**exc.context, "file": path}) from None
         head = t.head()
         progress.advance(1, f"{path}: {head.live_rows} rows")
     print(f"created {t.name} at version {head.version} in {wh.uri}")
