@@ -48,6 +48,8 @@ FILE_COLUMN = "__file"
 _POOL = ThreadPoolExecutor(max_workers=max(4, (os.cpu_count() or 2) * 2),
                            thread_name_prefix="flightsrv-scan")
 READ_AHEAD = 4
+#: consecutive row groups of one file a pool job reads through one open of the file
+GROUPS_PER_READ = 4
 
 _FOOTER_CACHE = 512
 #: parsed footers by (store, path, etag), least recently used evicted
@@ -252,6 +254,16 @@ def _bool_array(mask: np.ndarray) -> pa.BooleanArray:
     return pa.BooleanArray.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
 
 
+def _filter(t: pa.Table, keep: pa.BooleanArray) -> pa.Table:
+    """``t.filter(keep)``, column by column when every column is one chunk: Arrow's filter
+    of a whole table first turns the mask into indices and takes each column, which costs
+    two to three times a direct filter of each column at a 1% deletion rate."""
+    if t.num_columns and all(c.num_chunks == 1 for c in t.columns):
+        return pa.Table.from_arrays([c.chunk(0).filter(keep) for c in t.columns],
+                                    schema=t.schema)
+    return t.filter(keep)
+
+
 @dataclass
 class FileTask:
     file: DataFile
@@ -353,45 +365,58 @@ class Snapshot:
             yield FileTask(f, groups, self.deleted_positions(f) if with_deletes else None,
                            ordinals[id(f)])
 
-    def _read_group(self, task: FileTask, rg: int, columns: list[str], positions: str | None,
-                    file_col: str | None) -> pa.Table:
+    def _read_groups(self, task: FileTask, rgs: list[int], columns: list[str],
+                     positions: str | None, file_col: str | None) -> list[pa.Table]:
+        """Row groups ``rgs`` of one task's file, live rows only, read through one open of
+        the file (opening costs about as much as decoding a small column of a row group)."""
         pf = open_parquet(self.store, task.file, table=self.table.name, version=self.version)
         reads = self.projection(task.file, columns)
-        t = read_row_group(pf, task.file, rg, proj.read_columns(reads), table=self.table.name,
-                           version=self.version)
-        if reads:
-            t = pa.Table.from_arrays(proj.apply(t, reads), names=list(columns))
-        start = task.file.row_group_offsets[rg]
-        if positions is not None:
-            t = t.append_column(positions, pa.array(np.arange(start, start + t.num_rows,
-                                                              dtype=np.int64)))
-        if task.deleted is not None:
-            mask = keep_mask(task.deleted, start, start + t.num_rows)
-            if mask is not None:
-                t = t.filter(_bool_array(mask))
-        if file_col is not None:
-            t = t.append_column(file_col, pa.array(np.full(t.num_rows, task.ordinal,
-                                                           dtype=np.int32)))
-        return t
+        wanted = proj.read_columns(reads)
+        out = []
+        for rg in rgs:
+            t = read_row_group(pf, task.file, rg, wanted, table=self.table.name,
+                               version=self.version)
+            if reads:
+                t = pa.Table.from_arrays(proj.apply(t, reads), names=list(columns))
+            start = task.file.row_group_offsets[rg]
+            if positions is not None:
+                t = t.append_column(positions, pa.array(np.arange(start, start + t.num_rows,
+                                                                  dtype=np.int64)))
+            if task.deleted is not None:
+                mask = keep_mask(task.deleted, start, start + t.num_rows)
+                if mask is not None:
+                    t = _filter(t, _bool_array(mask))
+            if file_col is not None:
+                t = t.append_column(file_col, pa.array(np.full(t.num_rows, task.ordinal,
+                                                               dtype=np.int32)))
+            out.append(t)
+        return out
 
     def iter_tables(self, columns: list[str] | None = None, *, tasks=None,
                     positions: str | None = None,
                     file_col: str | None = None) -> Iterator[tuple[FileTask, pa.Table]]:
         """(task, table) per surviving row group, in file/row-group order. ``positions`` /
-        ``file_col`` name the hidden columns to add (None: not added)."""
+        ``file_col`` name the hidden columns to add (None: not added). Row groups are read
+        in the scan's thread pool, :data:`GROUPS_PER_READ` consecutive ones of a file per
+        job, up to :data:`READ_AHEAD` jobs ahead of the consumer."""
         cols = list(self.schema.names) if columns is None else list(columns)
-        work = ((task, rg) for task in (tasks if tasks is not None else self.plan())
-                for rg in task.row_groups)
+        work = ((task, task.row_groups[i:i + GROUPS_PER_READ])
+                for task in (tasks if tasks is not None else self.plan())
+                for i in range(0, len(task.row_groups), GROUPS_PER_READ))
         pending: deque = deque()
-        for task, rg in work:
-            pending.append((task, _POOL.submit(self._read_group, task, rg, cols, positions,
+
+        def ready():
+            t_task, fut = pending.popleft()
+            for t in fut.result():
+                yield t_task, t
+
+        for task, rgs in work:
+            pending.append((task, _POOL.submit(self._read_groups, task, rgs, cols, positions,
                                                file_col)))
             if len(pending) >= READ_AHEAD:
-                t_task, fut = pending.popleft()
-                yield t_task, fut.result()
+                yield from ready()
         while pending:
-            t_task, fut = pending.popleft()
-            yield t_task, fut.result()
+            yield from ready()
 
     def scan(self, columns: list[str] | None = None, *, tasks=None,
              positions: str | None = None, file_col: str | None = None,
