@@ -85,6 +85,9 @@ def test_announced_schema_is_the_streamed_schema(port, params):
         info = client.get_flight_info(_desc(cmd))
         table = client.do_get(info.endpoints[0].ticket).read_all()
         assert info.schema.equals(table.schema), (info.schema, table.schema)
+        # GetSchema of the same bound statement answers the same schema (never runs it)
+        described = client.get_schema(_desc(cmd)).schema
+        assert described.equals(table.schema), (described, table.schema)
         assert table.column("tag").to_pylist() == [params.column(0)[0].as_py()] * 2
     finally:
         client.close()

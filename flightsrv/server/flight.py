@@ -445,12 +445,7 @@ class FlightSqlServer(flight.FlightServerBase):
         """GetFlightInfo for a statement: run it now if it has effects, else a ticket."""
         user = principal.user
         if not prepared.effects:
-            schema = prepared.dataset_schema
-            if params is not None and len(prepared.parameter_schema):
-                # the schema DoGet will stream: a parameter may type a result column
-                # (SELECT ? AS v), so describe the query with the bound values (not run)
-                schema = self._engine.prepare(prepared.sql, self._session(context, principal),
-                                              params).dataset_schema
+            schema = self._bound_schema(context, principal, prepared, params)
             ticket = self._codec.issue("query", user, sql=prepared.sql, params=params)
             return flight.FlightInfo(schema, descriptor,
                                      [flight.FlightEndpoint(ticket, [])], -1, -1)
@@ -477,6 +472,16 @@ class FlightSqlServer(flight.FlightServerBase):
                                    ttl_ms=int(self.config.result_ttl_s * 1000))
         return flight.FlightInfo(table.schema, descriptor, [flight.FlightEndpoint(ticket, [])],
                                  table.num_rows, table.nbytes)
+
+    def _bound_schema(self, context, principal: Principal, prepared: Prepared,
+                      params: pa.RecordBatch | None) -> pa.Schema:
+        """The schema a statement's result has with ``params`` bound: a parameter may type a
+        result column (``SELECT ? AS v``), so the query is described with the bound values
+        (prepared, never run)."""
+        if params is None or not len(prepared.parameter_schema):
+            return prepared.dataset_schema
+        return self._engine.prepare(prepared.sql, self._session(context, principal),
+                                    params).dataset_schema
 
     @staticmethod
     def _drain_reader(reader: pa.RecordBatchReader, cancel: Cancel) -> pa.Table:
@@ -518,8 +523,10 @@ class FlightSqlServer(flight.FlightServerBase):
         principal = principal_of(context)
         statement = self._STATEMENTS.get(type(cmd))
         if statement is not None:
-            prepared, _params = statement(self, context, principal, cmd)
-            return flight.SchemaResult(prepared.dataset_schema)
+            prepared, params = statement(self, context, principal, cmd)
+            if prepared.effects:
+                return flight.SchemaResult(prepared.dataset_schema)
+            return flight.SchemaResult(self._bound_schema(context, principal, prepared, params))
         return flight.SchemaResult(self._metadata_command(cmd).schema(cmd))
 
     # statement commands: each resolves to a prepared statement (its schema is the result's)
