@@ -219,3 +219,20 @@ def test_ingest_the_client_aborts_commits_nothing(conn, mode):
                 check.execute(f"SELECT a, b FROM {name} ORDER BY a")
                 assert check.fetchall() == expected
         time.sleep(0.1)
+
+
+def test_rows_wider_than_a_client_message_stream_in_slices(conn):
+    """DuckDB hands the server 122,880-row batches; with ~230-byte rows one is ~28 MB, over
+    the 16 MiB a gRPC client accepts by default (ADBC: "received message larger than max").
+    The server sends such batches in slices, both when it streams a query (DoGet) and when
+    it returns a result it already ran (a query through GetFlightInfo with a result id)."""
+    with conn.cursor() as cur:
+        cur.execute("CREATE OR REPLACE TABLE wide_rows AS SELECT range AS id, "
+                    "repeat('x', 220) || range::VARCHAR AS payload FROM range(150000)")
+        cur.execute("SELECT * FROM wide_rows")
+        got = cur.fetch_arrow_table()
+        rows = dict(zip(got.column("id").to_pylist(), got.column("payload").to_pylist()))
+        assert len(rows) == got.num_rows == 150000
+        assert all(rows[i] == "x" * 220 + str(i) for i in range(150000))
+        cur.execute("SELECT payload FROM wide_rows WHERE id = ?", parameters=[149999])
+        assert cur.fetchall() == [("x" * 220 + "149999",)]

@@ -88,6 +88,37 @@ SERVER_VERSION = "0.1.0"
 EMPTY_SCHEMA = pa.schema([])
 
 
+#: the largest record batch sent as one gRPC message: clients refuse bigger messages by
+#: default (ADBC's Go driver and grpc-java at 16 MiB), so DuckDB's 122,880-row batches of
+#: wide rows are sent in slices (zero-copy; the IPC writer sends only the sliced bytes)
+MAX_SEND_BATCH_BYTES = 8 * 1024 * 1024
+
+
+def sized(batch: pa.RecordBatch, limit: int = MAX_SEND_BATCH_BYTES) -> Iterator[pa.RecordBatch]:
+    """``batch`` as slices of at most about ``limit`` bytes each (by its average row size;
+    a single row larger than the limit is sent alone)."""
+    size = batch.nbytes
+    if size <= limit or batch.num_rows <= 1:
+        yield batch
+        return
+    pieces = -(-size // limit)
+    rows = max(1, -(-batch.num_rows // pieces))
+    for start in range(0, batch.num_rows, rows):
+        piece = batch.slice(start, rows)
+        if piece.nbytes > limit and piece.num_rows > 1:  # skewed rows: split further
+            yield from sized(piece, limit)
+        else:
+            yield piece
+
+
+def _sized_table(table: pa.Table) -> pa.Table:
+    """``table`` re-chunked so no batch exceeds :data:`MAX_SEND_BATCH_BYTES` (zero-copy)."""
+    if all(b.nbytes <= MAX_SEND_BATCH_BYTES for b in table.to_batches()):
+        return table
+    return pa.Table.from_batches([p for b in table.to_batches() for p in sized(b)],
+                                 schema=table.schema)
+
+
 @dataclass
 class TlsConfig:
     cert_path: str
@@ -571,7 +602,8 @@ class FlightSqlServer(flight.FlightServerBase):
     def _get_metadata(self, context, principal: Principal, t) -> flight.RecordBatchStream:
         cmd = proto.unpack(t.command)
         meta = commands.METADATA[type(cmd)]
-        return flight.RecordBatchStream(meta.table(self._metadata_context(principal), cmd))
+        return flight.RecordBatchStream(_sized_table(meta.table(self._metadata_context(principal),
+                                                                cmd)))
 
     def _get_count(self, context, principal: Principal, t) -> flight.RecordBatchStream:
         return flight.RecordBatchStream(EMPTY_SCHEMA.empty_table())
@@ -581,7 +613,7 @@ class FlightSqlServer(flight.FlightServerBase):
         if table is None:
             raise NotFound("result already fetched or expired; the statement that "
                            "produced it is not run again", ticket=t.nonce[:12])
-        return flight.RecordBatchStream(table)
+        return flight.RecordBatchStream(_sized_table(table))
 
     def _stream_query(self, context, principal: Principal, t) -> flight.GeneratorStream:
         self._note(statement=t.sql)
@@ -628,7 +660,7 @@ class FlightSqlServer(flight.FlightServerBase):
                     return
                 st.rows_returned += batch.num_rows
                 st.bytes_returned += batch.nbytes
-                yield batch
+                yield from sized(batch)
         except GeneratorExit:  # the client stopped reading
             raise
         except BaseException as exc:  # noqa: BLE001 - mapped for the client
