@@ -107,3 +107,34 @@ def test_a_nanosecond_timestamp_parameter_keeps_its_nanoseconds(cur):
     assert cur.fetchall() == [(1,)]
     cur.execute("DELETE FROM ns_t WHERE ts = ?", parameters=value)
     assert cur.rowcount == 1
+
+
+@pytest.mark.parametrize("sql,names", [
+    ("SELECT 1 AS x, 2 AS x", ["x", "x"]),
+    ("SELECT 1 AS x, 2 AS x, 3 AS x_1", ["x", "x", "x_1"]),
+    ("SELECT * FROM (VALUES (1, 'a')) a(id, s) JOIN (VALUES (1, 'b')) b(id, s) USING (id)",
+     None),
+    ("SELECT * FROM (VALUES (1, 'a')) a(id, s), (VALUES (1, 'b')) b(id, s)",
+     ["id", "s", "id", "s"]),
+])
+def test_duplicate_result_names_are_announced_as_streamed(cur, port, sql, names):
+    """A result may repeat a column name (a join's SELECT *): GetFlightInfo announces the
+    names DuckDB streams (a LIMIT 0 probe renamed them x_1 and ADBC refused the stream as
+    "inconsistent schema")."""
+    import duckdb
+
+    expected = duckdb.sql(sql).to_arrow_table()
+    if names is not None:
+        assert expected.schema.names == names
+    cur.execute(sql)
+    got = cur.fetch_arrow_table()
+    assert got.schema.names == expected.schema.names
+    assert got.to_pylist() == expected.to_pylist()
+    client = flight.connect(f"grpc://127.0.0.1:{port}")
+    try:
+        desc = _desc(proto.CommandStatementQuery(query=sql))
+        info = client.get_flight_info(desc)
+        assert info.schema.names == expected.schema.names
+        assert client.get_schema(desc).schema.names == expected.schema.names
+    finally:
+        client.close()

@@ -234,7 +234,12 @@ class DuckEngine:
                 for scan in qp.scans:
                     self._register(cur, ctx, scan, data=False)
                 rel = cur.sql(qp.sql, params=native)
-                schema = rel.limit(0).to_arrow_table().schema
+                # LIMIT 0 wraps the query in a subquery, which renames duplicate result
+                # names (x, x -> x, x_1); the statement itself streams them as they are
+                shape = rel.limit(0).to_arrow_table().schema
+                schema = pa.schema([f.with_name(n) for f, n in zip(shape, rel.columns,
+                                                                   strict=True)],
+                                   metadata=shape.metadata)
             except duckdb.Error as e:
                 raise native_failure(e, ctx.natives) or sql_error(e, sql) from None
         if key is not None:
