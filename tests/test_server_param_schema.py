@@ -138,3 +138,41 @@ def test_duplicate_result_names_are_announced_as_streamed(cur, port, sql, names)
         assert client.get_schema(desc).schema.names == expected.schema.names
     finally:
         client.close()
+
+
+def test_a_prepared_query_announces_the_schema_after_the_table_changed(cur, port):
+    """A statement prepared before ALTER TABLE / CREATE OR REPLACE announces the schema it
+    streams now (it announced the one from prepare time and ADBC refused the stream)."""
+    cur.execute("CREATE OR REPLACE TABLE stale_t (id BIGINT, s VARCHAR)")
+    cur.execute("INSERT INTO stale_t VALUES (1, 'a')")
+    cur.adbc_prepare("SELECT * FROM stale_t")
+    cur.execute("SELECT * FROM stale_t")
+    assert cur.fetchall() == [(1, "a")]
+    client = flight.connect(f"grpc://127.0.0.1:{port}")
+    try:
+        (raw,) = [r.body.to_pybytes() for r in client.do_action(flight.Action(
+            "CreatePreparedStatement", proto.pack(proto.ActionCreatePreparedStatementRequest(
+                query="SELECT * FROM stale_t"))))]
+        handle = proto.unpack(raw).prepared_statement_handle
+        # another connection changes the table under both prepared statements
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            other = dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+        with other, other.cursor() as c2:
+            c2.execute("ALTER TABLE stale_t ADD COLUMN n INTEGER DEFAULT 7")
+        cur.execute("SELECT * FROM stale_t")  # ADBC re-executes its prepared statement
+        assert cur.fetchall() == [(1, "a", 7)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            third = dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+        with third, third.cursor() as c:
+            c.execute("CREATE OR REPLACE TABLE stale_t (id VARCHAR, s BIGINT)")
+            c.execute("INSERT INTO stale_t VALUES ('x', 5)")
+        desc = _desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
+        info = client.get_flight_info(desc)
+        table = client.do_get(info.endpoints[0].ticket).read_all()
+        assert info.schema.equals(table.schema), (info.schema, table.schema)
+        assert client.get_schema(desc).schema.equals(table.schema)
+        assert table.to_pylist() == [{"id": "x", "s": 5}]
+    finally:
+        client.close()

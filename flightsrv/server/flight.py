@@ -472,11 +472,12 @@ class FlightSqlServer(flight.FlightServerBase):
 
     def _statement_info(self, context, principal: Principal, prepared: Prepared,
                         params: pa.RecordBatch | None,
-                        descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+                        descriptor: flight.FlightDescriptor, *,
+                        fresh: bool) -> flight.FlightInfo:
         """GetFlightInfo for a statement: run it now if it has effects, else a ticket."""
         user = principal.user
         if not prepared.effects:
-            schema = self._bound_schema(context, principal, prepared, params)
+            schema = self._bound_schema(context, principal, prepared, params, fresh=fresh)
             ticket = self._codec.issue("query", user, sql=prepared.sql, params=params)
             return flight.FlightInfo(schema, descriptor,
                                      [flight.FlightEndpoint(ticket, [])], -1, -1)
@@ -505,12 +506,16 @@ class FlightSqlServer(flight.FlightServerBase):
                                  table.num_rows, table.nbytes)
 
     def _bound_schema(self, context, principal: Principal, prepared: Prepared,
-                      params: pa.RecordBatch | None) -> pa.Schema:
-        """The schema a statement's result has with ``params`` bound: a parameter may type a
-        result column (``SELECT ? AS v``), so the query is described with the bound values
-        (prepared, never run)."""
+                      params: pa.RecordBatch | None, *, fresh: bool) -> pa.Schema:
+        """The schema a query's result has now, with ``params`` bound: the query is described
+        again (prepared, never run), because a parameter may type a result column
+        (``SELECT ? AS v``) and the tables it reads may have changed since it was prepared
+        (``ALTER TABLE``, ``CREATE OR REPLACE``): the schema DoGet will stream. The engine
+        answers from its schema cache while the tables' schemas are unchanged."""
         if params is None or not len(prepared.parameter_schema):
-            return prepared.dataset_schema
+            if fresh:  # prepared by this very request: nothing can have changed
+                return prepared.dataset_schema
+            params = None
         return self._engine.prepare(prepared.sql, self._session(context, principal),
                                     params).dataset_schema
 
@@ -542,7 +547,8 @@ class FlightSqlServer(flight.FlightServerBase):
         statement = self._STATEMENTS.get(type(cmd))
         if statement is not None:
             prepared, params = statement(self, context, principal, cmd)
-            return self._statement_info(context, principal, prepared, params, descriptor)
+            return self._statement_info(context, principal, prepared, params, descriptor,
+                                        fresh=isinstance(cmd, proto.CommandStatementQuery))
         meta = self._metadata_command(cmd)
         ticket = self._codec.issue("metadata", principal.user, command=descriptor.command)
         return flight.FlightInfo(meta.schema(cmd), descriptor,
@@ -557,7 +563,9 @@ class FlightSqlServer(flight.FlightServerBase):
             prepared, params = statement(self, context, principal, cmd)
             if prepared.effects:
                 return flight.SchemaResult(prepared.dataset_schema)
-            return flight.SchemaResult(self._bound_schema(context, principal, prepared, params))
+            return flight.SchemaResult(self._bound_schema(
+                context, principal, prepared, params,
+                fresh=isinstance(cmd, proto.CommandStatementQuery)))
         return flight.SchemaResult(self._metadata_command(cmd).schema(cmd))
 
     # statement commands: each resolves to a prepared statement (its schema is the result's)
