@@ -176,3 +176,26 @@ def test_a_prepared_query_announces_the_schema_after_the_table_changed(cur, port
         assert table.to_pylist() == [{"id": "x", "s": 5}]
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("sql,rows", [
+    ("SELECT 'a'::ENUM('a', 'b') AS e", [{"e": "a"}]),
+    ("SELECT NULL::ENUM('a', 'b') AS e", [{"e": None}]),
+    ("SELECT ['b'::ENUM('a', 'b')] AS l, {'k': 'a'::ENUM('a', 'b')} AS s",
+     [{"l": ["b"], "s": {"k": "a"}}]),
+    ("SELECT range::VARCHAR::ENUM('0', '1', '2') AS e FROM range(3) ORDER BY range",
+     [{"e": "0"}, {"e": "1"}, {"e": "2"}]),
+])
+def test_enum_results_stream_as_their_values(cur, port, sql, rows):
+    """DuckDB exports an ENUM as an Arrow dictionary, which Flight clients refused ("IPC
+    stream did not have the expected number of dictionaries"): results carry the values."""
+    cur.execute(sql)
+    assert cur.fetch_arrow_table().to_pylist() == rows
+    client = flight.connect(f"grpc://127.0.0.1:{port}")
+    try:
+        info = client.get_flight_info(_desc(proto.CommandStatementQuery(query=sql)))
+        table = client.do_get(info.endpoints[0].ticket).read_all()
+        assert info.schema.equals(table.schema)
+        assert table.to_pylist() == rows
+    finally:
+        client.close()

@@ -70,7 +70,9 @@ from flightsrv.engine.group_commit import GroupCommitter
 from flightsrv.engine.params import kind_name, parameter_schema, schema_key
 from flightsrv.engine.stream import (
     coalesce,
+    decoded,
     guarded,
+    plain_schema,
     scan_failure,
     sql_error,
     stream_batches,
@@ -237,9 +239,9 @@ class DuckEngine:
                 # LIMIT 0 wraps the query in a subquery, which renames duplicate result
                 # names (x, x -> x, x_1); the statement itself streams them as they are
                 shape = rel.limit(0).to_arrow_table().schema
-                schema = pa.schema([f.with_name(n) for f, n in zip(shape, rel.columns,
-                                                                   strict=True)],
-                                   metadata=shape.metadata)
+                schema = plain_schema(pa.schema(
+                    [f.with_name(n) for f, n in zip(shape, rel.columns, strict=True)],
+                    metadata=shape.metadata))
             except duckdb.Error as e:
                 raise native_failure(e, ctx.natives) or sql_error(e, sql) from None
         if key is not None:
@@ -335,7 +337,10 @@ class DuckEngine:
                           ctx.info)
         if self.min_batch_rows > 1:
             batches = coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
-        return pa.RecordBatchReader.from_batches(inner.schema, batches)
+        schema = plain_schema(inner.schema)
+        if schema != inner.schema:  # an ENUM column: its values, not a dictionary
+            batches = decoded(batches, schema)
+        return pa.RecordBatchReader.from_batches(schema, batches)
 
     def _function_relation(self, fn: sqlplan.FunctionScan) -> pa.Table:
         try:

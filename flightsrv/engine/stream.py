@@ -116,3 +116,36 @@ class RowCounter:
             if schema is not None and b.schema != schema:
                 b = pa.RecordBatch.from_arrays(b.columns, schema=schema)
             yield b
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with every dictionary type (DuckDB exports ENUM columns as dictionaries)
+    replaced by its value type, at any depth."""
+    if pa.types.is_dictionary(t):
+        return _plain_type(t.value_type)
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_plain_type(t.key_type)),
+                       t.item_field.with_type(_plain_type(t.item_type)), t.keys_sorted)
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_plain_type(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_plain_type(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_plain_type(t.value_type)), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_plain_type(f.type)) for f in t])
+    return t
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """A result schema without dictionary types: a result streams as plain values, because
+    clients read a dictionary-encoded column badly or not at all (pyarrow's and ADBC's Flight
+    clients refuse the stream, the JDBC driver shows the indices)."""
+    return pa.schema([f.with_type(_plain_type(f.type)) for f in schema],
+                     metadata=schema.metadata)
+
+
+def decoded(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """``batches`` cast to ``schema`` (:func:`plain_schema` of theirs): dictionaries decoded."""
+    for b in batches:
+        yield b.cast(schema)
