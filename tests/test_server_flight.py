@@ -131,6 +131,12 @@ def test_sql_info_all_and_subset(client):
         (proto.CommandGetCatalogs(), md.CATALOGS_SCHEMA, 1),
         (proto.CommandGetDbSchemas(), md.DB_SCHEMAS_SCHEMA, 1),
         (proto.CommandGetDbSchemas(catalog="other"), md.DB_SCHEMAS_SCHEMA, 0),
+        (proto.CommandGetDbSchemas(catalog="flightsrv"), md.DB_SCHEMAS_SCHEMA, 1),
+        # an empty catalog asks for objects without one: there are none
+        (proto.CommandGetDbSchemas(catalog=""), md.DB_SCHEMAS_SCHEMA, 0),
+        (proto.CommandGetTables(catalog=""), md.TABLES_SCHEMA, 0),
+        (proto.CommandGetTables(catalog="flightsrv", table_name_filter_pattern="items"),
+         md.TABLES_SCHEMA, 1),
         (proto.CommandGetTableTypes(), md.TABLE_TYPES_SCHEMA, 1),
         (proto.CommandGetPrimaryKeys(table="items"), md.PRIMARY_KEYS_SCHEMA, 0),
         (proto.CommandGetExportedKeys(table="items"), md.FOREIGN_KEYS_SCHEMA, 0),

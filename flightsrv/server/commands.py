@@ -49,8 +49,11 @@ def _opt(msg, name: str) -> str | None:
 
 
 def _catalog_ok(msg, name: str) -> bool:
+    """Whether the request's catalog filter admits the one catalog. Unset does not narrow;
+    the empty string asks for objects without a catalog, which there are none of (Flight
+    SQL's ``GetDbSchemas``/``GetTables``)."""
     catalog = _opt(msg, name)
-    return catalog is None or catalog in ("", md.CATALOG)
+    return catalog is None or catalog == md.CATALOG
 
 
 def _schema_ok(msg, name: str) -> bool:
