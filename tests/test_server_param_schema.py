@@ -199,3 +199,36 @@ def test_enum_results_stream_as_their_values(cur, port, sql, rows):
         assert table.to_pylist() == rows
     finally:
         client.close()
+
+
+def test_get_tables_announces_the_types_a_select_streams(tmp_path):
+    """GetTables(include_schema) describes each table as ``SELECT *`` streams it, not as it
+    is stored: DuckDB reads a stored timestamp[ms]/[s] as [us], a fixed-size list as a list,
+    and spells the UTC zone its own way; a BI tool that builds its model from GetTables then
+    gets the types it is sent."""
+    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
+    server, port = start_in_thread(engine)
+    client = flight.connect(f"grpc://127.0.0.1:{port}")
+    data = pa.table({
+        "ms": pa.array([1_700_000_000_000], pa.timestamp("ms")),
+        "s_utc": pa.array([1_700_000_000], pa.timestamp("s", tz="UTC")),
+        "fsl": pa.array([[1, 2]], pa.list_(pa.int32(), 2)),
+        "d": pa.array([19000], pa.date32()),
+    })
+    engine.warehouse.create_table("typed_meta", data.schema).append(data)
+    try:
+        msg = proto.CommandGetTables(table_name_filter_pattern="typed_meta",
+                                     include_schema=True)
+        (row,) = client.do_get(client.get_flight_info(_desc(msg)).endpoints[0].ticket) \
+            .read_all().to_pylist()
+        info = client.get_flight_info(_desc(proto.CommandStatementQuery(
+            query="SELECT * FROM typed_meta")))
+        streamed = client.do_get(info.endpoints[0].ticket).read_all()
+    finally:
+        client.close()
+        server.shutdown()
+        engine.close()
+    announced = pa.ipc.read_schema(pa.py_buffer(row["table_schema"]))
+    assert [(f.name, f.type) for f in announced] == \
+        [(f.name, f.type) for f in streamed.schema], (announced, streamed.schema)
+    assert streamed.column("d").to_pylist() == data.column("d").to_pylist()

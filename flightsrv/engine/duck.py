@@ -191,7 +191,13 @@ class DuckEngine:
         return list(self.warehouse.list_tables(broken))
 
     def table_schema(self, table: str) -> pa.Schema:
-        return self.warehouse.handle(table).snapshot().schema
+        """The schema ``SELECT * FROM table`` streams (as DuckDB types it: a stored
+        ``timestamp[ms]`` reads as ``timestamp[us]``, a fixed-size list as a list), so what
+        GetTables announces is what a query of the table returns."""
+        self.warehouse.handle(table)  # TableNotFound / a broken table, as before
+        quoted = '"' + table.replace('"', '""') + '"'
+        return self.prepare(f"SELECT * FROM {quoted}",
+                            Session("metadata", role=Role.READER)).dataset_schema
 
     # -- Engine: prepare -------------------------------------------------------------------
 
