@@ -82,6 +82,8 @@ from flightsrv.engine.prune import Pruner
 from flightsrv.engine.relations import native_failure, native_root
 from flightsrv.errors import (
     ConfigurationError,
+    CorruptObject,
+    ObjectNotFound,
     PermissionDenied,
     SqlError,
     TableNotFound,
@@ -194,10 +196,18 @@ class DuckEngine:
         """The schema ``SELECT * FROM table`` streams (as DuckDB types it: a stored
         ``timestamp[ms]`` reads as ``timestamp[us]``, a fixed-size list as a list), so what
         GetTables announces is what a query of the table returns."""
-        self.warehouse.handle(table)  # TableNotFound / a broken table, as before
+        stored = self.warehouse.handle(table).snapshot().schema  # or why it cannot be read
         quoted = '"' + table.replace('"', '""') + '"'
-        return self.prepare(f"SELECT * FROM {quoted}",
-                            Session("metadata", role=Role.READER)).dataset_schema
+        try:
+            described = self.prepare(f"SELECT * FROM {quoted}",
+                                     Session("metadata", role=Role.READER)).dataset_schema
+        except (SqlError, ObjectNotFound, CorruptObject):
+            # its metadata reads but a data file does not: the query says why, the listing
+            # shows the table's stored shape
+            return stored
+        # DuckDB's types; the table's own NOT NULL and field metadata
+        return pa.schema([f.with_type(d.type) for f, d in zip(stored, described, strict=True)],
+                         metadata=stored.metadata)
 
     # -- Engine: prepare -------------------------------------------------------------------
 
