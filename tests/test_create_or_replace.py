@@ -161,3 +161,24 @@ def test_an_insert_select_racing_a_replace_inserts_nothing(tmp_path):
             wh.engine.execute_update("INSERT INTO t SELECT gen, id FROM src", wh._session(),
                                      extra={"src": src})
         assert _rows(wh, "t") == new.to_pylist()
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT * FROM precious a JOIN precious b ON a.id = b.id",
+    "SELECT 1 AS x, 2 AS X, 3 AS x_1, 4 AS x",
+    "SELECT id, v, id FROM precious",
+])
+def test_a_created_table_renames_repeated_columns_as_duckdb_does(wh, query):
+    """CREATE TABLE ... AS over a result that repeats a name (a join's SELECT *) was refused
+    ("duplicate column name"); DuckDB creates it with the repeats renamed."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.sql("CREATE TABLE precious (id INTEGER, v VARCHAR)")
+    con.sql("INSERT INTO precious VALUES (1, 'important'), (2, 'data')")
+    con.sql(f"CREATE TABLE made AS {query}")
+    expected = con.sql("SELECT * FROM made ORDER BY ALL").to_arrow_table()
+    wh.sql(f"CREATE TABLE made AS {query}")
+    got = wh.sql("SELECT * FROM made ORDER BY ALL")
+    assert got.schema.names == expected.schema.names
+    assert got.to_pylist() == expected.to_pylist()

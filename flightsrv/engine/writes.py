@@ -177,7 +177,9 @@ class Writes:
                 return 0
             raise TableExists("table already exists", table=stmt.table)
         reader = self.engine._run_query(stmt, tree, "ctas", self.engine._pinner(), values, ctx)
-        schema = pa.schema([f.with_nullable(True) for f in reader.schema])
+        names = _table_names(reader.schema.names)
+        schema = pa.schema([f.with_nullable(True).with_name(n)
+                            for f, n in zip(reader.schema, names, strict=True)])
         counter = RowCounter()
         try:
             wh.create_table(stmt.table, schema, replace=stmt.replace,
@@ -277,3 +279,16 @@ class Writes:
             wh.create_table(table, data.schema, replace=mode == IngestMode.REPLACE,
                             data=stream)
         return counter.rows
+
+
+def _table_names(names: list[str]) -> list[str]:
+    """The column names a table created from a result with these names gets: DuckDB's, which
+    renames a repeated name (``x, X, x`` -> ``x, X_1, x_2``; a join's ``SELECT *``), as it
+    does for a subquery's columns, so asked of DuckDB that way."""
+    if len({n.lower() for n in names}) == len(names):
+        return list(names)
+    import duckdb
+
+    cols = ", ".join(f'NULL AS "{n.replace(chr(34), chr(34) * 2)}"' for n in names)
+    with duckdb.connect(":memory:") as con:
+        return con.sql(f"SELECT * FROM (SELECT {cols})").columns
