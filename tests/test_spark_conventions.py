@@ -234,9 +234,12 @@ def test_time_travel_options(spark, local_uri):
                           "not both"),
                          ({"versionAsOf": 7}, "VersionNotFound"),
                          ({"timestampAsOf": "2000-01-01"}, "no retained version"),
-                         ({"timestampAsOf": "yesterday"}, "does not parse")]:
+                         ({"timestampAsOf": "yesterday"}, "does not parse"),
+                         ({"rowGroupsPerPartition": "0"}, "rowGroupsPerPartition must be"),
+                         ({"rowGroupsPerPartition": "two"}, "rowGroupsPerPartition must be")]:
         with pytest.raises(Exception, match=needle):
             count(**opts)
+    assert count(rowGroupsPerPartition="1") == 5
 
 
 def test_save_modes(spark, local_uri):

@@ -286,8 +286,14 @@ class FlightsrvReader(DataSourceReader):
             rules.check(want.field(out).type, snap.schema.field(col).type, column=col,
                         table=self.name, case_sensitive=exact,
                         incoming_name=rules.type_name(snap.schema.field(col).type))
-        self.rg_per_part = max(1, int(options.get("rowGroupsPerPartition",
-                                                  DEFAULT_ROW_GROUPS_PER_PARTITION)))
+        raw = options.get("rowGroupsPerPartition", str(DEFAULT_ROW_GROUPS_PER_PARTITION))
+        try:
+            self.rg_per_part = int(str(raw).strip())
+        except ValueError:
+            self.rg_per_part = 0
+        if self.rg_per_part < 1:
+            raise ConfigurationError("rowGroupsPerPartition must be an integer >= 1",
+                                     table=self.name, value=raw)
         self.prune: list = []  # PruneTerm hints from pushed filters (never decide rows)
         self.push = _flag(options, "pushFilters")
 
