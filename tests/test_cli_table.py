@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import math
 import os
 import re
 
@@ -284,6 +285,31 @@ def test_csv_written_by_scan_appends_back_with_nulls_and_empty_strings(tmp_path)
     assert proc.returncode == 0, proc.stderr
     got = Warehouse.open(str(wh)).table("dst").to_table().sort_by("id")
     assert got.to_pylist() == rows.to_pylist()
+
+
+
+@pytest.mark.parametrize("how", ["append", "create"])
+def test_csv_null_is_only_an_empty_field_not_na_null_or_nan(tmp_path, how):
+    """pyarrow's default NULL spellings are values in our CSV: 'NA', 'NULL', 'null', 'N/A'
+    stay text and NaN/nan/inf are floats; only an unquoted empty field is NULL."""
+    wh = tmp_path / "wh"
+    src = tmp_path / "in.csv"
+    src.write_text('id,s,d,f\n1,NA,NaN,nan\n2,NULL,inf,-Infinity\n3,null,nan,1.5\n'
+                   '4,N/A,,\n5,"",1,2\n6,,1,2\n')
+    if how == "append":
+        assert run("--warehouse", wh, "table", "create", "t", "--schema",
+                   "id:int32,s:string,d:double,f:float").returncode == 0
+        proc = run("--warehouse", wh, "table", "append", "t", src)
+    else:
+        proc = run("--warehouse", wh, "table", "create", "t", "--from-file", src)
+    assert proc.returncode == 0, proc.stderr
+    got = Warehouse.open(str(wh)).table("t").to_table().sort_by("id").to_pylist()
+    text = [(r["id"], r["s"]) for r in got]
+    assert text == [(1, "NA"), (2, "NULL"), (3, "null"), (4, "N/A"), (5, ""), (6, None)]
+    floats = [(r["d"], r["f"]) for r in got]
+    assert all(math.isnan(x) for x in (floats[0][0], floats[0][1], floats[2][0]))
+    assert floats[1] == (math.inf, -math.inf) and floats[2][1] == 1.5
+    assert floats[3] == (None, None) and floats[4] == (1.0, 2.0)
 
 
 def test_a_vacuum_dry_run_with_nothing_to_delete_shows_its_columns(tmp_path):

@@ -139,9 +139,12 @@ def read_input(path: str, schema=None):
     try:
         if kind in ("csv", "tsv"):
             parse = pcsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",")
-            # an empty field is NULL, a quoted empty one ("") the empty string: what
-            # ``--format csv`` writes, and what DuckDB's read_csv reads
-            nulls = dict(strings_can_be_null=True, quoted_strings_can_be_null=False)
+            # only an empty field is NULL, a quoted empty one ("") the empty string: what
+            # ``--format csv`` writes, and what DuckDB's read_csv reads. pyarrow's default
+            # NULL spellings (NA, NULL, null, N/A, NaN, nan, ...) stay values: text in a
+            # string column, NaN in a float column
+            nulls = dict(null_values=[""], strings_can_be_null=True,
+                         quoted_strings_can_be_null=False)
             if schema is None:
                 return pcsv.open_csv(path, parse_options=parse,
                                      convert_options=pcsv.ConvertOptions(**nulls))
