@@ -228,6 +228,46 @@ def test_csv_writes_binary_as_hex(tmp_path, command):
     assert proc.stdout.splitlines() == ['"id","payload"', '1,"\\xff00"', "2,"]
 
 
+
+@pytest.mark.parametrize("ext,text", [
+    ("csv", 'id,b\n1,\\x00ff\n2,"\\x"\n3,\n4,plain\n5,\\xABcd\n'),
+    ("jsonl", '{"id": 1, "b": "AP8="}\n{"id": 2, "b": ""}\n{"id": 3, "b": null}\n'
+              '{"id": 4, "b": "cGxhaW4="}\n{"id": 5, "b": "q80="}\n'),
+], ids=["csv-hex", "jsonl-base64"])
+def test_append_decodes_binary_as_scan_writes_it(tmp_path, ext, text):
+    """CSV: \\x + hex is bytes, text without \\x its UTF-8 bytes; JSON lines: base64."""
+    wh = tmp_path / "wh"
+    src = tmp_path / f"in.{ext}"
+    src.write_text(text)
+    assert run("--warehouse", wh, "table", "create", "t", "--schema",
+               "id:int32,b:binary").returncode == 0
+    proc = run("--warehouse", wh, "table", "append", "t", src)
+    assert proc.returncode == 0, proc.stderr
+    got = Warehouse.open(str(wh)).table("t").to_table().sort_by("id").to_pylist()
+    assert [r["b"] for r in got] == [b"\x00\xff", b"", None, b"plain", b"\xab\xcd"]
+
+
+@pytest.mark.parametrize("ext,text,value", [
+    ("csv", "id,b\n1,\\x00\n2,\\x0g\n", "value=\\x0g"),
+    ("csv", "id,b\n1,\\x00\n2,\\x000\n", "value=\\x000"),
+    ("jsonl", '{"id": 1, "b": "AA=="}\n{"id": 2, "b": "AP8"}\n', "value=AP8"),
+], ids=["csv-not-hex", "csv-odd", "jsonl-not-base64"])
+def test_a_binary_value_that_does_not_decode_names_file_column_row_and_value(
+        tmp_path, ext, text, value):
+    wh = tmp_path / "wh"
+    src = tmp_path / f"in.{ext}"
+    src.write_text(text)
+    assert run("--warehouse", wh, "table", "create", "t", "--schema",
+               "id:int32,b:binary").returncode == 0
+    proc = run("--warehouse", wh, "table", "append", "t", src)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("flightsrv: error: "), line
+    for needle in [f"file={src}", "column=b", "row=2", value]:
+        assert needle in line, (needle, line)
+    assert Warehouse.open(str(wh)).table("t").head().version == 0
+
+
 # -- small output fixes ---------------------------------------------------------------------
 
 

@@ -128,8 +128,9 @@ def read_input(path: str, schema=None):
     ``schema`` (the table's, when appending to it): CSV/TSV and JSON columns named like a
     table column are read as that column's type instead of a guessed one, so ``02134`` stays
     a string and ``1.50`` loads into a decimal. Text for a ``timestamptz`` column is cast by
-    DuckDB (a value without an offset means what it means in SQL). A value that does not
-    convert fails the read, naming the file and the column."""
+    DuckDB (a value without an offset means what it means in SQL); text for a binary column
+    is decoded as ``--format csv|jsonl`` writes it (``_decode_binary``). A value that does
+    not convert fails the read, naming the file and the column."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.dataset as ds
@@ -149,19 +150,19 @@ def read_input(path: str, schema=None):
                 return pcsv.open_csv(path, parse_options=parse,
                                      convert_options=pcsv.ConvertOptions(**nulls))
             names = _csv_header(path, parse)
-            types, instants = _read_types(schema, names)
+            types, later = _read_types(schema, names)
             reader = pcsv.open_csv(path, parse_options=parse, convert_options=pcsv.ConvertOptions(
                 column_types=types, **nulls))
-            return _typed(_named_errors(reader, kind, path, names), instants, path)
+            return _typed(_named_errors(reader, kind, path, names), later, path, "hex")
         if kind == "json":
             if schema is None:
                 return pjson.read_json(path).to_reader()
             names = pjson.read_json(path).schema.names
-            types, instants = _read_types(schema, names)
+            types, later = _read_types(schema, names)
             explicit = pa.schema([(n, types[n]) for n in names if n in types])
             table = pjson.read_json(path, parse_options=pjson.ParseOptions(
                 explicit_schema=explicit, unexpected_field_behavior="infer"))
-            return _typed(table.to_reader(), instants, path)
+            return _typed(table.to_reader(), later, path, "base64")
         return ds.dataset(path, format="parquet").scanner().to_reader()
     except (pa.ArrowException, OSError) as exc:
         raise _read_error(kind, exc, path, locals().get("names")) from None
@@ -178,21 +179,29 @@ def _csv_header(path: str, parse) -> list[str]:
         reader.close()
 
 
-def _read_types(schema, names: list[str]):
-    """Column types to read ``names`` with: the table's type of every column the file has;
-    text for a time-zone-aware timestamp (cast by DuckDB afterwards, see ``_typed``)."""
+def _is_binary(t) -> bool:
     import pyarrow as pa
 
-    types, instants = {}, []
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+        or pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t)
+
+
+def _read_types(schema, names: list[str]):
+    """Column types to read ``names`` with, and the table fields read as text and converted
+    afterwards (see ``_typed``): the table's type of every column the file has, except text
+    for a time-zone-aware timestamp (cast by DuckDB) and for binary (decoded)."""
+    import pyarrow as pa
+
+    types, later = {}, []
     for f in schema:
         if f.name not in names:
             continue
-        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+        if (pa.types.is_timestamp(f.type) and f.type.tz is not None) or _is_binary(f.type):
             types[f.name] = pa.string()
-            instants.append(f)
+            later.append(f)
         else:
             types[f.name] = f.type
-    return types, instants
+    return types, later
 
 
 def _read_error(kind: str, exc: BaseException, path: str, names) -> ConfigurationError:
@@ -224,17 +233,18 @@ def _named_errors(reader, kind: str, path: str, names):
     return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
-def _typed(reader, instants, path: str):
-    """``reader`` with its ``timestamptz`` text columns cast by DuckDB; a value that does not
-    convert raises ConfigurationError naming the file, column, row (1 = the first data row)
-    and value."""
+def _typed(reader, later, path: str, binary: str):
+    """``reader`` with the text columns of ``later`` converted to their table types:
+    ``timestamptz`` cast by DuckDB, binary decoded from ``binary`` text (``hex``: CSV,
+    ``base64``: JSON lines; see ``_decode_binary``). A value that does not convert raises
+    ConfigurationError naming the file, column, row (1 = the first data row) and value."""
     import pyarrow as pa
 
-    if not instants:
+    if not later:
         return reader
     import duckdb
 
-    wanted = {f.name: f.type for f in instants}
+    wanted = {f.name: f.type for f in later}
     out_schema = pa.schema([(n, wanted.get(n, t))
                             for n, t in zip(reader.schema.names, reader.schema.types,
                                             strict=True)])
@@ -246,29 +256,84 @@ def _typed(reader, instants, path: str):
             for batch in reader:
                 cols = dict(zip(batch.schema.names, batch.columns, strict=True))
                 for name, typ in wanted.items():
-                    con.register("src", pa.table({"i": pa.array(range(batch.num_rows),
-                                                                pa.int64()),
-                                                  "s": cols[name]}))
-                    try:
-                        got = con.sql("SELECT CAST(NULLIF(s, '') AS TIMESTAMPTZ) FROM src "
-                                      "ORDER BY i").to_arrow_table()
-                    except duckdb.Error:
-                        bad = con.sql("SELECT i, s FROM src WHERE NULLIF(s, '') IS NOT NULL "
-                                          "AND TRY_CAST(s AS TIMESTAMPTZ) IS NULL ORDER BY i "
-                                          "LIMIT 1").fetchall()
-                        where = {"row": done + bad[0][0] + 1, "value": bad[0][1]} if bad \
-                            else {}
-                        raise ConfigurationError("a value is not a timestamp with time zone",
-                                                 file=path, column=name, **where) from None
-                    finally:
-                        con.unregister("src")
-                    cols[name] = got.column(0).combine_chunks().cast(typ)
+                    if _is_binary(typ):
+                        cols[name] = _decode_binary(cols[name], typ, binary, path=path,
+                                                    column=name, first_row=done + 1)
+                    else:
+                        cols[name] = _cast_instants(con, cols[name], typ, path=path,
+                                                    column=name, first_row=done + 1)
                 done += batch.num_rows
                 yield pa.record_batch(list(cols.values()), schema=out_schema)
         finally:
             con.close()
 
     return pa.RecordBatchReader.from_batches(out_schema, cast_batches())
+
+
+def _cast_instants(con, col, typ, *, path: str, column: str, first_row: int):
+    """Text ``col`` cast to TIMESTAMPTZ by DuckDB (an empty string is NULL), as ``typ``."""
+    import duckdb
+    import pyarrow as pa
+
+    con.register("src", pa.table({"i": pa.array(range(len(col)), pa.int64()), "s": col}))
+    try:
+        got = con.sql("SELECT CAST(NULLIF(s, '') AS TIMESTAMPTZ) FROM src "
+                      "ORDER BY i").to_arrow_table()
+    except duckdb.Error:
+        bad = con.sql("SELECT i, s FROM src WHERE NULLIF(s, '') IS NOT NULL "
+                      "AND TRY_CAST(s AS TIMESTAMPTZ) IS NULL ORDER BY i "
+                      "LIMIT 1").fetchall()
+        where = {"row": first_row + bad[0][0], "value": bad[0][1]} if bad else {}
+        raise ConfigurationError("a value is not a timestamp with time zone",
+                                 file=path, column=column, **where) from None
+    finally:
+        con.unregister("src")
+    return got.column(0).combine_chunks().cast(typ)
+
+
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
+
+
+def _decode_binary(col, typ, encoding: str, *, path: str, column: str, first_row: int):
+    """Text ``col`` as the bytes it stands for, of binary type ``typ``.
+
+    ``hex`` (CSV, as ``--format csv`` writes binary): ``\\x`` then an even number of hex
+    digits is those bytes (``\\x`` alone: no bytes); text without the ``\\x`` prefix is
+    its UTF-8 bytes as written (like PostgreSQL's input of ``bytea``). ``base64`` (JSON
+    lines, as ``--format jsonl`` writes binary): standard base64 with padding.
+    ConfigurationError naming the file, column, row and value for text that is neither."""
+    import base64
+    import binascii
+
+    import pyarrow as pa
+
+    width = typ.byte_width if pa.types.is_fixed_size_binary(typ) else None
+    out = []
+    for i, text in enumerate(col.to_pylist()):
+        if text is None:
+            out.append(None)
+            continue
+        if encoding == "hex":
+            if not text.startswith("\\x"):
+                value = text.encode("utf-8")
+            elif _HEX.fullmatch(text, 2):
+                value = bytes.fromhex(text[2:])
+            else:
+                raise ConfigurationError(
+                    "a binary value starting with \\x is not an even number of hex digits",
+                    file=path, column=column, row=first_row + i, value=text)
+        else:
+            try:
+                value = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                raise ConfigurationError("a binary value is not base64", file=path,
+                                         column=column, row=first_row + i,
+                                         value=text) from None
+        if width is not None and len(value) != width:
+            raise ConfigurationError(f"a binary value is not {width} bytes long", file=path,
+                                     column=column, row=first_row + i, value=text)
+        out.append(value)
+    return pa.array(out, pa.binary()).cast(typ)
 
 
 def input_schema(path: str):
