@@ -129,8 +129,9 @@ def read_input(path: str, schema=None):
     table column are read as that column's type instead of a guessed one, so ``02134`` stays
     a string and ``1.50`` loads into a decimal. Text for a ``timestamptz`` column is cast by
     DuckDB (a value without an offset means what it means in SQL); text for a binary column
-    is decoded as ``--format csv|jsonl`` writes it (``_decode_binary``). A value that does
-    not convert fails the read, naming the file and the column."""
+    is decoded as ``--format csv|jsonl`` writes it (``_decode_binary``). JSON lines are read
+    by DuckDB (``_read_json``). A value that does not convert fails the read, naming the file
+    and the column."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.dataset as ds
@@ -157,15 +158,143 @@ def read_input(path: str, schema=None):
         if kind == "json":
             if schema is None:
                 return pjson.read_json(path).to_reader()
-            names = pjson.read_json(path).schema.names
-            types, later = _read_types(schema, names)
-            explicit = pa.schema([(n, types[n]) for n in names if n in types])
-            table = pjson.read_json(path, parse_options=pjson.ParseOptions(
-                explicit_schema=explicit, unexpected_field_behavior="infer"))
-            return _typed(table.to_reader(), later, path, "base64")
+            return _read_json(path, schema)
         return ds.dataset(path, format="parquet").scanner().to_reader()
     except (pa.ArrowException, OSError) as exc:
         raise _read_error(kind, exc, path, locals().get("names")) from None
+
+
+def _read_json(path: str, schema):
+    """JSON lines read by DuckDB's ``read_json`` with the table's column types, so what
+    ``--format jsonl`` writes reads back: DuckDB converts a JSON string to a date, timestamp,
+    decimal or double (``"NaN"``, ``"-Infinity"``) and a JSON number or boolean to text, as
+    SQL's CAST would. Binary columns are read as text and base64-decoded. Keys that are not
+    table columns are kept as JSON text, so the append refuses them by name.
+
+    The columns are the keys of any object in the file (a key missing from some objects is
+    NULL there). A value that does not convert raises ConfigurationError naming the file,
+    the column, the row (1 = the first object) and the value as JSON."""
+    import duckdb
+    import pyarrow as pa
+
+    con = duckdb.connect(":memory:")
+    try:
+        keys = {r[0] for r in con.execute(
+            "SELECT DISTINCT unnest(json_keys(json)) FROM read_ndjson_objects(?)",
+            [path]).fetchall()}
+    except duckdb.Error as exc:
+        con.close()
+        raise ConfigurationError(f"cannot read json file: {_duck_text(exc)}",
+                                 file=path) from None
+    if not keys:
+        con.close()
+        raise ConfigurationError("cannot read json file: it holds no JSON object", file=path)
+    fields = [f for f in schema if f.name in keys]
+    for f in fields:
+        if _nested_binary(f.type):
+            con.close()
+            raise ConfigurationError("cannot read binary values inside a nested column from "
+                                     "JSON lines; load a Parquet file", file=path,
+                                     column=f.name)
+    duck = _duck_types(con, fields)
+    columns = {f.name: "VARCHAR" if _is_binary(f.type) else duck[f.name] for f in fields}
+    columns.update({k: "JSON" for k in sorted(keys - set(columns))})
+    try:
+        reader = con.sql("SELECT * FROM read_json($path, format='newline_delimited', "
+                         "columns=$columns)",
+                         params={"path": path, "columns": columns}).to_arrow_reader()
+    except duckdb.Error as exc:
+        con.close()
+        raise _json_error(path, fields, exc) from None
+    wanted = {f.name: f.type for f in fields}
+    out_schema = pa.schema([(n, wanted.get(n, pa.string())) for n in columns])
+
+    def batches():
+        done = 0
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except (duckdb.Error, pa.ArrowException, OSError) as exc:
+                    raise _json_error(path, fields, exc) from None
+                cols = []
+                for name, col in zip(batch.schema.names, batch.columns, strict=True):
+                    typ = wanted.get(name, pa.string())
+                    if _is_binary(typ):
+                        col = _decode_binary(col, typ, "base64", path=path, column=name,
+                                             first_row=done + 1)
+                    cols.append(col.cast(typ))
+                done += batch.num_rows
+                yield pa.record_batch(cols, schema=out_schema)
+        finally:
+            con.close()
+
+    return pa.RecordBatchReader.from_batches(out_schema, batches())
+
+
+def _nested_binary(t) -> bool:
+    """A list, map or struct type holding binary at any depth."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return any(_is_binary(f.type) or _nested_binary(f.type) for f in t)
+    if pa.types.is_map(t):
+        return any(_is_binary(x) or _nested_binary(x) for x in (t.key_type, t.item_type))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _is_binary(t.value_type) or _nested_binary(t.value_type)
+    return False
+
+
+def _duck_types(con, fields) -> dict[str, str]:
+    """DuckDB's SQL type for each Arrow field, as DuckDB itself maps an Arrow table."""
+    import pyarrow as pa
+
+    con.register("_types", pa.schema(fields).empty_table())
+    try:
+        return {r[0]: r[1] for r in con.sql("DESCRIBE _types").fetchall()}
+    finally:
+        con.unregister("_types")
+
+
+def _duck_text(exc: BaseException) -> str:
+    """A DuckDB error's first line without its class prefix (``Invalid Input Error: ``)."""
+    return re.sub(r"^[A-Za-z ]*Error: ", "", one_line(exc))
+
+
+def _json_error(path: str, fields, exc: BaseException) -> ConfigurationError:
+    """The error of a failed ``read_json``: DuckDB names the file and an approximate line
+    only, so each column is read again as JSON text to find the first value that does not
+    convert (by SQL's TRY_CAST of the JSON value, which converts as ``read_json`` does)."""
+    import duckdb
+    import pyarrow as pa
+
+    text = _duck_text(exc)
+    con = duckdb.connect(":memory:")
+    try:
+        duck = _duck_types(con, fields)
+        for f in fields:
+            if _is_binary(f.type):
+                continue
+            got = con.sql("SELECT * FROM read_json($path, format='newline_delimited', "
+                          "columns=$columns)",
+                          params={"path": path, "columns": {f.name: "JSON"}}).to_arrow_table()
+            con.register("src", pa.table({"i": pa.array(range(got.num_rows), pa.int64()),
+                                          "s": got.column(0).cast(pa.string())}))
+            bad = con.sql(f"SELECT i, s FROM src WHERE s IS NOT NULL AND TRY_CAST(CAST(s AS "
+                          f"JSON) AS {duck[f.name]}) IS NULL ORDER BY i LIMIT 1").fetchall()
+            con.unregister("src")
+            if bad:
+                return ConfigurationError(
+                    f"cannot read json file: a value does not convert to {duck[f.name]}",
+                    file=path, column=f.name, row=bad[0][0] + 1, value=bad[0][1])
+    except duckdb.Error:
+        pass  # the file itself does not parse: DuckDB's message says where
+    finally:
+        con.close()
+    text = re.sub(r"\s*If this error occurred during read_json.*$", "", text)
+    return ConfigurationError(f"cannot read json file: {text}", file=path)
 
 
 def _csv_header(path: str, parse) -> list[str]:
