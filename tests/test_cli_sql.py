@@ -207,3 +207,5 @@ def test_statement_splitting_and_completeness():
     assert is_complete("SELECT 1;") and is_complete(".tables") and is_complete("")
     assert not is_complete("SELECT 1") and not is_complete("SELECT ';")
     assert is_complete("SELECT 1; -- a trailing comment")
+    assert split_statements("SELECT $1,$2; SELECT 3") == ["SELECT $1,$2", "SELECT 3"]
+    assert is_complete("SELECT $1,$2;")

@@ -210,6 +210,28 @@ def test_placeholders_numbered_in_text_order():
     assert parse_statement("SELECT '?'").param_count == 0
 
 
+@pytest.mark.parametrize(("sql", "count", "text"), [
+    ("SELECT ?,?", 2, "SELECT $1,$2"),
+    ("SELECT $1,$2", 2, "SELECT $1,$2"),
+    ("SELECT $2,$1", 2, "SELECT $2,$1"),
+    ("SELECT ?+?,?||?", 4, "SELECT $1+$2,$3||$4"),
+    ("SELECT ?::INT,?", 2, "SELECT $1::INT,$2"),
+    ("SELECT 1 FROM t WHERE id IN (?,?,?)", 3, "SELECT 1 FROM t WHERE id IN ($1,$2,$3)"),
+    ("INSERT INTO t VALUES (?,?),(?,?)", 4, "INSERT INTO t VALUES ($1,$2),($3,$4)"),
+    ("SELECT '$1,$2', $1", 1, "SELECT '$1,$2', $1"),
+    ("SELECT $t$ $1,$2 $t$, $1", 1, "SELECT $t$ $1,$2 $t$, $1"),
+    ("SELECT /* ?,? */ ?", 1, "SELECT /* ?,? */ $1"),
+    ('SELECT 1 AS "?,?", ?', 1, 'SELECT 1 AS "?,?", $1'),
+])
+def test_adjacent_placeholders_parse(sql, count, text):
+    """A bare comma (or operator) between two placeholders: sqlglot alone reads ``$1,$``
+    as the start of a dollar-quoted string; DuckDB reads two parameters."""
+    stmt = parse_statement(sql)
+    assert (stmt.param_count, stmt.text) == (count, text)
+    numbers = {str(p.this) for p in stmt.tree.find_all(exp.Placeholder)}
+    assert numbers == {str(n) for n in range(1, count + 1)}
+
+
 def test_params_from_batch_positional():
     b = pa.record_batch({"1": ["b"], "0": [1]})
     assert [v.as_py() for v in params_from_batch(b)] == [1, "b"]

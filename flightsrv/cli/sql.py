@@ -80,12 +80,13 @@ def add_parser(sub, command) -> None:
 def split_statements(text: str) -> list[str]:
     """Split on ``;`` outside strings, identifiers and comments (sqlglot's DuckDB tokenizer).
     Text that does not tokenize comes back whole, for the engine to report."""
-    import sqlglot
     from sqlglot.errors import TokenError
+
+    from flightsrv.sql import lexer
     from sqlglot.tokens import TokenType
 
     try:
-        tokens = sqlglot.Dialect.get_or_raise("duckdb").tokenize(text)
+        tokens = lexer.tokenize(text)
     except TokenError:
         return [text.strip()] if text.strip() else []
     out, start = [], 0
@@ -103,15 +104,16 @@ def split_statements(text: str) -> list[str]:
 
 def is_complete(text: str) -> bool:
     """Whether shell input is ready to run: a dot command, or SQL whose last token is ``;``."""
-    import sqlglot
     from sqlglot.errors import TokenError
+
+    from flightsrv.sql import lexer
     from sqlglot.tokens import TokenType
 
     stripped = text.strip()
     if not stripped or stripped.startswith("."):
         return True
     try:
-        tokens = sqlglot.Dialect.get_or_raise("duckdb").tokenize(text)
+        tokens = lexer.tokenize(text)
     except TokenError:
         return False  # an open string or quoted name: keep reading
     return bool(tokens) and tokens[-1].token_type == TokenType.SEMICOLON

@@ -59,7 +59,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from flightsrv.errors import LimitExceeded, SqlError
-from flightsrv.sql import binder, validate
+from flightsrv.sql import binder, lexer, validate
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql.diag import error, position, short
 
@@ -280,7 +280,7 @@ def _check_nesting(types, sql: str) -> None:
 def _tokenize(text: str) -> tuple:
     """sqlglot's DuckDB tokens of ``text``, cached: classifying and parsing one statement
     read them three times (a 1,000-value IN list costs milliseconds per pass)."""
-    return tuple(DuckDB().tokenize(text))
+    return tuple(lexer.tokenize(text))
 
 
 _PARAMETER_TOKENS = frozenset({TokenType.PLACEHOLDER, TokenType.QDCOLON, TokenType.PARAMETER})
@@ -420,7 +420,7 @@ def _significant_tokens(sql: str, text: str):
             # VACUUM (a sqlglot command keyword) swallows the rest as one string: tokenize
             # the rest on its own, with offsets kept by blanking the verb
             head = toks[0].end + 1
-            toks = [toks[0]] + DuckDB().tokenize(" " * head + text[head:])
+            toks = [toks[0]] + lexer.tokenize(" " * head + text[head:])
     except TokenError as e:
         raise SqlError(f"cannot tokenize: {e}", statement=_short(sql)) from None
     while toks and toks[-1].token_type == TokenType.SEMICOLON:
