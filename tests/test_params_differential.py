@@ -120,3 +120,88 @@ def test_batch_of_rows_with_adjacent_placeholders(conn):
         cur.executemany("INSERT INTO pb VALUES (?,?)", batch)
         cur.execute("SELECT * FROM pb ORDER BY a")
         assert cur.fetchall() == [(1, "a"), (2, "b"), (3, "c")]
+
+
+# -- values rendered into the statement's text --------------------------------------------
+
+RENDERED = [
+    # (parameter, the value DuckDB gives for it, as text)
+    (pa.array([-800000], pa.date32()), "0222-09-04 (BC)"),
+    (pa.array([-719163], pa.date32()), "0001-12-31 (BC)"),
+    (pa.array([3000000], pa.date32()), "10183-09-21"),
+    (pa.array([-10**17], pa.timestamp("us")), "1200-02-15 (BC) 14:13:20"),
+    (pa.array([-10**17 + 5], pa.timestamp("us", tz="UTC")), "1200-02-15 (BC) 14:13:20.000005+00"),
+    (pa.array([-1], pa.timestamp("ns")), "1969-12-31 23:59:59.999999999"),
+    (pa.array([None], pa.struct([('a"b', pa.int64())])), None),
+]
+
+
+@pytest.mark.parametrize(("arr", "text"), RENDERED, ids=[str(r[0].type) + str(r[1])
+                                                         for r in RENDERED])
+def test_values_rendered_exactly(conn, arr, text):
+    """BC and year > 9999 dates, timestamps beyond Python's datetime, struct field names
+    with quotes: the value and its type reach DuckDB as they were bound."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT ?::VARCHAR AS v, typeof(?) AS t",
+                    parameters=pa.record_batch([arr, arr], names=["p", "q"]))
+        got = cur.fetchall()
+    tbl = pa.table({"p": arr})  # noqa: F841 - read by DuckDB's replacement scan
+    want_type = duckdb.connect().execute("SELECT typeof(p) FROM tbl").fetchone()[0]
+    assert got == [(text, want_type)]
+
+
+def test_struct_field_name_is_not_sql(conn):
+    """A field named ``x" INTEGER, "y`` is one field of that name (was pasted into the
+    CAST type, giving two fields x and y)."""
+    arr = pa.array([None], pa.struct([('x" INTEGER, "y', pa.int64())]))
+    with conn.cursor() as cur:
+        cur.execute("SELECT ? AS v", parameters=pa.record_batch([arr], names=["p"]))
+        table = cur.fetch_arrow_table()
+    assert table.schema.field("v").type == arr.type
+
+
+@pytest.mark.parametrize("arr", [pa.array([2**31 - 1], pa.date32()),
+                                 pa.array([10**14], pa.timestamp("s"))],
+                         ids=["date32-max", "timestamp_s-far"])
+def test_value_outside_duckdb_range_is_invalid_argument(conn, arr):
+    with conn.cursor() as cur, pytest.raises(Exception) as exc:
+        cur.execute("SELECT ? AS v", parameters=pa.record_batch([arr], names=["p"]))
+        cur.fetchall()
+    assert "INVALID_ARGUMENT" in str(exc.value) and "$1" in str(exc.value)
+    assert "INTERNAL" not in str(exc.value)
+
+
+def test_bc_date_parameter_in_dml(conn):
+    """DELETE binds parameters as literals too: a BC date matches its row."""
+    days = pa.array([-800000, 0], pa.date32())
+    with conn.cursor() as cur:
+        cur.execute("CREATE OR REPLACE TABLE pdml (d DATE)")
+        cur.execute("INSERT INTO pdml SELECT * FROM (VALUES (?),(?)) v(d)",
+                    parameters=pa.record_batch([days[:1], days[1:]], names=["a", "b"]))
+        cur.execute("DELETE FROM pdml WHERE d = ?",
+                    parameters=pa.record_batch([days[:1]], names=["a"]))
+        assert cur.rowcount == 1
+        cur.execute("SELECT d::VARCHAR FROM pdml")
+        assert cur.fetchall() == [("1970-01-01",)]
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_date_and_timestamp_text_as_duckdb_spells_them(unit):
+    from flightsrv.sql.types import DATE_DAYS, date_text, timestamp_text
+
+    days = [DATE_DAYS[0], -2_000_000, -719_529, -719_528, -719_163, -719_162, -1, 0, 1,
+            11_016, 2_932_896, 2_932_897, DATE_DAYS[1]]
+    con = duckdb.connect()
+    want = con.execute("SELECT (DATE '1970-01-01' + d)::VARCHAR FROM unnest(?) t(d)",
+                       [days]).fetchall()
+    assert [(date_text(d),) for d in days] == want
+    per = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+    counts = [-(10**17) * per // 10**6 + 7, -1, 0, 1, 86_400 * per - 1, 1_700_000_000 * per + 3]
+    cast = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
+    for c in counts:
+        if unit == "ns" and not -(2**63) < c < 2**63:
+            continue
+        text = timestamp_text(c, unit)
+        fn, scale = ("epoch_ns", 10**9) if unit == "ns" else ("epoch_us", 10**6)
+        back = con.execute(f"SELECT {fn}(CAST('{text}' AS {cast[unit]}))").fetchone()[0]
+        assert back == c * scale // per, text

@@ -203,7 +203,7 @@ class Dml:
         return target.this.sql(st.DIALECT)
 
     def _param_edits(self, cut: Cut, values) -> list:
-        literals = [sqltypes.literal_sql(v) for v in values]
+        literals = [sqltypes.parameter_literal(v, i + 1) for i, v in enumerate(values)]
         return tx.parameter_edits(cut.toks, literals)
 
     def _slice(self, cut: Cut, word: str, edits) -> str | None:

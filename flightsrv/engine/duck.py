@@ -702,8 +702,9 @@ def _params_type_results(tree: exp.Expression) -> bool:
 
 def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Statement:
     """``stmt``, run from its rewritten tree (parameters as literals, as DML binds them)
-    when a bound value cannot reach DuckDB whole as a Python object (nanoseconds), so a
-    query and a DELETE with the same value see the same value."""
+    when a bound value cannot reach DuckDB whole as a Python object (nanoseconds, dates
+    beyond Python's years 1 to 9999, a NULL of a type), so a query and a DELETE with the
+    same value see the same value."""
     if values and stmt.spliceable and not all(map(_binds_natively, values)):
         return dataclasses.replace(stmt, spliceable=False)
     return stmt
@@ -711,7 +712,17 @@ def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Stateme
 
 def _binds_natively(value: pa.Scalar) -> bool:
     """Whether DuckDB gets ``value`` whole as a Python object: a nanosecond timestamp or
-    time comes back from ``as_py()`` cut to microseconds."""
+    time comes back from ``as_py()`` cut to microseconds; a date or timestamp outside
+    Python's years 1 to 9999 (a BC date) has no Python object; a NULL's ``as_py()`` is
+    ``None``, which DuckDB types as NULL, not as the type it was bound with."""
     t = value.type
-    return not ((pa.types.is_timestamp(t) or pa.types.is_time64(t)
-                 or pa.types.is_duration(t)) and t.unit == "ns" and value.is_valid)
+    if not value.is_valid:
+        return pa.types.is_null(t)
+    if (pa.types.is_timestamp(t) or pa.types.is_time64(t)
+            or pa.types.is_duration(t)) and t.unit == "ns":
+        return False
+    try:
+        value.as_py()
+    except (OverflowError, ValueError):
+        return False
+    return True

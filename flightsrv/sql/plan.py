@@ -55,7 +55,8 @@ def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
         raise SqlError("too few parameters", statement=sql, expected=expected, got=len(values))
     if expected == 0:
         return tree
-    literals = [_parse_literal(sqltypes.literal_sql(v)) for v in values]
+    literals = [_parse_literal(sqltypes.parameter_literal(v, i + 1))
+                for i, v in enumerate(values)]
 
     def swap(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Placeholder) and node.this is not None:

@@ -11,7 +11,6 @@ DuckDB's own type list: https://duckdb.org/docs/sql/data_types/overview
 
 from __future__ import annotations
 
-import datetime as _dt
 import decimal as _decimal
 import math
 
@@ -148,7 +147,7 @@ def sql_type_name(t: pa.DataType) -> str:
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return f"{sql_type_name(t.value_type)}[]"
     if pa.types.is_struct(t):
-        inner = ", ".join(f'"{f.name}" {sql_type_name(f.type)}' for f in t)
+        inner = ", ".join(f"{_ident(f.name)} {sql_type_name(f.type)}" for f in t)
         return f"STRUCT({inner})"
     if pa.types.is_dictionary(t):
         return sql_type_name(t.value_type)
@@ -159,6 +158,58 @@ def sql_type_name(t: pa.DataType) -> str:
 
 def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+#: DuckDB's DATE range in days from 1970-01-01 ('5877642-06-25 (BC)' to '5881580-07-10')
+#: and TIMESTAMP range in microseconds (the int64 ends are its infinities).
+DATE_DAYS = (-2147483646, 2147483646)
+TIMESTAMP_MICROS = (-9223372022400000000, 9223372036854775806)
+_UNIT_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """Proleptic Gregorian (year, month, day) of a day count from 1970-01-01; year 0 is
+    1 BC (H. Hinnant, "chrono-compatible low-level date algorithms", civil_from_days)."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (m <= 2), m, d
+
+
+def date_text(days: int) -> str:
+    """A day count from 1970-01-01 as DuckDB spells a DATE: ``2024-01-31``, ``12345-01-01``,
+    ``0044-03-15 (BC)``; SqlError outside DuckDB's DATE range."""
+    if not DATE_DAYS[0] <= days <= DATE_DAYS[1]:
+        raise SqlError("date is outside DuckDB's DATE range", days=days)
+    y, m, d = _civil(days)
+    return f"{y:04d}-{m:02d}-{d:02d}" if y > 0 else f"{1 - y:04d}-{m:02d}-{d:02d} (BC)"
+
+
+def timestamp_text(count: int, unit: str) -> str:
+    """A count of ``unit`` since 1970-01-01 00:00:00 as DuckDB spells a TIMESTAMP, e.g.
+    ``0044-03-15 (BC) 01:02:03.5``; SqlError outside DuckDB's TIMESTAMP range."""
+    per_second = _UNIT_PER_SECOND[unit]
+    micros = count * 1_000_000 // per_second
+    if not TIMESTAMP_MICROS[0] <= micros <= TIMESTAMP_MICROS[1]:
+        raise SqlError("timestamp is outside DuckDB's TIMESTAMP range", value=count, unit=unit)
+    days, rest = divmod(count, 86_400 * per_second)
+    seconds, fraction = divmod(rest, per_second)
+    day = date_text(days)
+    date, bc = (day[:-5], " (BC)") if day.endswith(" (BC)") else (day, "")
+    clock = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    if fraction:
+        clock += ("." + f"{fraction:0{_DIGITS[unit]}d}").rstrip("0")
+    return f"{date}{bc} {clock}"
 
 
 def literal_sql(value: pa.Scalar) -> str:
@@ -172,8 +223,11 @@ def literal_sql(value: pa.Scalar) -> str:
         return "NULL" if pa.types.is_null(t) else f"CAST(NULL AS {sql_type_name(t)})"
     if pa.types.is_dictionary(t):
         return literal_sql(value.value)
-    py = value.as_py()
     name = sql_type_name(t)
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        py = None  # read as integers: Python's datetime stops at years 1 and 9999
+    else:
+        py = value.as_py()
     if pa.types.is_boolean(t):
         return "TRUE" if py else "FALSE"
     if pa.types.is_integer(t):
@@ -191,10 +245,14 @@ def literal_sql(value: pa.Scalar) -> str:
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
         return "'" + "".join(f"\\x{b:02x}" for b in py) + "'::BLOB"
     if pa.types.is_timestamp(t):
-        if t.unit == "ns" and not isinstance(py, _dt.datetime):
-            return f"make_timestamp_ns({value.cast(pa.int64()).as_py()})"
-        return f"CAST({_quote(py.isoformat(sep=' '))} AS {name})"
-    if pa.types.is_date(t) or pa.types.is_time(t):
+        text = timestamp_text(value.cast(pa.int64()).as_py(), t.unit)
+        return f"CAST({_quote(text + ('+00' if t.tz is not None else ''))} AS {name})"
+    if pa.types.is_date32(t):
+        return f"CAST({_quote(date_text(value.cast(pa.int32()).as_py()))} AS {name})"
+    if pa.types.is_date64(t):
+        days = value.cast(pa.int64()).as_py() // 86_400_000
+        return f"CAST({_quote(date_text(days))} AS {name})"
+    if pa.types.is_time(t):
         return f"CAST({_quote(py.isoformat())} AS {name})"
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         items = ", ".join(literal_sql(v) for v in value.values)
@@ -205,11 +263,24 @@ def literal_sql(value: pa.Scalar) -> str:
     raise SqlError("cannot bind a parameter of this type", arrow_type=str(t))
 
 
+def parameter_literal(value: pa.Scalar, number: int) -> str:
+    """:func:`literal_sql` of the value of parameter ``$number``; SqlError naming the
+    parameter when the value has no DuckDB literal (a type DuckDB lacks, a value outside
+    its range)."""
+    try:
+        return literal_sql(value)
+    except SqlError as e:
+        raise SqlError(f"parameter ${number}: {e.message}", parameter=f"${number}",
+                       arrow_type=str(value.type)) from None
+    except (ValueError, OverflowError, ArithmeticError, pa.ArrowException) as e:
+        raise SqlError(f"parameter ${number}: value cannot be rendered as a DuckDB literal "
+                       f"({e})", parameter=f"${number}", arrow_type=str(value.type)) from None
+
+
 def duckdb_type(t: pa.DataType) -> str | None:
     """The DuckDB type a column of Arrow type ``t`` is cast to (maps, structs and lists
     included), or None if DuckDB has none."""
-    def ident(name: str) -> str:
-        return '"' + name.replace('"', '""') + '"'
+    ident = _ident
 
     if pa.types.is_map(t):
         k, v = duckdb_type(t.key_type), duckdb_type(t.item_type)
