@@ -245,6 +245,28 @@ def test_undecidable_statements_are_refused(server, sql, name):
     assert wh.table("t").count_rows() == 3
 
 
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO t AT (VERSION => 1) VALUES (9, 'z')",
+    "INSERT INTO t AT (VERSION => 1) (id) SELECT 9",
+    "DELETE FROM t AT (VERSION => 1) WHERE id = 1",
+    "UPDATE t AT (VERSION => 1) SET v = 'x'",
+    "MERGE INTO t AT (VERSION => 1) USING t AS s ON t.id = s.id WHEN MATCHED THEN DELETE",
+])
+def test_time_travel_on_a_write_target_is_refused(server, sql):
+    """Every write goes to the head: AT (...) on the target is refused, naming the table
+    (an INSERT used to append to the head silently)."""
+    wh, url = server
+    t = wh.create_table("t", pa.schema([("id", pa.int64()), ("v", pa.string())]))
+    t.append(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))
+    v = wh.table("t").head().version
+    with connect(url) as conn:
+        with pytest.raises(Exception) as ei:
+            update(conn, sql)
+    msg = str(ei.value)
+    assert "INVALID_ARGUMENT" in msg and "AT (...) is not allowed" in msg and "table=t" in msg
+    assert wh.table("t").head().version == v and wh.table("t").count_rows() == 3
+
+
 # -- concurrency: no lost update, no resurrected row --------------------------------------
 
 

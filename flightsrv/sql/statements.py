@@ -561,6 +561,9 @@ def _table_name(table: exp.Expression, sql: str, what: str) -> str:
     if table.args.get("db") or table.args.get("catalog"):
         raise error(f"{what}: qualified table names are not supported", sql, table,
                     table=table.sql(DIALECT))
+    if table.args.get("when") is not None:  # t AT (VERSION => n): reads only
+        raise error(f"the target of {what} is always the latest version; AT (...) is not "
+                    "allowed there", sql, table, table=table.name)
     return table.name
 
 
