@@ -282,3 +282,69 @@ def test_vacuum_after_drop_removes_the_dropped_tables_objects(tmp_path):
     # the name is free and works as a new table
     wh.sql("CREATE TABLE t (id BIGINT)")
     assert wh.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 0}]
+
+
+# -- SQL value functions and what GetSqlInfo advertises -------------------------------------
+
+VALUE_FUNCTIONS = ["current_catalog", "current_schema", "current_role", "current_user",
+                   "session_user", "user"]
+
+
+def test_bare_value_functions_are_refused_like_their_call_forms(served):
+    """``current_catalog`` and friends bind to DuckDB's own catalog and user (``memory``,
+    ``duckdb``), not the server's (GetCatalogs reports ``flightsrv``): refused, like
+    ``current_schema()``; a column of that name is still a column."""
+    wh, url, _ = served
+    with connect(url) as conn:
+        for name in VALUE_FUNCTIONS:
+            for sql in (f"SELECT {name}", f"SELECT {name}()",
+                        f"SELECT count(*) FROM events WHERE {name} IS NOT NULL"):
+                rows, err = run(conn, sql)
+                assert rows is None and "not allowed" in err and "INVALID_ARGUMENT" in err, \
+                    (sql, err)
+        rows, err = run(conn, 'CREATE TABLE named AS SELECT 1 AS "user", 2 AS current_schema')
+        assert err is None, err
+        rows, err = run(conn, "SELECT user, current_schema FROM named")
+        assert err is None and rows.to_pylist() == [{"user": 1, "current_schema": 2}], err
+        rows, err = run(conn, "WITH x AS (SELECT 3 AS current_role) SELECT current_role FROM x")
+        assert err is None and rows.to_pylist() == [{"current_role": 3}], err
+
+
+SYNTAX_PROBES = {
+    "COALESCE": "SELECT coalesce(NULL, 1)", "IFNULL": "SELECT ifnull(NULL, 1)",
+    "CURRENT_TIME": "SELECT current_time", "CURRENT_TIMESTAMP": "SELECT current_timestamp",
+    "EXTRACT": "SELECT extract(year FROM DATE '2024-01-01')",
+}
+
+
+def test_advertised_functions_are_callable(served):
+    """SQL_NUMERIC/STRING/SYSTEM/DATETIME_FUNCTIONS (509-512) name only functions DuckDB has
+    and the server lets a statement call."""
+    import duckdb
+    from pyarrow import flight
+
+    from flightsrv.server import proto
+
+    wh, url, _ = served
+    client = flight.connect(url)
+    desc = flight.FlightDescriptor.for_command(
+        proto.pack(proto.CommandGetSqlInfo(info=[509, 510, 511, 512])))
+    info = client.get_flight_info(desc)
+    table = pa.concat_tables(client.do_get(ep.ticket).read_all() for ep in info.endpoints)
+    client.close()
+    advertised = {r["info_name"]: r["value"] for r in table.to_pylist()}
+    assert set(advertised) == {509, 510, 511, 512} and all(advertised.values())
+    exists = {r[0].upper() for r in duckdb.execute(
+        "SELECT DISTINCT function_name FROM duckdb_functions()").fetchall()}
+    with connect(url) as conn:
+        for code, names in advertised.items():
+            for name in names:
+                if name in SYNTAX_PROBES:
+                    rows, err = run(conn, SYNTAX_PROBES[name])
+                    assert err is None, (code, name, err)
+                    continue
+                assert name in exists, (code, name)
+                # no arguments: a wrong arity is a binder error, a refused function not
+                rows, err = run(conn, f"SELECT {name}()")
+                assert err is None or ("not allowed" not in err
+                                       and "does not exist" not in err), (code, name, err)

@@ -15,6 +15,12 @@ Lock-down, in this order (FIELD_NOTES, DuckDB 2.0 section):
    ``read_parquet`` of any path all fail; registered Arrow objects still work;
 3. ``SET lock_configuration=true``: no later ``SET`` can undo the above.
 
+DuckDB binds a bare name that is no column in scope (``current_catalog``, ``user``, ...) to
+one of its SQL value functions; the function-call forms of these are not on the allow-list
+(:mod:`flightsrv.engine.guard`), so the bare forms are refused too (:data:`VALUE_FUNCTIONS`:
+macros of the same names in the connection's schema, which DuckDB resolves first, that
+raise). A column of that name still wins, as in DuckDB.
+
 Requests each take a ``cursor()`` (a connection to the same in-memory database with its own
 registrations and its own open result), so there is no global lock around queries.
 """
@@ -34,6 +40,18 @@ LOCKDOWN = (
     "SET enable_external_access=false",
     "SET lock_configuration=true",
 )
+
+
+#: DuckDB's SQL value functions that are refused: the catalog and schema DuckDB would name
+#: are its own in-memory ones (GetCatalogs reports ``flightsrv``), the users and roles are
+#: DuckDB's (``duckdb``), not the server's principal.
+VALUE_FUNCTIONS = ("current_catalog", "current_schema", "current_role", "current_user",
+                   "session_user", "user")
+
+
+def _refuse_value_functions(con: duckdb.DuckDBPyConnection) -> None:
+    for name in VALUE_FUNCTIONS:
+        con.execute(f"CREATE MACRO {name}() AS error('{name} is not allowed')")
 
 
 def open_locked(threads: int | None = None, memory_limit: str | None = None,
@@ -57,6 +75,7 @@ def open_locked(threads: int | None = None, memory_limit: str | None = None,
         # column chunk whole (measured on 10M rows: a point query 4.2 -> 2.3 ms, SELECT *
         # 503 -> 440 ms, the aggregate 17.7 -> 16.2 ms; benchmarks/RESULTS.md)
         con.execute("SET disable_parquet_prefetching=true")
+    _refuse_value_functions(con)
     for stmt in LOCKDOWN:
         con.execute(stmt)
     return con

@@ -14,6 +14,7 @@ import re
 import pyarrow as pa
 
 from flightsrv.sql import validate
+from flightsrv.sql.allowed_functions import SCALAR_FUNCTIONS
 
 CATALOG, DB_SCHEMA = validate.CATALOG, validate.SCHEMA  # the one catalog and schema
 TABLE_TYPES = ("TABLE",)
@@ -148,24 +149,40 @@ SQL_KEYWORDS = [
     "REPLACE", "RETURNING", "SAMPLE", "SEMI", "SEQUENCE", "SHOW", "STRUCT", "SUMMARIZE",
     "TRUNCATE", "TRY_CAST", "UNPIVOT", "USE", "VACUUM",
 ]  # fmt: skip
-NUMERIC_FUNCTIONS = [
+#: SQL forms DuckDB parses into something else, each checked by the guard as what it becomes
+#: (CURRENT_TIME -> get_current_time(), EXTRACT -> date_part(), COALESCE/IFNULL -> the
+#: COALESCE operator): advertised though they are not on the function allow-list by name.
+SYNTAX_FUNCTIONS = frozenset({"COALESCE", "CURRENT_TIME", "CURRENT_TIMESTAMP", "EXTRACT",
+                              "IFNULL"})
+
+
+def _callable(names: list[str]) -> list[str]:
+    """The names a statement may call: on the function allow-list (which lists only what
+    DuckDB has) or one of :data:`SYNTAX_FUNCTIONS`. What GetSqlInfo advertises is derived
+    through this, so it cannot name a function the server refuses or DuckDB lacks."""
+    return [n for n in names if n.lower() in SCALAR_FUNCTIONS or n in SYNTAX_FUNCTIONS]
+
+
+NUMERIC_FUNCTIONS = _callable([
     "ABS", "ACOS", "ASIN", "ATAN", "ATAN2", "CBRT", "CEIL", "CEILING", "COS", "COT", "DEGREES",
     "EXP", "FLOOR", "GREATEST", "LEAST", "LN", "LOG", "LOG10", "LOG2", "MOD", "PI", "POWER",
     "RADIANS", "RANDOM", "ROUND", "SIGN", "SIN", "SQRT", "TAN", "TRUNC",
-]  # fmt: skip
-STRING_FUNCTIONS = [
+])  # fmt: skip
+STRING_FUNCTIONS = _callable([
     "ASCII", "CHR", "CONCAT", "CONCAT_WS", "CONTAINS", "ENDS_WITH", "LCASE", "LEFT", "LENGTH",
     "LOWER", "LPAD", "LTRIM", "POSITION", "REGEXP_MATCHES", "REGEXP_REPLACE", "REPEAT",
     "REPLACE", "REVERSE", "RIGHT", "RPAD", "RTRIM", "SPLIT_PART", "STARTS_WITH", "STRPOS",
     "SUBSTR", "SUBSTRING", "TRIM", "UCASE", "UPPER",
-]  # fmt: skip
-SYSTEM_FUNCTIONS = ["COALESCE", "CURRENT_SCHEMA", "CURRENT_USER", "IFNULL", "NULLIF", "VERSION"]
-DATETIME_FUNCTIONS = [
-    "AGE", "CURRENT_DATE", "CURRENT_TIME", "CURRENT_TIMESTAMP", "DATE_DIFF", "DATE_PART",
-    "DATE_TRUNC", "DATEADD", "DAYNAME", "DAYOFMONTH", "DAYOFWEEK", "DAYOFYEAR", "EPOCH",
+])  # fmt: skip
+# CURRENT_SCHEMA, CURRENT_USER and VERSION are refused (they would answer for DuckDB's
+# in-memory catalog and user, not for the server; flightsrv.engine.connection)
+SYSTEM_FUNCTIONS = _callable(["COALESCE", "IFNULL", "NULLIF"])
+DATETIME_FUNCTIONS = _callable([
+    "AGE", "CURRENT_DATE", "CURRENT_TIME", "CURRENT_TIMESTAMP", "DATE_ADD", "DATE_DIFF",
+    "DATE_PART", "DATE_TRUNC", "DAYNAME", "DAYOFMONTH", "DAYOFWEEK", "DAYOFYEAR", "EPOCH",
     "EXTRACT", "HOUR", "LAST_DAY", "MINUTE", "MONTH", "MONTHNAME", "NOW", "QUARTER", "SECOND",
     "STRFTIME", "STRPTIME", "WEEK", "YEAR",
-]  # fmt: skip
+])  # fmt: skip
 
 
 def sql_info_values(server_version: str, read_only: bool = False,
