@@ -4,6 +4,7 @@ restarts (local and S3 via moto), auth tokens and users file, TLS."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -14,9 +15,11 @@ import warnings
 import adbc_driver_manager
 import pytest
 from adbc_driver_flightsql import dbapi
+from pyarrow import flight
 from test_server_app import _self_signed
 
 from flightsrv.demo import DEMO_TABLE
+from flightsrv.server import proto
 from flightsrv.server.auth import hash_password
 
 pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
@@ -185,3 +188,141 @@ def test_serve_refuses_half_tls_config(tmp_path):
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert "--tls-key" in proc.stderr
+
+
+def _env(**values: str) -> dict[str, str]:
+    """This process's environment without any FLIGHTSRV_* variable, plus ``values``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLIGHTSRV_")}
+    return {**env, **values}
+
+
+def _users_line(name: str, password: str, role: str) -> str:
+    return f"{name}:{hash_password(password, iterations=1000)}:{role}\n"
+
+
+# (files to write, serve arguments, environment, what the one error line names); {d} is the
+# test's directory. Every case gives a credential source that yields no (usable) credential
+NO_CREDENTIALS = {
+    "token file of comments": ({"tokens": "# provisioned later\n\n   \n"},
+                               ["--auth-token-file", "{d}/tokens"], {},
+                               ["--auth-token-file {d}/tokens", "holds no token"]),
+    "token file of comments beside a token": (
+        {"tokens": "# provisioned later\n"},
+        ["--auth-token", "w-secret", "--auth-token-file", "{d}/tokens"], {},
+        ["{d}/tokens", "holds no token"]),
+    "token file from the environment, empty": (
+        {"tokens": ""}, [], {"FLIGHTSRV_AUTH_TOKEN_FILE": "{d}/tokens"},
+        ["{d}/tokens", "holds no token"]),
+    "token file name empty": ({}, [], {"FLIGHTSRV_AUTH_TOKEN_FILE": ""},
+                              ["--auth-token-file", "empty"]),
+    "users file of comments": ({"users": "# user:hash:role\n\n"},
+                               ["--users-file", "{d}/users"], {},
+                               ["--users-file", "{d}/users", "no user"]),
+    "users file name empty": ({}, ["--users-file", ""], {}, ["--users-file", "empty"]),
+    "users file from the environment, name empty": ({}, [], {"FLIGHTSRV_USERS_FILE": ""},
+                                                    ["--users-file", "empty"]),
+    "token variable empty": ({}, [], {"FLIGHTSRV_AUTH_TOKEN": ""},
+                             ["$FLIGHTSRV_AUTH_TOKEN", "empty"]),
+    "token variable blank beside a token": ({}, ["--auth-token", "w-secret"],
+                                            {"FLIGHTSRV_AUTH_TOKEN": "  "},
+                                            ["$FLIGHTSRV_AUTH_TOKEN", "empty"]),
+    "token option empty": ({}, ["--auth-token", ""], {}, ["TOKEN[:reader|writer]"]),
+    "token option of a role only": ({}, ["--auth-token", ":reader"], {},
+                                    ["TOKEN[:reader|writer]"]),
+}
+
+
+@pytest.mark.parametrize("case", NO_CREDENTIALS)
+def test_serve_refuses_a_credential_source_that_yields_no_credential(tmp_path, case):
+    files, args, env, needles = NO_CREDENTIALS[case]
+    d = str(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "flightsrv.cli", "--warehouse", f"{d}/wh",
+                           "serve", "--no-demo", "--port", "0",
+                           *[a.format(d=d) for a in args]],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env=_env(**{k: v.format(d=d) for k, v in env.items()}))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("flightsrv: error: ") and proc.stderr.count("\n") == 1
+    for needle in needles:
+        assert needle.format(d=d) in proc.stderr, (needle, proc.stderr)
+    assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.parametrize("files,args,env,needles", [
+    ({"tokens": "s3cret-a:reader\n"}, ["--auth-token", "s3cret-a:writer",
+                                       "--auth-token-file", "{d}/tokens"], {},
+     ["--auth-token-file {d}/tokens", "reader", "writer", "first=--auth-token"]),
+    ({}, ["--auth-token", "s3cret-a"], {"FLIGHTSRV_AUTH_TOKEN": "s3cret-a:reader"},
+     ["$FLIGHTSRV_AUTH_TOKEN", "reader", "writer"]),
+    ({"users": _users_line("ann", "pw1", "reader") + _users_line("ann", "pw2", "writer")},
+     ["--users-file", "{d}/users"], {}, ["--users-file", "user=ann", "twice"]),
+])
+def test_serve_refuses_one_credential_given_two_ways(tmp_path, files, args, env, needles):
+    d = str(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "flightsrv.cli", "--warehouse", f"{d}/wh",
+                           "serve", "--no-demo", "--port", "0",
+                           *[a.format(d=d) for a in args]],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env=_env(**env))
+    assert proc.returncode == 2, proc.stderr
+    for needle in needles:
+        assert needle.format(d=d) in proc.stderr, (needle, proc.stderr)
+    assert "s3cret" not in proc.stderr  # a token is never shown
+    assert not (tmp_path / "wh").exists()
+
+
+def test_serve_gives_every_credential_its_own_principal(tmp_path):
+    """The same token from $FLIGHTSRV_AUTH_TOKEN and the token file is one credential; a
+    second token and a users-file user named like the old token names ("token-1") are
+    other principals, so none of them can use another's tickets or prepared statements."""
+    (tmp_path / "tokens").write_text("alice-secret:writer\nbob-secret:reader\n")
+    (tmp_path / "users").write_text(_users_line("token-1", "pw", "reader")
+                                    + _users_line("token-2", "pw", "reader"))
+    srv = Served(str(tmp_path / "wh"), "--no-demo", "--auth-token-file",
+                 str(tmp_path / "tokens"), "--users-file", str(tmp_path / "users"),
+                 env=_env(FLIGHTSRV_AUTH_TOKEN="alice-secret:writer"))
+    try:
+        client = flight.FlightClient(srv.uri())
+        _, user_header = client.authenticate_basic_token("token-1", "pw")
+
+        def opts(token=None, header=None):
+            header = header or f"Bearer {token}".encode()
+            return flight.FlightCallOptions(headers=[(b"authorization", header)])
+
+        alice, bob, user = opts("alice-secret"), opts("bob-secret"), opts(header=user_header)
+        query = proto.pack(proto.CommandStatementQuery(query="SELECT 42 AS n"))
+        ticket = client.get_flight_info(flight.FlightDescriptor.for_command(query),
+                                        alice).endpoints[0].ticket
+        for other in (bob, user):
+            with pytest.raises(flight.FlightUnauthorizedError, match="another principal"):
+                client.do_get(ticket, other).read_all()
+        assert client.do_get(ticket, alice).read_all().to_pylist() == [{"n": 42}]
+
+        def action(kind, msg, who):
+            return [r.body.to_pybytes()
+                    for r in client.do_action(flight.Action(kind, proto.pack(msg)), who)]
+
+        handle = proto.unpack(action("CreatePreparedStatement",
+                                     proto.ActionCreatePreparedStatementRequest(
+                                         query="SELECT 1 AS one"), alice)[0]
+                              ).prepared_statement_handle
+        close = proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle)
+        for other in (bob, user):
+            with pytest.raises(KeyError, match="unknown or expired prepared statement"):
+                action("ClosePreparedStatement", close, other)
+        action("ClosePreparedStatement", close, alice)  # still alice's to close
+        client.close()
+        assert srv.stop() == 0
+    finally:
+        srv.kill()
+    users = {e["user"] for e in srv.events if e.get("event") == "rpc"}
+    assert {"token:1", "token:2", "token-1"} <= users
+    failed = {e["user"] for e in srv.events if e.get("event") == "rpc"
+              and e["status"] != "OK"}
+    assert "token:1" not in failed
+    text = "".join(srv.lines)
+    assert "alice-secret" not in text and "bob-secret" not in text

@@ -7,7 +7,9 @@ for ``--port 0``). Serving beyond loopback without auth is allowed but warned ab
 
 Secrets need not be on the command line (where ``ps`` shows them): ``--auth-token-file FILE``
 or ``$FLIGHTSRV_AUTH_TOKEN_FILE`` (one ``TOKEN[:reader|writer]`` per line) and
-``$FLIGHTSRV_AUTH_TOKEN`` (one ``TOKEN[:reader|writer]``) add to ``--auth-token``.
+``$FLIGHTSRV_AUTH_TOKEN`` (one ``TOKEN[:reader|writer]``) add to ``--auth-token``. A source
+that is given but yields no credential (an empty variable, a file of comments, a users file
+without users) is an error, never a server without auth.
 """
 
 from __future__ import annotations
@@ -61,39 +63,51 @@ def add_parser(sub, command) -> None:
 
 
 def _token_specs(args) -> list[tuple[str, str]]:
-    """(spec, where it came from) for every token source."""
+    """(spec, where it came from) for every token source. A source that is given but holds
+    no token (an empty $FLIGHTSRV_AUTH_TOKEN, a token file of comments) is a UsageError:
+    it must never leave the server without auth."""
     specs = [(spec, "--auth-token") for spec in args.auth_tokens or []]
     env = os.environ.get("FLIGHTSRV_AUTH_TOKEN")
-    if env and env.strip():
+    if env is not None:
+        if not env.strip():
+            raise UsageError("$FLIGHTSRV_AUTH_TOKEN is set but empty (unset it to serve "
+                             "without this token)")
         specs.append((env.strip(), "$FLIGHTSRV_AUTH_TOKEN"))
-    if args.auth_token_file:
-        specs += [(line, f"--auth-token-file {args.auth_token_file}")
-                  for line in secret_lines(args.auth_token_file, "--auth-token-file")]
+    path = args.auth_token_file
+    if path is not None:
+        if not path.strip():
+            raise UsageError("--auth-token-file (or $FLIGHTSRV_AUTH_TOKEN_FILE) is empty: "
+                             "name a file of tokens, or unset it")
+        lines = secret_lines(path, "--auth-token-file")
+        if not lines:
+            raise UsageError(f"--auth-token-file {path} holds no token (only blank or "
+                             "comment lines)")
+        specs += [(line, f"--auth-token-file {path}") for line in lines]
     return specs
 
 
 def resolve_auth(args):
-    """The AuthConfig from tokens and the users file, or None (no auth). UsageError for a
-    bad token spec or a missing file."""
-    from flightsrv.engine.api import Role
-    from flightsrv.server.auth import AuthConfig, Principal
+    """The AuthConfig from tokens and the users file, or None when no credential option is
+    given at all (no auth). UsageError for a bad or conflicting token spec, a missing file,
+    or a given credential source that yields no credential."""
+    from flightsrv.server.auth import AuthConfig, static_tokens
 
-    tokens = {}
-    for spec, where in _token_specs(args):
-        token, colon, role = spec.rpartition(":")
-        if not colon:
-            token, role = spec, ""
-        if not token or role.lower() not in ("", "reader", "writer"):
-            raise UsageError(f"{where}: a token is TOKEN[:reader|writer]")
-        role = role.lower()
-        tokens[token] = Principal(user=f"token-{len(tokens) + 1}", role=Role(role or "writer"))
-    if args.users_file:
-        require_file(args.users_file, "--users-file")
-        try:
-            return AuthConfig.from_users_file(args.users_file, tokens=tokens)
-        except ConfigurationError as exc:
-            raise UsageError(f"--users-file: {exc}") from None
-    return AuthConfig(tokens=tokens) if tokens else None
+    try:
+        tokens = static_tokens(_token_specs(args))
+        if args.users_file is not None:
+            if not args.users_file.strip():
+                raise UsageError("--users-file (or $FLIGHTSRV_USERS_FILE) is empty: name a "
+                                 "users file, or unset it")
+            require_file(args.users_file, "--users-file")
+            try:
+                return AuthConfig.from_users_file(args.users_file, tokens=tokens)
+            except ConfigurationError as exc:
+                raise UsageError(f"--users-file: {exc}") from None
+        return AuthConfig(tokens=tokens) if tokens else None
+    except UsageError:
+        raise
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def resolve_tls(args):

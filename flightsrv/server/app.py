@@ -27,9 +27,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from flightsrv.engine.api import Engine, Role
-from flightsrv.errors import ConfigurationError, FlightsrvError
-from flightsrv.server.auth import AuthConfig, Principal
+from flightsrv.engine.api import Engine
+from flightsrv.errors import FlightsrvError
+from flightsrv.server.auth import AuthConfig, static_tokens
 from flightsrv.server.config import ServerConfig, resolve_temp_dir
 from flightsrv.server.flight import FlightSqlServer, TlsConfig
 from flightsrv.server.logs import JsonFormatter, configure_json_logging  # noqa: F401
@@ -53,15 +53,12 @@ def start_in_thread(engine: Engine, host: str = "127.0.0.1", port: int = 0, *,
 
 
 def auth_from_config(cfg: ServerConfig) -> AuthConfig | None:
-    tokens = {}
-    for spec in cfg.auth_tokens:
-        token, _, role = spec.partition(":")
-        if not token or (role or "writer") not in ("reader", "writer"):
-            raise ConfigurationError("--auth-token is TOKEN[:reader|writer]", role=role or None)
-        tokens[token] = Principal(user=f"token-{len(tokens) + 1}", role=Role(role or "writer"))
+    """The AuthConfig of ``cfg``'s tokens and users file, or None when it names neither.
+    ``ConfigurationError`` for a bad or conflicting token spec or an empty users file."""
+    tokens = static_tokens((spec, "--auth-token") for spec in cfg.auth_tokens)
     common = dict(token_ttl_s=cfg.token_ttl_s, free_failures=cfg.auth_free_failures,
                   backoff_base_s=cfg.auth_backoff_base_s, backoff_max_s=cfg.auth_backoff_max_s)
-    if cfg.users_file:
+    if cfg.users_file is not None:
         auth = AuthConfig.from_users_file(cfg.users_file, tokens=tokens,
                                           token_ttl_s=cfg.token_ttl_s)
         auth.free_failures = cfg.auth_free_failures

@@ -26,7 +26,15 @@ Contract:
 
 Users file: one user per line, ``user:password_hash:role``; ``#`` starts a comment.
 ``password_hash`` is ``pbkdf2_sha256$<iterations>$<salt b64>$<hash b64>``, made by
-``hash_password`` (or ``python -m flightsrv.server.auth PASSWORD``).
+``hash_password`` (or ``python -m flightsrv.server.auth PASSWORD``). A users file with no
+user, or with one name twice, is a ``ConfigurationError``.
+
+Principals: every credential is its own principal, and no two credentials share a name
+(``AuthConfig`` checks it). A user is named by its users-file name; ``static_tokens`` names
+the static tokens ``token:1``, ``token:2``, ... in the order their distinct tokens were
+given. A users-file name cannot contain ``:``, so no user can be a token's principal. The
+same token given twice with the same role is one credential; with different roles it is a
+``ConfigurationError``. No message or log line carries a token itself.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import hashlib
 import hmac
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +88,13 @@ class AuthConfig:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 300.0
 
+    def __post_init__(self) -> None:
+        names = [p.user for p in self.tokens.values()] + list(self.users)
+        shared = sorted({n for n in names if names.count(n) > 1})
+        if shared:
+            raise ConfigurationError("two credentials share a principal name",
+                                     principal=",".join(shared))
+
     @classmethod
     def from_users_file(cls, path: str | Path, tokens: dict[str, Principal] | None = None,
                         token_ttl_s: int = 12 * 3600) -> AuthConfig:  # fmt: skip
@@ -93,12 +108,50 @@ class AuthConfig:
                 raise ConfigurationError("users file line is not user:hash:role",
                                          path=path, line=lineno)  # fmt: skip
             name, pw_hash, role = parts
+            if name in users:
+                raise ConfigurationError("users file names a user twice", path=path,
+                                         line=lineno, user=name)  # fmt: skip
             try:
                 users[name] = UserRecord(name, pw_hash, Role(role.lower()))
             except ValueError:
                 raise ConfigurationError("unknown role (want reader|writer)", path=path,
                                          line=lineno, role=role) from None  # fmt: skip
+        if not users:
+            raise ConfigurationError("users file holds no user (only blank or comment lines)",
+                                     path=path)
         return cls(users=users, tokens=dict(tokens or {}), token_ttl_s=token_ttl_s)
+
+
+def parse_token_spec(spec: str, where: str) -> tuple[str, Role]:
+    """``TOKEN[:reader|writer]`` as (token, role); the role defaults to writer. The token
+    may hold ``:`` itself (the last one separates the role). ``where`` (the option or
+    file it came from) names it in the ``ConfigurationError``; the token is never shown."""
+    token, colon, role = spec.rpartition(":")
+    if not colon:
+        token, role = spec, ""
+    if not token.strip() or role.lower() not in ("", "reader", "writer"):
+        raise ConfigurationError(f"{where}: a token is TOKEN[:reader|writer]")
+    return token, Role(role.lower() or "writer")
+
+
+def static_tokens(specs: Iterable[tuple[str, str]]) -> dict[str, Principal]:
+    """Static bearer tokens from ``(TOKEN[:reader|writer], where)`` pairs, each mapped to
+    its principal ``token:N`` (see the module docstring). A token given twice with the same
+    role counts once; with different roles it is a ``ConfigurationError`` naming both
+    places."""
+    tokens: dict[str, Principal] = {}
+    given_at: dict[str, str] = {}
+    for spec, where in specs:
+        token, role = parse_token_spec(spec, where)
+        seen = tokens.get(token)
+        if seen is None:
+            tokens[token] = Principal(f"token:{len(tokens) + 1}", role)
+            given_at[token] = where
+        elif seen.role != role:
+            raise ConfigurationError(
+                f"{where}: a token given before as {seen.role.value} is given again as "
+                f"{role.value}; give each token one role", first=given_at[token])
+    return tokens
 
 
 def hash_password(password: str, iterations: int = DEFAULT_ITERATIONS,

@@ -81,6 +81,8 @@ class ServerConfig:
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigurationError("TLS needs both --tls-cert and --tls-key",
                                      tls_cert=self.tls_cert, tls_key=self.tls_key)
+        if self.users_file is not None and not self.users_file.strip():
+            raise ConfigurationError("--users-file is empty: name a users file, or none")
         if self.log_statements not in ("full", "redacted", "off"):
             raise ConfigurationError("--log-statements is full|redacted|off",
                                      value=self.log_statements)
