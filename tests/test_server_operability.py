@@ -29,6 +29,7 @@ from pyarrow import flight
 from test_serve_cli import Served, free_port
 
 from flightsrv.server import proto
+from flightsrv.server.logs import StatementText
 from flightsrv.server.metrics import MetricsHttpServer
 
 pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
@@ -303,3 +304,72 @@ def test_commit_conflicts_are_counted_by_table_and_operation(tmp_path):
         assert sample("flightsrv_commits_total", {"table": "c", "operation": "delete"}) == 1
     finally:
         metrics.close()
+
+
+# every statement below fails with a message that quotes a value the statement holds (as a
+# literal or a bound parameter) or read from a table; each value holds a marker "secretN"
+_FAILING = [
+    ("DELETE FROM t WHERE id = 'a.secret1@x.org'", None),
+    ("SELECT CAST(email AS INT) FROM t WHERE email <> 'x'", None),  # the table's secret0
+    ("SELECT CAST('a.secret2@x.org' AS INT)", None),
+    ("SELECT error('a.secret3@x.org')", None),
+    ("UPDATE t SET id = CAST('a.secret4@x.org' AS INT) WHERE id = 2", None),
+    ("INSERT INTO t VALUES ('a.secret5@x.org', 'a')", None),
+    ("SELECT 'it''s secret6' :: INT", None),
+    ("SELECT CAST(98765432106 AS INT)", None),  # "with value 98765432106"
+    ("SELECT * FROM t WHERE id = ?", ["a.secret7@x.org"]),
+    ("SELECT error(?)", ["bound secret8"]),
+    ("SELECT CAST(? AS INT)", [98765432108]),
+]
+_MARKERS = ["secret0", *(f"secret{n}" for n in range(1, 9)), "98765432106", "98765432108"]
+
+
+@pytest.mark.parametrize("mode", ["redacted", "off", "full"])
+def test_logged_errors_follow_log_statements(tmp_path, mode):
+    srv = Served(str(tmp_path / "wh"), "--no-demo", "--log-statements", mode)
+    client_errors = []
+    try:
+        with adbc(srv.uri(), None) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE t (id INTEGER, email VARCHAR)")
+            cur.execute("INSERT INTO t VALUES (1, 'O''Brien.secret0'), (2, '12')")
+            for sql, params in _FAILING:
+                with pytest.raises(adbc_driver_manager.Error) as ei:
+                    cur.execute(sql, params)
+                    cur.fetchall()
+                client_errors.append(str(ei.value))
+    finally:
+        assert srv.stop() == 0
+    # the client is told the value it sent
+    assert "a.secret1@x.org" in client_errors[0] and "98765432108" in client_errors[-1]
+    failed = [e for e in srv.events if e.get("msg") in ("statement failed", "rpc failed")]
+    assert len([e for e in failed if e["msg"] == "statement failed"]) >= len(_FAILING)
+    log = "".join(srv.lines)
+    if mode == "full":
+        for marker in _MARKERS:
+            assert marker in log, marker
+        assert any("'a.secret1@x.org'" in e["error"] and "'a.secret1@x.org'" in e["statement"]
+                   for e in failed)
+        return
+    leaked = [m for m in _MARKERS if m in log]
+    assert not leaked, [ln for ln in srv.lines if any(m in ln for m in leaked)]
+    assert "O'Brien" not in log and "Brien" not in log
+    first = next(e for e in failed if e["msg"] == "statement failed")
+    if mode == "off":
+        assert "statement" not in first and "statement='<statement>'" in first["error"]
+    else:
+        assert first["statement"] == "DELETE FROM t WHERE id = ?"
+        assert first["error"].startswith("SqlError: Conversion Error: Could not convert "
+                                         "string ? to INT32 (statement='DELETE FROM t ")
+    assert any("with value ? can't be cast" in e["error"] for e in failed)
+
+
+def test_redact_message_keeps_identifiers_and_prose():
+    text = StatementText("redacted")
+    sql = "SELECT \"Name\" FROM t WHERE a = 'x''y' AND b = 12 AND c = E'l1\\nl2'"
+    message = ("Binder Error: Referenced column \"Name\" can't be cast: x'y, 12, l1 and "
+               "'O'Brien' ('' 123 INT32 1.5) (statement=" + repr(sql) + ")")
+    out = text.redact_message(message, sql)
+    assert out == ("Binder Error: Referenced column \"Name\" can't be cast: ?, ?, ? and "
+                   "? (? 123 INT32 1.5) (statement="
+                   + repr("SELECT \"Name\" FROM t WHERE a = ? AND b = ? AND c = ?") + ")")
+    assert StatementText("full").redact_message(message, sql) == message

@@ -140,6 +140,7 @@ class _Rpc:
     principal: Principal
     command: str | None = None
     statement: str | None = None
+    params: pa.RecordBatch | None = None  # bound values: redacted from a logged error
     table: str | None = None
 
 
@@ -151,6 +152,7 @@ class _Statement:
     principal: Principal
     prepared: Prepared
     call: Call
+    params: pa.RecordBatch | None = None  # bound values: redacted from a logged error
     info: ExecInfo = field(default_factory=ExecInfo)
     start: float = field(default_factory=time.perf_counter)
     rows_returned: int = 0
@@ -309,7 +311,7 @@ class FlightSqlServer(flight.FlightServerBase):
             log.info("rpc ok", extra={"fields": fields})
         else:
             fields["error"] = self._text.redact_message(f"{type(error).__name__}: {error}",
-                                                        rec.statement)
+                                                        rec.statement, rec.params)
             log.warning("rpc failed", extra={"fields": fields})
 
     def _note(self, **fields) -> None:
@@ -402,8 +404,8 @@ class FlightSqlServer(flight.FlightServerBase):
     # == statements ==========================================================================
 
     def _begin(self, rpc: str, context, principal: Principal, session: Session,
-               prepared: Prepared, nonce: str | None = None,
-               deadline: bool = True) -> _Statement:
+               prepared: Prepared, nonce: str | None = None, deadline: bool = True,
+               params: pa.RecordBatch | None = None) -> _Statement:
         self._slots.acquire(principal.user)
         try:
             timeout = self._timeout_s(session) if deadline else None
@@ -411,7 +413,7 @@ class FlightSqlServer(flight.FlightServerBase):
         except BaseException:
             self._slots.release(principal.user)
             raise
-        st = _Statement(rpc, principal, prepared, call)
+        st = _Statement(rpc, principal, prepared, call, params)
         # a cancelled statement gives its slot back at once, even if its stream waits for
         # a client that is not reading
         call.cancel.on_cancel(lambda: self._release_slot(st))
@@ -453,7 +455,8 @@ class FlightSqlServer(flight.FlightServerBase):
         }
         if error is not None:
             fields["error_class"] = type(error).__name__
-            fields["error"] = self._text.redact_message(str(mapped), st.prepared.sql)
+            fields["error"] = self._text.redact_message(str(mapped), st.prepared.sql,
+                                                        st.params)
             log.warning("statement failed", extra={"fields": fields})
         else:
             log.info("statement", extra={"fields": fields})
@@ -476,6 +479,7 @@ class FlightSqlServer(flight.FlightServerBase):
                         fresh: bool) -> flight.FlightInfo:
         """GetFlightInfo for a statement: run it now if it has effects, else a ticket."""
         user = principal.user
+        self._note(params=params)
         if not prepared.effects:
             schema = self._bound_schema(context, principal, prepared, params, fresh=fresh)
             ticket = self._codec.issue("query", user, sql=prepared.sql, params=params)
@@ -483,7 +487,8 @@ class FlightSqlServer(flight.FlightServerBase):
                                      [flight.FlightEndpoint(ticket, [])], -1, -1)
         self._check_writable(principal, prepared)
         session = self._session(context, principal, keep=prepared.statement_kind == "set")
-        st = self._begin("GetFlightInfo", context, principal, session, prepared)
+        st = self._begin("GetFlightInfo", context, principal, session, prepared,
+                         params=params)
         if prepared.kind != StatementKind.QUERY:
             n = self._run(st, self._engine.execute_update, prepared.sql, session, params,
                           cancel=st.cancel, info=st.info)
@@ -530,9 +535,10 @@ class FlightSqlServer(flight.FlightServerBase):
     def _update(self, rpc: str, context, principal: Principal, prepared: Prepared,
                 params: pa.RecordBatch | None) -> int:
         """An update through DoPut: run now, return the row count."""
+        self._note(params=params)
         self._check_writable(principal, prepared)
         session = self._session(context, principal, keep=prepared.statement_kind == "set")
-        st = self._begin(rpc, context, principal, session, prepared)
+        st = self._begin(rpc, context, principal, session, prepared, params=params)
         n = self._run(st, self._engine.execute_update, prepared.sql, session, params,
                       cancel=st.cancel, info=st.info)
         st.affected = int(n)
@@ -561,6 +567,7 @@ class FlightSqlServer(flight.FlightServerBase):
         statement = self._STATEMENTS.get(type(cmd))
         if statement is not None:
             prepared, params = statement(self, context, principal, cmd)
+            self._note(params=params)
             if prepared.effects:
                 return flight.SchemaResult(prepared.dataset_schema)
             return flight.SchemaResult(self._bound_schema(
@@ -624,14 +631,15 @@ class FlightSqlServer(flight.FlightServerBase):
         return flight.RecordBatchStream(_sized_table(table))
 
     def _stream_query(self, context, principal: Principal, t) -> flight.GeneratorStream:
-        self._note(statement=t.sql)
+        self._note(statement=t.sql, params=t.params)
         if self._calls.was_cancelled(principal.user, t.nonce):
             raise errors.QueryCancelled("query was cancelled (CancelFlightInfo)",
                                         reason="cancelled")
         session = self._session(context, principal)
         prepared = Prepared(t.sql, StatementKind.QUERY, EMPTY_SCHEMA, EMPTY_SCHEMA,
                             statement_kind="select")
-        st = self._begin("DoGet", context, principal, session, prepared, nonce=t.nonce)
+        st = self._begin("DoGet", context, principal, session, prepared, nonce=t.nonce,
+                         params=t.params)
         result = self._run(st, self._engine.execute_query, t.sql, session, t.params,
                            cancel=st.cancel)
         st.info = result.info

@@ -8,8 +8,15 @@ Contract:
 - ``StatementText(mode)``: how statement text appears in logs. ``full`` keeps it,
   ``redacted`` (the default) replaces every literal by ``?`` and drops comments (split by
   DuckDB's own tokenizer; text it refuses becomes ``<unparsed statement: N bytes>``), ``off``
-  leaves it out. ``redact_message`` applies the same to an error message that quotes the
-  statement.
+  leaves it out.
+- ``StatementText.redact_message(message, sql, params)``: an error message fit for the log.
+  ``full`` keeps it. ``redacted`` and ``off`` show the statement the message quotes as the
+  log shows it (``off``: ``<statement>``) and replace by ``?``: every value of the
+  statement's literals and of its bound parameters (``params``), wherever the message
+  has it, every single-quoted string (DuckDB quotes the values it cannot convert, also
+  those it read from a table) and the number in DuckDB's "with value N". A double-quoted
+  name is an identifier and kept, as in the redacted statement. The client's own error is
+  not touched: it sent the values.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import datetime as _dt
 import functools
 import json
 import logging
+import re
 import sys
 import traceback
 
@@ -125,18 +133,125 @@ class StatementText:
             return " ".join(sql.split())
         return redact_sql(sql)
 
-    def redact_message(self, message: str, sql: str | None) -> str:
-        """``message`` with the statement it quotes (whole or shortened) redacted."""
-        if not sql or self.mode == "full":
+    def redact_message(self, message: str, sql: str | None,
+                       params: object | None = None) -> str:
+        """``message`` fit for the log (see the module docstring). ``params``: the bound
+        parameter values (a ``pyarrow.RecordBatch``), if any."""
+        if self.mode == "full":
             return message
-        shown = self(sql) or "<statement>"
-        one_line = " ".join(sql.split())
-        variants = {sql, one_line}
-        for limit in (200,):  # the engine's and the server's shortened forms
-            cut = one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
-            variants |= {cut, repr(cut)}
-        for variant in sorted(variants, key=len, reverse=True):
-            if variant and variant in message:
-                message = message.replace(variant, repr(shown) if variant.startswith(
-                    ("'", '"')) else shown)
-        return message
+        quoted: list[str] = []  # the statement as the log shows it, kept out of the rest
+
+        def hold(text: str) -> str:
+            quoted.append(text)
+            return f"\x00{chr(0xE000 + len(quoted) - 1)}\x00"
+
+        if sql:
+            shown = self(sql) or "<statement>"
+            one_line = " ".join(sql.split())
+            variants = {sql, one_line}
+            for limit in (200,):  # the engine's and the server's shortened forms
+                cut = one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
+                variants |= {cut, repr(cut)}
+            for variant in sorted(variants, key=len, reverse=True):
+                if variant and variant in message:
+                    message = message.replace(variant, hold(repr(shown) if variant.startswith(
+                        ("'", '"')) else shown))
+        values = set(literal_values(sql) if sql else ()) | set(parameter_values(params))
+        values |= {line for v in values for line in v.splitlines()}  # messages may cut
+        for value in sorted((v for v in values if v.strip()), key=len, reverse=True):
+            message = _value_pattern(value).sub("?", message)
+        message = _QUOTED.sub("?", message)
+        message = _WITH_VALUE.sub(r"\1?", message)
+        return _HELD.sub(lambda m: quoted[ord(m.group(1)) - 0xE000], message)
+
+
+#: a single-quoted string in a message: the quote follows no letter or digit (``can't`` is
+#: no string) and the closing one is followed by none (``'O'Brien'`` is one string)
+_QUOTED = re.compile(r"(?<![\w'])'.*?'(?![\w'])", re.S)
+#: DuckDB's "Type INT64 with value 98765 can't be cast ..." (the value may come from a table)
+_WITH_VALUE = re.compile(r"(\bwith value )[-+]?[\w.]+")
+_HELD = re.compile("\x00([\ue000-\uf8ff])\x00")
+#: bound values looked at for one message: a bulk insert's batch can be large
+MAX_PARAMETER_VALUES = 10_000
+
+
+def _value_pattern(value: str) -> re.Pattern:
+    """``value`` where it stands on its own: not inside a longer word or number."""
+    head = r"(?<![\w.])" if value[0].isalnum() or value[0] == "_" else ""
+    tail = r"(?![\w])" if value[-1].isalnum() or value[-1] == "_" else ""
+    return re.compile(head + re.escape(value) + tail)
+
+
+@functools.lru_cache(maxsize=512)
+def literal_values(sql: str) -> tuple[str, ...]:
+    """The values of ``sql``'s string and numeric literals as DuckDB would show them in a
+    message: ``'it''s'`` is ``it's``, ``E'a\\nb'`` also ``a<newline>b``, ``$$x$$`` is
+    ``x``. Nothing for text DuckDB's tokenizer refuses."""
+    import duckdb
+
+    try:
+        tokens = duckdb.tokenize(sql)
+    except Exception:  # noqa: BLE001 - the quoted-string rule still applies
+        return ()
+    ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
+    out: list[str] = []
+    for (pos, kind), end in zip(tokens, ends):
+        kind = getattr(kind, "name", str(kind))
+        text = sql[pos:end].rstrip()
+        if kind == "numeric_const":
+            out.append(text)
+        elif kind == "string_const":
+            out += _unquote(text)
+    return tuple(out)
+
+
+def _unquote(text: str) -> list[str]:
+    if text.startswith("$"):  # $tag$...$tag$
+        tag = text[: text.index("$", 1) + 1]
+        return [text[len(tag): len(text) - len(tag)]]
+    quote = text.find("'")
+    if quote < 0 or not text.endswith("'"):
+        return [text]
+    inner = text[quote + 1: -1]
+    out = [inner, inner.replace("''", "'")]
+    if text[:quote].lower() == "e":
+        try:
+            out.append(inner.encode("latin-1", "backslashreplace").decode("unicode_escape"))
+        except (UnicodeError, ValueError):
+            pass
+    return out
+
+
+def parameter_values(params: object | None) -> list[str]:
+    """The bound values of ``params`` (a ``pyarrow.RecordBatch``) as text, in the forms a
+    message may show them (``str`` and ISO for dates and times)."""
+    if params is None:
+        return []
+    out: list[str] = []
+    budget = MAX_PARAMETER_VALUES
+    for column in getattr(params, "columns", ()):
+        for value in column.slice(0, budget).to_pylist():
+            _value_texts(value, out)
+        budget -= min(budget, len(column))
+        if budget <= 0:
+            break
+    return out
+
+
+def _value_texts(value: object, out: list[str]) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, dict):
+        for v in value.values():
+            _value_texts(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _value_texts(v, out)
+    elif isinstance(value, bytes):
+        out += [value.decode("utf-8", "replace"), value.hex()]
+    else:
+        out.append(str(value))
+        if hasattr(value, "isoformat"):
+            out.append(value.isoformat())
+        if isinstance(value, float):
+            out.append(repr(value))
