@@ -48,6 +48,7 @@ from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql.allowed_functions import VOLATILE_FUNCTIONS
+from flightsrv.table.commit import BACKOFF_BASE_S, BACKOFF_MAX_S
 from flightsrv.table.delete_plan import MAX_RERUNS, Rerun, commit_changes
 
 TARGET_RELATION = "__fsrv_target"  # the target's relation in phase 1
@@ -136,8 +137,16 @@ class Dml:
     # -- shared ------------------------------------------------------------------------------
 
     def _attempts(self, stmt, run):
+        """``run()`` until it commits, re-running it (on a new snapshot) when a concurrent
+        commit changed what it decided on; between re-runs a random wait that doubles each
+        time, as the commit loop's, so writers that keep colliding (MERGEs that insert while
+        others append) spread out instead of starving one another."""
         last = None
-        for _ in range(MAX_RERUNS):
+        runtime = self.engine.warehouse.runtime
+        for attempt in range(MAX_RERUNS):
+            if attempt:
+                delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** attempt))
+                runtime.clock.sleep(runtime.rng.uniform(0, delay))
             try:
                 return run()
             except Rerun as r:
