@@ -229,6 +229,16 @@ def test_csv_writes_binary_as_hex(tmp_path, command):
 
 
 
+def _append_file(tmp_path, schema: str, text: str, ext: str = "jsonl"):
+    """Create table t with ``schema`` and append an input file (``in.<ext>``) holding
+    ``text``: (warehouse, input file, the append's process)."""
+    wh = tmp_path / "wh"
+    src = tmp_path / f"in.{ext}"
+    src.write_text(text)
+    assert run("--warehouse", wh, "table", "create", "t", "--schema", schema).returncode == 0
+    return wh, src, run("--warehouse", wh, "table", "append", "t", src)
+
+
 @pytest.mark.parametrize("ext,text", [
     ("csv", 'id,b\n1,\\x00ff\n2,"\\x"\n3,\n4,plain\n5,\\xABcd\n'),
     ("jsonl", '{"id": 1, "b": "AP8="}\n{"id": 2, "b": ""}\n{"id": 3, "b": null}\n'
@@ -236,12 +246,7 @@ def test_csv_writes_binary_as_hex(tmp_path, command):
 ], ids=["csv-hex", "jsonl-base64"])
 def test_append_decodes_binary_as_scan_writes_it(tmp_path, ext, text):
     """CSV: \\x + hex is bytes, text without \\x its UTF-8 bytes; JSON lines: base64."""
-    wh = tmp_path / "wh"
-    src = tmp_path / f"in.{ext}"
-    src.write_text(text)
-    assert run("--warehouse", wh, "table", "create", "t", "--schema",
-               "id:int32,b:binary").returncode == 0
-    proc = run("--warehouse", wh, "table", "append", "t", src)
+    wh, _, proc = _append_file(tmp_path, "id:int32,b:binary", text, ext)
     assert proc.returncode == 0, proc.stderr
     got = Warehouse.open(str(wh)).table("t").to_table().sort_by("id").to_pylist()
     assert [r["b"] for r in got] == [b"\x00\xff", b"", None, b"plain", b"\xab\xcd"]
@@ -254,12 +259,7 @@ def test_append_decodes_binary_as_scan_writes_it(tmp_path, ext, text):
 ], ids=["csv-not-hex", "csv-odd", "jsonl-not-base64"])
 def test_a_binary_value_that_does_not_decode_names_file_column_row_and_value(
         tmp_path, ext, text, value):
-    wh = tmp_path / "wh"
-    src = tmp_path / f"in.{ext}"
-    src.write_text(text)
-    assert run("--warehouse", wh, "table", "create", "t", "--schema",
-               "id:int32,b:binary").returncode == 0
-    proc = run("--warehouse", wh, "table", "append", "t", src)
+    wh, src, proc = _append_file(tmp_path, "id:int32,b:binary", text, ext)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     line = proc.stderr.splitlines()[-1]
     assert line.startswith("flightsrv: error: "), line
@@ -281,34 +281,21 @@ def test_a_binary_value_that_does_not_decode_names_file_column_row_and_value(
     ("id:int64,s:string", '{"id": 1, "s": 12.5}', (1, "12.5")),
 ], ids=["date", "timestamp", "timestamptz", "decimal", "inf", "-inf", "number-to-string"])
 def test_jsonl_append_reads_what_scan_writes(tmp_path, schema, line, row):
-    wh = tmp_path / "wh"
-    src = tmp_path / "in.jsonl"
-    src.write_text(line + '\n{"id": 2}\n')
-    assert run("--warehouse", wh, "table", "create", "t", "--schema", schema).returncode == 0
-    proc = run("--warehouse", wh, "table", "append", "t", src)
+    wh, _, proc = _append_file(tmp_path, schema, line + '\n{"id": 2}\n')
     assert proc.returncode == 0, proc.stderr
     got = Warehouse.open(str(wh)).table("t").to_table().sort_by("id").to_pylist()
     assert [tuple(r.values()) for r in got] == [row, (2, None)]
 
 
 def test_jsonl_nan_string_loads_into_a_double(tmp_path):
-    wh = tmp_path / "wh"
-    src = tmp_path / "in.jsonl"
-    src.write_text('{"id": 1, "d": "NaN"}\n')
-    assert run("--warehouse", wh, "table", "create", "t", "--schema",
-               "id:int64,d:double").returncode == 0
-    proc = run("--warehouse", wh, "table", "append", "t", src)
+    wh, _, proc = _append_file(tmp_path, "id:int64,d:double", '{"id": 1, "d": "NaN"}\n')
     assert proc.returncode == 0, proc.stderr
     assert math.isnan(Warehouse.open(str(wh)).table("t").to_table().column("d")[0].as_py())
 
 
 def test_a_jsonl_value_that_does_not_convert_names_file_column_row_and_value(tmp_path):
-    wh = tmp_path / "wh"
-    src = tmp_path / "in.jsonl"
-    src.write_text('{"id": 1, "dt": "2024-01-01"}\n\n{"id": 2, "dt": "nope"}\n')
-    assert run("--warehouse", wh, "table", "create", "t", "--schema",
-               "id:int64,dt:date").returncode == 0
-    proc = run("--warehouse", wh, "table", "append", "t", src)
+    wh, src, proc = _append_file(tmp_path, "id:int64,dt:date",
+                                 '{"id": 1, "dt": "2024-01-01"}\n\n{"id": 2, "dt": "nope"}\n')
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     line = proc.stderr.splitlines()[-1]
     for needle in [f"file={src}", "column=dt", "row=2", 'value="nope"']:

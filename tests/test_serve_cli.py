@@ -232,17 +232,25 @@ NO_CREDENTIALS = {
 }
 
 
-@pytest.mark.parametrize("case", NO_CREDENTIALS)
-def test_serve_refuses_a_credential_source_that_yields_no_credential(tmp_path, case):
-    files, args, env, needles = NO_CREDENTIALS[case]
+def _serve_with(tmp_path, files: dict, args: list, env: dict):
+    """``flightsrv serve`` with ``files`` written to ``tmp_path`` and ``{d}`` in the
+    arguments and environment replaced by it (the completed process: it is expected to
+    refuse to start)."""
     d = str(tmp_path)
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "flightsrv.cli", "--warehouse", f"{d}/wh",
+    return subprocess.run([sys.executable, "-m", "flightsrv.cli", "--warehouse", f"{d}/wh",
                            "serve", "--no-demo", "--port", "0",
                            *[a.format(d=d) for a in args]],
                           capture_output=True, text=True, timeout=60, check=False,
                           env=_env(**{k: v.format(d=d) for k, v in env.items()}))
+
+
+@pytest.mark.parametrize("case", NO_CREDENTIALS)
+def test_serve_refuses_a_credential_source_that_yields_no_credential(tmp_path, case):
+    files, args, env, needles = NO_CREDENTIALS[case]
+    d = str(tmp_path)
+    proc = _serve_with(tmp_path, files, args, env)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("flightsrv: error: ") and proc.stderr.count("\n") == 1
     for needle in needles:
@@ -261,13 +269,7 @@ def test_serve_refuses_a_credential_source_that_yields_no_credential(tmp_path, c
 ])
 def test_serve_refuses_one_credential_given_two_ways(tmp_path, files, args, env, needles):
     d = str(tmp_path)
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "flightsrv.cli", "--warehouse", f"{d}/wh",
-                           "serve", "--no-demo", "--port", "0",
-                           *[a.format(d=d) for a in args]],
-                          capture_output=True, text=True, timeout=60, check=False,
-                          env=_env(**env))
+    proc = _serve_with(tmp_path, files, args, env)
     assert proc.returncode == 2, proc.stderr
     for needle in needles:
         assert needle.format(d=d) in proc.stderr, (needle, proc.stderr)

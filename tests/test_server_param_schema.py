@@ -31,9 +31,7 @@ def port(tmp_path_factory):
 
 @pytest.fixture
 def cur(port):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        conn = dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+    conn = _connect(port)
     cursor = conn.cursor()
     yield cursor
     cursor.close()
@@ -66,6 +64,20 @@ def _desc(msg):
     return flight.FlightDescriptor.for_command(proto.pack(msg))
 
 
+def _prepare(client, query: str) -> bytes:
+    """A prepared statement's handle, created through the raw Flight SQL action."""
+    (raw,) = [r.body.to_pybytes() for r in client.do_action(flight.Action(
+        "CreatePreparedStatement", proto.pack(proto.ActionCreatePreparedStatementRequest(
+            query=query))))]
+    return proto.unpack(raw).prepared_statement_handle
+
+
+def _connect(port):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+
+
 @pytest.mark.parametrize("params", [
     pa.record_batch({"0": pa.array([7], pa.int64())}),
     pa.record_batch({"0": pa.array(["t"], pa.string())}),
@@ -74,10 +86,7 @@ def _desc(msg):
 def test_announced_schema_is_the_streamed_schema(port, params):
     client = flight.connect(f"grpc://127.0.0.1:{port}")
     try:
-        (raw,) = [r.body.to_pybytes() for r in client.do_action(flight.Action(
-            "CreatePreparedStatement", proto.pack(proto.ActionCreatePreparedStatementRequest(
-                query="SELECT id, ? AS tag FROM range(2) t(id)"))))]
-        handle = proto.unpack(raw).prepared_statement_handle
+        handle = _prepare(client, "SELECT id, ? AS tag FROM range(2) t(id)")
         cmd = proto.CommandPreparedStatementQuery(prepared_statement_handle=handle)
         writer, _ = client.do_put(_desc(cmd), params.schema)
         writer.write_batch(params)
@@ -150,22 +159,13 @@ def test_a_prepared_query_announces_the_schema_after_the_table_changed(cur, port
     assert cur.fetchall() == [(1, "a")]
     client = flight.connect(f"grpc://127.0.0.1:{port}")
     try:
-        (raw,) = [r.body.to_pybytes() for r in client.do_action(flight.Action(
-            "CreatePreparedStatement", proto.pack(proto.ActionCreatePreparedStatementRequest(
-                query="SELECT * FROM stale_t"))))]
-        handle = proto.unpack(raw).prepared_statement_handle
+        handle = _prepare(client, "SELECT * FROM stale_t")
         # another connection changes the table under both prepared statements
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            other = dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
-        with other, other.cursor() as c2:
+        with _connect(port) as other, other.cursor() as c2:
             c2.execute("ALTER TABLE stale_t ADD COLUMN n INTEGER DEFAULT 7")
         cur.execute("SELECT * FROM stale_t")  # ADBC re-executes its prepared statement
         assert cur.fetchall() == [(1, "a", 7)]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            third = dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
-        with third, third.cursor() as c:
+        with _connect(port) as third, third.cursor() as c:
             c.execute("CREATE OR REPLACE TABLE stale_t (id VARCHAR, s BIGINT)")
             c.execute("INSERT INTO stale_t VALUES ('x', 5)")
         desc = _desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
