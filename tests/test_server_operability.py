@@ -373,3 +373,17 @@ def test_redact_message_keeps_identifiers_and_prose():
                    "? (? 123 INT32 1.5) (statement="
                    + repr("SELECT \"Name\" FROM t WHERE a = ? AND b = ? AND c = ?") + ")")
     assert StatementText("full").redact_message(message, sql) == message
+
+
+def test_redaction_reads_parameter_values_python_cannot_hold():
+    """The logged error's redaction reads the bound values; a date past 9999 (refused as a
+    parameter) made it raise OverflowError, which reached the client as a Python exception
+    instead of the statement's own INVALID_ARGUMENT."""
+    import pyarrow as pa
+
+    from flightsrv.server.logs import parameter_values
+
+    batch = pa.record_batch([pa.array([2**31 - 1], pa.date32()),
+                             pa.array([10**14], pa.timestamp("s")),
+                             pa.array(["secret"])], names=["a", "b", "c"])
+    assert parameter_values(batch) == ["2147483647", "100000000000000", "secret"]

@@ -230,12 +230,30 @@ def parameter_values(params: object | None) -> list[str]:
     out: list[str] = []
     budget = MAX_PARAMETER_VALUES
     for column in getattr(params, "columns", ()):
-        for value in column.slice(0, budget).to_pylist():
+        for value in _python_values(column.slice(0, budget)):
             _value_texts(value, out)
         budget -= min(budget, len(column))
         if budget <= 0:
             break
     return out
+
+
+def _python_values(column) -> list:
+    """``column``'s values as Python objects; a value Python cannot hold (a date past year
+    9999, a BC date) as its integer value, and failing that Arrow's text of it: the
+    redaction must never fail on the values a statement was refused for."""
+    import pyarrow as pa
+
+    try:
+        return column.to_pylist()
+    except (OverflowError, ValueError, pa.ArrowException):
+        pass
+    for as_type in (pa.int64(), pa.int32(), pa.string()):
+        try:
+            return column.cast(as_type, safe=False).to_pylist()
+        except (OverflowError, ValueError, pa.ArrowException):
+            continue
+    return []
 
 
 def _value_texts(value: object, out: list[str]) -> None:
