@@ -205,3 +205,19 @@ def test_date_and_timestamp_text_as_duckdb_spells_them(unit):
         fn, scale = ("epoch_ns", 10**9) if unit == "ns" else ("epoch_us", 10**6)
         back = con.execute(f"SELECT {fn}(CAST('{text}' AS {cast[unit]}))").fetchone()[0]
         assert back == c * scale // per, text
+
+
+def test_union_bound_parameters_keep_their_values(conn):
+    """The JDBC driver binds parameters as a union of types: the values are read from the
+    union's child, not through Python (which cannot hold a BC date)."""
+    bc = pa.UnionArray.from_dense(pa.array([0], pa.int8()), pa.array([0], pa.int32()),
+                                  [pa.array([-800000], pa.date32()), pa.array(["x"])])
+    mixed = pa.UnionArray.from_sparse(pa.array([1], pa.int8()),
+                                      [pa.array([None], pa.int64()), pa.array(["y"])])
+    with conn.cursor() as cur:
+        cur.execute("SELECT CAST(? AS VARCHAR) AS d, ? AS s",
+                    parameters=pa.record_batch([bc, mixed], names=["a", "b"]))
+        got = cur.fetchall()
+    expected = duckdb.sql("SELECT CAST(CAST(-800000 AS INTEGER) + DATE '1970-01-01' "
+                          "AS VARCHAR)").fetchall()[0][0]
+    assert got == [(expected, "y")]

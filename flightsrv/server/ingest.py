@@ -113,8 +113,26 @@ def read_params(reader, max_bytes: int) -> pa.RecordBatch | None:
     columns = []
     for column in table.columns:
         if pa.types.is_union(column.type):
-            column = pa.array(column.to_pylist())
+            column = _union_values(column.combine_chunks(), len(columns) + 1)
         else:
             column = column.combine_chunks()
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, names=table.column_names)
+
+
+def _union_values(column: pa.UnionArray, number: int) -> pa.Array:
+    """A parameter column a client bound as a union of types (the JDBC driver does) as
+    the values of their own type: the one child every row uses, taken without a round trip
+    through Python (which cannot hold a BC date); rows of different types go through
+    Python, which must then hold every value."""
+    codes = column.type_codes.to_numpy(zero_copy_only=False)
+    if len(codes) and (codes == codes[0]).all():
+        child = column.field(column.type.type_codes.index(int(codes[0])))
+        if column.type.mode == "dense":
+            return child.take(column.offsets)
+        return child
+    try:
+        return pa.array(column.to_pylist())
+    except (OverflowError, ValueError, pa.ArrowException):
+        raise errors.SqlError("a bound parameter value cannot be read (outside the range "
+                              "of its type)", parameter=f"${number}") from None
