@@ -205,6 +205,10 @@ class DuckEngine:
             # its metadata reads but a data file does not: the query says why, the listing
             # shows the table's stored shape
             return stored
+        if described.names != stored.names:
+            # the statement pinned a later version (a column added or dropped in between):
+            # the stored shape of the version read first, rather than a mix of the two
+            return stored
         # DuckDB's types; the table's own NOT NULL and field metadata
         return pa.schema([f.with_type(d.type) for f, d in zip(stored, described, strict=True)],
                          metadata=stored.metadata)
