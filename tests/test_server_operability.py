@@ -320,8 +320,14 @@ _FAILING = [
     ("SELECT * FROM t WHERE id = ?", ["a.secret7@x.org"]),
     ("SELECT error(?)", ["bound secret8"]),
     ("SELECT CAST(? AS INT)", [98765432108]),
+    # values read from the table that DuckDB shows double-quoted or unquoted
+    ("SELECT CAST(email AS DATE) FROM t WHERE id = 1", None),  # format: "O'Brien.secret0"
+    ("SELECT CAST(email AS JSON) FROM t WHERE id = 1", None),  # Input: "O'Brien.secret0"
+    ("SELECT id * 98765432109876 FROM t WHERE id > 2", None),  # (87654329 * 9876...)
+    ("SELECT make_date(id, 1, 1) FROM t WHERE id > 2", None),  # out of range: 87654329-1-1
 ]
-_MARKERS = ["secret0", *(f"secret{n}" for n in range(1, 9)), "98765432106", "98765432108"]
+_MARKERS = ["secret0", *(f"secret{n}" for n in range(1, 9)), "98765432106", "98765432108",
+            "87654329"]
 
 
 @pytest.mark.parametrize("mode", ["redacted", "off", "full"])
@@ -331,7 +337,8 @@ def test_logged_errors_follow_log_statements(tmp_path, mode):
     try:
         with adbc(srv.uri(), None) as conn, conn.cursor() as cur:
             cur.execute("CREATE TABLE t (id INTEGER, email VARCHAR)")
-            cur.execute("INSERT INTO t VALUES (1, 'O''Brien.secret0'), (2, '12')")
+            cur.execute("INSERT INTO t VALUES (1, 'O''Brien.secret0'), (2, '12'), "
+                        "(87654329, NULL)")
             for sql, params in _FAILING:
                 with pytest.raises(adbc_driver_manager.Error) as ei:
                     cur.execute(sql, params)
@@ -340,7 +347,7 @@ def test_logged_errors_follow_log_statements(tmp_path, mode):
     finally:
         assert srv.stop() == 0
     # the client is told the value it sent
-    assert "a.secret1@x.org" in client_errors[0] and "98765432108" in client_errors[-1]
+    assert "a.secret1@x.org" in client_errors[0] and "98765432108" in client_errors[10]
     failed = [e for e in srv.events if e.get("msg") in ("statement failed", "rpc failed")]
     assert len([e for e in failed if e["msg"] == "statement failed"]) >= len(_FAILING)
     log = "".join(srv.lines)
@@ -370,9 +377,40 @@ def test_redact_message_keeps_identifiers_and_prose():
                "'O'Brien' ('' 123 INT32 1.5) (statement=" + repr(sql) + ")")
     out = text.redact_message(message, sql)
     assert out == ("Binder Error: Referenced column \"Name\" can't be cast: ?, ?, ? and "
-                   "? (? 123 INT32 1.5) (statement="
+                   "? (? ? INT32 ?) (statement="
                    + repr("SELECT \"Name\" FROM t WHERE a = ? AND b = ? AND c = ?") + ")")
     assert StatementText("full").redact_message(message, sql) == message
+
+
+def test_redact_message_hides_unquoted_and_double_quoted_values():
+    """DuckDB shows values read from a table unquoted (overflow operands, dates out of
+    range) or double-quoted (unparsable dates, JSON); names the statement spells stay, as do
+    a parser error's line, a decimal type's width and flightsrv's own version numbers."""
+    text = StatementText("redacted")
+    cases = [
+        ("Out of Range Error: Overflow in multiplication of INT64 (987654321 * 100)!",
+         "SELECT i * 100 FROM t",
+         "Out of Range Error: Overflow in multiplication of INT64 (? * ?)!"),
+        ('Conversion Error: invalid date field format: "a@b.org", expected format is '
+         "(YYYY-MM-DD) when casting from source column s", 'SELECT CAST(s AS DATE) FROM t',
+         "Conversion Error: invalid date field format: ?, expected format is (YYYY-MM-DD) "
+         "when casting from source column s"),
+        ('Binder Error: Referenced column "Name" not found! Candidate bindings: "name", '
+         '"secret"', 'SELECT "Name" FROM t',
+         'Binder Error: Referenced column "Name" not found! Candidate bindings: "name", ?'),
+        ("Conversion Error: Date out of range: 10002019-2-3", "SELECT d + x FROM t",
+         "Conversion Error: Date out of range: ?-?-?"),
+        ("Could not cast value 1234.500000 to DECIMAL(38,0)", "SELECT x FROM t",
+         "Could not cast value ? to DECIMAL(38,0)"),
+        ("Parser Error: syntax error at or near \"FROMM\"\n\nLINE 1: SELECT x FROMM t",
+         "SELECT x FROMM t",
+         "Parser Error: syntax error at or near \"FROMM\"\n\nLINE 1: SELECT x FROMM t"),
+        ("manifest missing (table=t version=12 size=40)", None,
+         "manifest missing (table=t version=12 size=40)"),
+    ]
+    for message, sql, expected in cases:
+        assert text.redact_message(message, sql) == expected, message
+        assert StatementText("full").redact_message(message, sql) == message
 
 
 def test_redaction_reads_parameter_values_python_cannot_hold():

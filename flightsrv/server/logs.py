@@ -14,9 +14,11 @@ Contract:
   log shows it (``off``: ``<statement>``) and replace by ``?``: every value of the
   statement's literals and of its bound parameters (``params``), wherever the message
   has it, every single-quoted string (DuckDB quotes the values it cannot convert, also
-  those it read from a table) and the number in DuckDB's "with value N". A double-quoted
-  name is an identifier and kept, as in the redacted statement. The client's own error is
-  not touched: it sent the values.
+  those it read from a table), the number in DuckDB's "with value N", every other number
+  that stands on its own (overflow operands, dates out of range; a parser error's ``LINE n:``
+  and ``DECIMAL(p,s)`` stay) and every double-quoted text that is not a name the statement
+  spells as an identifier (DuckDB double-quotes values it cannot parse, as in ``invalid
+  date field format: "..."``). The client's own error is not touched: it sent the values.
 """
 
 from __future__ import annotations
@@ -162,6 +164,11 @@ class StatementText:
             message = _value_pattern(value).sub("?", message)
         message = _QUOTED.sub("?", message)
         message = _WITH_VALUE.sub(r"\1?", message)
+        names = identifier_names(sql) if sql else frozenset()
+        message = _DOUBLE_QUOTED.sub(
+            lambda m: m.group(0) if m.group(1).lower() in names else "?", message)
+        message = _KEPT_NUMBERS.sub(lambda m: hold(m.group(0)), message)
+        message = _NUMBER.sub("?", message)
         return _HELD.sub(lambda m: quoted[ord(m.group(1)) - 0xE000], message)
 
 
@@ -171,6 +178,20 @@ _QUOTED = re.compile(r"(?<![\w'])'.*?'(?![\w'])", re.S)
 #: DuckDB's "Type INT64 with value 98765 can't be cast ..." (the value may come from a table)
 _WITH_VALUE = re.compile(r"(\bwith value )[-+]?[\w.]+")
 _HELD = re.compile("\x00([\ue000-\uf8ff])\x00")
+#: a double-quoted text: DuckDB quotes names so, and also values it cannot read (``invalid
+#: date field format: "alice@x.org"``, ``Malformed JSON ... Input: "..."``); one is kept
+#: only when the statement names it as an identifier
+_DOUBLE_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+#: a number standing on its own (not inside a name such as ``INT32``): DuckDB shows the
+#: values it could not compute with unquoted (``Overflow in multiplication of INT64
+#: (987654321 * 1000)``, ``Date out of range: 10002019-2-3``, ``Interval value 5 years``)
+_NUMBER = re.compile(r"(?<![\w.$])[-+]?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?![\w])")
+#: numbers that are not values: the line of a parser error, a decimal type's width/scale,
+#: and the table versions, sizes and counts flightsrv's own errors name (``version=3``)
+_KEPT_NUMBERS = re.compile(
+    r"\bLINE [0-9]+:|\b(?:DECIMAL|NUMERIC)\([0-9]+,\s*[0-9]+\)|\bversions? [0-9]+\b|"
+    r"\b(?:version|versions|head|size|minimum|maximum|declared|actual|rows|row_group|"
+    r"row_groups|files|limit|bytes|attempts|offset|length|retry_after_s)=[0-9]+\b")
 #: bound values looked at for one message: a bulk insert's batch can be large
 MAX_PARAMETER_VALUES = 10_000
 
@@ -180,6 +201,27 @@ def _value_pattern(value: str) -> re.Pattern:
     head = r"(?<![\w.])" if value[0].isalnum() or value[0] == "_" else ""
     tail = r"(?![\w])" if value[-1].isalnum() or value[-1] == "_" else ""
     return re.compile(head + re.escape(value) + tail)
+
+
+@functools.lru_cache(maxsize=512)
+def identifier_names(sql: str) -> frozenset[str]:
+    """The names ``sql`` spells as identifiers or keywords (lower case, unquoted): the
+    double-quoted texts of a message that stay in the log."""
+    import duckdb
+
+    try:
+        tokens = duckdb.tokenize(sql)
+    except Exception:  # noqa: BLE001 - then no double-quoted text is kept
+        return frozenset()
+    ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
+    out = set()
+    for (pos, kind), end in zip(tokens, ends):
+        if getattr(kind, "name", str(kind)) in ("identifier", "keyword"):
+            text = sql[pos:end].rstrip()
+            if text.startswith('"') and text.endswith('"') and len(text) >= 2:
+                text = text[1:-1].replace('""', '"')
+            out.add(text.lower())
+    return frozenset(out)
 
 
 @functools.lru_cache(maxsize=512)
