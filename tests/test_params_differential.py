@@ -221,3 +221,56 @@ def test_union_bound_parameters_keep_their_values(conn):
     expected = duckdb.sql("SELECT CAST(CAST(-800000 AS INTEGER) + DATE '1970-01-01' "
                           "AS VARCHAR)").fetchall()[0][0]
     assert got == [(expected, "y")]
+
+
+# -- parameters keep the types they were bound with ----------------------------------------
+
+TYPED = [
+    pa.array([1_000_000], pa.int64()),
+    pa.array([5], pa.int8()),
+    pa.array([5], pa.int16()),
+    pa.array([5], pa.uint32()),
+    pa.array([2**63 + 1], pa.uint64()),
+    pa.array([1.1], pa.float32()),
+    pa.array([1.1], pa.float64()),
+    pa.array(["x"], pa.large_string()),
+    pa.array([b"\x00x"], pa.binary()),
+    pa.array([True]),
+    pa.array(["1.50"], pa.string()).cast(pa.decimal128(9, 2)),
+    pa.array([1_600_000_000_123], pa.timestamp("ms")),
+    pa.array([1_600_000_000_123_456], pa.timestamp("us", tz="UTC")),
+    pa.array([18000], pa.date32()),
+    pa.array([3_600_000_000], pa.time64("us")),
+    pa.array([{"a": 5, "b": "x"}], pa.struct([("a", pa.int64()), ("b", pa.string())])),
+    pa.array([[1, 2]], pa.list_(pa.int16())),
+    pa.array([None], pa.int64()),
+]
+
+
+@pytest.mark.parametrize("arr", TYPED, ids=[str(a.type) for a in TYPED])
+def test_parameter_types_as_duckdb_reads_them(conn, arr):
+    """A bound parameter has the type it was bound with, as DuckDB types the same Arrow
+    column: DuckDB types a Python ``int`` by its value, so a BIGINT 5 bound natively was an
+    INTEGER, ``? * ?`` of two BIGINT parameters overflowed as INT32, and struct fields,
+    FLOAT and DECIMAL changed type."""
+    plain = duckdb.connect()
+    plain.register("b", pa.table({"p": arr}))
+    want = plain.execute("SELECT typeof(p), p, typeof(p + p) FROM b").fetchall() \
+        if pa.types.is_integer(arr.type) else \
+        plain.execute("SELECT typeof(p), p, NULL FROM b").fetchall()
+    sql = "SELECT typeof(?), ?, typeof(? + ?)" if pa.types.is_integer(arr.type) else \
+        "SELECT typeof(?), ?, NULL"
+    if pa.types.is_integer(arr.type):
+        batch = pa.record_batch([arr] * 4, names=["0", "1", "2", "3"])
+    else:
+        batch = pa.record_batch([arr] * 2, names=["0", "1"])
+    with conn.cursor() as cur:
+        cur.execute(sql, parameters=batch)
+        assert cur.fetchall() == want
+
+
+def test_bigint_parameters_multiply_as_bigint(conn):
+    big = pa.array([1_000_000], pa.int64())
+    with conn.cursor() as cur:
+        cur.execute("SELECT ? * ?", parameters=pa.record_batch([big, big], names=["0", "1"]))
+        assert cur.fetchall() == [(10**12,)]

@@ -90,6 +90,7 @@ from flightsrv.errors import (
 )
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
+from flightsrv.sql import types as sqltypes
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 #: default read path of local files with deleted rows (see DuckEngine.masked_scans):
@@ -247,7 +248,7 @@ class DuckEngine:
         stmt = _literal_if_lossy(stmt, values)
         qp = self._plan(stmt, tree, "query", pinner)
         self._verify(qp, sql, {})
-        native = [v.as_py() for v in values] if qp.needs_params and stmt.param_count else None
+        native = _native_params(values) if qp.needs_params and stmt.param_count else None
         ctx = _Ctx(session)
         with self._statement_cursor(ctx) as cur:
             for fn in qp.functions:
@@ -330,7 +331,7 @@ class DuckEngine:
         stmt = _literal_if_lossy(stmt, values)
         qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra))
         self._verify(qp, sql, ctx.extra)
-        params = [v.as_py() for v in values] if qp.needs_params and values else None
+        params = _native_params(values) if qp.needs_params and values else None
         cur = self._cursors.cursor()
         unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
             else (lambda: None)
@@ -705,28 +706,58 @@ def _params_type_results(tree: exp.Expression) -> bool:
 
 
 def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Statement:
-    """``stmt``, run from its rewritten tree (parameters as literals, as DML binds them)
-    when a bound value cannot reach DuckDB whole as a Python object (nanoseconds, dates
-    beyond Python's years 1 to 9999, a NULL of a type), so a query and a DELETE with the
-    same value see the same value."""
+    """``stmt``, run from its rewritten tree (parameters as typed literals, as DML binds
+    them) when a bound value cannot reach DuckDB whole and with its type as a Python object
+    (see :func:`_binds_natively`), so a query and a DELETE with the same value see the same
+    value of the same type."""
     if values and stmt.spliceable and not all(map(_binds_natively, values)):
         return dataclasses.replace(stmt, spliceable=False)
     return stmt
 
 
 def _binds_natively(value: pa.Scalar) -> bool:
-    """Whether DuckDB gets ``value`` whole as a Python object: a nanosecond timestamp or
-    time comes back from ``as_py()`` cut to microseconds; a date or timestamp outside
-    Python's years 1 to 9999 (a BC date) has no Python object; a NULL's ``as_py()`` is
-    ``None``, which DuckDB types as NULL, not as the type it was bound with."""
-    t = value.type
+    """Whether DuckDB gets ``value`` whole and typed as bound (:func:`_native_params`): an
+    untyped NULL, or a valid value of a type :func:`_native_type` names whose ``as_py()``
+    holds it (a date or timestamp outside Python's years 1 to 9999 has no Python object).
+    Everything else (decimals, nested values, timestamps in s/ms/ns, a NULL of a type)
+    binds as a typed literal: DuckDB would type the Python object by its value (``{'a': 5}``
+    as ``STRUCT(a INTEGER)`` when bound as BIGINT, ``Decimal('1.50')`` as DECIMAL(3,2))."""
     if not value.is_valid:
-        return pa.types.is_null(t)
-    if (pa.types.is_timestamp(t) or pa.types.is_time64(t)
-            or pa.types.is_duration(t)) and t.unit == "ns":
+        return pa.types.is_null(value.type)
+    if _native_type(value.type) is None:
         return False
     try:
         value.as_py()
     except (OverflowError, ValueError):
         return False
     return True
+
+
+@functools.lru_cache(maxsize=64)
+def _native_type(t: pa.DataType):
+    """The DuckDB type a bound value of Arrow type ``t`` reaches DuckDB as, for the types
+    whose Python objects DuckDB converts exactly (integers of every width, floats, text,
+    bytes, booleans, dates, microsecond times and timestamps); None for the rest."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or \
+            pa.types.is_string(t) or pa.types.is_large_string(t) or \
+            pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_date32(t) or \
+            (pa.types.is_time64(t) and t.unit == "us") or \
+            (pa.types.is_timestamp(t) and t.unit == "us"):
+        try:
+            return duckdb.sqltype(sqltypes.sql_type_name(t))
+        except (SqlError, duckdb.Error):
+            return None
+    return None
+
+
+def _native_params(values: list[pa.Scalar]) -> list:
+    """Bound values as DuckDB takes them natively, each with the type it was bound with:
+    DuckDB types a plain Python ``int`` by its value (5 as INTEGER), so two BIGINT
+    parameters multiplied overflowed as INT32. An untyped NULL stays ``None``."""
+    from duckdb.value.constant import Value
+
+    out = []
+    for v in values:
+        t = _native_type(v.type) if v.is_valid else None
+        out.append(v.as_py() if t is None else Value(v.as_py(), t))
+    return out
