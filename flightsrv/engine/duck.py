@@ -734,18 +734,20 @@ def _binds_natively(value: pa.Scalar) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _native_type(t: pa.DataType):
-    """The DuckDB type a bound value of Arrow type ``t`` reaches DuckDB as, for the types
-    whose Python objects DuckDB converts exactly (integers of every width, floats, text,
-    bytes, booleans, dates, microsecond times and timestamps); None for the rest."""
+def _native_type(t: pa.DataType) -> str | None:
+    """The DuckDB type name a bound value of Arrow type ``t`` reaches DuckDB as, for the
+    types whose Python objects DuckDB converts exactly (integers of every width, floats,
+    text, bytes, booleans, dates, microsecond times and timestamps); None for the rest.
+    (Names, not ``DuckDBPyType`` objects: those must not outlive the interpreter's
+    shutdown, nanobind reports each one still held as a leak.)"""
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or \
             pa.types.is_string(t) or pa.types.is_large_string(t) or \
             pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_date32(t) or \
             (pa.types.is_time64(t) and t.unit == "us") or \
             (pa.types.is_timestamp(t) and t.unit == "us"):
         try:
-            return duckdb.sqltype(sqltypes.sql_type_name(t))
-        except (SqlError, duckdb.Error):
+            return sqltypes.sql_type_name(t)
+        except SqlError:
             return None
     return None
 
@@ -759,5 +761,5 @@ def _native_params(values: list[pa.Scalar]) -> list:
     out = []
     for v in values:
         t = _native_type(v.type) if v.is_valid else None
-        out.append(v.as_py() if t is None else Value(v.as_py(), t))
+        out.append(v.as_py() if t is None else Value(v.as_py(), duckdb.sqltype(t)))
     return out
