@@ -339,6 +339,43 @@ def test_scan_then_append_into_the_same_schema_gives_the_same_rows(tmp_path, fmt
     assert norm(got) == norm(rows)
 
 
+def test_jsonl_scan_then_append_keeps_nested_columns(tmp_path):
+    """Maps are written as JSON objects (keys as text, as DuckDB's ``to_json`` writes them)
+    and append back into MAP columns, whatever the key type; structs and lists too. A map
+    was written as a list of [key, value] pairs, which the append refused, and ``sql``'s
+    table output failed on a map with date keys."""
+    wh = tmp_path / "wh"
+    schema = pa.schema([("id", pa.int64()),
+                        ("m", pa.map_(pa.string(), pa.int64())),
+                        ("md", pa.map_(pa.date32(), pa.list_(pa.float64()))),
+                        ("mi", pa.map_(pa.int32(), pa.string())),
+                        ("st", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+                        ("l", pa.list_(pa.string()))])
+    rows = pa.table({
+        "id": [1, 2, 3],
+        "m": [[("a", 1), ("b", 2)], [], None],
+        "md": [[(dt.date(2024, 1, 1), [1.5, math.inf])], None, [(dt.date(1, 1, 1), [])]],
+        "mi": [[(-1, "x"), (7, None)], None, [(0, "")]],
+        "st": [{"a": 1, "b": "x"}, None, {"a": None, "b": None}],
+        "l": [["a", None], [], None],
+    }, schema=schema)
+    w = Warehouse.open(str(wh))
+    w.create_table("src", schema).append(rows)
+    w.create_table("dst", schema)
+    out = tmp_path / "out.jsonl"
+    proc = run("--warehouse", wh, "table", "scan", "src", "--format", "jsonl", "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    assert '"m": {"a": 1, "b": 2}' in out.read_text()
+    proc = run("--warehouse", wh, "table", "append", "dst", out)
+    assert proc.returncode == 0, proc.stderr
+    got = Warehouse.open(str(wh)).table("dst").to_table().sort_by("id")
+    assert got.schema == schema
+    assert got.to_pylist() == rows.to_pylist()
+    proc = run("--warehouse", wh, "sql", "SELECT md FROM dst WHERE id = 1")
+    assert proc.returncode == 0 and '{"2024-01-01": [1.5, "Infinity"]}' in proc.stdout, \
+        proc.stderr
+
+
 # -- small output fixes ---------------------------------------------------------------------
 
 

@@ -5,7 +5,8 @@
 - ``csv``: a header line, then RFC 4180 rows (pyarrow's CSV writer), streamed; NULL is an
   empty field, an empty string is ``""``, binary is ``\\x`` and lower-case hex.
 - ``jsonl``: one JSON object per row, streamed. Timestamps and dates are ISO 8601 strings,
-  decimals are strings (exact), binary is base64, NaN/Infinity are strings.
+  decimals are strings (exact), binary is base64, NaN/Infinity are strings, a map is an
+  object whose keys are its keys as text (as DuckDB's ``to_json`` writes it).
 - ``parquet``: one Parquet file (zstd); needs ``--output`` or a redirected stdout.
 
 ``--output FILE`` is written to a temporary name next to it and renamed when complete, so a
@@ -144,7 +145,7 @@ def _cell(v) -> str:
     elif isinstance(v, float):
         s = repr(v)
     elif isinstance(v, (dict, list)):
-        s = json.dumps(v, default=_json_default)
+        s = json.dumps(_finite(v), default=_json_default, ensure_ascii=False)
     else:
         s = str(v)
     s = s.replace("\n", "\\n").replace("\t", " ")
@@ -158,7 +159,7 @@ def _write_table(reader: pa.RecordBatchReader, out, max_rows: int) -> int:
     rows: list[list[str]] = []
     more = False
     for batch in reader:
-        for row in batch.to_pylist():
+        for row in batch.to_pylist(maps_as_pydicts="strict"):
             if max_rows and len(rows) >= max_rows:
                 more = True
                 break
@@ -238,11 +239,22 @@ def _json_default(v):
     return str(v)
 
 
+def _key(k) -> str:
+    """A map key as a JSON object key, spelled as DuckDB's ``to_json`` spells it."""
+    if isinstance(k, str):
+        return k
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    if isinstance(k, float):
+        return json.dumps(_finite(k), default=_json_default, allow_nan=False).strip('"')
+    return str(_json_default(k)) if not isinstance(k, int) else str(k)
+
+
 def _finite(v):
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
     if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
+        return {_key(k): _finite(x) for k, x in v.items()}
     if isinstance(v, list):
         return [_finite(x) for x in v]
     return v
@@ -250,7 +262,8 @@ def _finite(v):
 
 def jsonl_lines(reader: pa.RecordBatchReader) -> Iterator[str]:
     for batch in reader:
-        for row in batch.to_pylist():
+        # a map is a JSON object, as DuckDB writes it (and reads it back into a MAP column)
+        for row in batch.to_pylist(maps_as_pydicts="strict"):
             yield json.dumps(_finite(row), default=_json_default, ensure_ascii=False,
                              allow_nan=False) + "\n"
 
