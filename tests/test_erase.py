@@ -166,6 +166,27 @@ def test_splice_of_rows_already_dv_deleted_still_erases_them(table):
     assert f.path != old.path and SECRET.encode() not in raw(table, f.path)
 
 
+def test_a_splice_condition_failing_on_a_deleted_row_does_not_show_its_value(table):
+    """A splice matches its condition over every stored row, also those a DV hides; an
+    error DuckDB raises on such a row quoted the deleted value. The live rows' own errors
+    are still shown (their values are readable), and nothing is committed either way."""
+    from flightsrv.errors import SqlError
+
+    assert table.delete(f"name = '{SECRET}'") == 1  # DV only: the row is still stored
+    v = table.head().version
+    cond = f"CAST(CASE WHEN id = {SECRET_ID} THEN name ELSE '0' END AS INTEGER) = 5"
+    assert table.delete(cond) == 0  # the live rows alone match nothing, and do not fail
+    with pytest.raises(SqlError) as ei:
+        table.delete(cond, mode="splice")
+    text = str(ei.value)
+    assert SECRET not in text and "already deleted" in text and "table=" in text
+    with pytest.raises(SqlError) as ei:  # a live row's own value is shown
+        table.delete("CAST(CASE WHEN id = 7 THEN 'live-7' ELSE '0' END AS INTEGER) = 5",
+                     mode="splice")
+    assert "live-7" in str(ei.value)
+    assert table.head().version == v
+
+
 def test_no_match_commits_nothing(table):
     v = table.head().version
     n = table.delete("id < 0", mode="splice")

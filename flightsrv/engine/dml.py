@@ -254,12 +254,32 @@ class Dml:
                                             snap.schema, only_target=not items)
             target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap,
                                        self._target_columns(tree, target, snap), prune)
-            with self.engine._statement_cursor(ctx) as cur:
-                file_list = self.engine._register(cur, ctx, target_scan, hidden=True,
-                                                  physical=physical)
-                for scan in scans:
-                    self.engine._register(cur, ctx, scan)
-                found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
+
+            def find_rows(over_physical: bool):
+                with self.engine._statement_cursor(ctx) as cur:
+                    file_list = self.engine._register(cur, ctx, target_scan, hidden=True,
+                                                      physical=over_physical)
+                    for scan in scans:
+                        self.engine._register(cur, ctx, scan)
+                    return self.engine._fetch(cur, ctx, find, sql, numpy=True), file_list
+
+            hidden_failed = False
+            try:
+                found, file_list = find_rows(physical)
+            except SqlError:
+                if not physical:
+                    raise
+                hidden_failed = True  # handled below, outside this block: no chained error
+            if hidden_failed:
+                # The splice matched the condition over every stored row, also those a DV
+                # hides. DuckDB's error may quote the value of such a deleted row: show it
+                # only if the live rows alone fail the same way (their values are readable)
+                find_rows(False)
+                raise SqlError("the condition fails on a row that is already deleted, whose "
+                               "value is not shown; make the condition hold for every value "
+                               "(TRY(...), TRY_CAST), or erase every deleted row with PURGE",
+                               statement=st._short(sql), table=stmt.table,
+                               version=snap.version)
             deletes = _positions(found, file_list)
             ctx.info.tables[stmt.table] = snap.version
             fp = self.engine._fingerprint(stmt, tree)
