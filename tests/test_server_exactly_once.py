@@ -140,3 +140,33 @@ def test_update_through_doput_and_select_streams_lazily(served):
     assert engine.executed["SELECT count(*) AS n FROM t"] == 2
     _, table = fetch(client, query("SELECT count(*) AS n FROM t"), WRITER)
     assert table.to_pylist() == [{"n": 3997}]
+
+
+@pytest.mark.parametrize("sql, operation", [("OPTIMIZE t", "compact"), ("PURGE t", "purge")])
+def test_maintenance_that_commits_past_the_deadline_reports_its_result(served, sql,
+                                                                       operation):
+    """A maintenance statement that committed after the session's deadline passed returns
+    its report: the client was told "statement timed out" although the compaction or the
+    purge had happened (and could not be taken back)."""
+    import time
+
+    _, engine, wh, client, _ = served
+    make_table(wh, "t")
+    wh.table("t").delete("id >= 3990")
+    before = len(_ops(wh, "t"))
+    inner = engine.engine.execute_query
+
+    def slow(*args, **kwargs):  # the work commits, then takes longer than the deadline
+        result = inner(*args, **kwargs)
+        time.sleep(0.5)
+        return result
+
+    engine.engine.execute_query = slow
+    try:
+        update(client, "SET statement_timeout = '50ms'", WRITER)
+        info, table = fetch(client, query(sql), WRITER)
+    finally:
+        engine.engine.execute_query = inner
+    assert _ops(wh, "t")[0] == operation and len(_ops(wh, "t")) == before + 1
+    assert table.num_rows == info.total_records > 0
+    assert set(table.column("table").to_pylist()) == {"t"}
