@@ -486,3 +486,25 @@ def test_create_from_file_that_fails_to_load_leaves_no_table_and_no_files(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert "loaded 2 rows" in proc.stdout
     assert Warehouse.open(str(wh)).table("t").head().version == 0  # one commit
+
+
+@pytest.mark.parametrize("command", [["table", "vacuum", "t", "--grace", "99999999999d"],
+                                     ["table", "purge", "t", "--expire", "--grace",
+                                      "99999999999w"],
+                                     ["table", "expire", "t", "--older-than", "99999999999w"],
+                                     ["warehouse", "vacuum", "--grace", "99999999999d"],
+                                     ["sql", "VACUUM t RETAIN 1000000000000 HOURS"]],
+                         ids=["vacuum", "purge", "expire", "warehouse-vacuum", "sql-vacuum"])
+def test_a_duration_longer_than_python_holds_means_keep_everything(tmp_path, command):
+    """A huge duration (a way to say "keep everything") failed with an unexpected
+    OverflowError; it is the longest duration, so nothing is old enough to go."""
+    wh = tmp_path / "wh"
+    t = Warehouse.open(str(wh)).create_table("t", pa.schema([("id", pa.int64())]))
+    t.append(pa.table({"id": [1, 2, 3]}))
+    t.delete("id = 2")
+    proc = run("--warehouse", wh, *command)
+    assert proc.returncode == 0 and "Error" not in proc.stderr, proc.stderr
+    t = Warehouse.open(str(wh)).table("t")
+    if "purge" not in command:  # PURGE ... EXPIRE expires what reaches the erased bytes
+        assert [h["version"] for h in t.history()][-1] == 0  # nothing expired
+    assert sorted(t.to_table().column("id").to_pylist()) == [1, 3]

@@ -32,6 +32,7 @@ from flightsrv.cli.common import (
 )
 from flightsrv.cli.render import result_columns, result_rows
 from flightsrv.errors import ConfigurationError, FlightsrvError
+from flightsrv.table.maintenance.common import duration
 
 TABLE_HELP = """\
 Create, load, read, change and maintain the tables of the warehouse. Commands that only read
@@ -571,7 +572,7 @@ def cmd_expire(args) -> int:
     t = open_warehouse(args).table(args.table)
     older = None
     if args.older_than is not None:
-        older = dt.timedelta(seconds=args.older_than)
+        older = duration(args.older_than)
     result = t.expire_snapshots(older_than=older, retain_last=args.retain_last,
                                 dry_run=args.dry_run)
     _print_result(result, args)
@@ -592,7 +593,7 @@ def cmd_vacuum(args) -> int:
             f"{MIN_GRACE_HOURS} hour: it can delete the files of a write that has not committed "
             f"yet; set the table property {ALLOW_SHORT_GRACE}=true to allow it",
             table=t.name, minimum_hours=MIN_GRACE_HOURS)
-    kw = {"grace": dt.timedelta(seconds=args.grace), "dry_run": args.dry_run}
+    kw = {"grace": duration(args.grace), "dry_run": args.dry_run}
     if not args.dry_run:
         kw["progress"] = Progress(f"vacuum {t.name}")
     _print_result(t.vacuum(**kw), args)
@@ -603,7 +604,7 @@ def cmd_purge(args) -> int:
     from flightsrv.progress import Progress
 
     t = open_warehouse(args).table(args.table)
-    kw = {} if args.grace is None else {"grace": dt.timedelta(seconds=args.grace)}
+    kw = {} if args.grace is None else {"grace": duration(args.grace)}
     _print_result(t.purge(expire=args.expire, progress=Progress(f"purge {t.name}"),
                           source="cli", **kw), args)
     return 0

@@ -9,12 +9,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 
 from flightsrv.cli import output
 from flightsrv.cli.render import result_rows
 from flightsrv.cli.common import format_duration, open_warehouse, parse_duration
 from flightsrv.errors import ConfigurationError
+from flightsrv.table.maintenance.common import duration
 
 MIN_GRACE_HOURS = 1
 
@@ -30,7 +30,7 @@ def cmd_vacuum(args) -> int:
             "not committed yet; pass --allow-short-grace if no writer is running",
             minimum_hours=MIN_GRACE_HOURS)
     wh = open_warehouse(args)
-    kw = {"grace": dt.timedelta(seconds=args.grace), "dry_run": args.dry_run}
+    kw = {"grace": duration(args.grace), "dry_run": args.dry_run}
     if not args.dry_run:
         kw["progress"] = Progress("vacuum orphans")
     result = wh.vacuum_orphans(**kw)

@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError
 from flightsrv.sql.statements import Maintenance
+from flightsrv.table.maintenance.common import duration
 
 #: The shortest ``VACUUM ... RETAIN n HOURS`` grace accepted without the table property
 #: :data:`ALLOW_SHORT_GRACE` (like Delta's retention duration check).
@@ -131,7 +132,7 @@ def run_maintenance(table, stmt: Maintenance) -> pa.Table:
             rows += _result_rows(table.name, "expire", expired)
         kw: dict = {"dry_run": stmt.dry_run}
         if stmt.retain_hours is not None:
-            kw["grace"] = dt.timedelta(hours=stmt.retain_hours)
+            kw["grace"] = duration(stmt.retain_hours * 3600)
         rows += _result_rows(table.name, "vacuum", table.vacuum(**kw))
     elif stmt.verb == "purge":
         rows += _result_rows(table.name, "purge", table.purge(expire=stmt.expire, source="sql"))

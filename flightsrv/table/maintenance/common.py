@@ -20,6 +20,15 @@ VACUUM_PREFIXES = ("data/", "tombstone/", "chunks/")
 DEFAULT_MAX_VERSIONS = 100
 
 
+def duration(seconds: float) -> dt.timedelta:
+    """``seconds`` as a timedelta, a duration past the longest one Python holds (about 2.7
+    million years) as that longest one: "keep everything" spelled as a huge number means the
+    same thing, and must not fail with an OverflowError."""
+    if seconds >= dt.timedelta.max.total_seconds():
+        return dt.timedelta.max
+    return dt.timedelta(seconds=seconds)
+
+
 def _table_ctx(table) -> dict:
     return {"table": table.name}
 
