@@ -226,6 +226,51 @@ def test_purge_after_dv_deletes(warehouse_uri):
     assert result.to_dict()["files"][0]["old_path"] == f0.path
 
 
+class _FirstDataRead:
+    """A store that runs ``before()`` once, just before a splice first copies from a data
+    file or writes its replacement (local: ``write_temp_file``; S3: the multipart upload of
+    its ``UploadPartCopy``, or the rewrite's PUT)."""
+
+    READS = ("write_temp_file", "create_multipart", "put_file", "put")
+
+    def __init__(self, inner, before):
+        self.inner, self.before, self.done = inner, before, False
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in self.READS:
+            return attr
+
+        def call(key, *args, **kwargs):
+            source = kwargs.get("source_key") or key
+            if not self.done and "/data/" in f"/{source}":
+                self.done = True
+                self.before()
+            return attr(key, *args, **kwargs)
+
+        return call
+
+
+def test_two_purges_with_expire_at_once_both_finish(warehouse_uri):
+    """The other purge commits, expires the versions and deletes the file this one planned
+    on before this one reads it: this one plans again (it failed with ObjectNotFound)."""
+    t = make_table(warehouse_uri)
+    t.delete("id % 3 = 0")
+    want = ids(t)
+    other = Warehouse.open(warehouse_uri).table("t")
+    first = {}
+
+    def competing_purge():
+        first["result"] = other.purge(expire=True)
+
+    store = _FirstDataRead(open_store(warehouse_uri), competing_purge)
+    mine = Warehouse(store, Runtime.deterministic(2)).table("t")
+    result = mine.purge(expire=True)
+    assert first["result"].version is not None and first["result"].status == "erased"
+    assert result.version is None and result.status == "erased"  # nothing left to do
+    assert ids(Warehouse.open(warehouse_uri).table("t")) == want
+
+
 def test_purge_reports_progress(table):
     from flightsrv.progress import Progress
 

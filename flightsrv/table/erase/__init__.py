@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from flightsrv.errors import CommitConflict
+from flightsrv.errors import CommitConflict, ObjectNotFound
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import dead_positions
 from flightsrv.table.erase.commit import (  # noqa: F401
@@ -153,6 +153,12 @@ def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, ex
             _discard(table, prepared)
             raise StalePlan("a data file of the erasure plan was rewritten concurrently",
                             table=table.name, read_version=snapshot.version) from None
+        except ObjectNotFound:
+            _discard(table, prepared)
+            if _left_head(table, targets):  # another erasure replaced it, then deleted it
+                raise StalePlan("a data file of the erasure plan was erased concurrently",
+                                table=table.name, read_version=snapshot.version) from None
+            raise
         except BaseException:
             _discard(table, prepared)
             raise
@@ -174,6 +180,13 @@ def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, ex
                    certificate=certificate)
 
 
+def _left_head(table, targets) -> bool:
+    """Whether a target's data file is no longer in the table's head."""
+    head = table.log.head()
+    live = {f.path for f in head.data_files} if head is not None else set()
+    return any(t.file.path not in live for t in targets)
+
+
 def erase_positions(table, find: Callable, **kw) -> PurgeResult:
     """``splice_positions`` on a plan ``find(snapshot)`` builds, re-planned on a new
     snapshot (at most ``MAX_REPLANS`` times) while target files keep being rewritten."""
@@ -185,7 +198,14 @@ def erase_positions(table, find: Callable, **kw) -> PurgeResult:
         for _ in range(MAX_REPLANS):
             snap = table.snapshot()
             try:
-                return _splice_positions(table, snap, find(snap), **kw)
+                plan = find(snap)
+            except ObjectNotFound:
+                head = table.log.head()
+                if head is not None and head.version != snap.version:
+                    continue  # its deletion vectors went with a newer version: plan again
+                raise
+            try:
+                return _splice_positions(table, snap, plan, **kw)
             except StalePlan:
                 continue
     finally:
