@@ -500,6 +500,31 @@ def test_erasure_status_ages_and_deadlines(local_uri):
     assert t.vacuum(grace=dt.timedelta(days=30)).erasures_overdue == []
 
 
+def test_a_row_deleted_after_a_compaction_is_listed_in_the_files_compacted(local_uri):
+    """Insert, compact, then delete: the compaction's input files (retained by the older
+    versions) keep a copy of the deleted row. erasure-status listed only the head file;
+    every file that holds the row's bytes must be listed, and PURGE ... EXPIRE clears all."""
+    t = make(local_uri, props={"erasure.deadline": "1d"})
+    inputs = {f.path for f in t.head().data_files}
+    t.compact(min_deleted_fraction=0.0, target_file_size=1 << 30)
+    assert not inputs & {f.path for f in t.head().data_files}
+    assert t.erasure_status().items == []  # nothing deleted yet: a compaction only moves
+    t.delete("id = 777")
+    st = t.erasure_status()
+    stored = {k.split("/", 1)[1] for k in holders(t.warehouse.store, SECRET)
+              if k.startswith("people/data/")}  # the data files holding the row
+    assert len(stored) >= 2  # the head file and a compacted input
+    listed = {i["object"] for i in st.items}
+    assert stored <= listed, stored - listed
+    retained = [i for i in st.items if i["kind"] == "retained"]
+    assert {i["object"] for i in retained} == inputs
+    assert all(i["rows"] is None and "PURGE people EXPIRE" in i["remedy"] for i in retained)
+    t.runtime.clock.advance(2 * 86_400_000)
+    assert {i["object"] for i in t.erasure_status().overdue} == listed
+    assert t.purge(expire=True, grace=0).complete
+    assert t.erasure_status().items == [] and holders(t.warehouse.store, SECRET) == []
+
+
 def test_expired_manifest_leaves_an_unreferenced_object(local_uri):
     t = make(local_uri)
     t.delete("id = 777")

@@ -30,7 +30,9 @@ def _overdue_rows(items: list) -> list[dict]:
         return []
     return [{"metric": "erasures past deadline", "value": len(items)}] + [
         {"metric": "erasure past deadline",
-         "value": f"{i['object']} ({i['kind']}, {i['rows']} rows, {i['age_days']}d): "
+         "value": f"{i['object']} ({i['kind']}, "
+                  f"{'copies of deleted' if i['rows'] is None else i['rows']} rows, "
+                  f"{i['age_days']}d): "
                   f"{i['remedy']}"} for i in items]
 
 

@@ -12,8 +12,10 @@ kind               meaning, and what removes it
                    file) rewrites it.
 ``retained``       a file the head no longer references, reachable through retained
                    versions, that held deleted rows when it left (a DV, or it left by a
-                   delete, splice or drop). Expiring those versions and deleting it
-                   removes it: ``PURGE t EXPIRE``, or expiry past them plus ``VACUUM``.
+                   delete, splice or drop), or whose rows a compaction or purge moved to
+                   files from which rows were deleted since (it keeps a copy of them;
+                   ``rows`` is then unknown, NULL). Expiring those versions and deleting
+                   it removes it: ``PURGE t EXPIRE``, or expiry past them plus ``VACUUM``.
 ``unreferenced``   a ``data/`` object no retained version references (left by an expiry
                    without vacuum, or by a failed write); it may hold deleted rows.
                    ``VACUUM t`` after its grace period, or ``PURGE t EXPIRE``.
@@ -119,10 +121,21 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
     last_ref: dict[str, int] = {}
     reqs: dict[str, list] = {}
     refs: dict[str, list[int]] = {}
+    #: files whose rows a compaction or purge moved, to the files that version added
+    moved_to: dict[str, set[str]] = {}
+    deleted_by: dict[str, int] = {}  # files that left by a deleting operation, and when
     for m in manifests:
         prev = by_version.get(m.version - 1)
         prev_files = prev.files_by_path() if prev else {}
         now_files = m.files_by_path()
+        if prev is not None:
+            left = prev_files.keys() - now_files.keys()
+            if m.operation in _DELETING_OPS:
+                deleted_by.update(dict.fromkeys(left, m.version))
+            else:
+                added = now_files.keys() - prev_files.keys()
+                for path in left:
+                    moved_to.setdefault(path, set()).update(added)
         for f in m.data_files:
             refs.setdefault(f.path, []).append(m.version)
             last_ref[f.path] = m.version
@@ -153,7 +166,15 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
                        if e.get("file") == path]
             rows = max(rows, removed[0]) if removed else entry.rows
         if not rows:
-            continue  # rows only moved (compaction, purge): nothing deleted is held here
+            # its rows only moved (compaction, purge): it still holds a copy of every row
+            # deleted since from the files they moved to
+            v = _copies_deleted_since(path, moved_to, first_dead, deleted_by)
+            if v is None:
+                continue
+            item("retained", path, None, by_version[v].created_at_ms, v == oldest and v > 0,
+                 versions, [r for d in _descendants(path, moved_to) for r in reqs.get(d, [])],
+                 f"PURGE {table.name} EXPIRE (or expire versions <= {lv}, then VACUUM)")
+            continue
         if path in first_dead:
             v = first_dead[path]
         elif gone is not None:
@@ -173,6 +194,27 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
                  f"VACUUM {table.name} (after its grace period) or PURGE {table.name} EXPIRE")
     status.items.sort(key=lambda i: (-i["age_ms"], i["object"]))
     return status
+
+
+def _descendants(path: str, moved_to: dict[str, set[str]]) -> list[str]:
+    """The files ``path``'s rows were moved to, and theirs in turn (each once)."""
+    out, todo, seen = [], list(moved_to.get(path, ())), {path}
+    while todo:
+        d = todo.pop()
+        if d in seen:
+            continue
+        seen.add(d)
+        out.append(d)
+        todo.extend(moved_to.get(d, ()))
+    return out
+
+
+def _copies_deleted_since(path: str, moved_to, first_dead, deleted_by) -> int | None:
+    """The first retained version in which a row ``path`` holds a copy of was deleted from a
+    file its rows moved to (a DV there, or that file leaving by a delete), or None."""
+    found = [v for d in _descendants(path, moved_to)
+             for v in (first_dead.get(d), deleted_by.get(d)) if v is not None]
+    return min(found) if found else None
 
 
 def overdue_erasures(table) -> list[dict]:
