@@ -343,3 +343,42 @@ def test_concurrent_writers_model_local(tmp_path_factory, workloads):
 def test_concurrent_writers_model_s3(s3_uri_factory, workloads):
     note(repr(workloads))
     _model_check(s3_uri_factory(), workloads)
+
+
+@pytest.mark.parametrize("column", ["file_row_number", "FILE_INDEX"])
+def test_a_column_named_like_a_parquet_virtual_column(tmp_path, column):
+    """DuckDB binds ``file_row_number``/``file_index`` to a file's column of that name
+    rather than to the row's position: DELETE removed the row at the position the column's
+    value named (data loss) or failed INTERNAL. Every statement gives DuckDB's result,
+    on clean files and on files with deleted rows."""
+    from flightsrv.engine.api import Session
+
+    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
+    plain = duckdb.connect()
+    session = Session("s")
+    statements = [
+        f"CREATE TABLE p (id INTEGER, {column} BIGINT)",
+        "INSERT INTO p VALUES (1, 2), (2, 1), (3, 0), (4, 7), (5, 3), (6, 1)",
+        "DELETE FROM p WHERE id = 1",
+        f"DELETE FROM p WHERE {column} = 0",
+        f"UPDATE p SET {column} = {column} + 10 WHERE id = 4",
+        "MERGE INTO p USING (SELECT 2 AS id) s ON p.id = s.id WHEN MATCHED THEN DELETE",
+        "INSERT INTO p VALUES (7, 5)",
+        f"DELETE FROM p WHERE {column} = 3",
+    ]
+    try:
+        for sql in statements:
+            want = plain.execute(sql).fetchall()
+            got = engine.execute_update(sql, session)
+            if sql.startswith(("DELETE", "UPDATE", "MERGE", "INSERT")):
+                assert got == want[0][0], sql
+            rows = engine.execute_query("SELECT * FROM p ORDER BY id", session).reader
+            assert rows.read_all().to_pylist() == [
+                dict(zip(["id", column], r))
+                for r in plain.execute("SELECT * FROM p ORDER BY id").fetchall()], sql
+            count = engine.execute_query(f"SELECT count(*) FROM p WHERE {column} > 1",
+                                         session).reader.read_all().column(0)[0].as_py()
+            assert count == plain.execute(
+                f"SELECT count(*) FROM p WHERE {column} > 1").fetchone()[0], sql
+    finally:
+        engine.close()

@@ -226,10 +226,19 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             for c in names}
     kinds: dict[int, str] = {}
     spellable: dict[int, bool] = {}  # schema id -> DuckDB can spell its projection
+    shadowed: dict[int, bool] = {}  # schema id -> a column hides a virtual column we read
     for f in candidates:
         kind = "arrow"
         clean = _is_clean(f)
-        if native and (clean or masked_native):
+        if f.schema_id not in shadowed:
+            shadowed[f.schema_id] = any(
+                fl["name"].lower() in _VIRTUAL_COLUMNS
+                for fl in manifest.schema_by_id(f.schema_id)["fields"])
+        # a file with a column named file_row_number or file_index: DuckDB binds that name
+        # to the column, not to the row's position, so every read that needs positions (the
+        # hidden columns, a masked read) is the Arrow scan's
+        if native and (clean or masked_native) and \
+                not (shadowed[f.schema_id] and (hidden or not clean)):
             reads = snapshot.projection(f, names)
             kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
             if kind == "clean":
@@ -382,6 +391,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             rel.direct = name
     return rel
 
+
+#: DuckDB's virtual columns of a Parquet read that flightsrv's SQL names; a file column of
+#: the same name (any case) takes the name over
+_VIRTUAL_COLUMNS = frozenset({"file_row_number", "file_index"})
 
 #: the registered table of deleted positions a masked run anti-joins (file_index is UBIGINT)
 DELETED_SCHEMA = pa.schema([pa.field("fi", pa.uint64(), nullable=False),
