@@ -382,3 +382,38 @@ def test_a_column_named_like_a_parquet_virtual_column(tmp_path, column):
                 f"SELECT count(*) FROM p WHERE {column} > 1").fetchone()[0], sql
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("merge", [
+    "MERGE INTO t USING (SELECT 1 AS id, 'z' AS v UNION ALL SELECT 2, 'n') s USING (id) "
+    "WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.v)",
+    "MERGE INTO t AS x USING src USING (id, v) WHEN MATCHED THEN DELETE",
+    "MERGE INTO t USING src AS \"S r\" USING (id) WHEN MATCHED AND \"S r\".v = 'q' "
+    "THEN UPDATE SET v = 'hit' WHEN NOT MATCHED THEN INSERT VALUES (\"S r\".id, 'new')",
+])
+def test_merge_joining_on_named_columns_as_duckdb(tmp_path, merge):
+    """``MERGE INTO t USING s USING (cols)`` (DuckDB's join on equal names) failed
+    INTERNAL; it gives DuckDB's rows, and a binder error names the table, not a stand-in."""
+    from flightsrv.engine.api import Session
+
+    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
+    plain = duckdb.connect()
+    session = Session("s")
+    setup = ["CREATE TABLE t (id INTEGER, v VARCHAR)",
+             "INSERT INTO t VALUES (1, 'a'), (3, 'q'), (4, 'd')",
+             "CREATE TABLE src (id INTEGER, v VARCHAR)",
+             "INSERT INTO src VALUES (1, 'a'), (3, 'q'), (5, 'e')"]
+    try:
+        for sql in setup:
+            plain.execute(sql)
+            engine.execute_update(sql, session)
+        want = plain.execute(merge).fetchall()[0][0]
+        assert engine.execute_update(merge, session) == want
+        got = engine.execute_query("SELECT * FROM t ORDER BY ALL", session).reader.read_all()
+        assert [tuple(r.values()) for r in got.to_pylist()] == \
+            plain.execute("SELECT * FROM t ORDER BY ALL").fetchall()
+        with pytest.raises(Exception, match='table "t" has 2 columns'):
+            engine.execute_update("MERGE INTO t USING (SELECT 51 AS id) s USING (id) "
+                                  "WHEN NOT MATCHED THEN INSERT", session)
+    finally:
+        engine.close()

@@ -332,22 +332,39 @@ class Dml:
         clauses = whens.expressions if whens is not None else []
         if tree.args.get("returning"):
             raise SqlError("MERGE ... RETURNING is not supported", statement=st._short(sql))
-        _deterministic([tree.args.get("using"), tree.args.get("on")]
-                       + [w.args.get("condition") for w in clauses], sql)
+        on_tree = tree.args.get("on")
+        _deterministic([tree.args.get("using"), on_tree if isinstance(on_tree, exp.Expression)
+                        else None] + [w.args.get("condition") for w in clauses], sql)
         by_source = any(w.args.get("source") for w in clauses)
         inserts = any(isinstance(w.args.get("then"), exp.Insert) for w in clauses)
+        #: ``USING src USING (k, ...)``: the source joins on equal named columns
+        join_columns = [c.sql(st.DIALECT) for c in tree.args.get("using_cond") or ()]
+        src = tree.args.get("using")
+        src_name = src.alias_or_name if isinstance(src, exp.Expression) else ""
 
         def candidates(cut, edits, a):
             using = cut.clauses.get("USING")
             on = cut.clauses.get("ON")
+            if using is not None and on is None and join_columns and src_name:
+                inner = [i for i, t in enumerate(cut.toks) if using[0] <= t.start < using[1]]
+                second = tx.clause_starts(cut.toks, {"USING"}, inner[0], inner[-1] + 1) \
+                    if inner else []
+                if second:  # the source ends where its join columns start
+                    using = (using[0], cut.toks[second[0][1]].start)
+                    on = ()
             if using is None or on is None:
-                raise SqlError("MERGE needs USING ... ON ...", statement=st._short(sql))
+                raise SqlError("MERGE needs USING ... ON ... (or USING ... USING (columns))",
+                               statement=st._short(sql))
             inner = [t for t in cut.toks if using[0] <= t.start < using[1]]
             if any(w == "JOIN" for w, _ in tx.clause_starts(inner, {"JOIN"})):
                 raise SqlError("a MERGE source with JOIN ... ON must be written as a "
                                "subquery: USING (SELECT ...) AS s", statement=st._short(sql))
             source = tx.render(cut.text, cut.toks, using[0], using[1], edits)
-            cond = tx.render(cut.text, cut.toks, on[0], on[1], edits)
+            if on:
+                cond = tx.render(cut.text, cut.toks, on[0], on[1], edits)
+            else:
+                quoted = '"' + src_name.replace('"', '""') + '"'
+                cond = " AND ".join(f"{a}.{c} = {quoted}.{c}" for c in join_columns)
             ident = f"{a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
             if by_source:
                 return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}"

@@ -518,8 +518,9 @@ class DuckEngine:
                 err = sql_error(e, sql)
                 # DuckDB names the stand-in table ("NOT NULL constraint failed:
                 # __fsrv_candidates.a"); the user knows it as the statement's target
-                raise type(err)(err.message.replace(f"{CANDIDATES}.", f"{target}."),
-                                **err.context) from None
+                message = err.message.replace(f"{CANDIDATES}.", f"{target}.").replace(
+                    f'"{CANDIDATES}"', '"' + target.replace('"', '""') + '"')
+                raise type(err)(message, **err.context) from None
         finally:
             unhook()
             with contextlib.suppress(Exception):
