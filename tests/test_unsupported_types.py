@@ -154,3 +154,50 @@ def test_arrow_decimals_wider_than_38_digits_are_refused(wh, t):
     ok = pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal256(20, 2))})
     wh.engine.ingest("narrow", IngestMode.CREATE, ok.to_reader(), wh._session())
     assert wh.sql("SELECT typeof(d) AS t FROM narrow").to_pylist() == [{"t": "DECIMAL(20,2)"}]
+
+
+@pytest.mark.parametrize("sql,column,kind", [
+    ("CREATE TABLE x (id INT, u UUID)", "u", "UUID"),
+    ("CREATE TABLE x (j JSON)", "j", "JSON"),
+    ("CREATE TABLE x (s STRUCT(j JSON))", "s", "JSON"),
+    ("CREATE TABLE x (a INTEGER[3])", "a", "ARRAY"),
+])
+def test_columns_a_table_would_not_check_are_refused(wh, sql, column, kind):
+    """UUID and JSON columns were stored as unchecked VARCHAR ('not-a-uuid' went in,
+    equality with the canonical spelling missed rows) and INTEGER[3] as a list of any
+    length: refused, naming the column, with what to declare instead."""
+    with pytest.raises(ConfigurationError) as exc:
+        wh.sql(sql)
+    e = exc.value
+    assert e.message.startswith("unsupported column type") and kind in e.message, str(e)
+    assert e.context.get("column") == column and "declare" in e.message
+    assert "x" not in wh.list_tables()
+
+
+@pytest.mark.parametrize("query,column,kind", [
+    ("SELECT 1 AS id, (2::UHUGEINT ** 127)::UHUGEINT AS u", "u", "UHUGEINT"),
+    ("SELECT TIMETZ '01:02:03+02' AS t", "t", "TIME WITH TIME ZONE"),
+    ("SELECT '101'::BIT AS b", "b", "BIT"),
+    ("SELECT [1::UHUGEINT] AS l", "l", "UHUGEINT"),
+])
+def test_create_table_as_refuses_a_type_whose_values_would_change(wh, query, column, kind):
+    """CREATE TABLE ... AS stored UHUGEINT 2^128-1 as -1, TIMETZ without its offset and BIT
+    as bytes; it now refuses the query's column before writing anything."""
+    with pytest.raises(ConfigurationError) as exc:
+        wh.sql(f"CREATE TABLE x AS {query}")
+    e = exc.value
+    assert e.context.get("column") == column and kind in e.message, str(e)
+    assert "x" not in wh.list_tables()
+
+
+def test_create_table_as_keeps_every_value_of_the_types_it_changes(wh):
+    """HUGEINT (a sum of integers) as DECIMAL(38,0), JSON and UUID as text, ENUM as VARCHAR,
+    ARRAY as a list: each value as DuckDB shows it."""
+    query = ("SELECT sum(i) AS s, (2::HUGEINT ** 126)::HUGEINT AS h, '{\"a\": 1}'::JSON AS j, "
+             "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'::UUID AS u, 'b'::ENUM('a', 'b') AS e, "
+             "[1, 2]::INTEGER[2] AS a FROM range(5) r(i)")
+    wh.sql(f"CREATE TABLE x AS {query}")
+    got = wh.sql("SELECT s::VARCHAR, h::VARCHAR, j::VARCHAR, u::VARCHAR, e::VARCHAR, a FROM x")
+    want = duckdb.sql(f"SELECT s::VARCHAR, h::VARCHAR, j::VARCHAR, u::VARCHAR, e::VARCHAR, "
+                      f"a::INTEGER[] FROM ({query})").fetchall()
+    assert [tuple(r.values()) for r in got.to_pylist()] == want

@@ -324,7 +324,7 @@ class DuckEngine:
 
     def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
                    pinner: sqlplan.Pinner, values: list[pa.Scalar],
-                   ctx: _Ctx) -> pa.RecordBatchReader:
+                   ctx: _Ctx, *, check_types=None) -> pa.RecordBatchReader:
         """Plan, verify, register and start a query; the returned reader owns the cursor.
         ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams."""
         sql = stmt.sql
@@ -343,6 +343,9 @@ class DuckEngine:
             try:
                 for scan in qp.scans:
                     self._register(cur, ctx, scan)
+                if check_types is not None:  # the result's DuckDB types, before it runs
+                    rel = cur.sql(qp.sql, params=params)
+                    check_types(rel.columns, rel.types)
                 inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size) \
                     if params is not None else \
                     run_to_arrow(cur, qp.sql, batch_size=self.batch_size, stream=True)

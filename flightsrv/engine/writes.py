@@ -176,7 +176,17 @@ class Writes:
             if stmt.if_not_exists:
                 return 0
             raise TableExists("table already exists", table=stmt.table)
-        reader = self.engine._run_query(stmt, tree, "ctas", self.engine._pinner(), values, ctx)
+        def check(columns, types):
+            for name, t in zip(columns, types):
+                refused = _unstorable(t)
+                if refused is not None:
+                    raise SqlError(f"column {name!r} has type {refused}, which a table cannot "
+                                   "store as it is; CAST it in the query (to a DECIMAL, "
+                                   "VARCHAR, BLOB, ...)", statement=st._short(stmt.sql),
+                                   table=stmt.table, column=name, type=str(t))
+
+        reader = self.engine._run_query(stmt, tree, "ctas", self.engine._pinner(), values, ctx,
+                                        check_types=check)
         names = _table_names(reader.schema.names)
         schema = pa.schema([f.with_nullable(True).with_name(n)
                             for f, n in zip(reader.schema, names, strict=True)])
@@ -279,6 +289,28 @@ class Writes:
             wh.create_table(table, data.schema, replace=mode == IngestMode.REPLACE,
                             data=stream)
         return counter.rows
+
+
+#: DuckDB types whose values a table column would change (CREATE TABLE refuses them too):
+#: Arrow carries UHUGEINT as DECIMAL(38,0) (values from 2^127 on wrap negative), TIME WITH
+#: TIME ZONE without its offset, BIT as its bytes, BIGNUM as bytes. (HUGEINT, a sum of
+#: integers, is stored as DECIMAL(38,0), which holds every HUGEINT value; JSON and UUID as
+#: their text; ENUM as VARCHAR; a fixed-size ARRAY as a list: docs/TYPES.md.)
+_UNSTORABLE = frozenset({"UHUGEINT", "TIME WITH TIME ZONE", "BIT", "BIGNUM", "VARINT"})
+
+
+def _unstorable(t) -> str | None:
+    """The first DuckDB type in ``t`` (a ``DuckDBPyType``, nested fields included) that a
+    table cannot store as it is, or None."""
+    if t.id in ("struct", "list", "array", "map", "union"):
+        for _, child in t.children:
+            if not isinstance(child, int):
+                found = _unstorable(child)
+                if found is not None:
+                    return found
+        return None
+    name = str(t)
+    return name if name in _UNSTORABLE else None
 
 
 def _table_names(names: list[str]) -> list[str]:

@@ -39,8 +39,6 @@ SQL_TO_ARROW: dict[exp.DataType.Type, pa.DataType] = {
     T.CHAR: pa.string(),
     T.NVARCHAR: pa.string(),
     T.NCHAR: pa.string(),
-    T.JSON: pa.string(),
-    T.UUID: pa.string(),
     T.VARBINARY: pa.binary(),
     T.BINARY: pa.binary(),
     T.BLOB: pa.binary(),
@@ -118,7 +116,14 @@ def arrow_type(dt: exp.DataType) -> pa.DataType:
     if kind in (T.ARRAY, T.LIST):
         if not params:
             raise SqlError("array type without an element type", type=dt.sql("duckdb"))
+        if dt.args.get("values"):  # INTEGER[3]: a table would not hold the length to 3
+            raise SqlError("unsupported column type: a fixed-size ARRAY; declare a list "
+                           f"({params[0].sql('duckdb')}[])", type=dt.sql("duckdb"))
         return pa.list_(arrow_type(params[0]))
+    if kind in (T.UUID, T.JSON):  # a table would store unchecked text
+        raise SqlError(f"unsupported column type: {kind.value}; declare VARCHAR (DuckDB "
+                       f"casts VARCHAR to {kind.value} where a query needs it)",
+                       type=dt.sql("duckdb"))
     if kind == T.STRUCT:
         fields = []
         for p in params:
