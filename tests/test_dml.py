@@ -417,3 +417,38 @@ def test_merge_joining_on_named_columns_as_duckdb(tmp_path, merge):
                                   "WHEN NOT MATCHED THEN INSERT", session)
     finally:
         engine.close()
+
+
+def test_column_defaults_in_update_and_merge_as_duckdb(tmp_path):
+    """A column's ADD COLUMN ... DEFAULT is its default in UPDATE/MERGE too: MERGE's
+    ``INSERT (id) VALUES``, ``INSERT DEFAULT VALUES`` and ``SET c = DEFAULT`` stored NULL
+    where DuckDB (and flightsrv's INSERT) store the default."""
+    from flightsrv.engine.api import Session
+
+    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
+    plain = duckdb.connect()
+    session = Session("s")
+    statements = [
+        "CREATE TABLE t (id INTEGER)",
+        "INSERT INTO t VALUES (1), (6)",
+        "ALTER TABLE t ADD COLUMN c DOUBLE DEFAULT 0.5",
+        "ALTER TABLE t ADD COLUMN s VARCHAR DEFAULT 'it''s'",
+        "INSERT INTO t (id) VALUES (2)",
+        "UPDATE t SET c = 9, s = 'x' WHERE id IN (1, 6)",
+        "MERGE INTO t USING (SELECT 4 AS id) s ON t.id = s.id "
+        "WHEN NOT MATCHED THEN INSERT DEFAULT VALUES",
+        "MERGE INTO t USING (SELECT 5 AS id) src ON t.id = src.id "
+        "WHEN NOT MATCHED THEN INSERT (id) VALUES (src.id)",
+        "UPDATE t SET c = DEFAULT WHERE id = 1",
+        "MERGE INTO t USING (SELECT 6 AS id) src ON t.id = src.id "
+        "WHEN MATCHED THEN UPDATE SET s = DEFAULT",
+    ]
+    try:
+        for sql in statements:
+            plain.execute(sql)
+            engine.execute_update(sql, session)
+        got = engine.execute_query("SELECT * FROM t ORDER BY id NULLS LAST", session)
+        assert [tuple(r.values()) for r in got.reader.read_all().to_pylist()] == \
+            plain.execute("SELECT * FROM t ORDER BY id NULLS LAST").fetchall()
+    finally:
+        engine.close()

@@ -43,6 +43,7 @@ from flightsrv.engine import guard
 from flightsrv.engine import text as tx
 from flightsrv.engine.relations import FILE_COLUMN, HIDDEN, POSITION_COLUMN
 from flightsrv.errors import CommitConflict, SqlError
+from flightsrv.table.schema import write_defaults
 from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
@@ -421,7 +422,7 @@ class Dml:
             count, final, actions = self.engine._sandbox_run(
                 ctx, phase2, rows, snap.schema, others, sql,
                 returning=" RETURNING merge_action, *" if operation == "merge" else "",
-                target=stmt.table)
+                target=stmt.table, defaults=write_defaults(snap.manifest.schema, snap.schema))
             if count == 0:
                 return 0
             if operation == "merge" and actions is not None and set(actions) <= {"INSERT"}:

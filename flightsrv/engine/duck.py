@@ -487,11 +487,13 @@ class DuckEngine:
 
     def _sandbox_run(self, ctx: _Ctx, text: str, rows: pa.Table, schema: pa.Schema,
                      others: dict[str, pa.Table], sql: str, returning: str = "",
-                     target: str = "target"):
+                     target: str = "target", defaults: dict | None = None):
         """Phase 2 of UPDATE/MERGE: run the user's statement ``text`` against a plain DuckDB
         table ``__fsrv_candidates`` holding ``rows`` (typed and constrained like the
-        table), with ``others`` registered by name, in the database that can open no file.
-        Returns (rows affected, the table's final contents, RETURNING rows or None)."""
+        table, with its columns' write ``defaults`` as DuckDB defaults, so ``INSERT (id)``,
+        ``INSERT DEFAULT VALUES`` and ``SET c = DEFAULT`` take them), with ``others``
+        registered by name, in the database that can open no file. Returns (rows affected,
+        the table's final contents, RETURNING rows or None)."""
         from flightsrv.engine.dml import CANDIDATES
 
         cur = self._sandbox.cursor()
@@ -504,6 +506,10 @@ class DuckEngine:
                 if not f.nullable:
                     cur.execute(f"ALTER TABLE {CANDIDATES} ALTER COLUMN "
                                 f"{rels._ident(f.name)} SET NOT NULL")
+                if defaults and f.name in defaults:
+                    value = sqltypes.literal_sql(pa.scalar(defaults[f.name], f.type))
+                    cur.execute(f"ALTER TABLE {CANDIDATES} ALTER COLUMN "
+                                f"{rels._ident(f.name)} SET DEFAULT {value}")
             cur.execute(f"INSERT INTO {CANDIDATES} SELECT * FROM __fsrv_rows")
             cur.unregister("__fsrv_rows")
             for name, table in {**ctx.extra, **others}.items():
