@@ -452,3 +452,37 @@ def test_column_defaults_in_update_and_merge_as_duckdb(tmp_path):
             plain.execute("SELECT * FROM t ORDER BY id NULLS LAST").fetchall()
     finally:
         engine.close()
+
+
+def test_timestamp_s_and_ms_columns_read_back_with_their_types(tmp_path):
+    """Parquet stores TIMESTAMP_S as milliseconds and DuckDB reads milliseconds as TIMESTAMP:
+    a TIMESTAMP_S/_MS column read back as TIMESTAMP (typeof, the Arrow type). Clean files,
+    files with deleted rows and point reads all give DuckDB's own types and values."""
+    from flightsrv.engine.api import Session
+
+    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
+    plain = duckdb.connect()
+    session = Session("s")
+    setup = ["CREATE TABLE t (id INTEGER, s TIMESTAMP_S, m TIMESTAMP_MS, n TIMESTAMP_NS)",
+             "INSERT INTO t SELECT i, TIMESTAMP '2026-01-01 05:00:00.789123' + i * "
+             "INTERVAL 1 SECOND, TIMESTAMP '2026-01-01 05:00:00.789123', "
+             "TIMESTAMP_NS '2026-01-01 05:00:00.789123456' FROM range(20) r(i)"]
+    queries = ["SELECT typeof(s), typeof(m), typeof(n), id, s, m, n::VARCHAR FROM t "
+               "ORDER BY id",
+               "SELECT * FROM t ORDER BY id LIMIT 0",
+               "SELECT typeof(s), s, m FROM t WHERE id = 7"]
+    try:
+        for sql in setup:
+            plain.execute(sql)
+            engine.execute_update(sql, session)
+        for step in ("clean", "DELETE FROM t WHERE id % 3 = 0"):
+            if step != "clean":
+                plain.execute(step)
+                engine.execute_update(step, session)
+            for q in queries:
+                got = engine.execute_query(q, session).reader.read_all()
+                assert [tuple(r.values()) for r in got.to_pylist()] == \
+                    plain.execute(q).fetchall(), (step, q)
+                assert got.schema.types == plain.sql(q).to_arrow_table().schema.types
+    finally:
+        engine.close()

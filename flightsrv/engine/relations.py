@@ -183,12 +183,16 @@ def _select_sql(reads) -> str:
             out.append(f"{value} AS {_ident(r.name)}")
             continue
         expr = _ident(r.physical)
-        if r.cast:
+        # Parquet has no seconds unit and DuckDB reads milliseconds as TIMESTAMP: a
+        # TIMESTAMP_S/_MS column is read back as the type it was declared with
+        cast = r.cast or (pa.types.is_timestamp(r.type) and r.type.tz is None
+                          and r.type.unit in ("s", "ms"))
+        if cast:
             try:
                 expr = f"CAST({expr} AS {sql_type_name(r.type)})"
             except SqlError:
                 pass
-        out.append(expr if r.physical == r.name and not r.cast
+        out.append(expr if r.physical == r.name and not cast
                    else f"{expr} AS {_ident(r.name)}")
     return ", ".join(out)
 
