@@ -375,3 +375,33 @@ def test_which_parameters_can_type_a_result_column(sql, types_results):
     from flightsrv.sql.statements import parse_statement
 
     assert _params_type_results(parse_statement(sql).tree) is types_results
+
+
+@pytest.mark.parametrize(("sql", "want"), [
+    ("SELECT s.st.b FROM g AS s ORDER BY 1", [("x",), ("y",)]),
+    ("SELECT g.st.b FROM g WHERE g.st.a = 6", [("y",)]),
+    ("SELECT main.g.id FROM g ORDER BY 1", [(1,), (2,)]),
+    ("SELECT x.main.g.id FROM g", "Binder Error"),
+    ("SELECT information_schema.tables.table_name FROM g", "Binder Error"),
+    ("SELECT q.st.b FROM g", "Binder Error"),
+])
+def test_struct_field_through_a_relation_name_as_duckdb(engine, session, sql, want):
+    """``s.st.b`` is struct field b of column st of relation s, as DuckDB reads it (it was
+    refused as an unknown schema); any other qualifier still binds to nothing."""
+    engine.execute_update("CREATE TABLE g (id INTEGER, st STRUCT(a INTEGER, b VARCHAR))",
+                          session)
+    engine.execute_update("INSERT INTO g VALUES (1, {'a': 5, 'b': 'x'}), "
+                          "(2, {'a': 6, 'b': 'y'})", session)
+    if isinstance(want, str):
+        with pytest.raises(SqlError, match=want):
+            rows(engine, sql, session)
+        return
+    assert [tuple(r.values()) for r in rows(engine, sql, session).to_pylist()] == want
+    # the same spelling decides the rows of UPDATE ... FROM and DELETE ... USING
+    engine.execute_update("CREATE TABLE h (id INTEGER, v VARCHAR)", session)
+    engine.execute_update("INSERT INTO h VALUES (1, 'a'), (2, 'b')", session)
+    assert engine.execute_update("UPDATE h SET v = s.st.b FROM g AS s WHERE h.id = s.id "
+                                 "AND s.st.a = 5", session) == 1
+    assert engine.execute_update("DELETE FROM h USING g AS s WHERE h.id = s.id AND "
+                                 "s.st.b = 'y'", session) == 1
+    assert rows(engine, "SELECT * FROM h", session).to_pylist() == [{"id": 1, "v": "x"}]

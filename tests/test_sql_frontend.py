@@ -109,7 +109,6 @@ def test_classified(sql, kind):
     ("SELECT * FROM information_schema.tables", "qualified"),
     ("SELECT * FROM other.t", "unknown schema or catalog"),
     ("SELECT * FROM system.main.t", "unknown schema or catalog"),
-    ("SELECT x.main.t.a FROM t", "unknown schema or catalog"),
     ("DELETE FROM other.t", "unknown schema or catalog"),
     ("VACUUM other.t", "unknown schema or catalog"),
     ("VACUUM t FULL", "the form is"),

@@ -3,8 +3,10 @@
 GetTables reports catalog ``flightsrv`` and schema ``main``, so ``main.t``,
 ``flightsrv.main.t`` and their quoted forms mean the warehouse table ``t``.
 :func:`normalize_qualified` strips those qualifiers (tables and columns) before anything else
-looks at the tree; any other qualifier (``information_schema.tables``, ``other.main.t``,
-``system.t``) is refused, so a table name always means a warehouse table (or a CTE).
+looks at the tree; any other qualifier of a table (``information_schema.tables``,
+``other.main.t``, ``system.t``) is refused, so a table name always means a warehouse table
+(or a CTE). A column ``a.b.c`` whose ``a`` is not ``main`` is, as in DuckDB, struct field
+``c`` of column ``b`` of relation ``a``.
 
 What a statement may read and call is decided by :mod:`flightsrv.sql.binder` (relations,
 with SQL scoping) and :mod:`flightsrv.engine.guard` (DuckDB's own parse of the final text
@@ -65,7 +67,19 @@ def normalize_qualified(tree: exp.Expression, sql: str) -> bool:
             if db is None and catalog is None:
                 continue
             if not _valid_qualifier(catalog, db):
-                raise _qualifier_error(node, sql)
+                # DuckDB reads a.b.c as schema a, table b, column c only when schema a
+                # exists; else as relation a, column b, struct field c (s.st.b). Only
+                # main exists here, so it is the field access: the relation is bound (and
+                # refused if unknown) as any other
+                parts = [p for p in (catalog, db, node.args.get("table"), node.this)
+                         if p is not None]
+                if not all(isinstance(p, exp.Identifier) for p in parts):
+                    raise _qualifier_error(node, sql)
+                field: exp.Expression = exp.Column(this=parts[1], table=parts[0])
+                for name in parts[2:]:
+                    field = exp.Dot(this=field, expression=name)
+                node.replace(field)
+                continue
             node.set("db", None)
             node.set("catalog", None)
             columns_changed = True
