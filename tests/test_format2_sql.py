@@ -67,3 +67,23 @@ def test_alter_table_over_flight(tmp_path):
     finally:
         server.shutdown()
         engine.close()
+
+
+def test_a_nested_default_is_refused_for_its_type_not_as_a_non_constant(tmp_path):
+    """``DEFAULT [1, 2]`` / ``{'a': 1}`` / ``MAP {...}`` are constants (DuckDB takes them);
+    the table format stores no nested default, which the error now says, naming the column."""
+    from flightsrv import Warehouse
+    from flightsrv.errors import ConfigurationError
+
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    wh.sql("CREATE TABLE t (id INTEGER)")
+    for ddl, column in [("l INTEGER[] DEFAULT [1, 2]", "l"),
+                        ("s STRUCT(a INTEGER) DEFAULT {'a': 1}", "s"),
+                        ("m MAP(VARCHAR, INTEGER) DEFAULT MAP {'k': 1}", "m")]:
+        with pytest.raises(ConfigurationError) as ei:
+            wh.sql(f"ALTER TABLE t ADD COLUMN {ddl}")
+        assert "simple type" in ei.value.message and ei.value.context["column"] == column
+    with pytest.raises(ConfigurationError, match="needs a constant"):
+        wh.sql("ALTER TABLE t ADD COLUMN x INTEGER DEFAULT id")
+    wh.sql("ALTER TABLE t ADD COLUMN d DOUBLE DEFAULT -1.5")
+    assert wh.table("t").schema.names == ["id", "d"]

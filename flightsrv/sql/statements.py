@@ -839,10 +839,15 @@ def _alter(sql: str, tree: exp.Alter, n: int) -> AlterTable:
 
 
 def _constant_sql(sql: str, node: exp.Expression, table: str, column: str) -> str:
-    """A DEFAULT as SQL text: a constant only (literals, signs, casts of literals)."""
+    """A DEFAULT as SQL text: a constant only (literals, signs, casts of literals, and
+    list, struct and map literals of those: ``[1, 2]``, ``{'a': 1}``, ``MAP {'k': 1}``)."""
     for x in node.walk():
+        if isinstance(x, exp.Identifier) and isinstance(x.parent, exp.PropertyEQ) \
+                and x.arg_key == "this":
+            continue  # a struct literal's field name
         if not isinstance(x, (exp.Literal, exp.Neg, exp.Boolean, exp.Null, exp.Cast,
-                              exp.DataType, exp.DataTypeParam, exp.Paren, exp.Var)):
+                              exp.DataType, exp.DataTypeParam, exp.Paren, exp.Var,
+                              exp.Array, exp.Struct, exp.PropertyEQ, exp.ToMap)):
             raise error("ADD COLUMN ... DEFAULT needs a constant", sql, node, table=table,
                         column=column)
     return node.sql(DIALECT)
