@@ -345,17 +345,41 @@ def test_concurrent_writers_model_s3(s3_uri_factory, workloads):
     _model_check(s3_uri_factory(), workloads)
 
 
+class _Twin:
+    """flightsrv's engine over a fresh warehouse and plain in-memory DuckDB, side by side."""
+
+    def __init__(self, root):
+        from flightsrv.engine.api import Session
+
+        self.engine = DuckEngine(Warehouse.open(root))
+        self.plain = duckdb.connect()
+        self.session = Session("s")
+
+    def run(self, sql: str) -> tuple:
+        """``sql`` on both: (flightsrv's count, DuckDB's first row)."""
+        want = self.plain.execute(sql).fetchall()
+        return self.engine.execute_update(sql, self.session), (want[0] if want else None)
+
+    def same_rows(self, query: str) -> pa.Table:
+        got = self.engine.execute_query(query, self.session).reader.read_all()
+        assert [tuple(r.values()) for r in got.to_pylist()] == \
+            self.plain.execute(query).fetchall(), query
+        return got
+
+
+@pytest.fixture
+def twin(tmp_path):
+    t = _Twin(str(tmp_path / "wh"))
+    yield t
+    t.engine.close()
+
+
 @pytest.mark.parametrize("column", ["file_row_number", "FILE_INDEX"])
-def test_a_column_named_like_a_parquet_virtual_column(tmp_path, column):
+def test_a_column_named_like_a_parquet_virtual_column(twin, column):
     """DuckDB binds ``file_row_number``/``file_index`` to a file's column of that name
     rather than to the row's position: DELETE removed the row at the position the column's
     value named (data loss) or failed INTERNAL. Every statement gives DuckDB's result,
     on clean files and on files with deleted rows."""
-    from flightsrv.engine.api import Session
-
-    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
-    plain = duckdb.connect()
-    session = Session("s")
     statements = [
         f"CREATE TABLE p (id INTEGER, {column} BIGINT)",
         "INSERT INTO p VALUES (1, 2), (2, 1), (3, 0), (4, 7), (5, 3), (6, 1)",
@@ -366,22 +390,12 @@ def test_a_column_named_like_a_parquet_virtual_column(tmp_path, column):
         "INSERT INTO p VALUES (7, 5)",
         f"DELETE FROM p WHERE {column} = 3",
     ]
-    try:
-        for sql in statements:
-            want = plain.execute(sql).fetchall()
-            got = engine.execute_update(sql, session)
-            if sql.startswith(("DELETE", "UPDATE", "MERGE", "INSERT")):
-                assert got == want[0][0], sql
-            rows = engine.execute_query("SELECT * FROM p ORDER BY id", session).reader
-            assert rows.read_all().to_pylist() == [
-                dict(zip(["id", column], r))
-                for r in plain.execute("SELECT * FROM p ORDER BY id").fetchall()], sql
-            count = engine.execute_query(f"SELECT count(*) FROM p WHERE {column} > 1",
-                                         session).reader.read_all().column(0)[0].as_py()
-            assert count == plain.execute(
-                f"SELECT count(*) FROM p WHERE {column} > 1").fetchone()[0], sql
-    finally:
-        engine.close()
+    for sql in statements:
+        got, want = twin.run(sql)
+        if sql.startswith(("DELETE", "UPDATE", "MERGE", "INSERT")):
+            assert got == want[0], sql
+        twin.same_rows("SELECT * FROM p ORDER BY id")
+        twin.same_rows(f"SELECT count(*) FROM p WHERE {column} > 1")
 
 
 @pytest.mark.parametrize("merge", [
@@ -391,44 +405,27 @@ def test_a_column_named_like_a_parquet_virtual_column(tmp_path, column):
     "MERGE INTO t USING src AS \"S r\" USING (id) WHEN MATCHED AND \"S r\".v = 'q' "
     "THEN UPDATE SET v = 'hit' WHEN NOT MATCHED THEN INSERT VALUES (\"S r\".id, 'new')",
 ])
-def test_merge_joining_on_named_columns_as_duckdb(tmp_path, merge):
+def test_merge_joining_on_named_columns_as_duckdb(twin, merge):
     """``MERGE INTO t USING s USING (cols)`` (DuckDB's join on equal names) failed
     INTERNAL; it gives DuckDB's rows, and a binder error names the table, not a stand-in."""
-    from flightsrv.engine.api import Session
-
-    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
-    plain = duckdb.connect()
-    session = Session("s")
-    setup = ["CREATE TABLE t (id INTEGER, v VARCHAR)",
-             "INSERT INTO t VALUES (1, 'a'), (3, 'q'), (4, 'd')",
-             "CREATE TABLE src (id INTEGER, v VARCHAR)",
-             "INSERT INTO src VALUES (1, 'a'), (3, 'q'), (5, 'e')"]
-    try:
-        for sql in setup:
-            plain.execute(sql)
-            engine.execute_update(sql, session)
-        want = plain.execute(merge).fetchall()[0][0]
-        assert engine.execute_update(merge, session) == want
-        got = engine.execute_query("SELECT * FROM t ORDER BY ALL", session).reader.read_all()
-        assert [tuple(r.values()) for r in got.to_pylist()] == \
-            plain.execute("SELECT * FROM t ORDER BY ALL").fetchall()
-        with pytest.raises(Exception, match='table "t" has 2 columns'):
-            engine.execute_update("MERGE INTO t USING (SELECT 51 AS id) s USING (id) "
-                                  "WHEN NOT MATCHED THEN INSERT", session)
-    finally:
-        engine.close()
+    for sql in ["CREATE TABLE t (id INTEGER, v VARCHAR)",
+                "INSERT INTO t VALUES (1, 'a'), (3, 'q'), (4, 'd')",
+                "CREATE TABLE src (id INTEGER, v VARCHAR)",
+                "INSERT INTO src VALUES (1, 'a'), (3, 'q'), (5, 'e')"]:
+        twin.run(sql)
+    got, want = twin.run(merge)
+    assert got == want[0]
+    twin.same_rows("SELECT * FROM t ORDER BY ALL")
+    with pytest.raises(Exception, match='table "t" has 2 columns'):
+        twin.engine.execute_update("MERGE INTO t USING (SELECT 51 AS id) s USING (id) "
+                                   "WHEN NOT MATCHED THEN INSERT", twin.session)
 
 
-def test_column_defaults_in_update_and_merge_as_duckdb(tmp_path):
+def test_column_defaults_in_update_and_merge_as_duckdb(twin):
     """A column's ADD COLUMN ... DEFAULT is its default in UPDATE/MERGE too: MERGE's
     ``INSERT (id) VALUES``, ``INSERT DEFAULT VALUES`` and ``SET c = DEFAULT`` stored NULL
     where DuckDB (and flightsrv's INSERT) store the default."""
-    from flightsrv.engine.api import Session
-
-    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
-    plain = duckdb.connect()
-    session = Session("s")
-    statements = [
+    for sql in [
         "CREATE TABLE t (id INTEGER)",
         "INSERT INTO t VALUES (1), (6)",
         "ALTER TABLE t ADD COLUMN c DOUBLE DEFAULT 0.5",
@@ -442,47 +439,26 @@ def test_column_defaults_in_update_and_merge_as_duckdb(tmp_path):
         "UPDATE t SET c = DEFAULT WHERE id = 1",
         "MERGE INTO t USING (SELECT 6 AS id) src ON t.id = src.id "
         "WHEN MATCHED THEN UPDATE SET s = DEFAULT",
-    ]
-    try:
-        for sql in statements:
-            plain.execute(sql)
-            engine.execute_update(sql, session)
-        got = engine.execute_query("SELECT * FROM t ORDER BY id NULLS LAST", session)
-        assert [tuple(r.values()) for r in got.reader.read_all().to_pylist()] == \
-            plain.execute("SELECT * FROM t ORDER BY id NULLS LAST").fetchall()
-    finally:
-        engine.close()
+    ]:
+        twin.run(sql)
+    twin.same_rows("SELECT * FROM t ORDER BY id NULLS LAST")
 
 
-def test_timestamp_s_and_ms_columns_read_back_with_their_types(tmp_path):
+def test_timestamp_s_and_ms_columns_read_back_with_their_types(twin):
     """Parquet stores TIMESTAMP_S as milliseconds and DuckDB reads milliseconds as TIMESTAMP:
     a TIMESTAMP_S/_MS column read back as TIMESTAMP (typeof, the Arrow type). Clean files,
     files with deleted rows and point reads all give DuckDB's own types and values."""
-    from flightsrv.engine.api import Session
-
-    engine = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
-    plain = duckdb.connect()
-    session = Session("s")
-    setup = ["CREATE TABLE t (id INTEGER, s TIMESTAMP_S, m TIMESTAMP_MS, n TIMESTAMP_NS)",
-             "INSERT INTO t SELECT i, TIMESTAMP '2026-01-01 05:00:00.789123' + i * "
+    twin.run("CREATE TABLE t (id INTEGER, s TIMESTAMP_S, m TIMESTAMP_MS, n TIMESTAMP_NS)")
+    twin.run("INSERT INTO t SELECT i, TIMESTAMP '2026-01-01 05:00:00.789123' + i * "
              "INTERVAL 1 SECOND, TIMESTAMP '2026-01-01 05:00:00.789123', "
-             "TIMESTAMP_NS '2026-01-01 05:00:00.789123456' FROM range(20) r(i)"]
+             "TIMESTAMP_NS '2026-01-01 05:00:00.789123456' FROM range(20) r(i)")
     queries = ["SELECT typeof(s), typeof(m), typeof(n), id, s, m, n::VARCHAR FROM t "
                "ORDER BY id",
                "SELECT * FROM t ORDER BY id LIMIT 0",
                "SELECT typeof(s), s, m FROM t WHERE id = 7"]
-    try:
-        for sql in setup:
-            plain.execute(sql)
-            engine.execute_update(sql, session)
-        for step in ("clean", "DELETE FROM t WHERE id % 3 = 0"):
-            if step != "clean":
-                plain.execute(step)
-                engine.execute_update(step, session)
-            for q in queries:
-                got = engine.execute_query(q, session).reader.read_all()
-                assert [tuple(r.values()) for r in got.to_pylist()] == \
-                    plain.execute(q).fetchall(), (step, q)
-                assert got.schema.types == plain.sql(q).to_arrow_table().schema.types
-    finally:
-        engine.close()
+    for step in ("clean", "DELETE FROM t WHERE id % 3 = 0"):
+        if step != "clean":
+            twin.run(step)
+        for q in queries:
+            got = twin.same_rows(q)
+            assert got.schema.types == twin.plain.sql(q).to_arrow_table().schema.types, q

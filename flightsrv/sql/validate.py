@@ -69,8 +69,9 @@ def normalize_qualified(tree: exp.Expression, sql: str) -> bool:
             if not _valid_qualifier(catalog, db):
                 # DuckDB reads a.b.c as schema a, table b, column c only when schema a
                 # exists; else as relation a, column b, struct field c (s.st.b). Only
-                # main exists here, so it is the field access: the relation is bound (and
-                # refused if unknown) as any other
+                # main exists here, so it is the field access. A column binds only to a
+                # relation of its FROM (which the binder and the guard allow): for any
+                # other ``a`` DuckDB's binder refuses it
                 parts = [p for p in (catalog, db, node.args.get("table"), node.this)
                          if p is not None]
                 if not all(isinstance(p, exp.Identifier) for p in parts):
