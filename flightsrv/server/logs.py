@@ -87,19 +87,13 @@ def redact_sql(sql: str) -> str:
     operators keep their text, every constant becomes ``?``, comments are dropped. An
     identifier glued to a constant (``0x1F`` tokenizes as ``0`` and ``x1F``) is part of it;
     a constant right after ``$`` is a parameter number (``$1``) and is kept."""
-    import duckdb
-
-    try:
-        tokens = duckdb.tokenize(sql)
-    except Exception:  # noqa: BLE001 - say nothing of text the tokenizer refuses
+    tokens = _duck_tokens(sql)
+    if tokens is None:  # say nothing of text the tokenizer refuses
         return f"<unparsed statement: {len(sql.encode())} bytes>"
-    ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
     out: list[str] = []
     prev_kind, prev_text, glued = None, "", False
-    for (pos, kind), end in zip(tokens, ends):
-        text = sql[pos:end]
+    for kind, text in tokens:
         core = text.rstrip()
-        kind = getattr(kind, "name", str(kind))
         if kind == "comment":
             if out and out[-1] != " ":
                 out.append(" ")
@@ -204,20 +198,29 @@ def _value_pattern(value: str) -> re.Pattern:
 
 
 @functools.lru_cache(maxsize=512)
-def identifier_names(sql: str) -> frozenset[str]:
-    """The names ``sql`` spells as identifiers or keywords (lower case, unquoted): the
-    double-quoted texts of a message that stay in the log."""
+def _duck_tokens(sql: str) -> tuple[tuple[str, str], ...] | None:
+    """(kind name, text with its trailing space) of each token DuckDB's own tokenizer
+    (``duckdb.tokenize``, C++) finds in ``sql``; None for text it refuses. Shared by the
+    statement's redaction and the message's, which look at the same statement."""
     import duckdb
 
     try:
         tokens = duckdb.tokenize(sql)
-    except Exception:  # noqa: BLE001 - then no double-quoted text is kept
-        return frozenset()
+    except Exception:  # noqa: BLE001 - the callers say what refused text means
+        return None
     ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
+    return tuple((getattr(kind, "name", str(kind)), sql[pos:end])
+                 for (pos, kind), end in zip(tokens, ends))
+
+
+@functools.lru_cache(maxsize=512)
+def identifier_names(sql: str) -> frozenset[str]:
+    """The names ``sql`` spells as identifiers or keywords (lower case, unquoted): the
+    double-quoted texts of a message that stay in the log (none for refused text)."""
     out = set()
-    for (pos, kind), end in zip(tokens, ends):
-        if getattr(kind, "name", str(kind)) in ("identifier", "keyword"):
-            text = sql[pos:end].rstrip()
+    for kind, text in _duck_tokens(sql) or ():
+        if kind in ("identifier", "keyword"):
+            text = text.rstrip()
             if text.startswith('"') and text.endswith('"') and len(text) >= 2:
                 text = text[1:-1].replace('""', '"')
             out.add(text.lower())
@@ -228,18 +231,11 @@ def identifier_names(sql: str) -> frozenset[str]:
 def literal_values(sql: str) -> tuple[str, ...]:
     """The values of ``sql``'s string and numeric literals as DuckDB would show them in a
     message: ``'it''s'`` is ``it's``, ``E'a\\nb'`` also ``a<newline>b``, ``$$x$$`` is
-    ``x``. Nothing for text DuckDB's tokenizer refuses."""
-    import duckdb
-
-    try:
-        tokens = duckdb.tokenize(sql)
-    except Exception:  # noqa: BLE001 - the quoted-string rule still applies
-        return ()
-    ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
+    ``x``. Nothing for text DuckDB's tokenizer refuses (the quoted-string rule still
+    applies)."""
     out: list[str] = []
-    for (pos, kind), end in zip(tokens, ends):
-        kind = getattr(kind, "name", str(kind))
-        text = sql[pos:end].rstrip()
+    for kind, text in _duck_tokens(sql) or ():
+        text = text.rstrip()
         if kind == "numeric_const":
             out.append(text)
         elif kind == "string_const":
