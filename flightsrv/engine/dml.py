@@ -364,8 +364,8 @@ class Dml:
             if on:
                 cond = tx.render(cut.text, cut.toks, on[0], on[1], edits)
             else:
-                quoted = '"' + src_name.replace('"', '""') + '"'
-                cond = " AND ".join(f"{a}.{c} = {quoted}.{c}" for c in join_columns)
+                src_ref = sqltypes.quote_ident(src_name)
+                cond = " AND ".join(f"{a}.{c} = {src_ref}.{c}" for c in join_columns)
             ident = f"{a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
             if by_source:
                 return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}"

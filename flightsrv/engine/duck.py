@@ -195,12 +195,11 @@ class DuckEngine:
 
     def table_schema(self, table: str) -> pa.Schema:
         """The schema ``SELECT * FROM table`` streams (as DuckDB types it: a stored
-        ``timestamp[ms]`` reads as ``timestamp[us]``, a fixed-size list as a list), so what
+        ``fixed_size_list`` reads as a list, a dictionary as its values), so what
         GetTables announces is what a query of the table returns."""
         stored = self.warehouse.handle(table).snapshot().schema  # or why it cannot be read
-        quoted = '"' + table.replace('"', '""') + '"'
         try:
-            described = self.prepare(f"SELECT * FROM {quoted}",
+            described = self.prepare(f"SELECT * FROM {sqltypes.quote_ident(table)}",
                                      Session("metadata", role=Role.READER)).dataset_schema
         except (SqlError, ObjectNotFound, CorruptObject):
             # its metadata reads but a data file does not: the query says why, the listing
@@ -528,7 +527,7 @@ class DuckEngine:
                 # DuckDB names the stand-in table ("NOT NULL constraint failed:
                 # __fsrv_candidates.a"); the user knows it as the statement's target
                 message = err.message.replace(f"{CANDIDATES}.", f"{target}.").replace(
-                    f'"{CANDIDATES}"', '"' + target.replace('"', '""') + '"')
+                    f'"{CANDIDATES}"', sqltypes.quote_ident(target))
                 raise type(err)(message, **err.context) from None
         finally:
             unhook()

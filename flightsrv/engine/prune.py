@@ -57,6 +57,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from flightsrv.sql.types import quote_ident
 from flightsrv.table.manifest import DataFile
 
 STATS_RELATION = "__fsrv_stats"
@@ -71,8 +72,7 @@ _NAN = float("nan")
 _counter = itertools.count()
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+_q = quote_ident
 
 
 _INT = re.compile(r"-?[0-9]+")

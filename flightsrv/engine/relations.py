@@ -66,6 +66,7 @@ import numpy as np
 import pyarrow as pa
 
 from flightsrv.errors import CorruptObject, ObjectNotFound, SqlError
+from flightsrv.sql.types import quote_ident
 from flightsrv.table.manifest import DataFile
 from flightsrv.table import projection as proj
 from flightsrv.table.scan import Snapshot, native_reader, open_parquet
@@ -115,8 +116,7 @@ class Relation:
     direct: str | None = None
 
 
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+_ident = quote_ident
 
 
 def _literal(text: str) -> str:

@@ -165,8 +165,12 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def _ident(name: str) -> str:
+def quote_ident(name: str) -> str:
+    """``name`` as a double-quoted DuckDB identifier."""
     return '"' + name.replace('"', '""') + '"'
+
+
+_ident = quote_ident
 
 
 #: DuckDB's DATE range in days from 1970-01-01 ('5877642-06-25 (BC)' to '5881580-07-10')
