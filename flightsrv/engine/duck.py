@@ -342,11 +342,11 @@ class DuckEngine:
             try:
                 for scan in qp.scans:
                     self._register(cur, ctx, scan)
+                rel = cur.sql(qp.sql, params=params) \
+                    if params is not None or check_types is not None else None
                 if check_types is not None:  # the result's DuckDB types, before it runs
-                    rel = cur.sql(qp.sql, params=params)
                     check_types(rel.columns, rel.types)
-                inner = cur.sql(qp.sql, params=params).to_arrow_reader(self.batch_size) \
-                    if params is not None else \
+                inner = rel.to_arrow_reader(self.batch_size) if params is not None else \
                     run_to_arrow(cur, qp.sql, batch_size=self.batch_size, stream=True)
             except duckdb.Error as e:
                 ctx.check(sql)
