@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-
 from flightsrv.cli import output
 from flightsrv.cli.render import result_rows
 from flightsrv.cli.common import format_duration, open_warehouse, parse_duration

@@ -128,14 +128,15 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
         prev = by_version.get(m.version - 1)
         prev_files = prev.files_by_path() if prev else {}
         now_files = m.files_by_path()
-        if prev is not None:
-            left = prev_files.keys() - now_files.keys()
-            if m.operation in _DELETING_OPS:
-                deleted_by.update(dict.fromkeys(left, m.version))
-            else:
-                added = now_files.keys() - prev_files.keys()
-                for path in left:
-                    moved_to.setdefault(path, set()).update(added)
+        left = prev_files.keys() - now_files.keys()
+        if m.operation in _DELETING_OPS:
+            deleted_by.update(dict.fromkeys(left, m.version))
+            for path in left:
+                reqs.setdefault(path, []).append(_requests(m, prev))
+        elif left:
+            added = now_files.keys() - prev_files.keys()
+            for path in left:
+                moved_to.setdefault(path, set()).update(added)
         for f in m.data_files:
             refs.setdefault(f.path, []).append(m.version)
             last_ref[f.path] = m.version
@@ -144,9 +145,6 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
             pf = prev_files.get(f.path)
             if pf is not None and f.deleted_rows > pf.deleted_rows:
                 reqs.setdefault(f.path, []).append(_requests(m, prev))
-        for path in prev_files.keys() - now_files.keys():
-            if m.operation in _DELETING_OPS:
-                reqs.setdefault(path, []).append(_requests(m, prev))
     head_files = {} if head.dropped else head.files_by_path()
     for path, f in head_files.items():
         if not f.deleted_rows:
@@ -168,11 +166,14 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
         if not rows:
             # its rows only moved (compaction, purge): it still holds a copy of every row
             # deleted since from the files they moved to
-            v = _copies_deleted_since(path, moved_to, first_dead, deleted_by)
-            if v is None:
+            copies = _descendants(path, moved_to)
+            found = [v for d in copies for v in (first_dead.get(d), deleted_by.get(d))
+                     if v is not None]
+            if not found:
                 continue
+            v = min(found)  # the first version in which a row it copies was deleted
             item("retained", path, None, by_version[v].created_at_ms, v == oldest and v > 0,
-                 versions, [r for d in _descendants(path, moved_to) for r in reqs.get(d, [])],
+                 versions, [r for d in copies for r in reqs.get(d, [])],
                  f"PURGE {table.name} EXPIRE (or expire versions <= {lv}, then VACUUM)")
             continue
         if path in first_dead:
@@ -207,14 +208,6 @@ def _descendants(path: str, moved_to: dict[str, set[str]]) -> list[str]:
         out.append(d)
         todo.extend(moved_to.get(d, ()))
     return out
-
-
-def _copies_deleted_since(path: str, moved_to, first_dead, deleted_by) -> int | None:
-    """The first retained version in which a row ``path`` holds a copy of was deleted from a
-    file its rows moved to (a DV there, or that file leaving by a delete), or None."""
-    found = [v for d in _descendants(path, moved_to)
-             for v in (first_dead.get(d), deleted_by.get(d)) if v is not None]
-    return min(found) if found else None
 
 
 def overdue_erasures(table) -> list[dict]:
