@@ -70,13 +70,35 @@ def subprocess_env(moto_s3):
 
 def pytest_collection_modifyitems(config, items):
     """``slow`` tests (large hypothesis runs) run only when asked for: ``-m slow`` or
-    ``FLIGHTSRV_SLOW=1``; the default run stays a few minutes."""
+    ``FLIGHTSRV_SLOW=1``; the default run stays a few minutes. The Spark files go first, so the
+    one worker that runs them (see ``pytest_xdist_make_scheduler``) starts the longest queue
+    at once."""
+    items.sort(key=lambda item: not _is_spark_file(item.nodeid))
     if "slow" in (config.getoption("-m") or "") or os.environ.get("FLIGHTSRV_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: run with -m slow or FLIGHTSRV_SLOW=1")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def _is_spark_file(nodeid: str) -> bool:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].startswith("test_spark")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n N`` (pyproject.toml) each test file is one unit of work, so its module
+    fixtures (a server, the JDBC build) are made once, and every ``test_spark*.py`` file is
+    one unit with the others, so one worker starts the one SparkSession (12-17 s and a JVM).
+    (pytest-xdist's own ``loadgroup`` marks are lost under pytest 9, which no longer reads
+    the ``_nodeid`` xdist rewrites.)"""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "spark" if _is_spark_file(nodeid) else nodeid.split("::", 1)[0]
+
+    return FileScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
