@@ -39,6 +39,7 @@ def main(argv=None) -> int:
         return 2
     ctx = new_context(args.scale)
     rows: list[Row] = []
+    failed: list[str] = []
     start = time.time()
     try:
         for name in chosen:
@@ -46,8 +47,9 @@ def main(argv=None) -> int:
             t0 = time.time()
             try:
                 got = mods[name].run(ctx)
-            except Exception as exc:  # report, keep going
+            except Exception as exc:  # report, keep going, fail the run at the end
                 traceback.print_exc()
+                failed.append(f"{name}: {type(exc).__name__}: {exc}")
                 got = [Row(name, "-", "failed", "-", None, note=f"{type(exc).__name__}: {exc}")]
             rows.extend(got)
             sys.stderr.write(f"   {name}: {time.time() - t0:.1f}s\n")
@@ -61,6 +63,9 @@ def main(argv=None) -> int:
             text += ("\n_Partial run (" + ", ".join(args.only) + ")._\n")
         with open(path, "w") as f:
             f.write(text)
+    if failed:
+        sys.stderr.write("benchmarks FAILED:\n" + "".join(f"  {f}\n" for f in failed))
+        return 1
     return 0
 
 

@@ -56,9 +56,10 @@ def _entry(i: int, version: int):
 
     return DataFile(path=f"data/2026/01/01/00/{i:032x}.parquet", size=8_000_000,
                     etag=f"e{i}", rows=100_000, row_group_offsets=(0, 50_000),
-                    stats={"id": {"min": i * 100_000, "max": i * 100_000 + 99_999,
-                                  "nulls": 0},
-                           "name": {"min": "a", "max": "z", "nulls": 3}},
+                    # statistics are keyed by field id: the table's columns get ids 1..n
+                    stats={"1": {"min": i * 100_000, "max": i * 100_000 + 99_999,
+                                 "nulls": 0},
+                           "2": {"min": "a", "max": "z", "nulls": 3}},
                     added_version=version)
 
 
