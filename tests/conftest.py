@@ -87,18 +87,38 @@ def _is_spark_file(nodeid: str) -> bool:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``-n N`` (pyproject.toml) each test file is one unit of work, so its module
-    fixtures (a server, the JDBC build) are made once, and every ``test_spark*.py`` file is
-    one unit with the others, so one worker starts the one SparkSession (12-17 s and a JVM).
+    """How ``-n N`` (pyproject.toml) shares the tests out. A test file that defines a fixture
+    of module, class or session scope (a server, the JDBC build, the DuckDB 1.5.5 venv) is one
+    unit of work, so that fixture is made once; every ``test_spark*.py`` file is one unit with
+    the others, so one worker starts the one SparkSession (12-17 s and a JVM); every other
+    test is a unit of its own, so the long CLI files spread over all workers.
     (pytest-xdist's own ``loadgroup`` marks are lost under pytest 9, which no longer reads
     the ``_nodeid`` xdist rewrites.)"""
-    from xdist.scheduler import LoadFileScheduling
+    import re
+    from pathlib import Path
 
-    class FileScheduling(LoadFileScheduling):
+    from xdist.scheduler import LoadScopeScheduling
+
+    shared = re.compile(r"@pytest\.fixture\([^)]*scope=[\"'](module|class|session)")
+    root = Path(str(config.rootpath))
+    whole: dict[str, bool] = {}
+
+    def keep_together(path: str) -> bool:
+        if path not in whole:
+            try:
+                whole[path] = bool(shared.search((root / path).read_text()))
+            except OSError:
+                whole[path] = True
+        return whole[path]
+
+    class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "spark" if _is_spark_file(nodeid) else nodeid.split("::", 1)[0]
+            path = nodeid.split("::", 1)[0]
+            if _is_spark_file(nodeid):
+                return "spark"
+            return path if keep_together(path) else nodeid
 
-    return FileScheduling(config, log)
+    return Scheduling(config, log)
 
 
 @pytest.fixture(scope="session")
