@@ -1,0 +1,241 @@
+"""Many clients at once: does the server use the whole machine? (issue 32)
+
+Data: ``bench_peers.make_events`` (``id`` 0..n-1, ``user_id``, ``event_time``, ``value``, a
+24-char ``payload``; 1M rows small, 10M full) appended twice to a local warehouse, as ``clean``
+and as ``masked``, where 1% of the rows (random ids) are then deleted by deletion vector.
+
+The server is ``flightsrv serve`` in its own process at default settings (so its CPU time can
+be read from ``/proc``); each client is its own process with its own ADBC connection and
+runs one workload in a loop for a fixed time:
+
+- **point**: ``SELECT * FROM clean WHERE id = ?`` with a random id (ADBC prepares, binds,
+  executes, fetches and closes: the full round trip a BI tool makes);
+- **aggregate (clean)**: ``SELECT count(*), sum(value) FROM clean``;
+- **aggregate (1% deleted)**: the same over ``masked``.
+
+Baseline, in the same run: the same number of client processes, each with its own
+in-process DuckDB connection, running the same statements over ``read_parquet`` of the very
+same data files (for the masked aggregate: the clean files, i.e. what the query costs with
+no deletes at all). Figures per workload and number of clients: queries/s, p50 and p99
+latency, errors, and CPU seconds per statement (the server process's for flightsrv, the
+client processes' own for DuckDB). Ratio = flightsrv q/s / DuckDB q/s.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from benchmarks.harness import Context, Row
+
+NAME = "concurrency"
+ROW_GROUP_BYTES = 2 << 20
+WORKLOADS = {
+    "point": ("SELECT * FROM {t} WHERE id = ?", "clean"),
+    "aggregate (clean)": ("SELECT count(*), sum(value) FROM {t}", "clean"),
+    "aggregate (1% deleted)": ("SELECT count(*), sum(value) FROM {t}", "masked"),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and its reaped children, from /proc (Linux)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    ticks = sum(int(x) for x in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _client(kind: str, target: str, sql: str, n_rows: int, seconds: float, start_at: float,
+            seed: int, out) -> None:
+    """One client process: run ``sql`` until the deadline; report latencies and CPU."""
+    rng = random.Random(seed)
+    params = "?" in sql
+    lat: list[float] = []
+    errors = 0
+    first_error = ""
+    if kind == "flightsrv":
+        from adbc_driver_flightsql import dbapi
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conn = dbapi.connect(target, autocommit=True)
+        cur = conn.cursor()
+
+        def run(args):
+            cur.execute(sql, args) if args else cur.execute(sql)
+            cur.fetch_arrow_table()
+    else:
+        import duckdb
+
+        conn = duckdb.connect()
+        cur = conn
+
+        def run(args):
+            conn.execute(sql, list(args) if args else None).to_arrow_table()
+    while time.time() < start_at:
+        time.sleep(0.005)
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    deadline = time.perf_counter() + seconds
+    while True:
+        t0 = time.perf_counter()
+        if t0 >= deadline:
+            break
+        args = (rng.randrange(n_rows),) if params else None
+        try:
+            run(args)
+            lat.append(time.perf_counter() - t0)
+        except Exception as exc:  # counted, not fatal: refusals under load are a figure
+            errors += 1
+            first_error = first_error or f"{type(exc).__name__}: {str(exc)[:160]}"
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    try:
+        conn.close()
+    except Exception:
+        pass
+    out.put((lat, errors, first_error, cpu))
+
+
+def _round(kind: str, target: str, sql: str, n_rows: int, clients: int, seconds: float,
+           server_pid: int | None) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    start_at = time.time() + 2.0 + 0.1 * clients  # every client connected before the clock
+    procs = [ctx.Process(target=_client, args=(kind, target, sql, n_rows, seconds, start_at,
+                                               1000 * clients + i, q)) for i in range(clients)]
+    for p in procs:
+        p.start()
+    while time.time() < start_at:
+        time.sleep(0.01)
+    srv0 = _cpu_seconds(server_pid) if server_pid else 0.0
+    results = [q.get(timeout=seconds + 120) for _ in procs]
+    srv1 = _cpu_seconds(server_pid) if server_pid else 0.0
+    for p in procs:
+        p.join(timeout=30)
+    lat = sorted(x for r in results for x in r[0])
+    done = len(lat)
+    errors = sum(r[1] for r in results)
+    cpu = (srv1 - srv0) if server_pid else sum(r[3] for r in results)
+
+    def pct(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
+
+    return {"qps": done / seconds, "p50": pct(0.50), "p99": pct(0.99), "errors": errors,
+            "first_error": next((r[2] for r in results if r[2]), ""),
+            "cpu_per_stmt_ms": cpu / done * 1000 if done else float("nan"), "done": done}
+
+
+def _prepare(ctx: Context, n: int) -> tuple[str, dict[str, list[str]]]:
+    from benchmarks.bench_peers import make_events
+    from flightsrv import Warehouse
+
+    uri = ctx.tempdir("concurrency")
+    wh = Warehouse.open(uri)
+    data = make_events(n)
+    files: dict[str, list[str]] = {}
+    for name in ("clean", "masked"):
+        t = wh.create_table(name, data.schema, {"row_group_bytes": str(ROW_GROUP_BYTES)})
+        for batch in data.to_batches(max_chunksize=max(1, n // 4)):
+            t.append(batch)
+        files[name] = [t.store.local_path(f.path) for f in t.head().data_files]
+    rng = np.random.default_rng(7)
+    gone = rng.choice(n, n // 100, replace=False)
+    t = wh.table("masked")
+    t.delete(f"id IN ({','.join(str(int(i)) for i in gone)})")
+    return uri, files
+
+
+def _serve(uri: str, port: int) -> subprocess.Popen:
+    exe = shutil.which("flightsrv") or os.path.join(os.path.dirname(sys.executable), "flightsrv")
+    proc = subprocess.Popen([exe, "--warehouse", uri, "serve", "--no-demo", "--port", str(port),
+                             "--log-statements", "off"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("flightsrv serve exited before it listened")
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("flightsrv serve did not listen within 60 s")
+
+
+def run(ctx: Context) -> list[Row]:
+    n = ctx.rows(1_000_000, 10_000_000)
+    counts = [int(x) for x in os.environ.get("FLIGHTSRV_BENCH_CLIENTS", "").split(",") if x] or (
+        [1, 4, 16, 32] if ctx.full else [1, 4, 8])
+    seconds = float(os.environ.get("FLIGHTSRV_BENCH_SECONDS", 10 if ctx.full else 3))
+    uri, files = _prepare(ctx, n)
+    port = _free_port()
+    server = _serve(uri, port)
+    target = f"grpc://127.0.0.1:{port}"
+    rows: list[Row] = []
+    found: dict[tuple[str, int], dict] = {}
+    try:
+        for label, (sql, table) in WORKLOADS.items():
+            ours_sql = sql.format(t=table)
+            file_list = ", ".join(f"'{p}'" for p in files["clean"])
+            duck_sql = sql.format(t=f"read_parquet([{file_list}])")
+            # warm both once (first statement costs the imports and the footers)
+            _round("flightsrv", target, ours_sql, n, 1, 0.5, server.pid)
+            for k in counts:
+                ours = _round("flightsrv", target, ours_sql, n, k, seconds, server.pid)
+                duck = _round("duckdb", "", duck_sql, n, k, seconds, None)
+                found[(label, k)] = ours
+                ratio = ours["qps"] / duck["qps"] if duck["qps"] else None
+                err = (f"; {ours['errors']} errors (first: {ours['first_error']})"
+                       if ours["errors"] else "")
+                rows.append(Row(
+                    f"{label}, {k} client process(es)", f"{n // 1_000_000}M rows x 5 cols, "
+                    f"{seconds:.0f} s, server at default settings",
+                    f"{ours['qps']:.0f} q/s, p50 {ours['p50']:.1f} ms, p99 {ours['p99']:.1f} ms, "
+                    f"server CPU {ours['cpu_per_stmt_ms']:.2f} ms/stmt",
+                    f"DuckDB in process {duck['qps']:.0f} q/s, p50 {duck['p50']:.1f} ms, "
+                    f"CPU {duck['cpu_per_stmt_ms']:.2f} ms/stmt",
+                    ratio, note=f"ratio = flightsrv q/s / DuckDB q/s; CPU ratio "
+                    f"{ours['cpu_per_stmt_ms'] / duck['cpu_per_stmt_ms']:.2f}x{err}"
+                    + (f"; DuckDB errors {duck['errors']} ({duck['first_error']})"
+                       if duck["errors"] else "")))
+        for k in counts:
+            clean, masked = found[("aggregate (clean)", k)], found[("aggregate (1% deleted)", k)]
+            if clean["qps"]:
+                rows.append(Row(f"1%-deleted aggregate vs clean, {k} client(s)", "same run",
+                                f"{masked['qps']:.0f} q/s", f"clean {clean['qps']:.0f} q/s",
+                                masked["qps"] / clean["qps"], ">= 0.8x" if k >= 16 else "",
+                                (masked["qps"] / clean["qps"] >= 0.8) if k >= 16 else None,
+                                "ratio = masked q/s / clean q/s"))
+        if 1 in counts and len(counts) > 1:
+            kmax = max(c for c in counts if c <= 8) if any(c > 1 for c in counts if c <= 8) \
+                else max(counts)
+            p1, pk = found[("point", 1)], found[("point", kmax)]
+            rows.append(Row(f"point queries: scaling from 1 to {kmax} clients", "same run",
+                            f"{pk['qps'] / p1['qps']:.2f}x", "-", None,
+                            note="q/s at k clients / q/s at 1 client (compare with DuckDB's "
+                                 "rows above)"))
+    finally:
+        try:
+            os.killpg(server.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        server.wait(timeout=60)
+    return rows
