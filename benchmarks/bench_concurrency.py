@@ -27,7 +27,6 @@ import multiprocessing as mp
 import os
 import random
 import resource
-import shutil
 import signal
 import socket
 import subprocess
@@ -162,9 +161,8 @@ def _prepare(ctx: Context, n: int) -> tuple[str, dict[str, list[str]]]:
 
 
 def _serve(uri: str, port: int) -> subprocess.Popen:
-    exe = shutil.which("flightsrv") or os.path.join(os.path.dirname(sys.executable), "flightsrv")
-    proc = subprocess.Popen([exe, "--warehouse", uri, "serve", "--no-demo", "--port", str(port),
-                             "--log-statements", "off"],
+    proc = subprocess.Popen([sys.executable, "-m", "flightsrv.cli", "--warehouse", uri, "serve",
+                             "--no-demo", "--port", str(port), "--log-statements", "off"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             start_new_session=True)
     deadline = time.time() + 60
