@@ -160,10 +160,11 @@ def _prepare(ctx: Context, n: int) -> tuple[str, dict[str, list[str]]]:
     return uri, files
 
 
-def _serve(uri: str, port: int) -> subprocess.Popen:
+def _serve(uri: str, port: int, log_path: str) -> subprocess.Popen:
+    log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "flightsrv.cli", "--warehouse", uri, "serve",
                              "--no-demo", "--port", str(port), "--log-statements", "off"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            stdout=subprocess.DEVNULL, stderr=log, text=True,
                             start_new_session=True)
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -185,7 +186,8 @@ def run(ctx: Context) -> list[Row]:
     seconds = float(os.environ.get("FLIGHTSRV_BENCH_SECONDS", 10 if ctx.full else 3))
     uri, files = _prepare(ctx, n)
     port = _free_port()
-    server = _serve(uri, port)
+    log_path = os.path.join(ctx.workdir, "concurrency-server.log")
+    server = _serve(uri, port, log_path)
     target = f"grpc://127.0.0.1:{port}"
     rows: list[Row] = []
     found: dict[tuple[str, int], dict] = {}
@@ -198,6 +200,10 @@ def run(ctx: Context) -> list[Row]:
             _round("flightsrv", target, ours_sql, n, 1, 0.5, server.pid)
             for k in counts:
                 ours = _round("flightsrv", target, ours_sql, n, k, seconds, server.pid)
+                if server.poll() is not None:  # a crash is a result, never a zero
+                    tail = open(log_path).read()[-12000:]
+                    raise RuntimeError(f"the server exited ({server.returncode}) during "
+                                       f"{label} with {k} clients; its log ends:\n{tail}")
                 duck = _round("duckdb", "", duck_sql, n, k, seconds, None)
                 found[(label, k)] = ours
                 ratio = ours["qps"] / duck["qps"] if duck["qps"] else None

@@ -204,7 +204,11 @@ class FlightSqlServer(flight.FlightServerBase):
         self._read_only = read_only
         self._text = StatementText(cfg.log_statements)
         self._scrub = Scrubber(scrub_paths)
-        self._local = threading.local()
+        # the RPC each handler thread is serving, by thread id; never a threading.local:
+        # pyarrow runs handlers on gRPC's own threads, whose Python thread state is made and
+        # cleared around every call, and freeing a thread-local's objects while that state is
+        # cleared crashed the server (SIGSEGV in PyGILState_Release, 32 concurrent clients)
+        self._rpcs: dict[int, _Rpc] = {}
         self.metrics = Metrics(gauges={
             "sessions": lambda: self._sessions.count(),
             "prepared_statements": lambda: self._prepared.count(),
@@ -270,7 +274,8 @@ class FlightSqlServer(flight.FlightServerBase):
     def _serve(self, method: str, context, fn, *args):
         """Run one RPC: draining check, log line, metrics, error mapping."""
         rec = _Rpc(method, context.peer(), principal_of(context))
-        self._local.rpc = rec
+        me = threading.get_ident()
+        self._rpcs[me] = rec
         start = time.perf_counter()
         self._enter()
         try:
@@ -282,6 +287,7 @@ class FlightSqlServer(flight.FlightServerBase):
             self._log_rpc(rec, start, err)
             raise err from None
         finally:
+            self._rpcs.pop(me, None)
             self._leave()
         self._log_rpc(rec, start, None)
         return result
@@ -315,7 +321,7 @@ class FlightSqlServer(flight.FlightServerBase):
             log.warning("rpc failed", extra={"fields": fields})
 
     def _note(self, **fields) -> None:
-        rec = getattr(self._local, "rpc", None)
+        rec = self._rpcs.get(threading.get_ident())
         if rec is not None:
             for k, v in fields.items():
                 setattr(rec, k, v)
