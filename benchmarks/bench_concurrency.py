@@ -105,6 +105,8 @@ def _client(kind: str, target: str, sql: str, n_rows: int, seconds: float, start
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     try:
+        if cur is not conn:
+            cur.close()
         conn.close()
     except Exception:
         pass
