@@ -51,6 +51,7 @@ from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
+from flightsrv.sql.names import PublicNames
 from flightsrv.sql.allowed_functions import VOLATILE_FUNCTIONS
 from flightsrv.table.commit import BACKOFF_BASE_S, BACKOFF_MAX_S
 from flightsrv.table.delete_plan import MAX_RERUNS, Rerun, commit_changes
@@ -182,6 +183,10 @@ class Dml:
         scans = [sqlplan.Scan(f"{sqlplan.RELATION_PREFIX}{i}", t.name, s, columns[i], ())
                  for i, (t, s) in enumerate(zip(refs, snapshots))]
         edits = sqlplan.reference_edits(stmt.text, refs, [s.relation for s in scans])
+        ctx.names = PublicNames(  # what messages show for the relations
+            [(TARGET_RELATION, sqlplan.shown_reference(target, None), sqlplan.aliased(target))]
+            + [(s.relation, sqlplan.shown_reference(t, None), sqlplan.aliased(t))
+               for s, t in zip(scans, refs)])
         if edits is None or not stmt.spliceable:
             raise SqlError("cannot plan this statement's table references (write plain or "
                            "main.-qualified table names, and t.col rather than main.t.col)",
