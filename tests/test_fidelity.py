@@ -3,6 +3,8 @@ plain DuckDB running the same statements on the same rows (or with the documente
 
 - result column names are DuckDB's for the user's statement, never an internal relation
   name (``__fsrv_r0``), and so are error messages;
+- statistics, partition values and pruning take every date and timestamp DuckDB stores
+  (BC, years past 9999, ±infinity);
 """
 
 from __future__ import annotations
@@ -106,3 +108,35 @@ def test_time_travelled_references_are_named_as_duckdb_prints_them(twin):
     want = twin.plain.execute("SELECT json_deserialize_sql(json_serialize_sql("
                               "'SELECT (SELECT count(*) FROM tt AT (VERSION => 1))'))")
     assert want.fetchall()[0][0] == "SELECT " + got.schema.names[0]
+
+
+EDGE_ROWS = ("(1, DATE '0044-03-15 (BC)', TIMESTAMP '0044-03-15 (BC) 10:00:00', NULL), "
+             "(2, DATE '12345-01-01', TIMESTAMP '12345-01-01 00:00:00', "
+             "TIMESTAMPTZ '12345-01-01 00:00:00+00'), "
+             "(3, 'infinity', 'infinity', '-infinity'), (4, '-infinity', '-infinity', 'infinity'), "
+             "(5, DATE '2020-01-01', TIMESTAMP '2020-01-01 10:00:00', NULL), (6, NULL, NULL, NULL)")
+
+
+@pytest.mark.parametrize("partitioned", ["", "identity(d)", "identity(ts)", "year(d)",
+                                         "day(ts)", "month(tz)"])
+def test_dates_outside_pythons_range_prune_and_partition_as_duckdb(twin, partitioned):
+    """BC dates, years past 9999 and ±infinity: pruning a file with a deletion vector, and
+    partition values, went through Python ``datetime`` and failed (OverflowError); such a
+    row could not even be deleted by its date."""
+    create = "CREATE TABLE t (k INTEGER, d DATE, ts TIMESTAMP, tz TIMESTAMPTZ)"
+    twin.plain.execute(create)
+    twin.engine.execute_update(create + (f" PARTITIONED BY ({partitioned})" if partitioned
+                                         else ""), twin.session)
+    twin.run(f"INSERT INTO t VALUES {EDGE_ROWS}")
+    twin.run("DELETE FROM t WHERE k = 5")  # a deletion vector on the file(s)
+    for where in ["d IS NOT NULL", "d > DATE '2020-01-01'", "d = 'infinity'",
+                  "d < DATE '0001-01-01'", "ts < TIMESTAMP '0001-01-01'", "ts = '-infinity'",
+                  "ts > TIMESTAMP '9999-12-31 23:59:59'", "tz = 'infinity'",
+                  "d BETWEEN DATE '0100-01-01 (BC)' AND DATE '20000-01-01'"]:
+        twin.same(f"SELECT k FROM t WHERE {where} ORDER BY k")
+    for sql in ["DELETE FROM t WHERE d = DATE '0044-03-15 (BC)'",
+                "UPDATE t SET k = k + 10 WHERE ts = 'infinity'",
+                "DELETE FROM t WHERE tz = '-infinity'"]:
+        got, want = twin.run(sql)
+        assert got == want[0][0], sql
+        twin.same("SELECT k, d::VARCHAR, ts::VARCHAR, tz::VARCHAR FROM t ORDER BY k")

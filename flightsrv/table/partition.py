@@ -354,7 +354,7 @@ def partition_keys(spec: dict, schema_json: dict, batch) -> list[tuple[tuple, pa
     out = []
     lists = grouped.column("__i_list")
     for r in range(grouped.num_rows):
-        values = tuple(value_to_json(grouped.column(f"k{i}")[r].as_py(), types[i])
+        values = tuple(value_to_json(grouped.column(f"k{i}")[r], types[i])
                        for i in range(len(cols)))
         out.append((values, lists[r].values))
     return out
@@ -365,7 +365,7 @@ def transformed_value(pf: dict, value, schema_json: dict):
     by_id = {int(f["id"]): f for f in schema_json["fields"]}
     t = type_from_json(by_id[pf["source_id"]]["type"])
     arr = apply(pf["transform"], pa.array([value], t))
-    return value_to_json(arr[0].as_py(), arr.type)
+    return value_to_json(arr[0], arr.type)
 
 
 # -- what a partition value proves (pruning) ----------------------------------------------
