@@ -5,6 +5,7 @@ plain DuckDB running the same statements on the same rows (or with the documente
   name (``__fsrv_r0``), and so are error messages;
 - statistics, partition values and pruning take every date and timestamp DuckDB stores
   (BC, years past 9999, ±infinity);
+- ALTER COLUMN ... TYPE refuses, before commit, a widening some stored value cannot take;
 """
 
 from __future__ import annotations
@@ -140,3 +141,38 @@ def test_dates_outside_pythons_range_prune_and_partition_as_duckdb(twin, partiti
         got, want = twin.run(sql)
         assert got == want[0][0], sql
         twin.same("SELECT k, d::VARCHAR, ts::VARCHAR, tz::VARCHAR FROM t ORDER BY k")
+
+
+@pytest.mark.parametrize("value, to", [
+    ("DATE '5877642-06-25'", "TIMESTAMP"), ("DATE '300000-01-01'", "TIMESTAMP"),
+    ("DATE '2500-01-01'", "TIMESTAMP_NS"), ("'infinity'", "TIMESTAMP"),
+    ("DATE '0044-03-15 (BC)'", "TIMESTAMP_MS"), ("DATE '2000-01-01'", "TIMESTAMP_NS"),
+])
+@pytest.mark.parametrize("deleted", [False, True])
+def test_alter_type_refuses_a_widening_the_data_cannot_take(twin, value, to, deleted):
+    """DuckDB refuses ``ALTER COLUMN d TYPE TIMESTAMP`` when a stored date cannot be cast;
+    flightsrv committed the metadata and every later read of ``d`` failed. A deleted row's
+    value counts too (reads cast every stored row) and is not shown."""
+    twin.run("CREATE TABLE t (k INTEGER, d DATE)")
+    twin.run(f"INSERT INTO t VALUES (1, {value}), (2, DATE '2020-01-01'), (3, NULL)")
+    twin.run("INSERT INTO t VALUES (4, DATE '1999-12-31')")  # a file its statistics decide
+    alter = f"ALTER TABLE t ALTER COLUMN d TYPE {to}"
+    try:
+        twin.plain.execute(alter)
+        refused = False
+    except duckdb.Error:
+        refused = True
+    if deleted:
+        twin.engine.execute_update("DELETE FROM t WHERE k = 1", twin.session)
+    before = twin.wh.table("t").head().version
+    if refused:
+        with pytest.raises(Exception, match="cannot be cast to the new type") as ei:
+            twin.engine.execute_update(alter, twin.session)
+        assert twin.wh.table("t").head().version == before
+        assert value.split("'")[1] not in str(ei.value)
+        assert twin.query("SELECT count(d) FROM t").column(0).to_pylist() == \
+            [3 - deleted]
+    else:
+        twin.engine.execute_update(alter, twin.session)
+        if not deleted:
+            twin.same("SELECT k, d::VARCHAR AS d, typeof(d) AS t FROM t ORDER BY k")
