@@ -6,6 +6,8 @@ plain DuckDB running the same statements on the same rows (or with the documente
 - statistics, partition values and pruning take every date and timestamp DuckDB stores
   (BC, years past 9999, ±infinity);
 - ALTER COLUMN ... TYPE refuses, before commit, a widening some stored value cannot take;
+- statements refused with misleading errors run: a CTAS column of type NULL, MERGE ... SET *
+  from a bare table, bucket/truncate partitions at the ends of their types;
 """
 
 from __future__ import annotations
@@ -176,3 +178,51 @@ def test_alter_type_refuses_a_widening_the_data_cannot_take(twin, value, to, del
         twin.engine.execute_update(alter, twin.session)
         if not deleted:
             twin.same("SELECT k, d::VARCHAR AS d, typeof(d) AS t FROM t ORDER BY k")
+
+
+def test_a_ctas_column_of_type_null_takes_inserts_as_duckdb(twin):
+    """``CREATE TABLE n AS SELECT 1 AS a, NULL AS b`` made every later INSERT fail with a
+    Parser Error on SQL the user did not write (``CAST(... AS NULL)``)."""
+    for sql in ["CREATE TABLE n AS SELECT 1 AS a, NULL AS b", "INSERT INTO n VALUES (2, NULL)",
+                "INSERT INTO n (a) VALUES (3)", "UPDATE n SET a = a + 10 WHERE a > 1"]:
+        got, want = twin.run(sql)
+        assert got == want[0][0], sql
+    twin.same("SELECT a, b, typeof(b) AS t FROM n ORDER BY a")
+
+
+@pytest.mark.parametrize("source", ["src", "src AS s"])
+def test_merge_star_with_a_bare_source_table_reads_all_its_columns(twin, source):
+    """``UPDATE SET *`` / ``INSERT *`` from a bare table saw only the columns the statement
+    named (``table "m" has 2 columns but 1 values were supplied``)."""
+    alias = source.split()[-1]
+    for sql in ["CREATE TABLE m (id INTEGER, v VARCHAR)", "INSERT INTO m VALUES (1, 'a'), (2, 'b')",
+                "CREATE TABLE src (id INTEGER, v VARCHAR)",
+                "INSERT INTO src VALUES (1, 'A'), (3, 'C')",
+                f"MERGE INTO m USING {source} ON m.id = {alias}.id "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"]:
+        got, want = twin.run(sql)
+        assert got == (want[0][0] if want else 0), sql
+    twin.same("SELECT * FROM m ORDER BY id")
+
+
+@pytest.mark.parametrize("column, spec, value", [
+    ("UBIGINT", "bucket(4, c)", "18446744073709551615"),
+    ("UBIGINT", "bucket(4, c)", "9223372036854775808"),
+    ("UBIGINT", "truncate(10, c)", "18446744073709551615"),
+    ("INTEGER", "truncate(10, c)", "-2147483648"),
+    ("BIGINT", "truncate(7, c)", "-9223372036854775808"),
+    ("DECIMAL(5,0)", "truncate(10, c)", "-99999"),
+])
+def test_bucket_and_truncate_take_every_value_of_the_type(twin, column, spec, value):
+    """Values at a type's ends overflowed the transform with raw pyarrow messages."""
+    twin.plain.execute(f"CREATE TABLE p (k INTEGER, c {column})")
+    twin.engine.execute_update(f"CREATE TABLE p (k INTEGER, c {column}) "
+                               f"PARTITIONED BY ({spec})", twin.session)
+    twin.run(f"INSERT INTO p VALUES (1, {value}), (2, 0), (3, NULL)")
+    twin.run(f"INSERT INTO p VALUES (4, {value}), (5, 1)")
+    for where in [f"c = {value}", f"c <> {value}", f"c <= {value}", f"c >= {value}",
+                  "c IS NULL", f"c IN ({value}, 1)"]:
+        twin.same(f"SELECT k FROM p WHERE {where} ORDER BY k")
+    got, want = twin.run(f"DELETE FROM p WHERE c = {value}")
+    assert got == want[0][0]
+    twin.same("SELECT k, c FROM p ORDER BY k")

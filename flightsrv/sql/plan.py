@@ -451,6 +451,12 @@ def _projections(tree: exp.Expression, refs: list[exp.Table],
             for src in _direct_sources(select):
                 if id(src) in ref_ids:
                     full[ref_ids[id(src)]] = True
+    if isinstance(tree, exp.Merge) and id(tree.args.get("using")) in ref_ids and any(
+            isinstance(w.args.get("then"), (exp.Update, exp.Insert))
+            and any(True for _ in w.args["then"].find_all(exp.Star))
+            for w in (tree.args.get("whens") or exp.Whens()).expressions):
+        # MERGE ... UPDATE SET * / INSERT *: every column of a bare source table
+        full[ref_ids[id(tree.args["using"])]] = True
     identifiers = {i.name.lower() for i in tree.find_all(exp.Identifier)}
     bare_columns = {c.name.lower() for c in tree.find_all(exp.Column) if not c.table}
     out: list[list[str] | None] = []
