@@ -226,3 +226,28 @@ def test_bucket_and_truncate_take_every_value_of_the_type(twin, column, spec, va
     got, want = twin.run(f"DELETE FROM p WHERE c = {value}")
     assert got == want[0][0]
     twin.same("SELECT k, c FROM p ORDER BY k")
+
+
+def test_time_travel_returns_that_versions_schema(twin):
+    """A version read by time travel has that version's columns (names and types), in SQL
+    (executed and prepared) and the Python API, across ADD/RENAME/ALTER TYPE/DROP."""
+    steps = ["CREATE TABLE ev (id INTEGER, payload VARCHAR)", "INSERT INTO ev VALUES (1, 'a')",
+             "ALTER TABLE ev ADD COLUMN country VARCHAR DEFAULT 'zz'",
+             "ALTER TABLE ev RENAME COLUMN payload TO body", "INSERT INTO ev VALUES (2, 'b', 'x')",
+             "ALTER TABLE ev ALTER COLUMN id TYPE BIGINT", "ALTER TABLE ev DROP COLUMN body"]
+    expected = {}
+    for sql in steps:
+        twin.run(sql)
+        v = twin.wh.table("ev").head().version
+        expected[v] = twin.plain.sql("SELECT * FROM ev ORDER BY id").to_arrow_table()
+    for v, want in expected.items():
+        query = f"SELECT * FROM ev AT (VERSION => {v}) ORDER BY id"
+        got = twin.query(query)
+        assert got.schema.names == want.schema.names, v
+        assert got.schema.types == want.schema.types, v
+        assert got.to_pylist() == want.to_pylist(), v
+        assert twin.engine.prepare(query, twin.session).dataset_schema.names == \
+            want.schema.names
+        snap = twin.wh.table("ev").snapshot(version=v)
+        assert snap.schema.names == want.schema.names
+        assert snap.to_table().sort_by("id").to_pylist() == want.to_pylist()
