@@ -95,6 +95,18 @@ def test_format_jsonl(target):
     ]
 
 
+def test_format_json_is_one_array_as_duckdbs_cli(target):
+    """``--format json`` (DuckDB's CLI ``-json``, what users type first) was refused."""
+    proc = run("sql", QUERY, *target, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    lines = run("sql", QUERY, *target, "--format", "jsonl").stdout.splitlines()
+    assert json.loads(proc.stdout) == [json.loads(ln) for ln in lines]
+    assert proc.stdout.startswith("[{") and proc.stdout.endswith("}]\n")
+    empty = run("sql", "SELECT * FROM items WHERE false", *target, "--format", "json")
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout) == []
+
+
 def test_format_parquet_to_a_file_and_to_stdout(target, tmp_path):
     out = tmp_path / "items.parquet"
     proc = run("sql", QUERY, *target, "--format", "parquet", "--output", out)

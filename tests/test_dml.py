@@ -3,7 +3,8 @@
 - the cases of the issue's table: the count a DELETE reports is what ``SELECT count(*)``
   returns for the same WHERE, in the same session (time zone included);
 - the three shapes every erasure workflow uses (IN subquery, USING, EXISTS);
-- UPDATE and MERGE semantics are DuckDB's (casts, NULLs, a row matched twice is an error);
+- UPDATE and MERGE semantics are DuckDB's (casts, NULLs); a target row matched twice is the
+  documented error in UPDATE ... FROM and MERGE, naming the table;
 - what cannot be decided (a volatile function, a sample) is refused, naming the function;
 - concurrent writers: no lost update and no resurrected row (a model test, local and S3).
 """
@@ -462,3 +463,47 @@ def test_timestamp_s_and_ms_columns_read_back_with_their_types(twin):
         for q in queries:
             got = twin.same_rows(q)
             assert got.schema.types == twin.plain.sql(q).to_arrow_table().schema.types, q
+
+
+@pytest.mark.parametrize("sql", [
+    # the issue's cases: DuckDB 2.0.1 applied one of the matches (which one undefined)
+    "MERGE INTO t AS a USING (VALUES (1, 100), (1, 200)) s(k, v) ON a.k = s.k "
+    "WHEN MATCHED AND s.v = 100 THEN UPDATE SET k = 5 WHEN MATCHED THEN DELETE",
+    "UPDATE t AS a SET k = s.v FROM (VALUES (1, 100), (1, 200)) s(k, v) WHERE a.k = s.k",
+    "MERGE INTO t USING (VALUES (1), (2)) s(x) ON TRUE WHEN MATCHED THEN DELETE",
+    "MERGE INTO t USING (VALUES (1), (2)) s(x) ON TRUE "
+    "WHEN NOT MATCHED BY SOURCE THEN DELETE WHEN MATCHED THEN UPDATE SET k = s.x",
+    "UPDATE t SET k = 0 FROM (VALUES (2), (2)) s(x) WHERE t.k = s.x AND t.l IS NOT NULL",
+])
+def test_a_target_row_matched_twice_is_an_error(twin, sql):
+    """A target row that several source rows match is the documented error, naming the
+    table, in UPDATE ... FROM and MERGE alike; nothing is committed."""
+    for setup in ["CREATE TABLE t (k INTEGER, l INTEGER[])",
+                  "INSERT INTO t VALUES (1, [1]), (2, [2]), (3, NULL)"]:
+        twin.run(setup)
+    wh = twin.engine.warehouse
+    before = wh.table("t").head().version
+    with pytest.raises(Exception, match="row of table t is matched more than once"):
+        twin.engine.execute_update(sql, twin.session)
+    assert wh.table("t").head().version == before
+    assert wh.sql("SELECT * FROM t ORDER BY k").to_pylist() == [
+        {"k": 1, "l": [1]}, {"k": 2, "l": [2]}, {"k": 3, "l": None}]
+
+
+@pytest.mark.parametrize("sql", [
+    # several source rows per target row, but no WHEN MATCHED clause acts on the match
+    "MERGE INTO t USING (VALUES (1), (1), (9)) s(x) ON t.k = s.x "
+    "WHEN NOT MATCHED THEN INSERT VALUES (s.x, NULL)",
+    "MERGE INTO t USING (VALUES (1), (1)) s(x) ON t.k = s.x "
+    "WHEN NOT MATCHED BY SOURCE THEN DELETE",
+    # one match per target row, several target rows per source row
+    "UPDATE t SET l = [s.x] FROM (VALUES (1)) s(x) WHERE t.k >= s.x",
+    "MERGE INTO t USING (VALUES (1)) s(x) ON TRUE WHEN MATCHED THEN DELETE",
+])
+def test_single_matches_run_as_duckdb(twin, sql):
+    for setup in ["CREATE TABLE t (k INTEGER, l INTEGER[])",
+                  "INSERT INTO t VALUES (1, [1]), (2, [2]), (3, NULL)"]:
+        twin.run(setup)
+    got, want = twin.run(sql)
+    assert got == want[0]
+    twin.same_rows("SELECT * FROM t ORDER BY k")

@@ -1,4 +1,4 @@
-"""Writing results: ``--format table|csv|jsonl|parquet`` and ``--output FILE``.
+"""Writing results: ``--format table|csv|json|jsonl|parquet`` and ``--output FILE``.
 
 - ``table``: an aligned text table for people, at most ``--max-rows`` rows (it says so when
   it stopped early), then ``(N rows)``.
@@ -7,6 +7,7 @@
 - ``jsonl``: one JSON object per row, streamed. Timestamps and dates are ISO 8601 strings,
   decimals are strings (exact), binary is base64, NaN/Infinity are strings, a map is an
   object whose keys are its keys as text (as DuckDB's ``to_json`` writes it).
+- ``json``: the same objects as one JSON array (DuckDB's CLI ``-json``), streamed.
 - ``parquet``: one Parquet file (zstd); needs ``--output`` or a redirected stdout.
 
 ``--output FILE`` is written to a temporary name next to it and renamed when complete, so a
@@ -29,7 +30,7 @@ import pyarrow as pa
 
 from flightsrv.cli.common import UsageError
 
-FORMATS = ("table", "csv", "jsonl", "parquet")
+FORMATS = ("table", "csv", "json", "jsonl", "parquet")
 DEFAULT_MAX_ROWS = 1000
 _MAX_CELL = 80
 
@@ -37,7 +38,8 @@ _MAX_CELL = 80
 def add_output_options(parser, *, default: str = "table") -> None:
     g = parser.add_argument_group("output")
     g.add_argument("--format", choices=FORMATS, default=default,
-                   help="result format: an aligned table, CSV, JSON lines or Parquet")
+                   help="result format: an aligned table, CSV, a JSON array, JSON lines or "
+                   "Parquet")
     g.add_argument("--output", "-o", metavar="FILE",
                    help="write the result to FILE (atomically) instead of stdout")
     g.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, metavar="N",
@@ -93,6 +95,8 @@ def write_result(reader: pa.RecordBatchReader, args) -> int:
             return _write_csv(reader, out)
         if fmt == "jsonl":
             return _write_jsonl(reader, out)
+        if fmt == "json":
+            return _write_json(reader, out)
         if fmt == "parquet":
             return _write_parquet(reader, out)
     raise UsageError(f"unknown format {fmt}")
@@ -102,13 +106,21 @@ def write_rows(rows: list[dict], args, columns=None) -> int:
     """``write_result`` for a small list of dicts (summaries, listings). ``columns``: the
     columns to show when there are no rows (text columns then). JSON lines keep each value's
     own type (a metric/value listing mixes numbers, booleans and text)."""
-    if args.format == "jsonl":
+    if args.format in ("json", "jsonl"):
         cols = list(dict.fromkeys([*(columns or ()), *(k for r in rows for k in r)]))
+        array = args.format == "json"
         with _binary_target(getattr(args, "output", None)) as out:
-            for r in rows:
+            for i, r in enumerate(rows):
                 row = {c: _plain(r.get(c)) for c in cols}
-                out.write((json.dumps(_finite(row), default=_json_default, ensure_ascii=False,
-                                      allow_nan=False) + "\n").encode("utf-8"))
+                text = json.dumps(_finite(row), default=_json_default, ensure_ascii=False,
+                                  allow_nan=False)
+                if array:
+                    text = ("[" if i == 0 else ",\n") + text
+                else:
+                    text += "\n"
+                out.write(text.encode("utf-8"))
+            if array:
+                out.write(b"]\n" if rows else b"[]\n")
         return len(rows)
     if not rows and columns:
         table = pa.table({c: pa.array([], pa.string()) for c in columns})
@@ -273,6 +285,16 @@ def _write_jsonl(reader: pa.RecordBatchReader, out) -> int:
     for text in jsonl_lines(reader):
         out.write(text.encode("utf-8"))
         n += 1
+    return n
+
+
+def _write_json(reader: pa.RecordBatchReader, out) -> int:
+    """The rows as one JSON array, an object a line (``[]`` for none)."""
+    n = 0
+    for text in jsonl_lines(reader):
+        out.write((("[" if n == 0 else ",\n") + text.rstrip("\n")).encode("utf-8"))
+        n += 1
+    out.write(b"]\n" if n else b"[]\n")
     return n
 
 

@@ -414,7 +414,7 @@ def _dot_command(text: str, args, runner, err) -> str | None:
             err.write(f"flightsrv: error: {_message(exc)}\n")
             return None
         sys.stdout.write("\n".join(names) + ("\n" if names else "(no tables)\n"))
-    elif word == ".format" and rest in ("table", "csv", "jsonl"):
+    elif word == ".format" and rest in ("table", "csv", "json", "jsonl"):
         args.format = rest
     elif word == ".maxrows" and rest.isdigit():
         args.max_rows = int(rest)

@@ -18,8 +18,11 @@ file and physical position (:mod:`flightsrv.engine.relations`), which user SQL c
   rows are then read by position (:meth:`~flightsrv.table.scan.Snapshot.take`). Phase 2 runs
   the user's statement itself, unchanged but for the relation names, against a plain DuckDB
   table holding exactly the candidates, in a second DuckDB database that can open no file at
-  all; every other relation it reads is handed over as Arrow. So casts, NULL logic, the
-  order of WHEN clauses and "a target row matched twice" are DuckDB's own. The commit
+  all; every other relation it reads is handed over as Arrow. So casts, NULL logic and the
+  order of WHEN clauses are DuckDB's own. A target row that several source rows match is
+  an error (the docs promise it; DuckDB 2.0.1 would silently apply one match): phase 1
+  counts, in DuckDB's own join, the source rows of each candidate (UPDATE with FROM, MERGE
+  with a WHEN MATCHED clause) and refuses more than one before anything runs. The commit
   deletes every candidate and adds the candidates' final contents (updated, or unchanged
   when no clause applied) plus the inserted rows, in one version; a MERGE that only
   inserted just appends.
@@ -48,11 +51,13 @@ from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
+from flightsrv.sql.names import PublicNames
 from flightsrv.sql.allowed_functions import VOLATILE_FUNCTIONS
 from flightsrv.table.commit import BACKOFF_BASE_S, BACKOFF_MAX_S
 from flightsrv.table.delete_plan import MAX_RERUNS, Rerun, commit_changes
 
 TARGET_RELATION = "__fsrv_target"  # the target's relation in phase 1
+MATCHES = "__fsrv_matches"  # phase 1's count of the rows joined to each candidate
 CANDIDATES = "__fsrv_candidates"  # the candidates table of phase 2
 _SQLGLOT_VOLATILE = {"rand": "random", "uuid": "uuid"}
 
@@ -178,6 +183,10 @@ class Dml:
         scans = [sqlplan.Scan(f"{sqlplan.RELATION_PREFIX}{i}", t.name, s, columns[i], ())
                  for i, (t, s) in enumerate(zip(refs, snapshots))]
         edits = sqlplan.reference_edits(stmt.text, refs, [s.relation for s in scans])
+        ctx.names = PublicNames(  # what messages show for the relations
+            [(TARGET_RELATION, sqlplan.shown_reference(target, None), sqlplan.aliased(target))]
+            + [(s.relation, sqlplan.shown_reference(t, None), sqlplan.aliased(t))
+               for s, t in zip(scans, refs)])
         if edits is None or not stmt.spliceable:
             raise SqlError("cannot plan this statement's table references (write plain or "
                            "main.-qualified table names, and t.col rather than main.t.col)",
@@ -320,9 +329,12 @@ class Dml:
         def candidates(cut, edits, a):
             items = self._slice(cut, "FROM", edits)
             cond = self._slice(cut, "WHERE", edits)
-            return (f"SELECT {'DISTINCT ' if items else ''}{a}.{FILE_COLUMN}, "
-                    f"{a}.{POSITION_COLUMN} FROM {TARGET_RELATION} AS {a}"
-                    + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else ""))
+            # with FROM items, each target row's number of matches, as DuckDB joins them
+            return (f"SELECT {a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
+                    + (f", count(*) AS {MATCHES}" if items else "")
+                    + f" FROM {TARGET_RELATION} AS {a}"
+                    + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else "")
+                    + (" GROUP BY ALL" if items else ""))
 
         return self._two_phase(ctx, stmt, tree, values, ["SET", "FROM", "WHERE", "RETURNING"],
                                candidates, "update", appends_conflict=False)
@@ -337,6 +349,7 @@ class Dml:
         _deterministic([tree.args.get("using"), on_tree if isinstance(on_tree, exp.Expression)
                         else None] + [w.args.get("condition") for w in clauses], sql)
         by_source = any(w.args.get("source") for w in clauses)
+        matched = any(w.args.get("matched") and not w.args.get("source") for w in clauses)
         inserts = any(isinstance(w.args.get("then"), exp.Insert) for w in clauses)
         #: ``USING src USING (k, ...)``: the source joins on equal named columns
         join_columns = [c.sql(st.DIALECT) for c in tree.args.get("using_cond") or ()]
@@ -367,10 +380,16 @@ class Dml:
                 src_ref = sqltypes.quote_ident(src_name)
                 cond = " AND ".join(f"{a}.{c} = {src_ref}.{c}" for c in join_columns)
             ident = f"{a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
-            if by_source:
-                return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}"
-            return (f"SELECT {ident} FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} "
-                    f"ON {cond}")
+            if not matched:  # no WHEN MATCHED clause: how often a row matches is moot
+                if by_source:
+                    return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}"
+                return (f"SELECT {ident} FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} "
+                        f"ON {cond}")
+            # each candidate with the number of source rows DuckDB joins to it (a LEFT JOIN
+            # gives an unmatched row one output row, so "more than one" means the same)
+            join = "LEFT JOIN" if by_source else "JOIN"
+            return (f"SELECT {ident}, count(*) AS {MATCHES} FROM {TARGET_RELATION} AS {a} "
+                    f"{join} {source} ON {cond} GROUP BY ALL")
 
         return self._two_phase(ctx, stmt, tree, values, ["USING", "ON", "WHEN"], candidates,
                                "merge", appends_conflict=inserts)
@@ -389,7 +408,8 @@ class Dml:
             a = self._alias(target)
             find = candidates(cut, edits + params, a)
             relations = [TARGET_RELATION] + [s.relation for s in scans] + list(ctx.extra)
-            guard.verify(find, relations, sql=sql, columns=HIDDEN, deterministic=True)
+            guard.verify(find, relations, sql=sql, columns=HIDDEN + (MATCHES,),
+                         deterministic=True)
             where = tree.args.get("where") if operation == "update" else None
             prune = sqlplan.dml_prune_terms(
                 where.this if where is not None else None, target, snap.schema,
@@ -408,6 +428,14 @@ class Dml:
                     cur.execute(f"DROP VIEW {scan.relation}")
                     cur.register(scan.relation, others[scan.relation])
                 found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
+            matches = found.get(MATCHES)
+            if matches is not None and len(matches) and int(matches.max()) > 1:
+                # DuckDB 2.0.1 would apply one of the matches, which one undefined; upstream
+                # DuckDB raises for MERGE: flightsrv raises for both, changing nothing
+                raise SqlError(f"a row of table {stmt.table} is matched more than once (by "
+                               "several source rows); make each target row match at most "
+                               "one",
+                               statement=st._short(sql), table=stmt.table)
             ctx.info.tables[stmt.table] = snap.version
             # DuckDB found the candidates' identities over only the columns the statement
             # reads; their whole rows are read by position (row groups holding one only)

@@ -91,6 +91,8 @@ from flightsrv.errors import (
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
+from flightsrv.sql import names
+from flightsrv.sql.names import PublicNames
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 #: default read path of local files with deleted rows (see DuckEngine.masked_scans):
@@ -126,6 +128,8 @@ class _Ctx:
     extra: dict[str, pa.Table] = field(default_factory=dict)  # relations bound by name
     failures: list = field(default_factory=list)  # raised inside scans while DuckDB pulls
     natives: dict = field(default_factory=dict)  # local path -> (table, key, version) read
+    #: what result names and messages show for the relations the statement registered
+    names: PublicNames = field(default_factory=PublicNames)
 
     def check(self, sql: str) -> None:
         if self.cancel is not None:
@@ -259,11 +263,14 @@ class DuckEngine:
                 # LIMIT 0 wraps the query in a subquery, which renames duplicate result
                 # names (x, x -> x, x_1); the statement itself streams them as they are
                 shape = rel.limit(0).to_arrow_table().schema
+                names = PublicNames(qp.names)
                 schema = plain_schema(pa.schema(
-                    [f.with_name(n) for f, n in zip(shape, rel.columns, strict=True)],
+                    [f.with_name(names.column(n))
+                     for f, n in zip(shape, rel.columns, strict=True)],
                     metadata=shape.metadata))
             except duckdb.Error as e:
-                raise native_failure(e, ctx.natives) or sql_error(e, sql) from None
+                raise native_failure(e, ctx.natives) or \
+                    sql_error(e, sql, PublicNames(qp.names)) from None
         if key is not None:
             with self._schemas_lock:
                 self._schemas[key] = schema  # evicts the least recently used
@@ -329,6 +336,7 @@ class DuckEngine:
         sql = stmt.sql
         stmt = _literal_if_lossy(stmt, values)
         qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra))
+        ctx.names = PublicNames(qp.names)
         self._verify(qp, sql, ctx.extra)
         params = _native_params(values) if qp.needs_params and values else None
         cur = self._cursors.cursor()
@@ -351,19 +359,22 @@ class DuckEngine:
             except duckdb.Error as e:
                 ctx.check(sql)
                 raise (scan_failure(ctx.failures) or native_failure(e, ctx.natives)
-                       or sql_error(e, sql)) from None
+                       or sql_error(e, sql, ctx.names)) from None
         except BaseException:
             unhook()
             cur.close()
             raise
         batches = stream_batches(inner, cur, sql, ctx.failures, ctx.natives, ctx.cancel, unhook,
-                          ctx.info)
+                                 ctx.info, ctx.names)
         if self.min_batch_rows > 1:
             batches = coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
         schema = plain_schema(inner.schema)
         if schema != inner.schema:  # an ENUM column: its values, not a dictionary
             batches = decoded(batches, schema)
-        return pa.RecordBatchReader.from_batches(schema, batches)
+        public = ctx.names.schema(schema)
+        if public is not schema:  # DuckDB's names for the user's own statement
+            batches = (pa.RecordBatch.from_arrays(b.columns, schema=public) for b in batches)
+        return pa.RecordBatchReader.from_batches(public, batches)
 
     def _function_relation(self, fn: sqlplan.FunctionScan) -> pa.Table:
         try:
@@ -482,7 +493,7 @@ class DuckEngine:
         except duckdb.Error as e:
             ctx.check(sql)
             raise (scan_failure(ctx.failures) or native_failure(e, ctx.natives)
-                   or sql_error(e, sql)) from None
+                   or sql_error(e, sql, ctx.names)) from None
 
     def _sandbox_run(self, ctx: _Ctx, text: str, rows: pa.Table, schema: pa.Schema,
                      others: dict[str, pa.Table], sql: str, returning: str = "",
@@ -523,12 +534,11 @@ class DuckEngine:
                 final = cur.sql(f"SELECT * FROM {CANDIDATES}").to_arrow_table()
             except duckdb.Error as e:
                 ctx.check(sql)
-                err = sql_error(e, sql)
                 # DuckDB names the stand-in table ("NOT NULL constraint failed:
                 # __fsrv_candidates.a"); the user knows it as the statement's target
-                message = err.message.replace(f"{CANDIDATES}.", f"{target}.").replace(
-                    f'"{CANDIDATES}"', sqltypes.quote_ident(target))
-                raise type(err)(message, **err.context) from None
+                raise sql_error(e, sql, PublicNames(
+                    [(CANDIDATES, names.printed(target), False), *ctx.names.entries])) \
+                    from None
         finally:
             unhook()
             with contextlib.suppress(Exception):

@@ -50,6 +50,7 @@ among them. Anything unconfirmed prunes nothing.
 from __future__ import annotations
 
 import bisect
+import json
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -165,6 +166,40 @@ def _plain(v):
         except UnicodeDecodeError:
             return None
     return v
+
+
+def _temporal(t: pa.DataType) -> bool:
+    return pa.types.is_date(t) or pa.types.is_timestamp(t)
+
+
+def _bounds(st, t: pa.DataType) -> tuple:
+    """A footer's (min, max): raw integers for a date or timestamp column (Python's
+    ``datetime`` holds neither BC dates, years past 9999 nor ±infinity, all of which DuckDB
+    stores), else values Arrow can type."""
+    if _temporal(t):
+        return st.min_raw, st.max_raw
+    return _plain(st.min), _plain(st.max)
+
+
+_PARQUET_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
+
+
+def _raw_type(t: pa.DataType, md, i: int | None) -> pa.DataType:
+    """The Arrow type of :func:`_bounds`' raw integers for a column of type ``t``: a date's
+    days are date32's; a timestamp's are in the unit the file wrote (a ``timestamp[s]``
+    column is written in milliseconds)."""
+    if not _temporal(t):
+        return t
+    if pa.types.is_date(t):
+        return pa.date32()
+    unit = t.unit
+    if i is not None:
+        try:
+            unit = _PARQUET_UNITS.get(json.loads(
+                md.schema.column(i).logical_type.to_json()).get("timeUnit"), unit)
+        except (ValueError, AttributeError):
+            pass
+    return pa.timestamp(unit, tz=t.tz)
 
 
 def _column_entry(t: pa.DataType, mins: list, maxs: list, encs: list, nulls: list,
@@ -578,6 +613,7 @@ class Pruner:
             old = next((x for x in written["fields"] if int(x.get("id", -1)) == fid), None)
             phys[col] = None if old is None else (physical_name(old), type_from_json(old["type"]))
         rows, per_col = [], {c: ([], [], [], []) for c in self.columns}
+        paths = {md.schema.column(i).path: i for i in range(md.num_columns)}
         for g in groups:
             rg = md.row_group(g)
             index = {rg.column(i).path_in_schema: i for i in range(rg.num_columns)}
@@ -591,7 +627,7 @@ class Pruner:
                 if st is not None:
                     nn = st.null_count if st.has_null_count else None
                     if st.has_min_max:
-                        lo, hi = _plain(st.min), _plain(st.max)
+                        lo, hi = _bounds(st, p[1])
                 mins.append(lo)
                 maxs.append(hi)
                 nulls.append(nn)
@@ -604,7 +640,10 @@ class Pruner:
             t = self.schema.field(col).type
             mins, maxs, nulls, nans = per_col[col]
             try:
-                lo_a, hi_a = pa.array(mins, p[1]), pa.array(maxs, p[1])
+                raw = _raw_type(p[1], md, paths.get(p[0]))
+                lo_a, hi_a = pa.array(mins, raw), pa.array(maxs, raw)
+                if raw != p[1]:  # raw integers in the file's own unit
+                    lo_a, hi_a = lo_a.cast(p[1]), hi_a.cast(p[1])
                 if p[1] != t:
                     lo_a, hi_a = lo_a.cast(t), hi_a.cast(t)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,

@@ -14,15 +14,18 @@ from flightsrv.engine.api import Cancel, ExecInfo
 from flightsrv.engine.relations import native_failure
 from flightsrv.errors import FlightsrvError, SqlError
 from flightsrv.sql import statements as st
+from flightsrv.sql.names import PublicNames
 
 
 #: how DuckDB's error messages start ("Conversion Error: ...", "Out of Range Error: ...")
 _DUCKDB_ERROR = re.compile(r"[A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error: ")
 
 
-def sql_error(e: Exception, sql: str) -> SqlError:
+def sql_error(e: Exception, sql: str, names: PublicNames | None = None) -> SqlError:
+    """DuckDB's error ``e`` as the user's: its first line, with no internal relation name
+    (``names``: the statement's; any left over is replaced anyway)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return SqlError(msg, statement=st._short(sql))
+    return SqlError((names or PublicNames()).message(msg), statement=st._short(sql))
 
 
 
@@ -51,7 +54,8 @@ def scan_failure(failures: list) -> BaseException | None:
 
 def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
             sql: str, failures: list, natives: dict, cancel: Cancel | None = None,
-            unhook=lambda: None, info: ExecInfo | None = None) -> Iterator[pa.RecordBatch]:
+            unhook=lambda: None, info: ExecInfo | None = None,
+            names: PublicNames | None = None) -> Iterator[pa.RecordBatch]:
     """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
     try:
         while True:
@@ -70,7 +74,7 @@ def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
                 if isinstance(e, duckdb.Error) or _DUCKDB_ERROR.match(str(e)):
                     # DuckDB's own error (pyarrow hands one raised mid-stream over as an
                     # OSError): its message, without the wrapper's class name
-                    raise sql_error(e, sql) from None
+                    raise sql_error(e, sql, names) from None
                 raise
             if info is not None:
                 info.rows += batch.num_rows

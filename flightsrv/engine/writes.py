@@ -235,7 +235,8 @@ class Writes:
                 return 0
             table.drop_column(stmt.column)
         elif action == "alter_column_type":
-            table.alter_column_type(stmt.column, stmt.type)
+            table.alter_column_type(stmt.column, stmt.type,
+                                    check=self._widening_check(table, stmt))
         elif action == "set_partitioning":
             table.set_partitioning(list(stmt.partition_by))
         elif action == "upgrade":
@@ -244,6 +245,72 @@ class Writes:
             raise SqlError("ALTER TABLE action not handled", statement=st._short(stmt.sql),
                            table=stmt.table, action=action)
         return 0
+
+    def _widening_check(self, table, stmt: st.AlterTable):
+        """The check an ALTER COLUMN ... TYPE runs against each head it commits on: every
+        value stored in the column, live or deleted (a read casts every stored row), must
+        take the new type as DuckDB casts it (a DATE past TIMESTAMP's range cannot). A
+        file's statistics decide when both bounds are finite and cast; else the column is
+        read. Files are checked once across re-tries. Nothing names a value (it may be a
+        deleted row's)."""
+        from flightsrv.sql.types import duckdb_type, sql_type_name
+        from flightsrv.table.scan import open_parquet, read_row_group
+        from flightsrv.table.schema import physical_name, type_from_json, value_from_json
+
+        target = duckdb_type(stmt.type) or sql_type_name(stmt.type)
+        checked: set[str] = set()
+
+        def bad(cur, values: pa.Array, *, bounds: bool = False) -> bool:
+            """Some value does not cast; for ``bounds``, also: a bound is infinite (an
+            infinity casts, the finite values between it and the other bound may not)."""
+            finite = " OR NOT isfinite(v)" if bounds and (
+                pa.types.is_date(values.type) or pa.types.is_timestamp(values.type)) else ""
+            cur.register("__fsrv_values", pa.table({"v": values}))
+            try:
+                return bool(cur.execute(
+                    f"SELECT count(*) FROM __fsrv_values WHERE v IS NOT NULL AND "
+                    f"(TRY_CAST(v AS {target}) IS NULL{finite})").fetchall()[0][0])
+            finally:
+                cur.unregister("__fsrv_values")
+
+        def check(head) -> None:
+            field = next(f for f in head.schema["fields"]
+                         if f["name"].lower() == stmt.column.lower())
+            cur = self.engine._sandbox.cursor()
+            try:
+                for f in head.data_files:
+                    if f.path in checked:
+                        continue
+                    old = next((x for x in head.schema_by_id(f.schema_id)["fields"]
+                                if x["id"] == field["id"]), None)
+                    if old is None:  # the file predates the column: its default is checked
+                        checked.add(f.path)
+                        continue
+                    old_t = type_from_json(old["type"])
+                    bounds = (f.stats or {}).get(str(field["id"])) or {}
+                    if "min" in bounds and "max" in bounds:
+                        lo_hi = pa.array([value_from_json(bounds["min"], old_t),
+                                          value_from_json(bounds["max"], old_t)], old_t)
+                        # a cast's domain is a range: finite bounds that cast decide it
+                        if not bad(cur, lo_hi, bounds=True):
+                            checked.add(f.path)
+                            continue
+                    pf = open_parquet(table.store, f, table=table.name, version=head.version)
+                    for rg in range(pf.metadata.num_row_groups):
+                        col = read_row_group(pf, f, rg, [physical_name(old)], table=table.name,
+                                             version=head.version).column(0)
+                        if bad(cur, col.combine_chunks() if col.num_chunks != 1
+                               else col.chunk(0)):
+                            raise SqlError(
+                                f"ALTER COLUMN {field['name']} TYPE {target}: a value stored "
+                                "in the column (live or deleted) cannot be cast to the new "
+                                "type; nothing changed", statement=st._short(stmt.sql),
+                                table=table.name, column=field["name"])
+                    checked.add(f.path)
+            finally:
+                cur.close()
+
+        return check
 
     def constant(self, text: str, t: pa.DataType, stmt: st.Statement, column: str):
         """The value of a constant SQL expression cast to ``t``, computed by DuckDB in the

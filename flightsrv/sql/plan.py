@@ -36,6 +36,7 @@ from sqlglot.tokens import TokenType
 
 from flightsrv.errors import SqlError
 from flightsrv.sql import binder
+from flightsrv.sql.names import printed
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import validate
 from flightsrv.sql.statements import DIALECT, _tokenize, error
@@ -155,6 +156,9 @@ class QueryPlan:
     #: parameters must be bound natively. None: use ``tree`` (parameters inlined).
     text: str | None = None
     functions: list[FunctionScan] = field(default_factory=list)
+    #: (relation, the reference as the user wrote it without its alias, whether it had an
+    #: alias) for each relation substituted: what result names and messages show instead
+    names: list[tuple[str, str, bool]] = field(default_factory=list)
 
     @property
     def sql(self) -> str:
@@ -215,7 +219,10 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
     bound = binder.bind(tree, sql, extra=extra)
     refs, calls = bound.tables, bound.functions
     functions = []
+    names = [(f"{RELATION_PREFIX}{i}", shown_reference(t, source), aliased(t))
+             for i, t in enumerate(refs)]
     for i, call in enumerate(calls):
+        names.append((f"{RELATION_PREFIX}f{i}", call.this.sql(DIALECT), aliased(call)))
         fn = str(call.this.this).lower()
         target = None if fn in binder.WAREHOUSE_FUNCTIONS else \
             metadata_table_name(call.this.expressions[0].name, sql)
@@ -246,7 +253,39 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
         t.set("this", exp.to_identifier(scans[i].relation))
         t.set("when", None)
         t.set("alias", alias)
-    return QueryPlan(tree, scans, spliced, functions)
+    return QueryPlan(tree, scans, spliced, functions, names)
+
+
+def aliased(t: exp.Expression) -> bool:
+    alias = t.args.get("alias")
+    return alias is not None and bool(alias.name)
+
+
+def shown_reference(t: exp.Table, source: tuple[str, int, int] | None) -> str:
+    """Table reference ``t`` (without its alias) as DuckDB prints it: its name, the
+    ``main.`` / ``flightsrv.main.`` qualifier the user wrote (found in ``source``'s text)
+    and its ``AT (...)`` clause."""
+    meta = getattr(t.this, "_meta", None) or {}
+    parts = []
+    start = meta.get(validate.QUALIFIED_START)
+    if source is not None and start is not None and "start" in meta:
+        try:
+            qual = sqlglot.parse_one(f"SELECT 1 FROM {source[0][start:meta['start']]}x",
+                                     read=DIALECT).find(exp.Table)
+            parts = [p.name for p in qual.parts[:-1]]
+        except Exception:  # noqa: BLE001 - the name alone
+            parts = []
+    shown = ".".join(printed(p) for p in [*parts, t.name])
+    when = t.args.get("when")
+    if isinstance(when, exp.HistoricalData):  # DuckDB prints AT (KIND => value)
+        value = when.expression
+        if isinstance(value, exp.Literal):
+            value = "'" + value.name.replace("'", "''") + "'" if value.is_string \
+                else value.name
+        else:
+            value = value.sql(DIALECT) if value is not None else ""
+        shown += f" AT ({str(when.args.get('kind') or '').upper()} => {value})"
+    return shown
 
 
 def reference_edits(text: str, refs: list[exp.Table], relations: list[str],
@@ -412,6 +451,12 @@ def _projections(tree: exp.Expression, refs: list[exp.Table],
             for src in _direct_sources(select):
                 if id(src) in ref_ids:
                     full[ref_ids[id(src)]] = True
+    if isinstance(tree, exp.Merge) and id(tree.args.get("using")) in ref_ids and any(
+            isinstance(w.args.get("then"), (exp.Update, exp.Insert))
+            and any(True for _ in w.args["then"].find_all(exp.Star))
+            for w in (tree.args.get("whens") or exp.Whens()).expressions):
+        # MERGE ... UPDATE SET * / INSERT *: every column of a bare source table
+        full[ref_ids[id(tree.args["using"])]] = True
     identifiers = {i.name.lower() for i in tree.find_all(exp.Identifier)}
     bare_columns = {c.name.lower() for c in tree.find_all(exp.Column) if not c.table}
     out: list[list[str] | None] = []

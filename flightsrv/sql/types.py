@@ -302,6 +302,8 @@ def duckdb_type(t: pa.DataType) -> str | None:
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         inner = duckdb_type(t.value_type)
         return None if inner is None else f"{inner}[]"
+    if pa.types.is_null(t):
+        return '"NULL"'  # DuckDB's type of a CTAS column of NULL; unquoted it is a literal
     try:
         return sql_type_name(t)
     except SqlError:

@@ -84,7 +84,7 @@ def default_json(value, t: pa.DataType, *, table: str, column: str):
         scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value)
         if scalar.type != t:
             scalar = scalar.cast(t)
-        return value_to_json(scalar.as_py(), t)
+        return value_to_json(scalar, t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
             ValueError, ConfigurationError) as exc:
         raise ConfigurationError("the default does not fit the column type", table=table,
@@ -201,7 +201,7 @@ def alter_column_type(head: Manifest, table: str, name: str, type: pa.DataType) 
             for k in ("initial_default", "write_default"):
                 if k in x:
                     v = value_from_json(x[k], old_t).cast(type)
-                    x[k] = value_to_json(v.as_py(), type)
+                    x[k] = value_to_json(v, type)
     return _next_schema(head, fields, head.last_column_id, "alter_column_type",
                         {"column": f["name"], "field_id": f["id"], "to": str(type)})
 

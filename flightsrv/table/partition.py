@@ -236,11 +236,18 @@ def _micros(arr: pa.Array) -> np.ndarray:
     return ints * (1_000_000 // per)
 
 
+def _longs(arr: pa.Array) -> np.ndarray:
+    """int64 of an integer array (nulls as 0); a UBIGINT of 2^63 or more by its 64 bits (two's
+    complement), as a long has no room for it (values below 2^63 are unchanged)."""
+    values = arr.fill_null(0).to_numpy(zero_copy_only=False)
+    return values.astype(np.int64)  # numpy wraps uint64 to the same bits
+
+
 def _hashes(arr: pa.Array) -> np.ndarray:
     """The murmur3 hash of every value (nulls hash to 0, masked by the caller)."""
     t = arr.type
     if _is_int(t):
-        return murmur3_longs(arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False))
+        return murmur3_longs(_longs(arr))
     if pa.types.is_date(t):
         days = arr.cast(pa.date32()).cast(pa.int32()).cast(pa.int64()).fill_null(0)
         return murmur3_longs(days.to_numpy(zero_copy_only=False))
@@ -310,8 +317,14 @@ def apply(transform: str, arr: pa.Array) -> pa.Array:
         return _int32((h & 0x7FFFFFFF) % n, nulls)
     # truncate
     if _is_int(t):
-        ints = arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-        return pa.array(ints - np.mod(ints, n), pa.int64(), mask=nulls).cast(t)
+        # the floor to a multiple of n; one below the type's least value becomes that value
+        # (a partition [p, p + n) then still holds all its rows: pruning stays sound)
+        ints = arr.fill_null(0).to_numpy(zero_copy_only=False)
+        out = ints - np.mod(ints, ints.dtype.type(n))
+        if np.issubdtype(ints.dtype, np.signedinteger):
+            least = np.iinfo(ints.dtype).min
+            out = np.where(out > ints, least, out)  # wrapped below the least value
+        return pa.array(out, mask=nulls).cast(t)
     if _is_str(t):
         return pc.utf8_slice_codeunits(arr, 0, n)
     if _is_bin(t):
@@ -323,7 +336,9 @@ def apply(transform: str, arr: pa.Array) -> pa.Array:
                 out.append(None)
                 continue
             unscaled = int(v.scaleb(t.scale))
-            out.append(decimal.Decimal(unscaled - (unscaled % n)).scaleb(-t.scale))
+            # clamped to the least value of the type, as integers are
+            floor = max(unscaled - (unscaled % n), -(10 ** t.precision - 1))
+            out.append(decimal.Decimal(floor).scaleb(-t.scale))
         return pa.array(out, t)
     raise ConfigurationError("truncate does not apply to this type", type=str(t))
 
@@ -354,7 +369,7 @@ def partition_keys(spec: dict, schema_json: dict, batch) -> list[tuple[tuple, pa
     out = []
     lists = grouped.column("__i_list")
     for r in range(grouped.num_rows):
-        values = tuple(value_to_json(grouped.column(f"k{i}")[r].as_py(), types[i])
+        values = tuple(value_to_json(grouped.column(f"k{i}")[r], types[i])
                        for i in range(len(cols)))
         out.append((values, lists[r].values))
     return out
@@ -365,7 +380,7 @@ def transformed_value(pf: dict, value, schema_json: dict):
     by_id = {int(f["id"]): f for f in schema_json["fields"]}
     t = type_from_json(by_id[pf["source_id"]]["type"])
     arr = apply(pf["transform"], pa.array([value], t))
-    return value_to_json(arr[0].as_py(), arr.type)
+    return value_to_json(arr[0], arr.type)
 
 
 # -- what a partition value proves (pruning) ----------------------------------------------

@@ -376,7 +376,21 @@ def value_to_json(value, t: pa.DataType):
     """A Python value of column type ``t`` in the statistics encoding (used for partition
     values and column defaults): ints, floats, bools as JSON; strings as strings; dates as
     days; timestamps/times/durations as integers in the unit; decimals as strings; binary
-    as hex."""
+    as hex. ``value`` may be an Arrow scalar: a date or timestamp one is encoded from its
+    integer without passing through Python's ``datetime`` (which holds no BC date, no year
+    past 9999 and no infinity, all of which DuckDB stores)."""
+    if isinstance(value, pa.Scalar):
+        if not value.is_valid:
+            return None
+        if pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t) or \
+                pa.types.is_duration(t):
+            width = pa.int32() if pa.types.is_date32(t) or pa.types.is_time32(t) \
+                else pa.int64()
+            n = value.cast(t).cast(width).as_py()
+            if pa.types.is_date64(t):
+                n //= 86_400_000
+            return n
+        value = value.as_py()
     if value is None:
         return None
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):

@@ -296,10 +296,22 @@ class Table:
     def drop_column(self, name: str) -> Manifest:
         return self._evolve("drop_column", name)
 
-    def alter_column_type(self, name: str, type: pa.DataType) -> Manifest | None:
+    def alter_column_type(self, name: str, type: pa.DataType, *,
+                          check=None) -> Manifest | None:
         """Widen a column's type (int8->16->32->64, float32->64, decimal precision up,
-        date->timestamp); old files are cast when read."""
-        return self._evolve("alter_column_type", name, type)
+        date->timestamp); old files are cast when read. ``check(head)``, when given, runs
+        on each head the change is about to commit on and raises to refuse it (the engine
+        checks there that every stored value takes the new type)."""
+        from flightsrv.table import evolution
+
+        def mutate(head):
+            head = require_table(head, self.name)
+            m = evolution.alter_column_type(head, self.name, name, type)
+            if m is not None and check is not None:
+                check(head)
+            return m
+
+        return self.commit(mutate)
 
     def widen_column(self, name: str, type: pa.DataType) -> Manifest | None:
         """Alias of :meth:`alter_column_type` (only widening is allowed)."""
