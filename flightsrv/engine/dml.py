@@ -8,7 +8,11 @@ file and physical position (:mod:`flightsrv.engine.relations`), which user SQL c
   ``SELECT [DISTINCT] a.file, a.position FROM <t> AS a [, ...] [WHERE ...]``, the user's own
   USING items and WHERE condition, cut from the statement text along DuckDB's tokens. The
   positions become deletion vectors (``delete_mode = 'dv'``) or a physical splice
-  (``'splice'``, over the files' physical rows, so already-deleted copies go too).
+  (``'splice'``): the matched rows leave the bytes, and with them every row already deleted
+  in the row groups the splice re-encodes (``PURGE t`` erases the rest).
+- **Deleted rows are never evaluated.** Every phase of every statement reads the target's
+  live rows only (the same masked view a SELECT reads), in both delete modes; no error,
+  count or history field can depend on the value of a row a deletion vector hides.
 - **UPDATE** ``t [AS a] SET ... [FROM ...] [WHERE ...]`` and **MERGE** ``INTO t USING s ON
   ... WHEN ...`` run in two phases. Phase 1 selects the identity (file, position) of the
   *candidate* rows of the target (UPDATE: the rows the FROM/WHERE match; MERGE: the rows the
@@ -249,42 +253,22 @@ class Dml:
                     + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else ""))
             relations = [TARGET_RELATION] + [s.relation for s in scans] + list(ctx.extra)
             guard.verify(find, relations, sql=sql, columns=HIDDEN, deterministic=True)
-            physical = mode == "splice"
             where = tree.args.get("where")
             prune = sqlplan.dml_prune_terms(where.this if where is not None else None, target,
                                             snap.schema, only_target=not items)
             target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap,
                                        self._target_columns(tree, target, snap), prune)
-
-            def find_rows(over_physical: bool):
-                with self.engine._statement_cursor(ctx) as cur:
-                    file_list = self.engine._register(cur, ctx, target_scan, hidden=True,
-                                                      physical=over_physical)
-                    for scan in scans:
-                        self.engine._register(cur, ctx, scan)
-                    return self.engine._fetch(cur, ctx, find, sql, numpy=True), file_list
-
-            hidden_failed = False
-            try:
-                found, file_list = find_rows(physical)
-            except SqlError:
-                if not physical:
-                    raise
-                hidden_failed = True  # handled below, outside this block: no chained error
-            if hidden_failed:
-                # The splice matched the condition over every stored row, also those a DV
-                # hides. DuckDB's error may quote the value of such a deleted row: show it
-                # only if the live rows alone fail the same way (their values are readable)
-                find_rows(False)
-                raise SqlError("the condition fails on a row that is already deleted, whose "
-                               "value is not shown; make the condition hold for every value "
-                               "(TRY(...), TRY_CAST), or erase every deleted row with PURGE",
-                               statement=st._short(sql), table=stmt.table,
-                               version=snap.version)
+            # live rows only, in both modes: a row a deletion vector hides is never seen by
+            # the user's condition (its value could otherwise decide an error or a count)
+            with self.engine._statement_cursor(ctx) as cur:
+                file_list = self.engine._register(cur, ctx, target_scan, hidden=True)
+                for scan in scans:
+                    self.engine._register(cur, ctx, scan)
+                found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
             deletes = _positions(found, file_list)
             ctx.info.tables[stmt.table] = snap.version
             fp = self.engine._fingerprint(stmt, tree)
-            if physical:
+            if mode == "splice":
                 return self._splice(table, snap, deletes, fp, splice_options or {})
             m, n = commit_changes(table, snap.manifest, deletes, operation="delete",
                                   summary=self.engine._summary(stmt, fp))
