@@ -115,6 +115,56 @@ def _deterministic(nodes, sql: str) -> None:
                            statement=st._short(sql))
 
 
+#: the words of a MERGE's WHEN clauses outside their expressions (with an INSERT's column
+#: list): anything else there is refused, so every other token is in a verified expression
+_WHEN_WORDS = frozenset({"WHEN", "NOT", "MATCHED", "BY", "SOURCE", "TARGET", "THEN", "UPDATE",
+                         "INSERT", "DELETE", "DO", "NOTHING", "NAME", "POSITION", "DEFAULT",
+                         "VALUES", "*"})
+
+
+def _when_expressions(cut: Cut, edits, sql: str) -> list[str]:
+    """The expressions of a MERGE's WHEN clauses, as text DuckDB parses as a SELECT list:
+    each ``AND`` condition, each ``SET`` list, each ``VALUES (...)`` row and each ``ERROR``
+    message. Every other token of the clauses must be one of :data:`_WHEN_WORDS` or an
+    ``INSERT`` column list, so nothing phase 2 runs escapes the guard."""
+    span = cut.clauses.get("WHEN")
+    if span is None:
+        return []
+    lo = next(i for i, t in enumerate(cut.toks) if t.start >= span[0])
+    hi = next((i for i, t in enumerate(cut.toks) if t.start >= span[1]), len(cut.toks))
+    marks = dict((i, w) for w, i in tx.clause_starts(
+        cut.toks, {"WHEN", "AND", "SET", "VALUES", "ERROR", "THEN"}, lo, hi))
+    out, i, columns = [], lo, False
+    refuse = SqlError("cannot verify this MERGE's WHEN clauses", statement=st._short(sql))
+    while i < hi:
+        t = cut.toks[i]
+        word = marks.get(i)
+        if word in ("AND", "SET", "VALUES", "ERROR"):
+            # the expression runs to the next clause word at depth 0 (THEN ends a condition,
+            # WHEN the action)
+            stop = next((j for j in sorted(marks) if j > i and marks[j] in
+                         ("THEN", "WHEN")), hi)
+            if word == "AND" and (stop == hi or marks[stop] != "THEN"):
+                raise refuse
+            end = cut.toks[stop].start if stop < hi else span[1]
+            body = tx.render(cut.text, cut.toks, t.end, end, edits)
+            if body:
+                out.append(body)
+            elif word != "VALUES":
+                raise refuse
+            i = stop
+            continue
+        if t.upper == "INSERT" and i + 1 < hi and cut.toks[i + 1].upper == "(":
+            columns = True
+        elif columns and t.upper == ")":
+            columns = False
+        elif not ((columns and (t.kind == "identifier" or t.upper in ("(", ",")))
+                  or t.upper in _WHEN_WORDS):
+            raise refuse
+        i += 1
+    return out
+
+
 def _positions(found: dict[str, np.ndarray], file_list) -> dict[str, BitMap64]:
     """Positions per data file path from a find's (file ordinal, position) columns."""
     files, pos = found[FILE_COLUMN], found[POSITION_COLUMN]
@@ -304,9 +354,11 @@ class Dml:
         def candidates(cut, edits, a):
             items = self._slice(cut, "FROM", edits)
             cond = self._slice(cut, "WHERE", edits)
-            return (f"SELECT {'DISTINCT ' if items else ''}{a}.{FILE_COLUMN}, "
+            find = (f"SELECT {'DISTINCT ' if items else ''}{a}.{FILE_COLUMN}, "
                     f"{a}.{POSITION_COLUMN} FROM {TARGET_RELATION} AS {a}"
                     + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else ""))
+            # phase 2 adds the SET list: DuckDB parses it as a SELECT list (c = e, ...)
+            return find, [f"SELECT {self._slice(cut, 'SET', edits)}"]
 
         return self._two_phase(ctx, stmt, tree, values, ["SET", "FROM", "WHERE", "RETURNING"],
                                candidates, "update", appends_conflict=False)
@@ -351,10 +403,14 @@ class Dml:
                 src_ref = sqltypes.quote_ident(src_name)
                 cond = " AND ".join(f"{a}.{c} = {src_ref}.{c}" for c in join_columns)
             ident = f"{a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
+            joined = f"FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} ON {cond}"
+            # phase 2 adds the source and ON (when every row is a candidate) and the WHEN
+            # clauses' conditions and values
+            checks = [f"SELECT {e} {joined}" for e in _when_expressions(cut, edits, sql)]
             if by_source:
-                return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}"
-            return (f"SELECT {ident} FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} "
-                    f"ON {cond}")
+                return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}", \
+                    [f"SELECT {ident} {joined}"] + checks
+            return f"SELECT {ident} {joined}", checks
 
         return self._two_phase(ctx, stmt, tree, values, ["USING", "ON", "WHEN"], candidates,
                                "merge", appends_conflict=inserts)
@@ -371,9 +427,12 @@ class Dml:
             cut = _cut(stmt, words, sql)
             params = self._param_edits(cut, values)
             a = self._alias(target)
-            find = candidates(cut, edits + params, a)
+            find, checks = candidates(cut, edits + params, a)
             relations = [TARGET_RELATION] + [s.relation for s in scans] + list(ctx.extra)
             guard.verify(find, relations, sql=sql, columns=HIDDEN, deterministic=True)
+            # the rest of what phase 2 runs: the same guard, the same function allow-list
+            for check in checks:
+                guard.verify(check, relations, sql=sql, columns=HIDDEN)
             where = tree.args.get("where") if operation == "update" else None
             prune = sqlplan.dml_prune_terms(
                 where.this if where is not None else None, target, snap.schema,
