@@ -524,7 +524,7 @@ class DuckEngine:
                 # __fsrv_candidates.a"); the user knows it as the statement's target
                 message = err.message.replace(f"{CANDIDATES}.", f"{target}.").replace(
                     f'"{CANDIDATES}"', sqltypes.quote_ident(target))
-                raise type(err)(message, **err.context) from None
+                raise type(err).from_engine(message, **err.context) from None
         finally:
             unhook()
             with contextlib.suppress(Exception):

@@ -22,7 +22,7 @@ _DUCKDB_ERROR = re.compile(r"[A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error: ")
 
 def sql_error(e: Exception, sql: str) -> SqlError:
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return SqlError(msg, statement=st._short(sql))
+    return SqlError.from_engine(msg, statement=st._short(sql))
 
 
 

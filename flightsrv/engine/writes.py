@@ -256,7 +256,7 @@ class Writes:
         try:
             got = cur.sql(f"SELECT {expr} AS v").to_arrow_table()
         except duckdb.Error as e:
-            raise SqlError(f"bad DEFAULT for column {column}: "
+            raise SqlError.from_engine(f"bad DEFAULT for column {column}: "
                            f"{str(e).strip().splitlines()[0]}", statement=st._short(stmt.sql),
                            column=column) from None
         finally:
