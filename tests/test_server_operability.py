@@ -30,7 +30,7 @@ from test_serve_cli import Served, free_port
 
 from flightsrv.server import proto
 from flightsrv.server.logs import StatementText
-from flightsrv.server.metrics import MetricsHttpServer
+from flightsrv.server.metrics import Metrics, MetricsHttpServer, bearer_check
 
 pytestmark = pytest.mark.filterwarnings("ignore:Cannot disable autocommit")
 
@@ -464,3 +464,40 @@ def test_redaction_reads_parameter_values_python_cannot_hold():
                              pa.array([10**14], pa.timestamp("s")),
                              pa.array(["secret"])], names=["a", "b", "c"])
     assert parameter_values(batch) == ["2147483647", "100000000000000", "secret"]
+
+
+def test_metrics_auth_takes_the_servers_bearer_tokens():
+    """``--metrics-auth``: /metrics answers 401 without one of the server's tokens; the
+    probes stay open (they hold nothing about data)."""
+    metrics = Metrics()
+    http = MetricsHttpServer(metrics, lambda: (True, "ready"), 0,
+                             authorize=bearer_check(["W", "R"]))
+    base = f"http://127.0.0.1:{http.port}"
+    try:
+        assert http.host == "127.0.0.1"
+        for header in (None, "Bearer nope", "Basic Vzo=", "Bearer "):
+            req = urllib.request.Request(base + "/metrics",
+                                         headers={"Authorization": header} if header else {})
+            with pytest.raises(urllib.error.HTTPError) as ei:
+                urllib.request.urlopen(req, timeout=10)
+            assert ei.value.code == 401, header
+        for token in ("W", "R"):
+            req = urllib.request.Request(base + "/metrics",
+                                         headers={"Authorization": f"Bearer {token}"})
+            body = urllib.request.urlopen(req, timeout=10).read().decode()
+            assert "flightsrv_requests_total" in body
+        assert urllib.request.urlopen(base + "/healthz", timeout=10).status == 200
+    finally:
+        http.close()
+        metrics.close()
+
+
+def test_metrics_auth_without_tokens_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "flightsrv.cli", "--warehouse",
+                          str(tmp_path / "wh"), "serve", "--port", "0", "--no-demo",
+                          "--metrics-port", "0", "--metrics-auth"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "--metrics-auth needs" in out.stderr, out.stderr[-500:]
