@@ -145,13 +145,12 @@ def _scrape(port: int, token: str) -> dict:
     return out
 
 
-def _session(tmp_path, guess: str, score: int) -> dict:
-    path = str(tmp_path / f"wh-{score}")
+def _session(path: str, env, guess: str, score: int) -> dict:
     _warehouse(path)
     mport = free_port()
     srv = Served(path, "--no-demo", "--auth-token", "W:writer", "--auth-token", "R:reader",
                  "--metrics-port", str(mport), "--metrics-auth",
-                 "--log-statements", "redacted")
+                 "--log-statements", "redacted", env=env)
     seen: dict = {"writer": [], "reader": []}
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{mport}/healthz", timeout=10) as r:
@@ -174,9 +173,16 @@ def _session(tmp_path, guess: str, score: int) -> dict:
     return seen
 
 
-def test_no_output_depends_on_a_deleted_rows_value(tmp_path):
-    right = _session(tmp_path, MARKER, MARKER_SCORE)
-    wrong = _session(tmp_path, WRONG, WRONG_SCORE)
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_no_output_depends_on_a_deleted_rows_value(tmp_path, request, backend):
+    if backend == "s3":
+        env = request.getfixturevalue("subprocess_env")
+        make = request.getfixturevalue("s3_uri_factory")
+        paths = [make(), make()]
+    else:
+        env, paths = None, [str(tmp_path / "right"), str(tmp_path / "wrong")]
+    right = _session(paths[0], env, MARKER, MARKER_SCORE)
+    wrong = _session(paths[1], env, WRONG, WRONG_SCORE)
     # the marker's value appears nowhere when it is not guessed, not even in the log
     for text in (repr(wrong["writer"]), repr(wrong["reader"]), wrong["log_text"]):
         assert MARKER not in text and str(MARKER_SCORE) not in text
