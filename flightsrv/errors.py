@@ -109,4 +109,17 @@ class VersionNotFound(ConfigurationError):
 
 
 class SqlError(ConfigurationError):
-    """A SQL statement that cannot be run; names the statement and position."""
+    """A SQL statement that cannot be run; names the statement and position.
+
+    ``engine_text``: the message is DuckDB's own text, which may quote any value DuckDB
+    read (a row's, a literal's); the client that sent the statement sees it, a redacted
+    log never does (:mod:`flightsrv.server.logs`)."""
+
+    engine_text = False
+
+    @classmethod
+    def from_engine(cls, message: str, **context) -> "SqlError":
+        """A SqlError whose message is DuckDB's text (``engine_text``)."""
+        err = cls(message, **context)
+        err.engine_text = True
+        return err

@@ -510,10 +510,13 @@ def test_filtered_mode_reads_with_duckdb_only_selective_files(local_uri):
             return relations.build(snap, None, "r", pruner=pruner, masked_native=True,
                                    masked_max_groups=2).body
 
-        point = body(PruneTerm("id", "=", ("4103",)))  # one row group of one dirty file
-        assert "ANTI JOIN r_d" in point and "r_a" not in point
+        # one row group of one dirty file; file 0 has a deleted row in every row group, so
+        # its bounds (maybe a deleted value) are unknown: it is read, by the Arrow scan, for
+        # any filter (issue 30: pruning never depends on a deleted row's value)
+        point = body(PruneTerm("id", "=", ("4103",)))
+        assert "ANTI JOIN r_d" in point and "r_a0" in point and "r_a1" not in point
         bound = body(PruneTerm("id", "=", ("CAST(4103 AS BIGINT)",)))  # a bound parameter
-        assert "ANTI JOIN r_d" in bound and "r_a" not in bound
+        assert "ANTI JOIN r_d" in bound and "r_a0" in bound and "r_a1" not in bound
         broad = body(PruneTerm("k", "=", ("3",)))  # every row group may match
         assert "ANTI JOIN" not in broad and "r_a" in broad
     finally:

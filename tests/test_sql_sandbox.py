@@ -348,3 +348,53 @@ def test_advertised_functions_are_callable(served):
                 rows, err = run(conn, f"SELECT {name}()")
                 assert err is None or ("not allowed" not in err
                                        and "does not exist" not in err), (code, name, err)
+
+
+REFUSED_FUNCTIONS = ["current_setting('temp_directory')", "version()", "current_query()",
+                     "setseed(0.5)", "getenv('HOME')", "current_database()", "sleep_ms(1)"]
+
+
+def _phases(fn: str) -> list[str]:
+    """Every statement kind and every phase where an expression of the user runs."""
+    v = f"CAST({fn} AS VARCHAR)"
+    return [
+        f"SELECT {v}",
+        f"DELETE FROM events WHERE email = {v}",
+        f"UPDATE events SET email = {v} WHERE id = 1",
+        f"UPDATE events AS e SET email = e.email || {v} FROM events f WHERE e.id = f.id + 1",
+        f"MERGE INTO events USING (SELECT 1 AS id) s ON events.id = s.id "
+        f"WHEN MATCHED THEN UPDATE SET email = {v}",
+        f"MERGE INTO events USING (SELECT 1 AS id) s ON events.id = s.id "
+        f"WHEN MATCHED AND {v} IS NOT NULL THEN DELETE",
+        f"MERGE INTO events USING (SELECT 999 AS id) s ON events.id = s.id "
+        f"WHEN NOT MATCHED THEN INSERT VALUES (s.id, 1, {v})",
+        f"MERGE INTO events USING (SELECT 999 AS id) s ON events.id = s.id "
+        f"WHEN NOT MATCHED THEN INSERT (id, email) VALUES (s.id, {v})",
+        f"MERGE INTO events USING (SELECT 1 AS id, {v} AS x) s ON events.id = s.id "
+        f"WHEN NOT MATCHED BY SOURCE THEN DELETE",
+        f"MERGE INTO events USING (SELECT 1 AS id) s ON events.id = s.id AND {v} <> '' "
+        f"WHEN NOT MATCHED BY SOURCE THEN DELETE",
+        f"INSERT INTO events VALUES (999, 1, {v})",
+        f"INSERT INTO events SELECT 999, 1, {v}",
+        f"CREATE TABLE stolen AS SELECT {v} AS s",
+    ]
+
+
+def test_one_allow_list_for_every_statement_and_phase(served):
+    """UPDATE's SET and MERGE's THEN/VALUES run in phase 2, against a second database: the
+    same guard and the same function allow-list as a SELECT apply there, so no server
+    setting, path, version or query text can be stored in a table anyone can read."""
+    wh, url, _ = served
+    before = wh.table("events").head().version
+    with connect(url) as conn:
+        for fn in REFUSED_FUNCTIONS:
+            for sql in _phases(fn):
+                rows, err = run(conn, sql)
+                assert rows is None and "not allowed" in err and "INVALID_ARGUMENT" in err, \
+                    (sql, err)
+        # the same shapes with an allowed function run
+        for sql in _phases("upper('x')")[2:6]:
+            rows, err = run(conn, sql)
+            assert err is None, (sql, err)
+    assert wh.list_tables() == ["events"]
+    assert wh.table("events").head().version > before  # only the allowed ones committed

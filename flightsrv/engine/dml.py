@@ -8,7 +8,11 @@ file and physical position (:mod:`flightsrv.engine.relations`), which user SQL c
   ``SELECT [DISTINCT] a.file, a.position FROM <t> AS a [, ...] [WHERE ...]``, the user's own
   USING items and WHERE condition, cut from the statement text along DuckDB's tokens. The
   positions become deletion vectors (``delete_mode = 'dv'``) or a physical splice
-  (``'splice'``, over the files' physical rows, so already-deleted copies go too).
+  (``'splice'``): the matched rows leave the bytes, and with them every row already deleted
+  in the row groups the splice re-encodes (``PURGE t`` erases the rest).
+- **Deleted rows are never evaluated.** Every phase of every statement reads the target's
+  live rows only (the same masked view a SELECT reads), in both delete modes; no error,
+  count or history field can depend on the value of a row a deletion vector hides.
 - **UPDATE** ``t [AS a] SET ... [FROM ...] [WHERE ...]`` and **MERGE** ``INTO t USING s ON
   ... WHEN ...`` run in two phases. Phase 1 selects the identity (file, position) of the
   *candidate* rows of the target (UPDATE: the rows the FROM/WHERE match; MERGE: the rows the
@@ -114,6 +118,56 @@ def _deterministic(nodes, sql: str) -> None:
         if sample:
             raise SqlError("a sample cannot decide which rows a statement changes",
                            statement=st._short(sql))
+
+
+#: the words of a MERGE's WHEN clauses outside their expressions (with an INSERT's column
+#: list): anything else there is refused, so every other token is in a verified expression
+_WHEN_WORDS = frozenset({"WHEN", "NOT", "MATCHED", "BY", "SOURCE", "TARGET", "THEN", "UPDATE",
+                         "INSERT", "DELETE", "DO", "NOTHING", "NAME", "POSITION", "DEFAULT",
+                         "VALUES", "*"})
+
+
+def _when_expressions(cut: Cut, edits, sql: str) -> list[str]:
+    """The expressions of a MERGE's WHEN clauses, as text DuckDB parses as a SELECT list:
+    each ``AND`` condition, each ``SET`` list, each ``VALUES (...)`` row and each ``ERROR``
+    message. Every other token of the clauses must be one of :data:`_WHEN_WORDS` or an
+    ``INSERT`` column list, so nothing phase 2 runs escapes the guard."""
+    span = cut.clauses.get("WHEN")
+    if span is None:
+        return []
+    lo = next(i for i, t in enumerate(cut.toks) if t.start >= span[0])
+    hi = next((i for i, t in enumerate(cut.toks) if t.start >= span[1]), len(cut.toks))
+    marks = dict((i, w) for w, i in tx.clause_starts(
+        cut.toks, {"WHEN", "AND", "SET", "VALUES", "ERROR", "THEN"}, lo, hi))
+    out, i, columns = [], lo, False
+    refuse = SqlError("cannot verify this MERGE's WHEN clauses", statement=st._short(sql))
+    while i < hi:
+        t = cut.toks[i]
+        word = marks.get(i)
+        if word in ("AND", "SET", "VALUES", "ERROR"):
+            # the expression runs to the next clause word at depth 0 (THEN ends a condition,
+            # WHEN the action)
+            stop = next((j for j in sorted(marks) if j > i and marks[j] in
+                         ("THEN", "WHEN")), hi)
+            if word == "AND" and (stop == hi or marks[stop] != "THEN"):
+                raise refuse
+            end = cut.toks[stop].start if stop < hi else span[1]
+            body = tx.render(cut.text, cut.toks, t.end, end, edits)
+            if body:
+                out.append(body)
+            elif word != "VALUES":
+                raise refuse
+            i = stop
+            continue
+        if t.upper == "INSERT" and i + 1 < hi and cut.toks[i + 1].upper == "(":
+            columns = True
+        elif columns and t.upper == ")":
+            columns = False
+        elif not ((columns and (t.kind == "identifier" or t.upper in ("(", ",")))
+                  or t.upper in _WHEN_WORDS):
+            raise refuse
+        i += 1
+    return out
 
 
 def _positions(found: dict[str, np.ndarray], file_list) -> dict[str, BitMap64]:
@@ -258,42 +312,22 @@ class Dml:
                     + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else ""))
             relations = [TARGET_RELATION] + [s.relation for s in scans] + list(ctx.extra)
             guard.verify(find, relations, sql=sql, columns=HIDDEN, deterministic=True)
-            physical = mode == "splice"
             where = tree.args.get("where")
             prune = sqlplan.dml_prune_terms(where.this if where is not None else None, target,
                                             snap.schema, only_target=not items)
             target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap,
                                        self._target_columns(tree, target, snap), prune)
-
-            def find_rows(over_physical: bool):
-                with self.engine._statement_cursor(ctx) as cur:
-                    file_list = self.engine._register(cur, ctx, target_scan, hidden=True,
-                                                      physical=over_physical)
-                    for scan in scans:
-                        self.engine._register(cur, ctx, scan)
-                    return self.engine._fetch(cur, ctx, find, sql, numpy=True), file_list
-
-            hidden_failed = False
-            try:
-                found, file_list = find_rows(physical)
-            except SqlError:
-                if not physical:
-                    raise
-                hidden_failed = True  # handled below, outside this block: no chained error
-            if hidden_failed:
-                # The splice matched the condition over every stored row, also those a DV
-                # hides. DuckDB's error may quote the value of such a deleted row: show it
-                # only if the live rows alone fail the same way (their values are readable)
-                find_rows(False)
-                raise SqlError("the condition fails on a row that is already deleted, whose "
-                               "value is not shown; make the condition hold for every value "
-                               "(TRY(...), TRY_CAST), or erase every deleted row with PURGE",
-                               statement=st._short(sql), table=stmt.table,
-                               version=snap.version)
+            # live rows only, in both modes: a row a deletion vector hides is never seen by
+            # the user's condition (its value could otherwise decide an error or a count)
+            with self.engine._statement_cursor(ctx) as cur:
+                file_list = self.engine._register(cur, ctx, target_scan, hidden=True)
+                for scan in scans:
+                    self.engine._register(cur, ctx, scan)
+                found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
             deletes = _positions(found, file_list)
             ctx.info.tables[stmt.table] = snap.version
             fp = self.engine._fingerprint(stmt, tree)
-            if physical:
+            if mode == "splice":
                 return self._splice(table, snap, deletes, fp, splice_options or {})
             m, n = commit_changes(table, snap.manifest, deletes, operation="delete",
                                   summary=self.engine._summary(stmt, fp))
@@ -330,11 +364,13 @@ class Dml:
             items = self._slice(cut, "FROM", edits)
             cond = self._slice(cut, "WHERE", edits)
             # with FROM items, each target row's number of matches, as DuckDB joins them
-            return (f"SELECT {a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
+            find = (f"SELECT {a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
                     + (f", count(*) AS {MATCHES}" if items else "")
                     + f" FROM {TARGET_RELATION} AS {a}"
                     + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else "")
                     + (" GROUP BY ALL" if items else ""))
+            # phase 2 adds the SET list: DuckDB parses it as a SELECT list (c = e, ...)
+            return find, [f"SELECT {self._slice(cut, 'SET', edits)}"]
 
         return self._two_phase(ctx, stmt, tree, values, ["SET", "FROM", "WHERE", "RETURNING"],
                                candidates, "update", appends_conflict=False)
@@ -380,16 +416,21 @@ class Dml:
                 src_ref = sqltypes.quote_ident(src_name)
                 cond = " AND ".join(f"{a}.{c} = {src_ref}.{c}" for c in join_columns)
             ident = f"{a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
+            joined = f"FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} ON {cond}"
+            # phase 2 adds the source and ON (when every row is a candidate) and the WHEN
+            # clauses' conditions and values: each is checked by the same guard
+            checks = [f"SELECT {e} {joined}" for e in _when_expressions(cut, edits, sql)]
+            if by_source:
+                checks = [f"SELECT {ident} {joined}"] + checks
             if not matched:  # no WHEN MATCHED clause: how often a row matches is moot
                 if by_source:
-                    return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}"
-                return (f"SELECT {ident} FROM {TARGET_RELATION} AS {a} SEMI JOIN {source} "
-                        f"ON {cond}")
+                    return f"SELECT {ident} FROM {TARGET_RELATION} AS {a}", checks
+                return f"SELECT {ident} {joined}", checks
             # each candidate with the number of source rows DuckDB joins to it (a LEFT JOIN
             # gives an unmatched row one output row, so "more than one" means the same)
             join = "LEFT JOIN" if by_source else "JOIN"
             return (f"SELECT {ident}, count(*) AS {MATCHES} FROM {TARGET_RELATION} AS {a} "
-                    f"{join} {source} ON {cond} GROUP BY ALL")
+                    f"{join} {source} ON {cond} GROUP BY ALL"), checks
 
         return self._two_phase(ctx, stmt, tree, values, ["USING", "ON", "WHEN"], candidates,
                                "merge", appends_conflict=inserts)
@@ -406,10 +447,13 @@ class Dml:
             cut = _cut(stmt, words, sql)
             params = self._param_edits(cut, values)
             a = self._alias(target)
-            find = candidates(cut, edits + params, a)
+            find, checks = candidates(cut, edits + params, a)
             relations = [TARGET_RELATION] + [s.relation for s in scans] + list(ctx.extra)
             guard.verify(find, relations, sql=sql, columns=HIDDEN + (MATCHES,),
                          deterministic=True)
+            # the rest of what phase 2 runs: the same guard, the same function allow-list
+            for check in checks:
+                guard.verify(check, relations, sql=sql, columns=HIDDEN)
             where = tree.args.get("where") if operation == "update" else None
             prune = sqlplan.dml_prune_terms(
                 where.this if where is not None else None, target, snap.schema,

@@ -426,17 +426,13 @@ class DuckEngine:
     # -- registration and execution helpers (also used by engine.dml) ----------------------
 
     def _register(self, cur: duckdb.DuckDBPyConnection, ctx: _Ctx, scan: sqlplan.Scan, *,
-                  hidden: bool = False, physical: bool = False, data: bool = True) -> tuple:
-        """Make ``scan.relation`` readable on ``cur`` as a view over its pinned snapshot.
-        ``hidden``: add the file/position columns; ``physical``: every stored row, deleted
-        or not (a splice erases those too); ``data=False``: only the types matter
-        (prepare), so Arrow scans are replaced by empty tables. Returns the file list the
-        hidden file column indexes."""
+                  hidden: bool = False, data: bool = True) -> tuple:
+        """Make ``scan.relation`` readable on ``cur`` as a view over the live rows of its
+        pinned snapshot (never a row a deletion vector hides: no user expression is
+        evaluated over one). ``hidden``: add the file/position columns; ``data=False``: only
+        the types matter (prepare), so Arrow scans are replaced by empty tables. Returns the
+        file list the hidden file column indexes."""
         snap = scan.snapshot
-        if physical:
-            from flightsrv.table.scan import Snapshot
-
-            snap = Snapshot(snap.table, snap.manifest, physical=True)
         pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
         selective = self.masked_scans in ("filtered", "prefetch")

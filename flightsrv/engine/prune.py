@@ -37,6 +37,15 @@ Statistics are found by field id and decoded with the type the unit was written 
 cast to the column's current type (a widened column); a file written before a column was
 added holds only the column's default, which bounds it exactly.
 
+Deleted rows leave no trace in a pruning decision: statistics are computed over a unit's
+physical rows, so a bound can be the value of a row a deletion vector hides, and whether
+``WHERE s <= 'guess'`` prunes the unit (``files_pruned`` in the statement log and
+``/metrics``) would answer a question about it. A data file with deleted rows (or
+statistics carried over a deletion: ``stats_wide``), a manifest chunk over such files and a
+row group holding a deleted position therefore have *unknown* min/max/null/NaN counts and are
+never pruned by them (partition values, shared by the file's live rows, still prune). A
+compaction or purge writes fresh statistics over live rows only and restores pruning.
+
 Partition values (docs/PROTOCOL.md §15) are one more set of bounds per unit: a
 ``day(ts) = d`` file holds only ``ts`` values of day ``d`` (or NULLs when the value is NULL),
 so the same conditions apply to those bounds. ``bucket[N]`` values prune ``c = v`` and
@@ -156,6 +165,25 @@ def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = No
     else:  # unknown shape: keep everything
         return "TRUE"
     return f"coalesce({cond}, TRUE)"
+
+
+def _stats_hide_deletes(f: DataFile) -> bool:
+    """Whether ``f``'s manifest statistics may be a deleted row's value: rows of it were
+    deleted (or its statistics were carried over a deletion). Such bounds are unknown to the
+    pruner, so whether a unit is pruned (``files_pruned``, ``/metrics``) never depends on
+    a deleted value."""
+    return f.stats_wide or f.deleted_rows > 0
+
+
+def _groups_with(f: DataFile, dead) -> set[int]:
+    """The row groups of ``f`` holding a position of ``dead`` (sorted positions)."""
+    if dead is None or len(dead) == 0:
+        return set()
+    import numpy as np
+
+    idx = np.searchsorted(np.asarray(f.row_group_offsets, dtype=np.int64),
+                          np.asarray(dead, dtype=np.int64), side="right") - 1
+    return set(np.unique(idx).tolist())
 
 
 def _plain(v):
@@ -482,7 +510,7 @@ class Pruner:
             for j, f in enumerate(files):
                 enc = m.field_type(f.schema_id, fid) if m is not None and fid is not None \
                     else None
-                s = f.stats.get(key)
+                s = None if _stats_hide_deletes(f) else f.stats.get(key)
                 if m is not None and fid is not None and enc is None and cur_field is not None:
                     d = cur_field.get("initial_default")  # the file predates the column
                     s = {"min": d, "max": d, "nulls": f.rows if d is None else 0, "nans": 0}
@@ -553,7 +581,8 @@ class Pruner:
             ranges: dict[int, list] = {}
             buckets: dict[int, tuple] = {}
             for j, r in enumerate(refs):
-                s = r.stats.get(key) or {}
+                # a summary over files with deleted rows may hold a deleted value: unknown
+                s = {} if r.deleted_rows else (r.stats.get(key) or {})
                 mins.append(s.get("min") if "t" in s else None)
                 maxs.append(s.get("max") if "t" in s else None)
                 encs.append(s.get("t"))
@@ -597,9 +626,12 @@ class Pruner:
         self.chunks_kept += len(keep)
         return [r for i, r in enumerate(refs) if i in keep]
 
-    def _group_cols(self, f: DataFile, md, groups: Sequence[int]) -> tuple[list, dict]:
+    def _group_cols(self, f: DataFile, md, groups: Sequence[int],
+                    dead=None) -> tuple[list, dict]:
         """Row counts and statistics columns (as :meth:`_run` takes them) of row groups
-        ``groups`` of ``f``, from its footer ``md``, found by field id."""
+        ``groups`` of ``f``, from its footer ``md``, found by field id. ``dead``: the
+        positions a deletion vector hides in ``f`` (None: none); a group holding one has
+        unknown statistics (its footer's bounds may be that row's value)."""
         from flightsrv.table.schema import physical_name, type_from_json
 
         m = self.manifest
@@ -614,6 +646,7 @@ class Pruner:
             phys[col] = None if old is None else (physical_name(old), type_from_json(old["type"]))
         rows, per_col = [], {c: ([], [], [], []) for c in self.columns}
         paths = {md.schema.column(i).path: i for i in range(md.num_columns)}
+        hiding = _groups_with(f, dead)
         for g in groups:
             rg = md.row_group(g)
             index = {rg.column(i).path_in_schema: i for i in range(rg.num_columns)}
@@ -622,7 +655,7 @@ class Pruner:
                 mins, maxs, nulls, nans = per_col[col]
                 p = phys[col]
                 i = index.get(p[0]) if p is not None else None
-                st = rg.column(i).statistics if i is not None else None
+                st = rg.column(i).statistics if i is not None and g not in hiding else None
                 lo = hi = nn = None
                 if st is not None:
                     nn = st.null_count if st.has_null_count else None
@@ -631,7 +664,8 @@ class Pruner:
                 mins.append(lo)
                 maxs.append(hi)
                 nulls.append(nn)
-                nans.append((f.stats.get(self._key(col)) or {}).get("nans"))
+                nans.append(None if _stats_hide_deletes(f) else
+                            (f.stats.get(self._key(col)) or {}).get("nans"))
         cols = {}
         for col in self.columns:
             p = phys[col]
@@ -662,13 +696,17 @@ class Pruner:
         return [g for i, g in enumerate(groups) if i in keep]
 
     def units(self, files: Sequence[DataFile], by_group: set[int],
-              footer: Callable[[DataFile], Any]) -> tuple[list[DataFile], dict[int, list[int]]]:
+              footer: Callable[[DataFile], Any],
+              hidden: Callable[[DataFile], Any] | None = None
+              ) -> tuple[list[DataFile], dict[int, list[int]]]:
         """Files and row groups of one table reference in ONE statistics query: every file of
         ``files`` is a unit (manifest statistics and partition values), except those whose
         ``id`` is in ``by_group``, whose live row groups are units (footer statistics,
-        ``footer(f)``). Returns the files that keep a unit, in order, and the kept groups per
-        ``id(file)`` of the ``by_group`` files. A file dropped by its groups counts as a
-        pruned file. Many files: the manifest statistics prune first (no footer read)."""
+        ``footer(f)``; ``hidden(f)``: the positions its deletion vector hides, whose row
+        groups have unknown statistics). Returns the files that keep a unit, in order, and
+        the kept groups per ``id(file)`` of the ``by_group`` files. A file dropped by its
+        groups counts as a pruned file. Many files: the manifest statistics prune first (no
+        footer read)."""
         if not self.terms or not files:
             return list(files), {}
         files = list(files)
@@ -687,7 +725,8 @@ class Pruner:
             live = [g for g in range(f.row_groups) if g not in dead]
             if not live:
                 continue
-            rows, cols = self._group_cols(f, footer(f), live)
+            rows, cols = self._group_cols(f, footer(f), live,
+                                          hidden(f) if hidden is not None else None)
             parts.append((len(live), rows, cols))
             owners += [(f, g) for g in live]
         n, rows, cols = self._concat(parts)

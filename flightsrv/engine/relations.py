@@ -281,7 +281,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         kept, groups = pruner.units(
             candidates, by_group,
             lambda f: open_parquet(snapshot.store, f, table=table,
-                                   version=snapshot.version).metadata)
+                                   version=snapshot.version).metadata,
+            snapshot.deleted_positions)
         rel.files_pruned = before - len(kept)
         candidates = kept
         for f in candidates:

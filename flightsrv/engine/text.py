@@ -42,7 +42,7 @@ def tokenize(text: str) -> list[Tok]:
     try:
         found = duckdb.tokenize(text)
     except duckdb.Error as e:
-        raise SqlError(f"cannot tokenize: {str(e).splitlines()[0]}") from None
+        raise SqlError.from_engine(f"cannot tokenize: {str(e).splitlines()[0]}") from None
     # byte offset -> character offset (the same for ASCII text; else counted once, in order)
     if len(raw) == len(text):
         starts = [p for p, _ in found]

@@ -13,6 +13,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from flightsrv.engine import guard
 from flightsrv.engine import relations as rels
 from flightsrv.engine.api import Cancel, IngestMode, Role, Session
 from flightsrv.engine.stream import RowCounter, sql_error, stream_batches
@@ -319,11 +320,14 @@ class Writes:
 
         typ = duckdb_type(t)
         expr = text if typ is None else f"CAST({text} AS {typ})"
+        # the same guard and function allow-list as every other statement (the front end
+        # already admits constants only; this checks DuckDB's own parse of what runs)
+        guard.verify(f"SELECT {expr} AS v", [], sql=stmt.sql)
         cur = self.engine._sandbox.cursor()
         try:
             got = cur.sql(f"SELECT {expr} AS v").to_arrow_table()
         except duckdb.Error as e:
-            raise SqlError(f"bad DEFAULT for column {column}: "
+            raise SqlError.from_engine(f"bad DEFAULT for column {column}: "
                            f"{str(e).strip().splitlines()[0]}", statement=st._short(stmt.sql),
                            column=column) from None
         finally:

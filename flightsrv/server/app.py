@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable
 
 from flightsrv.engine.api import Engine
-from flightsrv.errors import FlightsrvError
+from flightsrv.errors import ConfigurationError, FlightsrvError
 from flightsrv.server.auth import AuthConfig, static_tokens
 from flightsrv.server.config import ServerConfig, resolve_temp_dir
 from flightsrv.server.flight import FlightSqlServer, TlsConfig
 from flightsrv.server.logs import JsonFormatter, configure_json_logging  # noqa: F401
-from flightsrv.server.metrics import MetricsHttpServer
+from flightsrv.server.metrics import MetricsHttpServer, bearer_check
 
 log = logging.getLogger("flightsrv.server")
 
@@ -165,6 +165,13 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
     """Serve until SIGINT/SIGTERM, then drain. Must run in the main thread (signals).
     ``on_start(port)`` runs once the port is bound (the real port when ``port`` is 0)."""
     cfg = config or ServerConfig()
+    authorize = None
+    if cfg.metrics_auth:
+        tokens = list(auth.tokens) if auth is not None else []
+        if not tokens:
+            raise ConfigurationError("--metrics-auth needs at least one --auth-token "
+                                     "(/metrics accepts the server's bearer tokens)")
+        authorize = bearer_check(tokens)
     configure_json_logging(log_level)
     server = FlightSqlServer(engine, _location(host, port, tls), auth=auth, tls=tls,
                              config=cfg, **kwargs)
@@ -178,7 +185,7 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
             return base_ready()
 
         metrics_http = MetricsHttpServer(server.metrics, ready_now, cfg.metrics_port,
-                                         cfg.metrics_host)
+                                         cfg.metrics_host, authorize)
     stop = threading.Event()
     received: list[str] = []
 

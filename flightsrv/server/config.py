@@ -60,6 +60,7 @@ class ServerConfig:
     # operability
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    metrics_auth: bool = False  # /metrics needs one of the server's bearer tokens
     log_statements: str = "redacted"  # full | redacted | off
     drain_timeout_s: float = 30.0
 
@@ -156,6 +157,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                      help="serve /healthz, /readyz and /metrics (Prometheus) on this port")
     ops.add_argument("--metrics-host", default=d.metrics_host,
                      help="address of the metrics endpoint (default: %(default)s)")
+    ops.add_argument("--metrics-auth", action="store_true", default=None,
+                     help="/metrics answers only requests with Authorization: Bearer <one "
+                          "of the server's --auth-token tokens>")
     ops.add_argument("--log-statements", choices=["full", "redacted", "off"],
                      default=d.log_statements,
                      help="statement text in logs: literals replaced by ? when redacted "

@@ -284,7 +284,7 @@ class FlightSqlServer(flight.FlightServerBase):
             result = fn(context, *args)
         except BaseException as exc:  # noqa: BLE001 - mapped below
             err = self._map(exc, rec.statement, rec.table)
-            self._log_rpc(rec, start, err)
+            self._log_rpc(rec, start, err, exc)
             raise err from None
         finally:
             self._rpcs.pop(me, None)
@@ -304,7 +304,8 @@ class FlightSqlServer(flight.FlightServerBase):
             self._active -= 1
             self._active_lock.notify_all()
 
-    def _log_rpc(self, rec: _Rpc, start: float, error: BaseException | None) -> None:
+    def _log_rpc(self, rec: _Rpc, start: float, error: BaseException | None,
+                 raised: BaseException | None = None) -> None:
         status = grpc_status_name(error)
         self.metrics.rpc(rec.method, status)
         fields = {
@@ -316,8 +317,8 @@ class FlightSqlServer(flight.FlightServerBase):
         if error is None:
             log.info("rpc ok", extra={"fields": fields})
         else:
-            fields["error"] = self._text.redact_message(f"{type(error).__name__}: {error}",
-                                                        rec.statement, rec.params)
+            fields["error"] = self._text.error_text(
+                raised or error, f"{type(error).__name__}: {error}", rec.statement, rec.params)
             log.warning("rpc failed", extra={"fields": fields})
 
     def _note(self, **fields) -> None:
@@ -461,8 +462,8 @@ class FlightSqlServer(flight.FlightServerBase):
         }
         if error is not None:
             fields["error_class"] = type(error).__name__
-            fields["error"] = self._text.redact_message(str(mapped), st.prepared.sql,
-                                                        st.params)
+            fields["error"] = self._text.error_text(error, str(mapped), st.prepared.sql,
+                                                    st.params)
             log.warning("statement failed", extra={"fields": fields})
         else:
             log.info("statement", extra={"fields": fields})

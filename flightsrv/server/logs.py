@@ -9,6 +9,11 @@ Contract:
   ``redacted`` (the default) replaces every literal by ``?`` and drops comments (split by
   DuckDB's own tokenizer; text it refuses becomes ``<unparsed statement: N bytes>``), ``off``
   leaves it out.
+- ``StatementText.error_text(error, shown, sql, params)``: a failed call's error for the
+  log. ``redacted`` and ``off`` never log a message DuckDB, Arrow or Python wrote (DuckDB
+  quotes row values in them, unquoted too: ``Invalid Input Error: <value>``): such an error
+  is logged as its classes, DuckDB's error kind and the redacted statement; only
+  flightsrv's own messages go through ``redact_message``.
 - ``StatementText.redact_message(message, sql, params)``: an error message fit for the log.
   ``full`` keeps it. ``redacted`` and ``off`` show the statement the message quotes as the
   log shows it (``off``: ``<statement>``) and replace by ``?``: every value of the
@@ -129,6 +134,28 @@ class StatementText:
             return " ".join(sql.split())
         return redact_sql(sql)
 
+    def error_text(self, error: BaseException, text: str, sql: str | None,
+                   params: object | None = None) -> str:
+        """The log's text for a failed call: ``error`` is what was raised, ``text`` the error
+        as the client got it. ``full`` logs ``text``. ``redacted`` and ``off`` log only
+        text flightsrv wrote itself, never a message of DuckDB, Arrow or Python, whatever
+        it quotes: an error whose message is flightsrv's own goes through
+        :meth:`redact_message`; any other (a SqlError carrying DuckDB's message, a raw
+        DuckDB or Arrow error, an unexpected exception) is logged as its class, DuckDB's
+        error kind (``Conversion Error``, from a fixed list) and the redacted statement."""
+        if self.mode == "full":
+            return text
+        if _own_text(error):
+            return self.redact_message(text, sql, params)
+        kind = _engine_kind(getattr(error, "message", None) or str(error))
+        head = type(error).__name__ + (f": {kind}" if kind else "")
+        context = {k: v for k, v in (getattr(error, "context", None) or {}).items()
+                   if k != "statement" and v is not None}
+        if sql:
+            context = {"statement": repr(self(sql) or "<statement>"), **context}
+        tail = " ".join(f"{k}={v}" for k, v in context.items())
+        return f"{head}: <message not logged>" + (f" ({tail})" if tail else "")
+
     def redact_message(self, message: str, sql: str | None,
                        params: object | None = None) -> str:
         """``message`` fit for the log (see the module docstring). ``params``: the bound
@@ -164,6 +191,36 @@ class StatementText:
         message = _KEPT_NUMBERS.sub(lambda m: hold(m.group(0)), message)
         message = _NUMBER.sub("?", message)
         return _HELD.sub(lambda m: quoted[ord(m.group(1)) - 0xE000], message)
+
+
+#: DuckDB's error kinds, as its messages begin (``Conversion Error: ...``): the only part of
+#: a DuckDB message a redacted log keeps
+DUCKDB_ERROR_KINDS = frozenset({
+    "Binder", "Catalog", "Connection", "Constraint", "Conversion", "Decimal", "Dependency",
+    "Divide by Zero", "Executor", "Expression", "FATAL", "HTTP", "INTERNAL", "INTERRUPT",
+    "IO", "Index", "Invalid", "Invalid Input", "Invalid Configuration", "Invalid type",
+    "Mismatch Type", "Missing Extension", "Not implemented", "Object Size", "Optimizer",
+    "Out of Memory", "Out of Range", "Parameter Not Allowed", "Parameter Not Resolved",
+    "Parser", "Permission", "Planner", "Scheduler", "Sequence", "Serialization", "Settings",
+    "Stat", "Syntax", "TransactionContext", "Unknown Type"})
+_KIND = re.compile(r"(?:syntax error: |cannot tokenize: )?([A-Za-z][A-Za-z ]{0,30}?) Error:")
+
+
+def _engine_kind(message: str) -> str | None:
+    m = _KIND.match(message or "")
+    return f"{m.group(1)} Error" if m and m.group(1) in DUCKDB_ERROR_KINDS else None
+
+
+def _own_text(error: BaseException) -> bool:
+    """Whether ``error``'s message is text flightsrv wrote (its own errors, and the Flight
+    statuses its handlers raise), not DuckDB's, Arrow's or Python's."""
+    from pyarrow import flight
+
+    if getattr(error, "engine_text", False):
+        return False
+    if isinstance(error, flight.FlightError):
+        return True
+    return type(error).__module__.split(".")[0] == "flightsrv"
 
 
 #: a single-quoted string in a message: the quote follows no letter or digit (``can't`` is

@@ -127,9 +127,31 @@ class Metrics:
         self._unsubscribe()
 
 
+def bearer_check(tokens) -> Callable[[str | None], bool]:
+    """A check of an HTTP ``Authorization`` header against the server's static bearer
+    tokens (compared as SHA-256 digests, in constant time)."""
+    import hashlib
+    import hmac
+
+    digests = [hashlib.sha256(t.encode()).digest() for t in tokens]
+
+    def check(header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        got = hashlib.sha256(header[len("Bearer "):].strip().encode()).digest()
+        return any([hmac.compare_digest(got, d) for d in digests])
+
+    return check
+
+
 class MetricsHttpServer:
+    """``/healthz``, ``/readyz`` (no data: always open) and ``/metrics``. ``authorize``:
+    when given, ``/metrics`` answers 401 unless it accepts the request's ``Authorization``
+    header (``--metrics-auth``: the server's bearer tokens)."""
+
     def __init__(self, metrics: Metrics, ready: Callable[[], tuple[bool, str]], port: int,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1",
+                 authorize: Callable[[str | None], bool] | None = None):
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -144,6 +166,11 @@ class MetricsHttpServer:
                         ok, detail = False, f"{type(exc).__name__}: {exc}"
                     self._send(200 if ok else 503, (detail + "\n").encode(), "text/plain")
                 elif path == "/metrics":
+                    if authorize is not None and not authorize(
+                            self.headers.get("Authorization")):
+                        self._send(401, b"unauthorized: send Authorization: Bearer <token>\n",
+                                   "text/plain")
+                        return
                     self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
                 else:
                     self._send(404, b"not found\n", "text/plain")
