@@ -253,10 +253,19 @@ def connect(option: bool | None = None):
     if "error" in state:
         _log_once(state["error"])
         return None, None
-    path = state["path"]
-    digest_path = path + ".sha256"
     try:
-        with open(digest_path) as f:
+        con = open_with(state["path"])
+    except Unavailable as e:
+        _log_once(str(e))
+        return None, None
+    return con, state["slots"]
+
+
+def open_with(path: str):
+    """A new in-memory DuckDB connection (not yet locked) with the extension file ``path``
+    loaded, after checking it against its recorded digest; raises :class:`Unavailable`."""
+    try:
+        with open(path + ".sha256") as f:
             expected = f.read().strip()
         if _digest(path) != expected:
             raise Unavailable(f"extension file does not match its digest: {path}")
@@ -266,10 +275,10 @@ def connect(option: bool | None = None):
         except duckdb.Error:
             con.close()
             raise
-    except (Unavailable, OSError, duckdb.Error) as e:
-        _log_once(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-        return None, None
-    return con, state["slots"]
+    except (OSError, duckdb.Error) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Unavailable(f"extension did not load: {first}") from None
+    return con
 
 
 def bitmap_of(rows: int, positions: np.ndarray | None, ranges) -> tuple[np.ndarray, int]:
