@@ -211,7 +211,8 @@ def test_tampered_extension_is_not_loaded(tmp_path):
 
 def test_slots_pinned_by_a_statement_are_never_rewritten(tmp_path):
     """A slot is reused, least recently used first, only when no statement pins it; with
-    every slot pinned there is none (the file is then read by the Arrow scan)."""
+    every slot pinned, or no room under the byte bound, there is none (the file is then read
+    by the Arrow scan)."""
     code = textwrap.dedent("""
         import ctypes, sys
         import numpy as np
@@ -223,11 +224,20 @@ def test_slots_pinned_by_a_statement_are_never_rewritten(tmp_path):
         print(a != b, s.acquire("c", bm))
         s.release([a])
         print(s.acquire("c", bm) == a, s.acquire("b", bm) == b)
+        # a byte bound: bitmaps of 8 bytes, room for two; a pinned one is never evicted
+        s = maskext.Slots(lib, 4, max_bytes=16)
+        bm = lambda: maskext.bitmap_of(64, np.array([1]), [])
+        a, b = s.acquire("a", bm), s.acquire("b", bm)
+        print(s.acquire("c", bm), s.held_bytes)
+        s.release([a])
+        c = s.acquire("c", bm)
+        print(c is not None, s.held_bytes, s.acquire("a", bm))
     """)
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["True", "None", "True", "True"]
+    assert p.stdout.split() == ["True", "None", "True", "True", "None", "16", "True", "16",
+                                "None"]
 
 
 def test_the_statement_filters_sit_above_a_limit_barrier_over_the_mask(local_uri):

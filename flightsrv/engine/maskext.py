@@ -50,6 +50,8 @@ log = logging.getLogger("flightsrv.engine.maskext")
 
 NAME = "fsrv_mask"
 SLOTS = 1024
+#: at most this many bytes of bitmaps held in the slots (a 10M-row file's mask is 1.25 MB)
+MAX_BYTES = 256 << 20
 FUNCTION_PREFIX = "__fsrv_live_"
 #: the C API version the vendored headers are (DuckDB 2.0.1 loads C API v1.x extensions)
 CAPI_VERSION = "v1.2.0"
@@ -169,9 +171,10 @@ def enabled(option: bool | None = None) -> bool:
 
 class Slots:
     """The process's mask slots (one extension file, shared by every database that loaded
-    it): key -> slot, pins, least recently used reuse. Thread-safe."""
+    it): key -> slot, pins, least recently used reuse, at most ``max_bytes`` of bitmaps.
+    Thread-safe."""
 
-    def __init__(self, lib: ctypes.CDLL, count: int):
+    def __init__(self, lib: ctypes.CDLL, count: int, max_bytes: int = MAX_BYTES):
         self._set = lib.fsrv_mask_set
         self._set.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint64,
                               ctypes.c_uint64]
@@ -181,31 +184,50 @@ class Slots:
         self._key_of: dict[int, object] = {}
         self._pins = [0] * count
         self._free = list(range(count - 1, -1, -1))
+        self._bytes = [0] * count
+        self._max_bytes = max_bytes
+        self.held_bytes = 0
+
+    def _evict(self, slot: int) -> None:
+        del self._by_key[self._key_of.pop(slot)]
+        self._set(slot, None, 0, 0)  # frees the bitmap
+        self.held_bytes -= self._bytes[slot]
+        self._bytes[slot] = 0
 
     def acquire(self, key, bitmap) -> int | None:
         """A pinned slot holding the mask ``key`` (``bitmap()`` -> (uint8 array, nbits) is
-        called only when it is not loaded), or None when every slot is pinned."""
+        called only when it is not loaded), or None when every slot is pinned or the
+        unpinned ones do not free enough bytes for it."""
         with self._lock:
             slot = self._by_key.get(key)
             if slot is not None:
                 self._by_key.move_to_end(key)
                 self._pins[slot] += 1
                 return slot
-            if self._free:
-                slot = self._free.pop()
-            else:
-                slot = next((s for k, s in self._by_key.items() if self._pins[s] == 0), None)
-                if slot is None:
-                    return None
-                del self._by_key[self._key_of.pop(slot)]
             bits, nbits = bitmap()
             bits = np.ascontiguousarray(bits, dtype=np.uint8)
+            if bits.nbytes > self._max_bytes:
+                return None
+            unpinned = [s for s in self._by_key.values() if self._pins[s] == 0]  # LRU first
+            if not self._free and not unpinned:
+                return None
+            if self.held_bytes + bits.nbytes - sum(self._bytes[s] for s in unpinned) > \
+                    self._max_bytes:
+                return None
+            for s in unpinned:
+                if self._free and self.held_bytes + bits.nbytes <= self._max_bytes:
+                    break
+                self._evict(s)
+                self._free.append(s)
+            slot = self._free.pop()
             rc = self._set(slot, bits.ctypes.data, bits.nbytes, nbits)
             if rc != 0:
                 self._free.append(slot)
                 raise MemoryError(f"mask slot {slot} could not be written ({rc})")
             self._by_key[key] = slot
             self._key_of[slot] = key
+            self._bytes[slot] = bits.nbytes
+            self.held_bytes += bits.nbytes
             self._pins[slot] += 1
             return slot
 
