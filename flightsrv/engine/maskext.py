@@ -9,7 +9,8 @@ function, no setting, no file or network access, and no SQL function that writes
 Build (:func:`path`): at first use, with the system C compiler (``$CC`` or ``cc``), into a
 private cache directory (``$FLIGHTSRV_CACHE_DIR`` or ``~/.cache/flightsrv``, ``maskext/``,
 mode 0700, owned by this user) under a name keyed by the SHA-256 of the source, the headers,
-the DuckDB version and platform. flightsrv's own code appends the 512-byte metadata footer
+the DuckDB version and platform (a file built there before, by CI or an image build, needs no
+compiler at run time). flightsrv's own code appends the 512-byte metadata footer
 DuckDB's loader checks (platform, C API version, ABI ``C_STRUCT``, an empty signature). The
 file's digest is recorded beside it and checked again before every load.
 
@@ -88,12 +89,12 @@ def _platform() -> str:
         con.close()
 
 
-def _source_key(platform: str, compiler: str) -> str:
+def _source_key(platform: str) -> str:
     h = hashlib.sha256()
     for name in _SOURCES:
         with open(os.path.join(_NATIVE, name), "rb") as f:
             h.update(name.encode() + b"\0" + f.read())
-    h.update(f"{duckdb.__version__}\0{platform}\0{compiler}\0{SLOTS}".encode())
+    h.update(f"{duckdb.__version__}\0{platform}\0{SLOTS}".encode())
     return h.hexdigest()[:24]
 
 
@@ -121,21 +122,21 @@ def cache_root() -> str:
 
 def build(root: str | None = None) -> str:
     """The path of the built extension (building it if needed); raises :class:`Unavailable`."""
-    compiler = os.environ.get("CC") or "cc"
-    if shutil.which(compiler) is None:
-        raise Unavailable(f"no C compiler ({compiler}) on PATH")
     for name in _SOURCES:
         if not os.path.exists(os.path.join(_NATIVE, name)):
             raise Unavailable(f"missing source {name}")
     platform = _platform()
     d = _private_dir(root or cache_root())
     # DuckDB requires the file's base name to be the entry point's prefix (fsrv_mask_init_c_api)
-    sub = os.path.join(d, _source_key(platform, compiler))
+    sub = os.path.join(d, _source_key(platform))
     os.makedirs(sub, mode=0o700, exist_ok=True)
     path = os.path.join(sub, f"{NAME}.duckdb_extension")
     digest_path = path + ".sha256"
     if os.path.exists(path) and os.path.exists(digest_path):
-        return path
+        return path  # built before (by CI or the image build): no compiler needed now
+    compiler = os.environ.get("CC") or "cc"
+    if shutil.which(compiler) is None:
+        raise Unavailable(f"no C compiler ({compiler}) on PATH")
     fd, tmp = tempfile.mkstemp(dir=sub, prefix=".build-", suffix=".so")
     os.close(fd)
     try:
@@ -316,3 +317,17 @@ def bitmap_of(rows: int, positions: np.ndarray | None, ranges) -> tuple[np.ndarr
 
 def function(slot: int) -> str:
     return f"{FUNCTION_PREFIX}{int(slot)}"
+
+
+def main() -> int:
+    """``python -m flightsrv.engine.maskext``: build the extension now (CI, image builds) and
+    print its path, or say why it is unavailable (exit 0 either way: the server falls back)."""
+    try:
+        print(build())
+    except Unavailable as e:
+        print(f"deletion-mask extension unavailable (the Arrow scan will be used): {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
