@@ -19,6 +19,10 @@ columns the statement can touch, its pruning hints) into
     from ever seeing a deleted row; or, with ``prefetch`` (the engine's default mode), read
     ahead of the statement by engine SQL only and registered as an Arrow table of live rows
     (:func:`_prefetched_part`), so the statement's database never holds a deleted row;
+  - on a local warehouse with ``masks`` (the deletion-mask extension loaded), the other
+    files with deleted rows are read by ``read_parquet`` too, one branch per file, the rows
+    its mask function rejects on ``file_row_number`` removed below the same ``LIMIT``
+    barrier (:func:`_cmask_part`);
   - on an S3 warehouse, a file with no deletion vector whose written schema needs no
     renames or casts for the statement's columns is read by pyarrow's dataset scanner
     (:func:`~flightsrv.table.scan.native_reader`: parallel, coalesced ranged reads in C++
