@@ -12,7 +12,11 @@ Modes (in process, no Flight, so only the read path differs):
 - ``arrow``: flightsrv's masked Arrow scan (the path before issue 13's masked read);
 - ``filtered`` (the default): DuckDB's ``read_parquet`` with the deleted rows anti-joined
   inside DuckDB when the reference has a prunable filter, else the Arrow scan;
-- ``duckdb``: DuckDB's reader with the anti join always.
+- ``duckdb``: DuckDB's reader with the anti join always;
+- ``mask`` (issue 33): ``prefetch`` with the deletion-mask extension: every other file with
+  deleted rows read by DuckDB's reader with its mask applied per vector on
+  ``file_row_number`` (:mod:`flightsrv.engine.maskext`). The other modes run with the
+  extension off (``mask_extension=False``), as before it.
 
 Queries: a point ``SELECT * WHERE id = <random>`` (p50 over random ids), ``count(*)`` of a
 1,000-id ``IN`` list, ``count(*), sum(value)`` over 20% of the id range, and over the whole
@@ -31,7 +35,7 @@ from benchmarks.bench_peers import DUCKDB_ROW_GROUP, _label, load, make_events
 from benchmarks.harness import Context, Row, mb
 
 NAME = "masked"
-MODES = ("arrow", "prefetch", "filtered", "duckdb")
+MODES = ("arrow", "prefetch", "filtered", "duckdb", "mask")
 
 
 def run(ctx: Context) -> list[Row]:
@@ -56,7 +60,11 @@ def run(ctx: Context) -> list[Row]:
                 f"{sum(f.row_groups for f in files)} row groups, snappy, "
                 f"{mb(sum(f.size for f in files))}, 1% deleted at random")
     session = Session("bench")
-    engines = {m: DuckEngine(wh, masked_scans=m) for m in MODES}
+    engines = {m: DuckEngine(wh, masked_scans=m, mask_extension=False)
+               for m in MODES if m != "mask"}
+    engines["mask"] = DuckEngine(wh, masked_scans="prefetch", mask_extension=True)
+    if engines["mask"].mask_slots is None:
+        raise RuntimeError("the deletion-mask extension did not load (see the log)")
     try:
         engines["arrow"].execute_update(
             "DELETE FROM events WHERE id IN (SELECT id FROM subjects)", session)
@@ -89,7 +97,7 @@ def run(ctx: Context) -> list[Row]:
                     times[c].append(time.perf_counter() - t0)
             med = {c: statistics.median(ts[1:]) for c, ts in times.items()}  # first warms
             base = med["arrow"]
-            for m in ("prefetch", "filtered", "duckdb"):
+            for m in ("prefetch", "filtered", "duckdb", "mask"):
                 rows.append(Row(
                     f"masked read `{m}` vs `arrow`", f"{workload}; {label}",
                     f"{med[m] * 1000:.1f} ms",

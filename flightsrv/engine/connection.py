@@ -56,11 +56,15 @@ def _refuse_value_functions(con: duckdb.DuckDBPyConnection) -> None:
 
 def open_locked(threads: int | None = None, memory_limit: str | None = None,
                 allowed_directory: str | None = None,
-                temp_directory: str | None = None) -> duckdb.DuckDBPyConnection:
+                temp_directory: str | None = None,
+                con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB connection with external access disabled and settings frozen;
     ``allowed_directory`` (an absolute path) stays readable; ``temp_directory`` is where
-    DuckDB spills (its default is ``.tmp`` in the working directory)."""
-    con = duckdb.connect(":memory:")
+    DuckDB spills (its default is ``.tmp`` in the working directory). ``con``: a fresh
+    connection to lock instead of a new one (the deletion-mask extension's, which loaded
+    that one file before it is locked: :mod:`flightsrv.engine.maskext`)."""
+    if con is None:
+        con = duckdb.connect(":memory:")
     if threads is not None:
         con.execute(f"SET threads={int(threads)}")
     if memory_limit is not None:

@@ -64,6 +64,7 @@ from flightsrv.engine.api import (
     Session,
     StatementKind,
 )
+from flightsrv.engine import maskext
 from flightsrv.engine.connection import CursorSource, open_locked, run_to_arrow
 from flightsrv.engine.dml import Dml
 from flightsrv.engine.group_commit import GroupCommitter
@@ -130,6 +131,8 @@ class _Ctx:
     natives: dict = field(default_factory=dict)  # local path -> (table, key, version) read
     #: what result names and messages show for the relations the statement registered
     names: PublicNames = field(default_factory=PublicNames)
+    #: mask slots (:mod:`flightsrv.engine.maskext`) pinned until the statement's cursor closes
+    mask_slots: list = field(default_factory=list)
 
     def check(self, sql: str) -> None:
         if self.cancel is not None:
@@ -156,7 +159,7 @@ class DuckEngine:
                  threads: int | None = None, memory_limit: str | None = None,
                  temp_directory: str | None = None,
                  group_commit: bool = True, native_scans: bool = True,
-                 masked_scans: str = MASKED_SCANS):
+                 masked_scans: str = MASKED_SCANS, mask_extension: bool | None = None):
         self.warehouse = warehouse
         self.batch_size = batch_size
         self.min_batch_rows = min(min_batch_rows, batch_size)
@@ -175,9 +178,17 @@ class DuckEngine:
         #: always). Only local warehouses are read by DuckDB's reader; S3 files take the
         #: Arrow scan.
         self.masked_scans = masked_scans
+        #: the deletion-mask extension's slots (files with deleted rows read by DuckDB with
+        #: their mask, :mod:`flightsrv.engine.maskext`), or None: it is off (``mask_extension``
+        #: False or FLIGHTSRV_MASK_EXTENSION=off), unavailable (logged once), or the
+        #: warehouse is not local
+        self.mask_slots = None
+        con = None
+        if self.native_root is not None and masked_scans != "arrow":
+            con, self.mask_slots = maskext.connect(mask_extension)
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  allowed_directory=self.native_root,
-                                                 temp_directory=temp_directory))
+                                                 temp_directory=temp_directory, con=con))
         #: phase 2 of UPDATE/MERGE: a database that can open no file at all
         self._sandbox = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  temp_directory=temp_directory))
@@ -363,9 +374,11 @@ class DuckEngine:
         except BaseException:
             unhook()
             cur.close()
+            self._release_masks(ctx)
             raise
         batches = stream_batches(inner, cur, sql, ctx.failures, ctx.natives, ctx.cancel, unhook,
-                                 ctx.info, ctx.names)
+                                 ctx.info, ctx.names,
+                                 release=functools.partial(self._release_masks, ctx))
         if self.min_batch_rows > 1:
             batches = coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
         schema = plain_schema(inner.schema)
@@ -443,7 +456,9 @@ class DuckEngine:
                          masked_native=masked_native,
                          masked_max_groups=MASKED_MAX_GROUPS if selective else None,
                          prefetch=functools.partial(_prefetch, cur)
-                         if self.masked_scans == "prefetch" else None)
+                         if self.masked_scans == "prefetch" else None,
+                         masks=functools.partial(self._mask_function, ctx)
+                         if self.mask_slots is not None and data and native else None)
         ctx.natives.update(rel.files)
         if rel.direct is not None:  # one prefetched table: it is the relation, no view
             cur.register(scan.relation, rel.readers[rel.direct])
@@ -463,6 +478,30 @@ class DuckEngine:
             info.chunks_pruned += pruner.chunks_pruned
         return rel.file_list
 
+    def _mask_function(self, ctx: _Ctx, snap, f) -> str | None:
+        """The mask function of data file ``f`` of ``snap``, its slot pinned for ``ctx``'s
+        statement; None when every slot is pinned (the file is then read by the Arrow scan)."""
+        dv = f.dv
+        key = (snap.store.uri, f.path, f.rows, tuple(f.deleted_row_groups),
+               None if dv is None else (dv.storage, dv.path, dv.offset, dv.length, dv.data,
+                                        dv.cardinality))
+
+        def bitmap():
+            ranges = [(f.row_group_offsets[g], f.row_group_rows(g))
+                      for g in f.deleted_row_groups]
+            return maskext.bitmap_of(f.rows, snap.deleted_positions(f), ranges)
+
+        slot = self.mask_slots.acquire(key, bitmap)
+        if slot is None:
+            return None
+        ctx.mask_slots.append(slot)
+        return maskext.function(slot)
+
+    def _release_masks(self, ctx: _Ctx) -> None:
+        slots, ctx.mask_slots = ctx.mask_slots, []
+        if slots:
+            self.mask_slots.release(slots)
+
     @contextlib.contextmanager
     def _statement_cursor(self, ctx: _Ctx):
         """A fresh cursor of the warehouse database, interrupted when ``ctx`` is cancelled."""
@@ -476,6 +515,7 @@ class DuckEngine:
         finally:
             unhook()
             cur.close()
+            self._release_masks(ctx)
 
     def _fetch(self, cur, ctx: _Ctx, text: str, sql: str, *, numpy: bool = False):
         """Run ``text`` (already verified) on ``cur`` and return the whole result: an Arrow

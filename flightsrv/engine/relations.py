@@ -19,6 +19,10 @@ columns the statement can touch, its pruning hints) into
     from ever seeing a deleted row; or, with ``prefetch`` (the engine's default mode), read
     ahead of the statement by engine SQL only and registered as an Arrow table of live rows
     (:func:`_prefetched_part`), so the statement's database never holds a deleted row;
+  - on a local warehouse with ``masks`` (the deletion-mask extension loaded), the other
+    files with deleted rows are read by ``read_parquet`` too, one branch per file, the rows
+    its mask function rejects on ``file_row_number`` removed below the same ``LIMIT``
+    barrier (:func:`_cmask_part`);
   - on an S3 warehouse, a file with no deletion vector whose written schema needs no
     renames or casts for the statement's columns is read by pyarrow's dataset scanner
     (:func:`~flightsrv.table.scan.native_reader`: parallel, coalesced ranged reads in C++
@@ -200,7 +204,7 @@ def _select_sql(reads) -> str:
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
           hidden: bool = False, native: bool = True, open_scans: bool = True,
           files: list[DataFile] | None = None, masked_native: bool = False,
-          masked_max_groups: int | None = None, prefetch=None) -> Relation:
+          masked_max_groups: int | None = None, prefetch=None, masks=None) -> Relation:
     """The view for one table reference (see the module docstring).
 
     ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
@@ -212,6 +216,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     (a function running engine SQL on the statement's cursor): read those files ahead of the
     statement instead (:func:`_prefetched_part`; ``prefetch(sql, tables)`` registers
     ``tables`` by name for the query), so no LIMIT barrier is needed;
+    ``masks(snapshot, f) -> str | None`` (the deletion-mask extension, :mod:`.maskext`):
+    the name of a pinned mask function of file ``f``, or None when no slot is free; a file
+    with deleted rows that none of the above reads by DuckDB is then read by DuckDB with
+    that mask (:func:`_cmask_part`) rather than by the Arrow scan;
     ``open_scans=False`` registers
     empty stand-ins (for typing a prepared statement without reading data); ``files``
     restricts the relation to some of the snapshot's files. The hidden file column is the
@@ -231,6 +239,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     kinds: dict[int, str] = {}
     spellable: dict[int, bool] = {}  # schema id -> DuckDB can spell its projection
     shadowed: dict[int, bool] = {}  # schema id -> a column hides a virtual column we read
+    fns: dict[int, str] = {}  # id(file) -> its pinned mask function (kind "cmask")
+    if not open_scans:
+        masks = None
     for f in candidates:
         kind = "arrow"
         clean = _is_clean(f)
@@ -241,7 +252,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         # a file with a column named file_row_number or file_index: DuckDB binds that name
         # to the column, not to the row's position, so every read that needs positions (the
         # hidden columns, a masked read) is the Arrow scan's
-        if native and (clean or masked_native) and \
+        if native and (clean or masked_native or masks is not None) and \
                 not (shadowed[f.schema_id] and (hidden or not clean)):
             reads = snapshot.projection(f, names)
             kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
@@ -255,7 +266,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 if not spellable[f.schema_id]:
                     kind = "arrow"
                 elif not clean:
-                    kind = "masked"
+                    kind = "masked" if masked_native else _cmask(snapshot, f, masks, fns)
         if kind == "arrow" and remote and not hidden and open_scans and \
                 (f.dv is None or f.dv.cardinality == 0) and \
                 proj.identity(snapshot.projection(f, names)):
@@ -290,7 +301,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 live = f.row_groups - len(f.deleted_row_groups)
                 n = len(groups.get(id(f), ()))
                 if n > masked_max_groups or n >= live:  # not selective: the keep mask wins
-                    kinds[id(f)] = "arrow"
+                    kinds[id(f)] = _cmask(snapshot, f, masks, fns) if masks is not None \
+                        else "arrow"
+                    if kinds[id(f)] == "arrow" and id(f) not in groups:
+                        groups[id(f)] = list(range(f.row_groups))
     rel.file_list = tuple(candidates)
     rel.files_scanned = len(candidates)
     rel.rows_masked = sum(f.deleted_rows for f in candidates)
@@ -330,6 +344,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                                           f"{relation}_p{i}", rel, open_scans, pruner,
                                           prefetch, out_schema))
             as_is.add(f"{relation}_p{i}")  # its part selects the table's columns as they are
+            continue
+        if kind == "cmask":
+            parts.append(_cmask_part(snapshot, run, names, hidden, ordinal, rel, pruner, fns))
             continue
         if kind == "masked":
             parts.append(_masked_part(snapshot, run, names, hidden, ordinal[id(run[0])],
@@ -563,6 +580,47 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
                  f", __fsrv_fr AS {POSITION_COLUMN}")
     return (f"SELECT {cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t{join}{where} "
             f"LIMIT {_BARRIER}) AS __fsrv_m")
+
+
+def _cmask(snapshot: Snapshot, f: DataFile, masks, fns: dict) -> str:
+    """"cmask" when ``f``'s mask function is pinned (``fns``), "arrow" when no slot is free."""
+    fn = masks(snapshot, f)
+    if fn is None:
+        return "arrow"
+    fns[id(f)] = fn
+    return "cmask"
+
+
+def _cmask_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidden: bool,
+                ordinal: dict, rel: Relation, pruner, fns: dict) -> str:
+    """One ``SELECT`` per file of a run of local files with deleted rows, read by DuckDB's
+    Parquet reader, each file's deleted rows (deletion vector and deleted row groups)
+    removed by its mask function of the deletion-mask extension (:mod:`.maskext`), which
+    DuckDB evaluates per vector on ``file_row_number``.
+
+    The mask and the reference's pruning hints as row conditions (which cannot fail on a
+    row's value, :func:`_term_sql`) are the only conditions inside, below a ``LIMIT``
+    :data:`_BARRIER`: DuckDB pushes no filter through a LIMIT, so the statement's own
+    expressions (a failing CAST, ``error()``) are evaluated only on rows the mask kept."""
+    table = snapshot.table.name
+    cols = _select_sql(snapshot.projection(run[0], names))
+    conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names)]
+    out_cols = ", ".join(_ident(c) for c in names)
+    if hidden:
+        out_cols += f", {FILE_COLUMN}, {POSITION_COLUMN}"
+    parts = []
+    for f in run:
+        path = snapshot.store.local_path(f.path)
+        _check_file(path, f, table, snapshot.version)
+        rel.files[path] = (table, f.path, snapshot.version)
+        extra = (f", CAST({ordinal[id(f)]} AS INTEGER) AS {FILE_COLUMN}"
+                 f", file_row_number AS {POSITION_COLUMN}") if hidden else ""
+        inner = (f"SELECT {cols}{extra}, file_row_number AS __fsrv_fr FROM read_parquet("
+                 f"[{_literal(path)}], hive_partitioning=false, union_by_name=false)")
+        where = " AND ".join([f"{fns[id(f)]}(__fsrv_t.__fsrv_fr)"] + conds)
+        parts.append(f"SELECT {out_cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t "
+                     f"WHERE {where} LIMIT {_BARRIER}) AS __fsrv_m")
+    return "\nUNION ALL\n".join(parts)
 
 
 def _prefetch_conditions(pruner, schema: pa.Schema, names, name: str

@@ -55,7 +55,8 @@ def scan_failure(failures: list) -> BaseException | None:
 def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
             sql: str, failures: list, natives: dict, cancel: Cancel | None = None,
             unhook=lambda: None, info: ExecInfo | None = None,
-            names: PublicNames | None = None) -> Iterator[pa.RecordBatch]:
+            names: PublicNames | None = None,
+            release=lambda: None) -> Iterator[pa.RecordBatch]:
     """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
     try:
         while True:
@@ -85,7 +86,10 @@ def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
         try:
             inner.close()
         finally:
-            cur.close()
+            try:
+                cur.close()
+            finally:
+                release()  # after the cursor: nothing of the statement runs any more
 
 
 def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int,
