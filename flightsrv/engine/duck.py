@@ -42,13 +42,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import threading
-from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
 import pyarrow as pa
-from cachetools import LRUCache
 from sqlglot import exp
 
 from flightsrv.engine import guard
@@ -65,9 +61,11 @@ from flightsrv.engine.api import (
     StatementKind,
 )
 from flightsrv.engine.connection import CursorSource, open_locked, run_to_arrow
+from flightsrv.engine.context import StatementContext, table_pinner
 from flightsrv.engine.dml import Dml
 from flightsrv.engine.group_commit import GroupCommitter
-from flightsrv.engine.params import kind_name, parameter_schema, schema_key
+from flightsrv.engine.params import kind_name, parameter_schema, references, schema_key
+from flightsrv.engine.plancache import StatementCache
 from flightsrv.engine.stream import (
     coalesce,
     decoded,
@@ -107,7 +105,10 @@ MASKED_SCANS = "prefetch"
 MASKED_MAX_GROUPS = 2
 DEFAULT_MIN_BATCH_ROWS = 65_536  # coalesce smaller result batches up to this many rows
 MAX_COALESCE_BYTES = 8 << 20  # ... or this many bytes, whichever comes first
-PREPARED_CACHE = 1024  # result schemas of prepared queries kept, by text and table schemas
+#: bytes of prepared-query descriptions (result schema, parameter types) kept, by text and
+#: the referenced tables' schemas, and of the tables each query text references
+PREPARED_CACHE_BYTES = 16 << 20
+REFERENCES_CACHE_BYTES = 4 << 20
 COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
 
 
@@ -116,20 +117,8 @@ COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)]
 _parse = functools.lru_cache(maxsize=4096)(st.parse_statement)
 
 
-@dataclass
-class _Ctx:
-    """One statement's execution: who runs it, how to stop it, what it did."""
-
-    session: Session
-    cancel: Cancel | None = None
-    info: ExecInfo = field(default_factory=ExecInfo)
-    extra: dict[str, pa.Table] = field(default_factory=dict)  # relations bound by name
-    failures: list = field(default_factory=list)  # raised inside scans while DuckDB pulls
-    natives: dict = field(default_factory=dict)  # local path -> (table, key, version) read
-
-    def check(self, sql: str) -> None:
-        if self.cancel is not None:
-            self.cancel.check(statement=st._short(sql))
+#: one statement's execution state (the name engine.dml uses)
+_Ctx = StatementContext
 
 
 def _prefetch(cur: duckdb.DuckDBPyConnection, text: str, tables: dict[str, pa.Table]
@@ -179,10 +168,12 @@ class DuckEngine:
                                                  temp_directory=temp_directory))
         self._dml = Dml(self)
         self._writes = Writes(self)
-        #: (sql, signature of the referenced tables' schemas) -> result schema; a query's
-        #: result types depend only on its text and those schemas
-        self._schemas: LRUCache = LRUCache(maxsize=PREPARED_CACHE)
-        self._schemas_lock = threading.Lock()
+        #: (sql, signature of the referenced tables' schemas) -> (result schema, parameter
+        #: schema): a query's result and parameter types depend only on its text and those
+        #: schemas (ADBC prepares every statement it runs, twice with parameters)
+        self._prepared = StatementCache(PREPARED_CACHE_BYTES)
+        #: sql -> the (table, version, as_of) it references (params.references), or None
+        self._references = StatementCache(REFERENCES_CACHE_BYTES)
 
     def close(self) -> None:
         self._cursors.close()
@@ -220,32 +211,35 @@ class DuckEngine:
         stmt = _parse(sql)
         # one pin per table for the whole prepare (parameter types and the result schema)
         pinner = self._pinner()
-        param_schema = parameter_schema(stmt, lambda name: pinner.pin(name).schema)
         if isinstance(stmt, st.Maintenance):
-            return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema,
+            return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA,
+                            parameter_schema(stmt, lambda name: pinner.pin(name).schema),
                             effects=True, statement_kind="maintenance")
         if not isinstance(stmt, st.Query):
-            return Prepared(sql, StatementKind.UPDATE, pa.schema([]), param_schema,
+            return Prepared(sql, StatementKind.UPDATE, pa.schema([]),
+                            parameter_schema(stmt, lambda name: pinner.pin(name).schema),
                             effects=True, statement_kind=kind_name(stmt))
         # Bind every parameter as NULL and run the query with LIMIT 0 over empty stand-ins
-        # of the pinned relations: types come from DuckDB, no data is read. Cached by the
-        # text and the referenced tables' schemas (ADBC prepares every statement it runs).
-        # With ``params`` (the first row, as execute_query binds it) the schema is the one
-        # those values give (``SELECT ? AS v``); that one is not cached.
+        # of the pinned relations: types come from DuckDB, no data is read. Cached, with
+        # the parameter types, by the text and the referenced tables' schemas (ADBC
+        # prepares every statement it runs). With ``params`` (the first row, as
+        # execute_query binds it) the schema is the one those values give (``SELECT ? AS
+        # v``); that one is not cached.
         bound = self._param_rows(stmt, params)[0] \
             if params is not None and stmt.param_count and _params_type_results(stmt.tree) \
             else None
-        key = schema_key(stmt, pinner) if bound is None else None
+        key = schema_key(stmt, pinner, self._query_references(stmt)) \
+            if bound is None else None
         if key is not None:
-            with self._schemas_lock:
-                schema = self._schemas.get(key)
-            if schema is not None:
-                return Prepared(sql, StatementKind.QUERY, schema, param_schema,
+            hit = self._prepared.get(key)
+            if hit is not None:
+                return Prepared(sql, StatementKind.QUERY, hit[0], hit[1],
                                 statement_kind="select")
+        param_schema = parameter_schema(stmt, lambda name: pinner.pin(name).schema)
         values = bound if bound is not None else [pa.scalar(None)] * stmt.param_count
         tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
         stmt = _literal_if_lossy(stmt, values)
-        qp = self._plan(stmt, tree, "query", pinner)
+        qp = self._plan(stmt, tree, "query", pinner, owned=stmt.param_count > 0)
         self._verify(qp, sql, {})
         native = _native_params(values) if qp.needs_params and stmt.param_count else None
         ctx = _Ctx(session)
@@ -265,9 +259,21 @@ class DuckEngine:
             except duckdb.Error as e:
                 raise native_failure(e, ctx.natives) or sql_error(e, sql) from None
         if key is not None:
-            with self._schemas_lock:
-                self._schemas[key] = schema  # evicts the least recently used
+            size = sum(len(p[2]) for p in key[1]) + schema.serialize().size \
+                + param_schema.serialize().size
+            self._prepared.put(key, (schema, param_schema), sql, size)
         return Prepared(sql, StatementKind.QUERY, schema, param_schema, statement_kind="select")
+
+    def _query_references(self, stmt: st.Statement) -> tuple | None:
+        """:func:`~flightsrv.engine.params.references` of ``stmt``, cached by its text
+        (a pure function of it); None is cached as ``()`` marked uncachable."""
+        hit = self._references.get(stmt.sql)
+        if hit is not None:
+            return hit[0]
+        refs = references(stmt)
+        self._references.put(stmt.sql, (refs,), stmt.sql,
+                             sum(len(r[0]) + len(r[2] or "") + 64 for r in refs or ()))
+        return refs
 
     # -- Engine: queries ---------------------------------------------------------------------
 
@@ -298,12 +304,17 @@ class DuckEngine:
                            statement=st._short(sql), rows=len(rows))
         tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
         ctx = _Ctx(session, cancel, ExecInfo(kind="select"), dict(extra or {}))
-        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0], ctx)
+        # bind_params copied the tree when it bound values: plan that copy in place
+        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0], ctx,
+                                 owned=stmt.param_count > 0)
         return QueryResult(reader.schema, reader, ctx.info)
 
     def _plan(self, stmt: st.Statement, bound: exp.Expression, part: str,
-              pinner: sqlplan.Pinner, extra: frozenset[str] = frozenset()) -> sqlplan.QueryPlan:
-        """Plan the query part of ``stmt`` (``part``: query | ctas | insert)."""
+              pinner: sqlplan.Pinner, extra: frozenset[str] = frozenset(), *,
+              owned: bool = False) -> sqlplan.QueryPlan:
+        """Plan the query part of ``stmt`` (``part``: query | ctas | insert). ``owned``:
+        ``bound`` is this statement's own copy (``bind_params`` made it), planned in place
+        rather than copied again."""
         query = bound if part == "query" else bound.expression
         original = stmt.tree if part == "query" else stmt.tree.expression
         source = sqlplan.query_source(stmt.text, stmt.tree, part) if stmt.spliceable else None
@@ -313,7 +324,7 @@ class DuckEngine:
                     if p.find_ancestor(exp.HistoricalData) is None}
             if used != {str(i) for i in range(1, stmt.param_count + 1)}:
                 source = None
-        return sqlplan.plan_query(query, pinner, stmt.sql, source, extra=extra)
+        return sqlplan.plan_query(query, pinner, stmt.sql, source, extra=extra, copy=not owned)
 
     @staticmethod
     def _verify(qp: sqlplan.QueryPlan, sql: str, extra: dict) -> None:
@@ -323,12 +334,14 @@ class DuckEngine:
 
     def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
                    pinner: sqlplan.Pinner, values: list[pa.Scalar],
-                   ctx: _Ctx, *, check_types=None) -> pa.RecordBatchReader:
+                   ctx: _Ctx, *, check_types=None, owned: bool = False
+                   ) -> pa.RecordBatchReader:
         """Plan, verify, register and start a query; the returned reader owns the cursor.
-        ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams."""
+        ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams.
+        ``owned``: see :meth:`_plan`."""
         sql = stmt.sql
         stmt = _literal_if_lossy(stmt, values)
-        qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra))
+        qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra), owned=owned)
         self._verify(qp, sql, ctx.extra)
         params = _native_params(values) if qp.needs_params and values else None
         cur = self._cursors.cursor()
@@ -661,19 +674,7 @@ class DuckEngine:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _pinner(self) -> sqlplan.Pinner:
-        tables: dict[str, Any] = {}
-
-        def resolve(name: str, version: int | None, as_of: str | None):
-            if name not in tables:
-                try:
-                    tables[name] = self.warehouse.handle(name)
-                except ConfigurationError as e:  # not even a valid name (e.g. a file path)
-                    raise TableNotFound("no such table", table=name, reason=e.message) from None
-            if version is None and as_of is None:
-                return tables[name].snapshot()
-            return tables[name].snapshot(version=version, as_of=as_of)
-
-        return sqlplan.Pinner(resolve)
+        return table_pinner(self.warehouse)
 
     @staticmethod
     def _param_rows(stmt: st.Statement, params: pa.RecordBatch | None) -> list[list[pa.Scalar]]:

@@ -204,14 +204,15 @@ def _time_travel(table: exp.Table, sql: str) -> tuple[int | None, str | None]:
 
 def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
                source: tuple[str, int, int] | None = None, *,
-               extra: frozenset[str] = frozenset()) -> QueryPlan:
+               extra: frozenset[str] = frozenset(), copy: bool = True) -> QueryPlan:
     """Pin and rewrite every table reference in ``query`` (already bound); see module doc.
 
     ``source`` = (text, start, end): where ``query`` sits in the statement text (its nodes'
     token offsets refer to ``text``). When given, the plan also carries that text with only
-    the table references spliced (see :attr:`QueryPlan.text`).
+    the table references spliced (see :attr:`QueryPlan.text`). ``copy=False``: ``query``
+    belongs to the caller's statement alone (a copy it made) and is rewritten in place.
     """
-    tree = query.copy()
+    tree = query.copy() if copy else query
     bound = binder.bind(tree, sql, extra=extra)
     refs, calls = bound.tables, bound.functions
     functions = []

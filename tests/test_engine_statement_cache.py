@@ -1,0 +1,123 @@
+"""What the statement path keeps between statements (issue 32): a repeated prepare of the
+same text over the same table schemas recomputes nothing; what it keeps follows the tables
+(a new head is read by every execution, a changed schema is described anew); the caches are
+bounded by bytes."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from flightsrv import Warehouse
+from flightsrv.engine import DuckEngine, Session
+from flightsrv.engine import plancache
+from flightsrv.sql import binder
+from flightsrv.sql import plan as sqlplan
+
+N = 1000
+ITEMS = pa.table({"id": pa.array(range(N), pa.int64()),
+                  "grp": pa.array([f"g{i % 5}" for i in range(N)])})
+POINT = "SELECT * FROM items WHERE id = ?"
+
+
+@pytest.fixture
+def wh(tmp_path):
+    w = Warehouse.open(str(tmp_path / "wh"))
+    w.create_table("items", ITEMS.schema).append(ITEMS)
+    return w
+
+
+@pytest.fixture
+def engine(wh):
+    e = DuckEngine(wh)
+    yield e
+    e.close()
+
+
+def _param(v) -> pa.RecordBatch:
+    return pa.record_batch([pa.array([v])], names=["0"])
+
+
+def _counting(monkeypatch, module, name) -> list:
+    calls: list = []
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_a_repeated_prepare_binds_and_plans_nothing(engine, monkeypatch):
+    s = Session("s")
+    first = engine.prepare(POINT, s)
+    first_bound = engine.prepare(POINT, s, _param(5))  # GetFlightInfo after DoPut's bind
+    binds = _counting(monkeypatch, binder, "bind")
+    plans = _counting(monkeypatch, sqlplan, "plan_query")
+    for v in (1, 2, 3):
+        again = engine.prepare(POINT, s)
+        bound = engine.prepare(POINT, s, _param(v))
+        assert again.dataset_schema == first.dataset_schema == bound.dataset_schema \
+            == first_bound.dataset_schema
+        assert again.parameter_schema == first.parameter_schema
+        assert again.parameter_schema.field(0).type == pa.int64()
+    assert (len(binds), len(plans)) == (0, 0)
+
+
+def test_what_a_prepare_keeps_follows_the_tables(engine, wh):
+    s = Session("s")
+    before = engine.prepare(POINT, s)
+    assert before.dataset_schema.names == ["id", "grp"]
+    engine.execute_update("ALTER TABLE items ADD COLUMN note VARCHAR", s)
+    assert engine.prepare(POINT, s).dataset_schema.names == ["id", "grp", "note"]
+    # the same name, another table: parameter types are those of the new one
+    engine.execute_update("CREATE OR REPLACE TABLE items (id VARCHAR, grp VARCHAR)", s)
+    now = engine.prepare(POINT, s)
+    assert now.parameter_schema.field(0).type == pa.string()
+    assert now.dataset_schema.field("id").type == pa.string()
+
+
+def test_every_execution_reads_the_head(engine):
+    s = Session("s")
+
+    def point(v):
+        engine.prepare(POINT, s)
+        engine.prepare(POINT, s, _param(v))
+        return engine.execute_query(POINT, s, _param(v)).reader.read_all().to_pylist()
+
+    assert point(7) == [{"id": 7, "grp": "g2"}]
+    assert point(N + 1) == []
+    engine.execute_update(f"INSERT INTO items VALUES ({N + 1}, 'new')", s)
+    assert point(N + 1) == [{"id": N + 1, "grp": "new"}]
+    engine.execute_update("DELETE FROM items WHERE id = 7", s)
+    assert point(7) == []
+    # time travel still reads its own version
+    old = "SELECT count(*) AS n FROM items AT (VERSION => 1) WHERE id = ?"
+    assert engine.execute_query(old, s, _param(7)).reader.read_all().column("n")[0].as_py() == 1
+
+
+def test_the_statement_cache_is_bounded_by_bytes():
+    cache = plancache.StatementCache(max_bytes=20_000)
+    for i in range(500):
+        text = f"SELECT {i} FROM t" + " " * 100
+        cache.put(text, i, text, size=50)
+    assert 0 < cache.bytes <= 20_000
+    assert len(cache) < 500
+    assert cache.get("SELECT 499 FROM t" + " " * 100) == 499  # the most recent stays
+    long = "x" * (plancache.MAX_CACHED_TEXT + 1)
+    cache.put(long, 1, long)
+    assert cache.get(long) is None
+
+
+def test_a_long_statement_is_described_but_not_kept(engine):
+    s = Session("s")
+    ids = ", ".join(str(i) for i in range(20_000))
+    sql = f"SELECT id FROM items WHERE id IN ({ids})"
+    assert len(sql) > plancache.MAX_CACHED_TEXT
+    held = engine._prepared.bytes
+    assert engine.prepare(sql, s).dataset_schema.names == ["id"]
+    assert engine._prepared.bytes == held
+    engine.prepare(POINT, s)
+    assert engine._prepared.bytes > held
