@@ -121,3 +121,62 @@ def test_a_long_statement_is_described_but_not_kept(engine):
     assert engine._prepared.bytes == held
     engine.prepare(POINT, s)
     assert engine._prepared.bytes > held
+
+
+def test_a_repeated_execution_plans_nothing_but_is_still_guarded(engine, monkeypatch):
+    from flightsrv.engine import guard
+
+    s = Session("s")
+    assert engine.execute_query(POINT, s, _param(3)).reader.read_all().num_rows == 1
+    binds = _counting(monkeypatch, binder, "bind")
+    plans = _counting(monkeypatch, sqlplan, "plan_query")
+    checks = _counting(monkeypatch, guard, "verify")
+    for v in (4, 5, -1, None):
+        got = engine.execute_query(POINT, s, _param(pa.scalar(v, pa.int64()))).reader.read_all()
+        assert got.column("id").to_pylist() == ([v] if v is not None and v >= 0 else [])
+    # only the NULL is a new key (parameter validity: it makes no pruning hint)
+    assert (len(binds), len(plans)) == (1, 1)
+    assert len(checks) == 4
+
+
+QUERIES = [
+    ("SELECT * FROM items WHERE id = ?", [[5], [-3], [999], [10**6]]),
+    ("SELECT id FROM items WHERE id < ? AND grp = ?", [[50, "g1"], [900, "g3"], [-1, "g0"]]),
+    ("SELECT count(*) AS n FROM items WHERE id BETWEEN ? AND ?", [[10, 20], [700, 20], [0, 999]]),
+    ("SELECT id FROM items WHERE id IN (?, 800, ?) ORDER BY id", [[1, 2], [800, 999], [5, 5]]),
+    ("SELECT a.id FROM items a JOIN items b ON a.id = b.id WHERE a.id = ? AND b.id >= ?",
+     [[10, 0], [900, 901], [500, 400]]),
+    ("SELECT id FROM items WHERE (id) = ? OR grp = 'g4' ORDER BY id LIMIT 3", [[2], [7]]),
+]
+
+
+@pytest.mark.parametrize("sql,runs", QUERIES)
+def test_a_kept_plan_reads_and_prunes_as_a_fresh_one(tmp_path, sql, runs):
+    """Differential: the same statements on an engine that keeps plans (warmed with other
+    values) and on fresh engines: same rows, same files and row groups skipped."""
+    w = Warehouse.open(str(tmp_path / "wh"))
+    t = w.create_table("items", ITEMS.schema, {"row_group_bytes": "2048"})
+    for a in range(0, N, 250):  # 4 files, each with a few row groups
+        t.append(ITEMS.slice(a, 250))
+    kept = DuckEngine(w)
+    s = Session("s")
+
+    def run(engine, values):
+        batch = pa.record_batch([pa.array([v]) for v in values],
+                                names=[str(i) for i in range(len(values))])
+        r = engine.execute_query(sql, s, batch)
+        rows = r.reader.read_all().to_pylist()
+        i = r.info
+        return rows, (i.files_scanned, i.files_pruned, i.row_groups_pruned)
+
+    try:
+        run(kept, runs[0])
+        assert len(kept._plans)  # the first execution kept its plan
+        for values in runs:
+            fresh = DuckEngine(w)
+            try:
+                assert run(kept, values) == run(fresh, values)
+            finally:
+                fresh.close()
+    finally:
+        kept.close()

@@ -109,6 +109,8 @@ MAX_COALESCE_BYTES = 8 << 20  # ... or this many bytes, whichever comes first
 #: the referenced tables' schemas, and of the tables each query text references
 PREPARED_CACHE_BYTES = 16 << 20
 REFERENCES_CACHE_BYTES = 4 << 20
+#: bytes of query plans kept, by text, pinned versions and parameter types
+PLAN_CACHE_BYTES = 16 << 20
 COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
 
 
@@ -172,6 +174,8 @@ class DuckEngine:
         #: schema): a query's result and parameter types depend only on its text and those
         #: schemas (ADBC prepares every statement it runs, twice with parameters)
         self._prepared = StatementCache(PREPARED_CACHE_BYTES)
+        #: (sql, pinned versions, parameter types) -> a query's plan (see _keep_plan)
+        self._plans = StatementCache(PLAN_CACHE_BYTES)
         #: sql -> the (table, version, as_of) it references (params.references), or None
         self._references = StatementCache(REFERENCES_CACHE_BYTES)
 
@@ -302,12 +306,89 @@ class DuckEngine:
         if len(rows) > 1:
             raise SqlError("a query binds exactly one row of parameters",
                            statement=st._short(sql), rows=len(rows))
-        tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
         ctx = _Ctx(session, cancel, ExecInfo(kind="select"), dict(extra or {}))
-        # bind_params copied the tree when it bound values: plan that copy in place
-        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0], ctx,
-                                 owned=stmt.param_count > 0)
+        pinner = self._pinner()
+        # the same text over the same pinned versions, parameters of the same types: the
+        # kept plan with this execution's pins and values (checked and run as any other)
+        qp = self._kept_plan(stmt, pinner, rows[0]) if not ctx.extra else None
+        if qp is not None:
+            reader = self._start(sql, qp, rows[0], ctx)
+        else:
+            tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
+            # bind_params copied the tree when it bound values: plan that copy in place
+            reader = self._run_query(stmt, tree, "query", pinner, rows[0], ctx,
+                                     owned=stmt.param_count > 0, keep=True)
         return QueryResult(reader.schema, reader, ctx.info)
+
+    # -- the plan cache: (text, pinned versions, parameter types) -> plan ----------------------
+
+    def _plan_key(self, stmt: st.Statement, pinner: sqlplan.Pinner,
+                  values: list[pa.Scalar]) -> tuple | None:
+        """The key of a query's kept plan: its text, whether its text runs (not its
+        rewritten tree, :func:`_literal_if_lossy`), each reference pinned now (table
+        uuid and version: a new head is a new key) and each parameter's type and
+        validity (a NULL makes no pruning hint). None when the query cannot be kept
+        (metadata functions, parameters in ``AT``, a reference that does not pin: the
+        planner then reports why)."""
+        refs = self._query_references(stmt)
+        if refs is None:
+            return None
+        try:
+            pins = []
+            for ref in refs:
+                m = pinner.pin(*ref).manifest
+                pins.append((*ref, m.table_uuid, m.version))
+        except Exception:  # noqa: BLE001 - the uncached path reports it
+            return None
+        lossy = _literal_if_lossy(stmt, values).spliceable
+        return (stmt.sql, lossy, tuple(pins),
+                tuple((str(v.type), v.is_valid) for v in values))
+
+    def _kept_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner,
+                   values: list[pa.Scalar]) -> sqlplan.QueryPlan | None:
+        """The plan kept for ``stmt`` at these pins and parameter types, rebuilt with this
+        execution's snapshots and values (pruning hints rebound), or None."""
+        key = self._plan_key(stmt, pinner, values)
+        kept = self._plans.get(key) if key is not None else None
+        if kept is None:
+            return None
+        text, scans = kept
+        out = []
+        for relation, table, pin, columns, terms in scans:
+            snap = pinner.pin(*pin)
+            prune = []
+            for term in terms:
+                term = sqlplan.rebind_term(term, values, snap.schema)
+                if term is not None:
+                    prune.append(term)
+            out.append(sqlplan.Scan(relation, table, snap, columns, tuple(prune)))
+        return sqlplan.QueryPlan(None, out, text)
+
+    def _keep_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner,
+                   values: list[pa.Scalar], qp: sqlplan.QueryPlan) -> None:
+        """Keep ``qp`` (just planned for ``stmt`` on ``pinner``) when it is a function of
+        the plan key alone: the user's text with the references spliced (so the text DuckDB
+        runs binds the values natively and does not hold them), no metadata functions, every
+        pruning hint's parameter operands known, and pins that are exactly the key's."""
+        if qp.text is None or qp.functions:
+            return
+        key = self._plan_key(stmt, pinner, values)
+        if key is None:
+            return
+        pins = {id(snap): pin for pin, snap in pinner.pins.items()}
+        if set(pinner.pins) != {p[:3] for p in key[2]}:
+            return
+        scans = []
+        size = len(qp.text)
+        for scan in qp.scans:
+            pin = pins.get(id(scan.snapshot))
+            if pin is None or any(t.params is None for t in scan.prune):
+                return
+            scans.append((scan.relation, scan.table, pin,
+                          None if scan.columns is None else tuple(scan.columns), scan.prune))
+            size += 128 + sum(len(c) for c in scan.columns or ()) \
+                + sum(sum(map(len, t.operands)) + 64 for t in scan.prune)
+        self._plans.put(key, (qp.text, tuple(scans)), stmt.sql, size)
 
     def _plan(self, stmt: st.Statement, bound: exp.Expression, part: str,
               pinner: sqlplan.Pinner, extra: frozenset[str] = frozenset(), *,
@@ -334,14 +415,21 @@ class DuckEngine:
 
     def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
                    pinner: sqlplan.Pinner, values: list[pa.Scalar],
-                   ctx: _Ctx, *, check_types=None, owned: bool = False
-                   ) -> pa.RecordBatchReader:
+                   ctx: _Ctx, *, check_types=None, owned: bool = False,
+                   keep: bool = False) -> pa.RecordBatchReader:
         """Plan, verify, register and start a query; the returned reader owns the cursor.
         ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams.
-        ``owned``: see :meth:`_plan`."""
+        ``owned``: see :meth:`_plan`; ``keep``: keep the plan (:meth:`_keep_plan`)."""
         sql = stmt.sql
-        stmt = _literal_if_lossy(stmt, values)
-        qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra), owned=owned)
+        qp = self._plan(_literal_if_lossy(stmt, values), bound, part, pinner,
+                        frozenset(ctx.extra), owned=owned)
+        if keep:
+            self._keep_plan(stmt, pinner, values, qp)
+        return self._start(sql, qp, values, ctx, check_types=check_types)
+
+    def _start(self, sql: str, qp: sqlplan.QueryPlan, values: list[pa.Scalar], ctx: _Ctx,
+               *, check_types=None) -> pa.RecordBatchReader:
+        """Verify ``qp`` (every time: the guard), register its relations and start it."""
         self._verify(qp, sql, ctx.extra)
         params = _native_params(values) if qp.needs_params and values else None
         cur = self._cursors.cursor()
