@@ -180,3 +180,20 @@ def test_a_kept_plan_reads_and_prunes_as_a_fresh_one(tmp_path, sql, runs):
                 fresh.close()
     finally:
         kept.close()
+
+
+def test_a_point_read_runs_once_per_execution_and_never_to_describe(engine, monkeypatch):
+    """A table with deleted rows takes the prefetch path (the point read by DuckDB ahead of
+    the statement): ADBC's prepare, prepare with the bound values, execute read it once."""
+    import flightsrv.engine.duck as duck
+
+    s = Session("s")
+    engine.execute_update("DELETE FROM items WHERE id = 11", s)
+    reads = _counting(monkeypatch, duck, "_prefetch")
+    for v in (10, 11, 12):
+        engine.prepare(POINT, s)
+        engine.prepare(POINT, s, _param(v))
+        assert len(reads) == (v - 10)
+        got = engine.execute_query(POINT, s, _param(v)).reader.read_all()
+        assert got.column("id").to_pylist() == ([] if v == 11 else [v])
+        assert len(reads) == v - 9

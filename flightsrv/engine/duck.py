@@ -361,7 +361,8 @@ class DuckEngine:
                 term = sqlplan.rebind_term(term, values, snap.schema)
                 if term is not None:
                     prune.append(term)
-            out.append(sqlplan.Scan(relation, table, snap, columns, tuple(prune)))
+            out.append(sqlplan.Scan(relation, table, snap,
+                                    None if columns is None else list(columns), tuple(prune)))
         return sqlplan.QueryPlan(None, out, text)
 
     def _keep_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner,
