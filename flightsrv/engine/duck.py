@@ -42,13 +42,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import threading
-from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
 import pyarrow as pa
-from cachetools import LRUCache
 from sqlglot import exp
 
 from flightsrv.engine import guard
@@ -66,9 +62,11 @@ from flightsrv.engine.api import (
 )
 from flightsrv.engine import maskext
 from flightsrv.engine.connection import CursorSource, open_locked, run_to_arrow
+from flightsrv.engine.context import StatementContext, table_pinner
 from flightsrv.engine.dml import Dml
 from flightsrv.engine.group_commit import GroupCommitter
-from flightsrv.engine.params import kind_name, parameter_schema, schema_key
+from flightsrv.engine.params import kind_name, parameter_schema, references, schema_key
+from flightsrv.engine.plancache import StatementCache
 from flightsrv.engine.stream import (
     coalesce,
     decoded,
@@ -110,7 +108,12 @@ MASKED_SCANS = "prefetch"
 MASKED_MAX_GROUPS = 2
 DEFAULT_MIN_BATCH_ROWS = 65_536  # coalesce smaller result batches up to this many rows
 MAX_COALESCE_BYTES = 8 << 20  # ... or this many bytes, whichever comes first
-PREPARED_CACHE = 1024  # result schemas of prepared queries kept, by text and table schemas
+#: bytes of prepared-query descriptions (result schema, parameter types) kept, by text and
+#: the referenced tables' schemas, and of the tables each query text references
+PREPARED_CACHE_BYTES = 16 << 20
+REFERENCES_CACHE_BYTES = 4 << 20
+#: bytes of query plans kept, by text, pinned versions and parameter types
+PLAN_CACHE_BYTES = 16 << 20
 COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
 
 
@@ -119,24 +122,8 @@ COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)]
 _parse = functools.lru_cache(maxsize=4096)(st.parse_statement)
 
 
-@dataclass
-class _Ctx:
-    """One statement's execution: who runs it, how to stop it, what it did."""
-
-    session: Session
-    cancel: Cancel | None = None
-    info: ExecInfo = field(default_factory=ExecInfo)
-    extra: dict[str, pa.Table] = field(default_factory=dict)  # relations bound by name
-    failures: list = field(default_factory=list)  # raised inside scans while DuckDB pulls
-    natives: dict = field(default_factory=dict)  # local path -> (table, key, version) read
-    #: what result names and messages show for the relations the statement registered
-    names: PublicNames = field(default_factory=PublicNames)
-    #: mask slots (:mod:`flightsrv.engine.maskext`) pinned until the statement's cursor closes
-    mask_slots: list = field(default_factory=list)
-
-    def check(self, sql: str) -> None:
-        if self.cancel is not None:
-            self.cancel.check(statement=st._short(sql))
+#: one statement's execution state (the name engine.dml uses)
+_Ctx = StatementContext
 
 
 def _prefetch(cur: duckdb.DuckDBPyConnection, text: str, tables: dict[str, pa.Table]
@@ -194,10 +181,14 @@ class DuckEngine:
                                                  temp_directory=temp_directory))
         self._dml = Dml(self)
         self._writes = Writes(self)
-        #: (sql, signature of the referenced tables' schemas) -> result schema; a query's
-        #: result types depend only on its text and those schemas
-        self._schemas: LRUCache = LRUCache(maxsize=PREPARED_CACHE)
-        self._schemas_lock = threading.Lock()
+        #: (sql, signature of the referenced tables' schemas) -> (result schema, parameter
+        #: schema): a query's result and parameter types depend only on its text and those
+        #: schemas (ADBC prepares every statement it runs, twice with parameters)
+        self._prepared = StatementCache(PREPARED_CACHE_BYTES)
+        #: (sql, pinned versions, parameter types) -> a query's plan (see _keep_plan)
+        self._plans = StatementCache(PLAN_CACHE_BYTES)
+        #: sql -> the (table, version, as_of) it references (params.references), or None
+        self._references = StatementCache(REFERENCES_CACHE_BYTES)
 
     def close(self) -> None:
         self._cursors.close()
@@ -235,32 +226,35 @@ class DuckEngine:
         stmt = _parse(sql)
         # one pin per table for the whole prepare (parameter types and the result schema)
         pinner = self._pinner()
-        param_schema = parameter_schema(stmt, lambda name: pinner.pin(name).schema)
         if isinstance(stmt, st.Maintenance):
-            return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA, param_schema,
+            return Prepared(sql, StatementKind.QUERY, mx.MAINTENANCE_SCHEMA,
+                            parameter_schema(stmt, lambda name: pinner.pin(name).schema),
                             effects=True, statement_kind="maintenance")
         if not isinstance(stmt, st.Query):
-            return Prepared(sql, StatementKind.UPDATE, pa.schema([]), param_schema,
+            return Prepared(sql, StatementKind.UPDATE, pa.schema([]),
+                            parameter_schema(stmt, lambda name: pinner.pin(name).schema),
                             effects=True, statement_kind=kind_name(stmt))
         # Bind every parameter as NULL and run the query with LIMIT 0 over empty stand-ins
-        # of the pinned relations: types come from DuckDB, no data is read. Cached by the
-        # text and the referenced tables' schemas (ADBC prepares every statement it runs).
-        # With ``params`` (the first row, as execute_query binds it) the schema is the one
-        # those values give (``SELECT ? AS v``); that one is not cached.
+        # of the pinned relations: types come from DuckDB, no data is read. Cached, with
+        # the parameter types, by the text and the referenced tables' schemas (ADBC
+        # prepares every statement it runs). With ``params`` (the first row, as
+        # execute_query binds it) the schema is the one those values give (``SELECT ? AS
+        # v``); that one is not cached.
         bound = self._param_rows(stmt, params)[0] \
             if params is not None and stmt.param_count and _params_type_results(stmt.tree) \
             else None
-        key = schema_key(stmt, pinner) if bound is None else None
+        key = schema_key(stmt, pinner, self._query_references(stmt)) \
+            if bound is None else None
         if key is not None:
-            with self._schemas_lock:
-                schema = self._schemas.get(key)
-            if schema is not None:
-                return Prepared(sql, StatementKind.QUERY, schema, param_schema,
+            hit = self._prepared.get(key)
+            if hit is not None:
+                return Prepared(sql, StatementKind.QUERY, hit[0], hit[1],
                                 statement_kind="select")
+        param_schema = parameter_schema(stmt, lambda name: pinner.pin(name).schema)
         values = bound if bound is not None else [pa.scalar(None)] * stmt.param_count
         tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
         stmt = _literal_if_lossy(stmt, values)
-        qp = self._plan(stmt, tree, "query", pinner)
+        qp = self._plan(stmt, tree, "query", pinner, owned=stmt.param_count > 0)
         self._verify(qp, sql, {})
         native = _native_params(values) if qp.needs_params and stmt.param_count else None
         ctx = _Ctx(session)
@@ -283,9 +277,21 @@ class DuckEngine:
                 raise native_failure(e, ctx.natives) or \
                     sql_error(e, sql, PublicNames(qp.names)) from None
         if key is not None:
-            with self._schemas_lock:
-                self._schemas[key] = schema  # evicts the least recently used
+            size = sum(len(p[2]) for p in key[1]) + schema.serialize().size \
+                + param_schema.serialize().size
+            self._prepared.put(key, (schema, param_schema), sql, size)
         return Prepared(sql, StatementKind.QUERY, schema, param_schema, statement_kind="select")
+
+    def _query_references(self, stmt: st.Statement) -> tuple | None:
+        """:func:`~flightsrv.engine.params.references` of ``stmt``, cached by its text
+        (a pure function of it); None is cached as ``()`` marked uncachable."""
+        hit = self._references.get(stmt.sql)
+        if hit is not None:
+            return hit[0]
+        refs = references(stmt)
+        self._references.put(stmt.sql, (refs,), stmt.sql,
+                             sum(len(r[0]) + len(r[2] or "") + 64 for r in refs or ()))
+        return refs
 
     # -- Engine: queries ---------------------------------------------------------------------
 
@@ -314,14 +320,97 @@ class DuckEngine:
         if len(rows) > 1:
             raise SqlError("a query binds exactly one row of parameters",
                            statement=st._short(sql), rows=len(rows))
-        tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
         ctx = _Ctx(session, cancel, ExecInfo(kind="select"), dict(extra or {}))
-        reader = self._run_query(stmt, tree, "query", self._pinner(), rows[0], ctx)
+        pinner = self._pinner()
+        # the same text over the same pinned versions, parameters of the same types: the
+        # kept plan with this execution's pins and values (checked and run as any other)
+        qp = self._kept_plan(stmt, pinner, rows[0]) if not ctx.extra else None
+        if qp is not None:
+            reader = self._start(sql, qp, rows[0], ctx)
+        else:
+            tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
+            # bind_params copied the tree when it bound values: plan that copy in place
+            reader = self._run_query(stmt, tree, "query", pinner, rows[0], ctx,
+                                     owned=stmt.param_count > 0, keep=True)
         return QueryResult(reader.schema, reader, ctx.info)
 
+    # -- the plan cache: (text, pinned versions, parameter types) -> plan ----------------------
+
+    def _plan_key(self, stmt: st.Statement, pinner: sqlplan.Pinner,
+                  values: list[pa.Scalar]) -> tuple | None:
+        """The key of a query's kept plan: its text, whether its text runs (not its
+        rewritten tree, :func:`_literal_if_lossy`), each reference pinned now (table
+        uuid and version: a new head is a new key) and each parameter's type and
+        validity (a NULL makes no pruning hint). None when the query cannot be kept
+        (metadata functions, parameters in ``AT``, a reference that does not pin: the
+        planner then reports why)."""
+        refs = self._query_references(stmt)
+        if refs is None:
+            return None
+        try:
+            pins = []
+            for ref in refs:
+                m = pinner.pin(*ref).manifest
+                pins.append((*ref, m.table_uuid, m.version))
+        except Exception:  # noqa: BLE001 - the uncached path reports it
+            return None
+        lossy = _literal_if_lossy(stmt, values).spliceable
+        return (stmt.sql, lossy, tuple(pins),
+                tuple((str(v.type), v.is_valid) for v in values))
+
+    def _kept_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner,
+                   values: list[pa.Scalar]) -> sqlplan.QueryPlan | None:
+        """The plan kept for ``stmt`` at these pins and parameter types, rebuilt with this
+        execution's snapshots and values (pruning hints rebound), or None."""
+        key = self._plan_key(stmt, pinner, values)
+        kept = self._plans.get(key) if key is not None else None
+        if kept is None:
+            return None
+        text, scans = kept
+        out = []
+        for relation, table, pin, columns, terms in scans:
+            snap = pinner.pin(*pin)
+            prune = []
+            for term in terms:
+                term = sqlplan.rebind_term(term, values, snap.schema)
+                if term is not None:
+                    prune.append(term)
+            out.append(sqlplan.Scan(relation, table, snap,
+                                    None if columns is None else list(columns), tuple(prune)))
+        return sqlplan.QueryPlan(None, out, text)
+
+    def _keep_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner,
+                   values: list[pa.Scalar], qp: sqlplan.QueryPlan) -> None:
+        """Keep ``qp`` (just planned for ``stmt`` on ``pinner``) when it is a function of
+        the plan key alone: the user's text with the references spliced (so the text DuckDB
+        runs binds the values natively and does not hold them), no metadata functions, every
+        pruning hint's parameter operands known, and pins that are exactly the key's."""
+        if qp.text is None or qp.functions:
+            return
+        key = self._plan_key(stmt, pinner, values)
+        if key is None:
+            return
+        pins = {id(snap): pin for pin, snap in pinner.pins.items()}
+        if set(pinner.pins) != {p[:3] for p in key[2]}:
+            return
+        scans = []
+        size = len(qp.text)
+        for scan in qp.scans:
+            pin = pins.get(id(scan.snapshot))
+            if pin is None or any(t.params is None for t in scan.prune):
+                return
+            scans.append((scan.relation, scan.table, pin,
+                          None if scan.columns is None else tuple(scan.columns), scan.prune))
+            size += 128 + sum(len(c) for c in scan.columns or ()) \
+                + sum(sum(map(len, t.operands)) + 64 for t in scan.prune)
+        self._plans.put(key, (qp.text, tuple(scans)), stmt.sql, size)
+
     def _plan(self, stmt: st.Statement, bound: exp.Expression, part: str,
-              pinner: sqlplan.Pinner, extra: frozenset[str] = frozenset()) -> sqlplan.QueryPlan:
-        """Plan the query part of ``stmt`` (``part``: query | ctas | insert)."""
+              pinner: sqlplan.Pinner, extra: frozenset[str] = frozenset(), *,
+              owned: bool = False) -> sqlplan.QueryPlan:
+        """Plan the query part of ``stmt`` (``part``: query | ctas | insert). ``owned``:
+        ``bound`` is this statement's own copy (``bind_params`` made it), planned in place
+        rather than copied again."""
         query = bound if part == "query" else bound.expression
         original = stmt.tree if part == "query" else stmt.tree.expression
         source = sqlplan.query_source(stmt.text, stmt.tree, part) if stmt.spliceable else None
@@ -331,7 +420,7 @@ class DuckEngine:
                     if p.find_ancestor(exp.HistoricalData) is None}
             if used != {str(i) for i in range(1, stmt.param_count + 1)}:
                 source = None
-        return sqlplan.plan_query(query, pinner, stmt.sql, source, extra=extra)
+        return sqlplan.plan_query(query, pinner, stmt.sql, source, extra=extra, copy=not owned)
 
     @staticmethod
     def _verify(qp: sqlplan.QueryPlan, sql: str, extra: dict) -> None:
@@ -341,12 +430,21 @@ class DuckEngine:
 
     def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
                    pinner: sqlplan.Pinner, values: list[pa.Scalar],
-                   ctx: _Ctx, *, check_types=None) -> pa.RecordBatchReader:
+                   ctx: _Ctx, *, check_types=None, owned: bool = False,
+                   keep: bool = False) -> pa.RecordBatchReader:
         """Plan, verify, register and start a query; the returned reader owns the cursor.
-        ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams."""
+        ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams.
+        ``owned``: see :meth:`_plan`; ``keep``: keep the plan (:meth:`_keep_plan`)."""
         sql = stmt.sql
-        stmt = _literal_if_lossy(stmt, values)
-        qp = self._plan(stmt, bound, part, pinner, frozenset(ctx.extra))
+        qp = self._plan(_literal_if_lossy(stmt, values), bound, part, pinner,
+                        frozenset(ctx.extra), owned=owned)
+        if keep:
+            self._keep_plan(stmt, pinner, values, qp)
+        return self._start(sql, qp, values, ctx, check_types=check_types)
+
+    def _start(self, sql: str, qp: sqlplan.QueryPlan, values: list[pa.Scalar], ctx: _Ctx,
+               *, check_types=None) -> pa.RecordBatchReader:
+        """Verify ``qp`` (every time: the guard), register its relations and start it."""
         ctx.names = PublicNames(qp.names)
         self._verify(qp, sql, ctx.extra)
         params = _native_params(values) if qp.needs_params and values else None
@@ -707,19 +805,7 @@ class DuckEngine:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _pinner(self) -> sqlplan.Pinner:
-        tables: dict[str, Any] = {}
-
-        def resolve(name: str, version: int | None, as_of: str | None):
-            if name not in tables:
-                try:
-                    tables[name] = self.warehouse.handle(name)
-                except ConfigurationError as e:  # not even a valid name (e.g. a file path)
-                    raise TableNotFound("no such table", table=name, reason=e.message) from None
-            if version is None and as_of is None:
-                return tables[name].snapshot()
-            return tables[name].snapshot(version=version, as_of=as_of)
-
-        return sqlplan.Pinner(resolve)
+        return table_pinner(self.warehouse)
 
     @staticmethod
     def _param_rows(stmt: st.Statement, params: pa.RecordBatch | None) -> list[list[pa.Scalar]]:

@@ -86,11 +86,12 @@ def kind_name(stmt: st.Statement) -> str:
             st.AlterTable: "alter"}.get(type(stmt), "select")
 
 
-def schema_key(stmt: st.Statement, pinner: sqlplan.Pinner) -> tuple | None:
-    """(text, (table, uuid, schema JSON) per reference) for a query whose result schema
-    depends on nothing else; pins the references on ``pinner`` (the plan reuses the pins).
-    None when unsure (metadata functions, parameters in AT, any error: the caller then
-    takes the uncached path, which reports errors properly)."""
+def references(stmt: st.Statement) -> tuple | None:
+    """The tables a query reads, as ``(name, version, as_of)`` per reference (the binder's
+    resolution with SQL scoping, time travel read from ``AT``): a pure function of the
+    statement's text. None when the result schema may depend on more than those tables
+    (metadata functions, relations bound by name, parameters inside ``AT``) or the binder
+    refuses the text (the uncached path then reports why)."""
     try:
         tree = stmt.tree
         if any(True for _ in tree.find_all(exp.HistoricalData)
@@ -99,12 +100,32 @@ def schema_key(stmt: st.Statement, pinner: sqlplan.Pinner) -> tuple | None:
         bound = binder.bind(tree.copy(), stmt.sql)
         if bound.functions or bound.extras:
             return None
+        return tuple((ref.name, *sqlplan._time_travel(ref, stmt.sql)) for ref in bound.tables)
+    except Exception:  # noqa: BLE001 - see docstring
+        return None
+
+
+def schema_key(stmt: st.Statement, pinner: sqlplan.Pinner,
+               refs: tuple | None = None) -> tuple | None:
+    """(text, (table, uuid, schema JSON) per reference) for a query whose result schema and
+    parameter types depend on nothing else; pins the references on ``pinner`` (the plan
+    reuses the pins). A time-travelling reference also keys the head's schema (parameter
+    types are read from it). ``refs``: :func:`references` of ``stmt``, when the caller has
+    them cached. None when unsure (see :func:`references`, or a table that cannot be
+    pinned: the caller then takes the uncached path, which reports errors properly)."""
+    if refs is None:
+        refs = references(stmt)
+    if refs is None:
+        return None
+    try:
         parts = []
-        for ref in bound.tables:
-            version, as_of = sqlplan._time_travel(ref, stmt.sql)
-            snap = pinner.pin(ref.name, version, as_of)
+        for name, version, as_of in refs:
+            snap = pinner.pin(name, version, as_of)
             m = snap.manifest
-            parts.append((ref.name, m.table_uuid, json.dumps(m.schema, sort_keys=True)))
+            parts.append((name, m.table_uuid, json.dumps(m.schema, sort_keys=True)))
+            if version is not None or as_of is not None:
+                head = pinner.pin(name).manifest
+                parts.append((name, head.table_uuid, json.dumps(head.schema, sort_keys=True)))
         return stmt.sql, tuple(parts)
     except Exception:  # noqa: BLE001 - see docstring
         return None

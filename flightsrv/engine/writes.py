@@ -6,8 +6,6 @@ committer."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
-
 import duckdb
 import pyarrow as pa
 import sqlglot
@@ -16,6 +14,7 @@ from sqlglot import exp
 from flightsrv.engine import guard
 from flightsrv.engine import relations as rels
 from flightsrv.engine.api import Cancel, IngestMode, Role, Session
+from flightsrv.engine.context import QueryRunner, StatementContext
 from flightsrv.engine.stream import RowCounter, sql_error, stream_batches
 from flightsrv.errors import (
     ConfigurationError,
@@ -27,18 +26,16 @@ from flightsrv.errors import (
 from flightsrv.sql import statements as st
 from flightsrv.table.schema import write_defaults
 
-if TYPE_CHECKING:
-    from flightsrv.engine.duck import DuckEngine, _Ctx
-
 
 class Writes:
-    """The writing statements of one :class:`~flightsrv.engine.duck.DuckEngine`."""
+    """The writing statements of one engine (:class:`~flightsrv.engine.duck.DuckEngine`,
+    seen through :class:`~flightsrv.engine.context.QueryRunner`)."""
 
-    def __init__(self, engine: "DuckEngine"):
+    def __init__(self, engine: QueryRunner):
         self.engine = engine
 
     def insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar],
-                ctx: _Ctx) -> int:
+                ctx: StatementContext) -> int:
         table = self.engine._table(stmt.table)
         pinner = self.engine._pinner()
         target = pinner.pin(stmt.table).schema
@@ -98,7 +95,7 @@ class Writes:
         return tree
 
     def cast_for_insert(self, reader: pa.RecordBatchReader, columns: list[str],
-                         target: pa.Schema, stmt: st.Statement, ctx: _Ctx,
+                         target: pa.Schema, stmt: st.Statement, ctx: StatementContext,
                          defaults: dict | None = None) -> pa.RecordBatchReader:
         """The INSERT's rows in the table's column order and types, cast by DuckDB (as an
         INSERT into a DuckDB table would: ``'5'`` into an integer is 5, 2.5 rounds to 3, a
@@ -168,7 +165,7 @@ class Writes:
         return 0
 
     def ctas(self, stmt: st.CreateTableAs, tree: exp.Expression,
-              values: list[pa.Scalar], ctx: _Ctx) -> int:
+              values: list[pa.Scalar], ctx: StatementContext) -> int:
         """CREATE [OR REPLACE] TABLE ... AS: the query's rows are written first and committed
         with the new table in one commit; a query that fails (or a cancel) commits nothing
         and, for OR REPLACE, leaves the old table as it was."""

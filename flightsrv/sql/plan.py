@@ -44,6 +44,9 @@ from flightsrv.sql.statements import DIALECT, _tokenize, error
 Resolver = Callable[[str, "int | None", "str | None"], Any]
 
 RELATION_PREFIX = "__fsrv_r"  # reserved prefix (flightsrv.sql.binder.RESERVED)
+#: the ``meta`` key :func:`bind_params` marks each bound value's literal with (its
+#: parameter's index), so a plan knows which pruning constants came from parameters
+PARAM_META = "fsrv_param"
 
 
 # -- parameters ----------------------------------------------------------------------
@@ -64,7 +67,9 @@ def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
             i = int(str(node.this)) - 1
             if not 0 <= i < len(literals):
                 raise error(f"parameter ${i + 1} has no value", sql, node)
-            return literals[i].copy()
+            lit = literals[i].copy()
+            lit.meta[PARAM_META] = i
+            return lit
         return node
 
     return tree.copy().transform(swap)
@@ -208,14 +213,15 @@ def _time_travel(table: exp.Table, sql: str) -> tuple[int | None, str | None]:
 
 def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
                source: tuple[str, int, int] | None = None, *,
-               extra: frozenset[str] = frozenset()) -> QueryPlan:
+               extra: frozenset[str] = frozenset(), copy: bool = True) -> QueryPlan:
     """Pin and rewrite every table reference in ``query`` (already bound); see module doc.
 
     ``source`` = (text, start, end): where ``query`` sits in the statement text (its nodes'
     token offsets refer to ``text``). When given, the plan also carries that text with only
-    the table references spliced (see :attr:`QueryPlan.text`).
+    the table references spliced (see :attr:`QueryPlan.text`). ``copy=False``: ``query``
+    belongs to the caller's statement alone (a copy it made) and is rewritten in place.
     """
-    tree = query.copy()
+    tree = query.copy() if copy else query
     bound = binder.bind(tree, sql, extra=extra)
     refs, calls = bound.tables, bound.functions
     functions = []
@@ -486,6 +492,10 @@ class PruneTerm:
     column: str  # the table's own column name
     op: str  # = <> < <= > >= in between is_null not_null
     operands: tuple[str, ...] = ()
+    #: per operand, the index of the bound parameter it is the value of, or -1 for a
+    #: constant of the text; None when unknown (a parameter nested inside an operand):
+    #: see :func:`rebind_term`
+    params: tuple[int, ...] | None = field(default=None, compare=False)
 
 
 def _constant_class(node: exp.Expression) -> str | None:
@@ -585,7 +595,68 @@ def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
     cclass = _column_class(f.type)
     if cclass is None or not all(_comparable(cclass, _constant_class(o)) for o in operands):
         return None
-    return PruneTerm(f.name, op, tuple(_operand_sql(o) for o in operands))
+    return PruneTerm(f.name, op, tuple(_operand_sql(o) for o in operands),
+                     _operand_params(operands))
+
+
+def _operand_params(operands: list[exp.Expression]) -> tuple[int, ...] | None:
+    """:attr:`PruneTerm.params` of ``operands``."""
+    out = []
+    for o in operands:
+        k = o.meta.get(PARAM_META) if o._meta else None
+        if k is None and any(n._meta and PARAM_META in n.meta for n in o.walk()):
+            return None  # a parameter inside an operand (``(?)``, ``CAST(? AS INT)``)
+        out.append(-1 if k is None else k)
+    return tuple(out)
+
+
+def rebind_term(term: PruneTerm, values: Sequence[pa.Scalar], schema: pa.Schema
+                ) -> PruneTerm | None:
+    """The hint ``term`` (planned with other values of the same parameters) gives for
+    ``values``: each parameter's operand spelled and checked as :func:`bind_params` and
+    :func:`_make_term` would for these values; None when this value makes no hint (a hint
+    only skips what cannot match, so a missing one costs reading, never rows). The term
+    must carry :attr:`PruneTerm.params`."""
+    if term.params is None:
+        raise ValueError("a term without parameter sources cannot be rebound")
+    if all(k < 0 for k in term.params):
+        return term
+    cclass = _column_class(schema.field(term.column).type)
+    operands = []
+    for text, k in zip(term.operands, term.params, strict=True):
+        if k < 0:
+            operands.append(text)
+            continue
+        value = values[k]
+        shape = _integer_shape(value.type) if value.is_valid and cclass == "num" else None
+        if shape is not None:  # what the lines below give, without parsing the literal
+            operands.append(f"{shape[0]}{value.as_py()}{shape[1]}")
+            continue
+        node = _parse_literal(sqltypes.parameter_literal(value, k + 1))
+        if cclass is None or not _comparable(cclass, _constant_class(node)):
+            return None
+        operands.append(_operand_sql(node))
+    return PruneTerm(term.column, term.op, tuple(operands), term.params)
+
+
+@functools.lru_cache(maxsize=64)
+def _integer_shape(t: pa.DataType) -> tuple[str, str] | None:
+    """(prefix, suffix) such that a bound integer ``v`` of type ``t`` gives the pruning
+    operand ``prefix + str(v) + suffix`` (a "num" constant), as parsing its literal does:
+    checked on 12, 67 and (signed types) -12 when first asked; None for other types or
+    another shape."""
+    if not pa.types.is_integer(t):
+        return None
+    shapes = set()
+    for v in (12, 67) + ((-12,) if pa.types.is_signed_integer(t) else ()):
+        node = _parse_literal(sqltypes.parameter_literal(pa.scalar(v, t), 1))
+        if _constant_class(node) != "num":
+            return None
+        text = _operand_sql(node)
+        if text.count(str(v)) != 1:
+            return None
+        shapes.add(tuple(text.split(str(v))))
+    return shapes.pop() if len(shapes) == 1 else None
 
 
 def _column_terms(cond: exp.Expression):

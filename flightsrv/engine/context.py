@@ -1,0 +1,81 @@
+"""What every phase of one statement shares, below the engine that runs it.
+
+- :class:`StatementContext`: who runs a statement, how to stop it, what it did (the
+  per-execution state the plan, register, execute and stream phases fill in);
+- :func:`table_pinner`: the :class:`~flightsrv.sql.plan.Pinner` of one statement over a
+  warehouse (each referenced table pinned once, at the head unless the statement time
+  travels);
+- :class:`QueryRunner`: the part of the engine the writing statements
+  (:mod:`flightsrv.engine.writes`) use, so they depend on this module and not on
+  :mod:`flightsrv.engine.duck` (which depends on them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import pyarrow as pa
+from sqlglot import exp
+
+from flightsrv.engine.api import Cancel, ExecInfo, Session
+from flightsrv.errors import ConfigurationError, TableNotFound
+from flightsrv.sql import plan as sqlplan
+from flightsrv.sql import statements as st
+from flightsrv.sql.names import PublicNames
+
+
+@dataclass
+class StatementContext:
+    """One statement's execution: who runs it, how to stop it, what it did."""
+
+    session: Session
+    cancel: Cancel | None = None
+    info: ExecInfo = field(default_factory=ExecInfo)
+    extra: dict[str, pa.Table] = field(default_factory=dict)  # relations bound by name
+    failures: list = field(default_factory=list)  # raised inside scans while DuckDB pulls
+    natives: dict = field(default_factory=dict)  # local path -> (table, key, version) read
+    #: what result names and messages show for the relations the statement registered
+    names: PublicNames = field(default_factory=PublicNames)
+    #: mask slots (:mod:`flightsrv.engine.maskext`) pinned until the statement's cursor closes
+    mask_slots: list = field(default_factory=list)
+
+    def check(self, sql: str) -> None:
+        if self.cancel is not None:
+            self.cancel.check(statement=st._short(sql))
+
+
+def table_pinner(warehouse) -> sqlplan.Pinner:
+    """A fresh pinner over ``warehouse``: one per statement execution, so a statement reads
+    each table's head as of its own start (``TableNotFound`` for a name that is not even a
+    valid table name)."""
+    tables: dict[str, Any] = {}
+
+    def resolve(name: str, version: int | None, as_of: str | None):
+        if name not in tables:
+            try:
+                tables[name] = warehouse.handle(name)
+            except ConfigurationError as e:  # not even a valid name (e.g. a file path)
+                raise TableNotFound("no such table", table=name, reason=e.message) from None
+        if version is None and as_of is None:
+            return tables[name].snapshot()
+        return tables[name].snapshot(version=version, as_of=as_of)
+
+    return sqlplan.Pinner(resolve)
+
+
+class QueryRunner(Protocol):
+    """What :class:`~flightsrv.engine.writes.Writes` needs of its engine."""
+
+    warehouse: Any
+    batch_size: int
+    committer: Any  # a GroupCommitter, or None (append directly)
+    _sandbox: Any  # CursorSource of the database that can open no file
+
+    def _table(self, name: str) -> Any: ...
+
+    def _pinner(self) -> sqlplan.Pinner: ...
+
+    def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
+                   pinner: sqlplan.Pinner, values: list[pa.Scalar], ctx: StatementContext,
+                   *, check_types: Callable | None = None) -> pa.RecordBatchReader: ...
