@@ -145,7 +145,9 @@ def bench_pyiceberg(ctx: Context, data: pa.Table, ours: tuple, repeat: int) -> R
         from pyiceberg.expressions import In
     except ImportError as exc:
         return Row("delete vs pyiceberg", rows_label(n), "skipped", "-", None,
-                   note=f"pyiceberg[sql-sqlite] not installed ({type(exc).__name__})")
+                   note=f"pyiceberg[sql-sqlite] not installed ({type(exc).__name__}); it "
+                        "needs SQLAlchemy 2, which the test extra excludes: use a virtualenv "
+                        "without .[test]")
     path = ctx.tempdir("del-iceberg")
     try:
         with warnings.catch_warnings():
