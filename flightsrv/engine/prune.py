@@ -59,8 +59,8 @@ among them. Anything unconfirmed prunes nothing.
 from __future__ import annotations
 
 import bisect
-import json
 import itertools
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
