@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from _server_harness import READER, WRITER, desc, fetch, make_table, query, start
+from _server_harness import READER, WRITER, desc, fetch, make_table, opts, query, start
 from pyarrow import flight
 
 from flightsrv.server import proto
@@ -78,3 +78,128 @@ def test_a_pathological_table_pattern_is_answered_at_once_and_stalls_nobody(serv
         time.sleep(0.3)
     assert not probe.errors and probe.latencies
     assert probe.p99() < 1.0
+
+
+# -- admission control (issue 32) ----------------------------------------------------------
+
+
+def _metric(server, name: str) -> float:
+    return server.metrics.registry.get_sample_value(name) or 0.0
+
+
+def test_32_clients_of_one_principal_queue_for_4_slots_and_all_succeed(tmp_path):
+    server, engine, wh, uri = start(tmp_path, max_concurrent_queries=4, query_timeout_s=60)
+    make_table(wh, "t", batches=1, rows=100)
+    results: list = []
+    errors: list = []
+    peak_queued = []
+
+    def client_run(i: int):
+        try:
+            with flight.connect(uri) as c:
+                sql = f"SELECT count(*) + {i} AS n FROM range(3000000) WHERE range % 3 = 0"
+                _, table = fetch(c, query(sql), WRITER)
+                results.append(table.column("n")[0].as_py() - i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client_run, args=(i,)) for i in range(32)]
+    try:
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            peak_queued.append(_metric(server, "flightsrv_queries_queued"))
+            assert _metric(server, "flightsrv_queries_in_flight") <= 4
+            time.sleep(0.02)
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        assert results == [1000000] * 32
+        assert max(peak_queued) > 0  # some really waited
+        assert _metric(server, "flightsrv_queue_wait_seconds_count") >= 32
+        assert _metric(server, "flightsrv_queries_queued") == 0
+    finally:
+        server.shutdown()
+        engine.close()
+
+
+def test_a_flooding_principal_does_not_stop_another(tmp_path):
+    server, engine, wh, uri = start(tmp_path, max_concurrent_queries=2, query_timeout_s=2)
+    stop = threading.Event()
+    outcomes: list = []
+
+    def flood():
+        with flight.connect(uri) as c:
+            while not stop.is_set():
+                try:
+                    fetch(c, query("SELECT count(*) FROM range(20000000)"), READER)
+                    outcomes.append("ok")
+                except flight.FlightTimedOutError as exc:
+                    assert "limit=max_concurrent_queries value=2" in str(exc) \
+                        or "timed out" in str(exc)
+                    outcomes.append("timeout")
+
+    flooders = [threading.Thread(target=flood) for _ in range(12)]
+    try:
+        with Probe(uri, WRITER) as probe:
+            for t in flooders:
+                t.start()
+            time.sleep(4)
+            stop.set()
+            for t in flooders:
+                t.join(30)
+        assert not probe.errors, probe.errors[:3]
+        assert len(probe.latencies) >= 10
+        assert probe.p99() < 1.0, sorted(probe.latencies)[-5:]
+        assert outcomes
+    finally:
+        server.shutdown()
+        engine.close()
+
+
+# -- DoPut streams (issue 30 #10) -----------------------------------------------------------
+
+
+def test_idle_doput_streams_are_limited_per_principal(tmp_path):
+    """Idle parameter streams hold a server thread each: a principal gets max_open_puts."""
+    import pyarrow as pa
+    from _server_harness import prepare, update
+
+    server, engine, wh, uri = start(tmp_path, max_open_puts=3)
+    make_table(wh, "t", batches=1, rows=10)
+    client = flight.connect(uri)
+    schema = pa.schema([("p", pa.int64())])
+    idle = []
+    try:
+        handle = prepare(client, "SELECT ? AS v", READER)
+        bind = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
+        for _ in range(3):
+            idle.append(client.do_put(bind, schema, opts(READER)))
+        deadline = time.monotonic() + 5
+        while _metric(server, "flightsrv_puts_open") < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _metric(server, "flightsrv_puts_open") == 3
+        writer, reader = client.do_put(bind, schema, opts(READER))
+        with pytest.raises(flight.FlightUnavailableError, match="limit=max_open_puts value=3"):
+            writer.done_writing()
+            reader.read()
+            writer.close()
+        # another principal is not affected
+        assert update(client, "INSERT INTO t VALUES (99, 'x')", WRITER) == 1
+        # closing one lets the next in
+        w, r = idle.pop()
+        w.done_writing()
+        w.close()
+        deadline = time.monotonic() + 5
+        while _metric(server, "flightsrv_puts_open") > 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        w, r = client.do_put(bind, schema, opts(READER))
+        w.write_batch(pa.record_batch([pa.array([7], pa.int64())], schema=schema))
+        w.done_writing()
+        w.close()
+    finally:
+        for w, _ in idle:
+            w.close()
+        client.close()
+        server.shutdown()
+        engine.close()

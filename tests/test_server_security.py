@@ -180,7 +180,11 @@ def test_sessions_are_per_principal_and_limited(served):
 
 
 def test_concurrent_queries_are_limited_per_principal(served):
+    """A statement past the limit waits (issue 32); its deadline passing in the queue fails
+    it naming the limit, and other principals are not affected."""
     _, _, _, client, uri = served
+    late = flight.connect(uri)
+    update(late, "SET statement_timeout = '300ms'", WRITER)  # before the slots fill up
     holders = []
     for _ in range(2):  # two writer streams held open mid-way
         info = client.get_flight_info(query("SELECT range AS i FROM range(10000000)"),
@@ -188,8 +192,12 @@ def test_concurrent_queries_are_limited_per_principal(served):
         reader = client.do_get(info.endpoints[0].ticket, opts(WRITER))
         reader.read_chunk()
         holders.append((info, reader))
-    with pytest.raises(flight.FlightUnavailableError, match="max_concurrent_queries"):
-        fetch(client, query("SELECT 1 AS one"), WRITER)
+    t0 = time.monotonic()
+    with pytest.raises(flight.FlightTimedOutError,
+                       match="limit=max_concurrent_queries value=2"):
+        fetch(late, query("SELECT 1 AS one"), WRITER)
+    assert time.monotonic() - t0 < 3
+    late.close()
     _, table = fetch(client, query("SELECT 1 AS one"), READER)  # others are not affected
     assert table.to_pylist() == [{"one": 1}]
     for info, _ in holders:  # cancelling frees the slots at once, read or not

@@ -44,11 +44,15 @@ class ServerConfig:
     # per-principal limits
     max_prepared_statements: int = 256
     max_sessions: int = 64
-    max_concurrent_queries: int = 16
+    max_concurrent_queries: int = 16  # more wait in a FIFO queue until a slot or deadline
+    max_queued_queries: int = 256  # statements waiting for a slot; beyond: refused at once
+    max_open_puts: int = 16  # DoPut streams open at once (each holds a server thread)
     max_results: int = 64  # unfetched results of side-effect statements kept per principal
     # lifetimes (seconds)
     prepared_ttl_s: int = 3600  # idle time before a prepared statement handle expires
-    session_ttl_s: int = 8 * 3600  # idle time before a session (its SET values) expires
+    # idle time before a session (its SET values) expires: a dropped connection's session
+    # is not noticed otherwise, and holds one of max_sessions until then
+    session_ttl_s: int = 900
     ticket_ttl_s: int = 3600  # a query ticket is redeemable this long after GetFlightInfo
     result_ttl_s: int = 600  # a side-effect statement's result waits this long for DoGet
     token_ttl_s: int = 12 * 3600  # bearer tokens issued by the basic-auth handshake
@@ -87,7 +91,8 @@ class ServerConfig:
             raise ConfigurationError("--log-statements is full|redacted|off",
                                      value=self.log_statements)
         for name in ("max_statement_bytes", "max_message_bytes", "max_prepared_statements",
-                     "max_sessions", "max_concurrent_queries", "max_results"):
+                     "max_sessions", "max_concurrent_queries", "max_results",
+                     "max_queued_queries", "max_open_puts", "session_ttl_s"):
             if getattr(self, name) < 1:
                 raise ConfigurationError("limit must be at least 1", limit=name,
                                          value=getattr(self, name))
@@ -150,7 +155,20 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                           "(default: %(default)s)")
     lim.add_argument("--max-concurrent-queries", type=_positive_int,
                      default=d.max_concurrent_queries,
-                     help="statements running at once per principal (default: %(default)s)")
+                     help="statements running at once per principal; more wait in a "
+                          "fair queue until a slot frees or their deadline passes "
+                          "(default: %(default)s)")
+    lim.add_argument("--max-queued-queries", type=_positive_int,
+                     default=d.max_queued_queries,
+                     help="statements waiting for a slot per principal; more are refused "
+                          "(default: %(default)s)")
+    lim.add_argument("--max-open-puts", type=_positive_int, default=d.max_open_puts,
+                     help="DoPut streams (uploads, parameter streams) open at once per "
+                          "principal (default: %(default)s)")
+    lim.add_argument("--session-ttl", dest="session_ttl_s", type=_positive_int,
+                     default=d.session_ttl_s, metavar="SECONDS",
+                     help="idle time after which a session's SET values are dropped "
+                          "(default: %(default)s)")
     ops = p.add_argument_group("operability")
     ops.add_argument("--metrics-port", type=int, default=None,
                      help="serve /healthz, /readyz and /metrics (Prometheus) on this port")

@@ -64,7 +64,7 @@ from flightsrv.server.auth import (
 )
 from flightsrv.server.calls import Call, CallTracker, client_gone
 from flightsrv.server.config import ServerConfig
-from flightsrv.server.limits import Concurrency, PerPrincipal
+from flightsrv.server.limits import Concurrency, OpenCount, PerPrincipal
 from flightsrv.server.logs import StatementText
 from flightsrv.server.metrics import Metrics
 from flightsrv.server.status import (
@@ -196,7 +196,9 @@ class FlightSqlServer(flight.FlightServerBase):
             "sessions", "max_sessions", cfg.max_sessions, cfg.session_ttl_s, clock)
         self._results: PerPrincipal[str, pa.Table] = PerPrincipal(
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
-        self._slots = Concurrency(cfg.max_concurrent_queries)
+        self._slots = Concurrency(cfg.max_concurrent_queries, cfg.max_queued_queries,
+                                  on_wait=lambda s: self.metrics.queue_wait.observe(s))
+        self._puts = OpenCount("DoPut streams", "max_open_puts", cfg.max_open_puts)
         self._calls = CallTracker()
         self._active = 0  # RPCs and streams in progress (for draining)
         self._active_lock = threading.Condition()
@@ -209,6 +211,8 @@ class FlightSqlServer(flight.FlightServerBase):
             "sessions": lambda: self._sessions.count(),
             "prepared_statements": lambda: self._prepared.count(),
             "queries_in_flight": lambda: self._slots.count(),
+            "queries_queued": lambda: self._slots.queued(),
+            "puts_open": lambda: self._puts.count(),
         })
         middleware = {}
         if auth is not None:
@@ -406,10 +410,13 @@ class FlightSqlServer(flight.FlightServerBase):
     def _begin(self, rpc: str, context, principal: Principal, session: Session,
                prepared: Prepared, nonce: str | None = None, deadline: bool = True,
                params: pa.RecordBatch | None = None) -> _Statement:
-        self._slots.acquire(principal.user)
+        # the wait for a slot counts against the statement's deadline
+        timeout = self._timeout_s(session) if deadline else None
+        until = time.monotonic() + timeout if timeout else None
+        self._slots.acquire(principal.user, until, gone=lambda: client_gone(context))
         try:
-            timeout = self._timeout_s(session) if deadline else None
-            call = self._calls.start(principal.user, timeout, context, nonce)
+            left = None if until is None else max(until - time.monotonic(), 1e-3)
+            call = self._calls.start(principal.user, left, context, nonce)
         except BaseException:
             self._slots.release(principal.user)
             raise
@@ -702,7 +709,9 @@ class FlightSqlServer(flight.FlightServerBase):
         handler = self._PUT.get(type(cmd))
         if handler is None:
             raise invalid(f"{proto.arrow_name(cmd)} is not valid for DoPut")
-        handler(self, context, principal, cmd, reader, writer)
+        # an open stream holds a server thread while the client sends (or idles)
+        with self._puts.held(principal.user):
+            handler(self, context, principal, cmd, reader, writer)
 
     def _put_statement_update(self, context, principal, cmd, reader, writer):
         self._no_transaction(cmd)
