@@ -203,3 +203,58 @@ def test_idle_doput_streams_are_limited_per_principal(tmp_path):
         client.close()
         server.shutdown()
         engine.close()
+
+
+# -- logins (issue 30 #12) --------------------------------------------------------------------
+
+
+def test_password_checks_are_capped_server_wide(tmp_path):
+    """Concurrent unauthenticated logins (random names) hash one at a time: the rest wait
+    briefly and are refused naming the limit, while a logged-in caller is served."""
+    from _server_harness import Counting
+
+    from flightsrv import Warehouse
+    from flightsrv.engine import DuckEngine
+    from flightsrv.engine.api import Role
+    from flightsrv.server.app import start_in_thread
+    from flightsrv.server.auth import AuthConfig, Principal, UserRecord, hash_password
+
+    auth = AuthConfig(users={"alice": UserRecord("alice", hash_password("pw", 200_000),
+                                                 Role.WRITER)},
+                      tokens={WRITER: Principal("writer", Role.WRITER)},
+                      free_failures=10_000, max_concurrent_logins=1, login_wait_s=0.01)
+    engine = Counting(DuckEngine(Warehouse.open(str(tmp_path / "wh"))))
+    server, port = start_in_thread(engine, auth=auth)
+    uri = f"grpc://127.0.0.1:{port}"
+    refused, wrong = [], []
+    stop = threading.Event()
+
+    def flood(i: int):
+        with flight.connect(uri) as c:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    c.authenticate_basic_token(f"nobody{i}-{n}", "x")
+                except flight.FlightUnavailableError as exc:
+                    assert "limit=max_concurrent_logins value=1" in str(exc)
+                    refused.append(1)
+                except flight.FlightUnauthenticatedError:
+                    wrong.append(1)
+
+    threads = [threading.Thread(target=flood, args=(i,)) for i in range(6)]
+    try:
+        with Probe(uri, WRITER) as probe:
+            for t in threads:
+                t.start()
+            time.sleep(3)
+            stop.set()
+            for t in threads:
+                t.join(30)
+        assert refused and wrong
+        assert not probe.errors and probe.p99() < 1.0
+        with flight.connect(uri) as c:  # the real user still logs in
+            assert c.authenticate_basic_token("alice", "pw")[1].startswith(b"Bearer ")
+    finally:
+        server.shutdown()
+        engine.close()

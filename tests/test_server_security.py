@@ -379,8 +379,17 @@ def test_failed_logins_back_off_per_user(tmp_path):
             clock.advance(1_001)
             key, value = client.authenticate_basic_token("bob", "bob-pw")
             assert value.startswith(b"Bearer ")
+            # once ann has logged in, nobody failing under her name can lock her out
+            clock.advance(61_000)  # past the one-minute cache of verified credentials
+            for _ in range(8):
+                with pytest.raises(flight.FlightUnauthenticatedError,
+                                   match="invalid user|too many failed"):
+                    client.authenticate_basic_token("ann", "guess")
+            client.authenticate_basic_token("ann", "ann-pw")  # not locked out
+            with pytest.raises(flight.FlightUnauthenticatedError, match="invalid user"):
+                client.authenticate_basic_token("ann", "guess")
         failures = server.metrics.registry.get_sample_value("flightsrv_auth_failures_total")
-        assert failures == 7
+        assert failures == 16
     finally:
         server.shutdown()
 

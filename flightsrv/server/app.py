@@ -57,13 +57,15 @@ def auth_from_config(cfg: ServerConfig) -> AuthConfig | None:
     ``ConfigurationError`` for a bad or conflicting token spec or an empty users file."""
     tokens = static_tokens((spec, "--auth-token") for spec in cfg.auth_tokens)
     common = dict(token_ttl_s=cfg.token_ttl_s, free_failures=cfg.auth_free_failures,
-                  backoff_base_s=cfg.auth_backoff_base_s, backoff_max_s=cfg.auth_backoff_max_s)
+                  backoff_base_s=cfg.auth_backoff_base_s, backoff_max_s=cfg.auth_backoff_max_s,
+                  max_concurrent_logins=cfg.max_concurrent_logins)
     if cfg.users_file is not None:
         auth = AuthConfig.from_users_file(cfg.users_file, tokens=tokens,
                                           token_ttl_s=cfg.token_ttl_s)
         auth.free_failures = cfg.auth_free_failures
         auth.backoff_base_s = cfg.auth_backoff_base_s
         auth.backoff_max_s = cfg.auth_backoff_max_s
+        auth.max_concurrent_logins = cfg.max_concurrent_logins
         return auth
     if tokens:
         return AuthConfig(tokens=tokens, **common)

@@ -61,6 +61,8 @@ class ServerConfig:
     auth_free_failures: int = 5
     auth_backoff_base_s: float = 1.0
     auth_backoff_max_s: float = 300.0
+    # password hashes (PBKDF2) checked at once, server-wide
+    max_concurrent_logins: int = max(1, (os.cpu_count() or 2) // 2)
     # operability
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
@@ -92,7 +94,8 @@ class ServerConfig:
                                      value=self.log_statements)
         for name in ("max_statement_bytes", "max_message_bytes", "max_prepared_statements",
                      "max_sessions", "max_concurrent_queries", "max_results",
-                     "max_queued_queries", "max_open_puts", "session_ttl_s"):
+                     "max_queued_queries", "max_open_puts", "session_ttl_s",
+                     "max_concurrent_logins"):
             if getattr(self, name) < 1:
                 raise ConfigurationError("limit must be at least 1", limit=name,
                                          value=getattr(self, name))
@@ -129,6 +132,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                       metavar="TOKEN[:reader|writer]",
                       help="accept this bearer token (repeatable; role defaults to writer)")
     auth.add_argument("--users-file", help="user:hash:role lines (see `flightsrv user hash`)")
+    auth.add_argument("--max-concurrent-logins", type=_positive_int,
+                      default=d.max_concurrent_logins,
+                      help="password checks run at once, server-wide (default: half the "
+                           "cores)")
     res = p.add_argument_group("statements and resources")
     res.add_argument("--query-timeout", dest="query_timeout_s", type=float,
                      default=d.query_timeout_s, metavar="SECONDS",
