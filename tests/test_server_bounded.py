@@ -258,3 +258,41 @@ def test_password_checks_are_capped_server_wide(tmp_path):
     finally:
         server.shutdown()
         engine.close()
+
+
+# -- prepare (issue 30 #7) --------------------------------------------------------------------
+
+SLOW_BIND = "SELECT * FROM range(levenshtein(repeat('a', 60000), repeat('b', 60000)) % 2)"
+
+
+def test_prepare_runs_under_the_deadline_and_holds_a_slot(tmp_path):
+    """DuckDB folds the levenshtein call while binding: 20 s of CreatePreparedStatement
+    under --query-timeout 3 before. Now the prepare is interrupted at the deadline, and
+    it takes one of the principal's slots while it runs."""
+    from _server_harness import adbc, prepare
+
+    server, engine, wh, uri = start(tmp_path, query_timeout_s=1, max_concurrent_queries=1)
+    try:
+        with flight.connect(uri) as client:
+            t0 = time.monotonic()
+            with pytest.raises(flight.FlightTimedOutError, match="timed out"):
+                prepare(client, SLOW_BIND, READER)
+            assert time.monotonic() - t0 < 3
+            # a second prepare of the same principal waits for the first one's slot (freed
+            # at its deadline, 1 s after it started)
+            done = []
+            first = threading.Thread(target=lambda: done.append(
+                pytest.raises(flight.FlightTimedOutError, prepare, client, SLOW_BIND, READER)))
+            first.start()
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            assert prepare(client, "SELECT 1", READER)
+            assert 0.4 < time.monotonic() - t0 < 2
+            first.join(10)
+            assert done
+        with adbc(uri, WRITER) as conn, conn.cursor() as cur:  # others were never blocked
+            cur.execute("SELECT 42 AS v")
+            assert cur.fetchall() == [(42,)]
+    finally:
+        server.shutdown()
+        engine.close()

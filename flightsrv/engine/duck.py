@@ -216,7 +216,8 @@ class DuckEngine:
     # -- Engine: prepare -------------------------------------------------------------------
 
     def prepare(self, sql: str, session: Session,
-                params: pa.RecordBatch | None = None) -> Prepared:
+                params: pa.RecordBatch | None = None, *,
+                cancel: Cancel | None = None) -> Prepared:
         stmt = _parse(sql)
         # one pin per table for the whole prepare (parameter types and the result schema)
         pinner = self._pinner()
@@ -248,7 +249,8 @@ class DuckEngine:
         qp = self._plan(stmt, tree, "query", pinner)
         self._verify(qp, sql, {})
         native = _native_params(values) if qp.needs_params and stmt.param_count else None
-        ctx = _Ctx(session)
+        ctx = _Ctx(session, cancel)  # cancel interrupts DuckDB's bind (it may fold calls)
+        ctx.check(sql)
         with self._statement_cursor(ctx) as cur:
             for fn in qp.functions:
                 cur.register(fn.relation, self._function_relation(fn))

@@ -407,19 +407,44 @@ class FlightSqlServer(flight.FlightServerBase):
 
     # == statements ==========================================================================
 
-    def _begin(self, rpc: str, context, principal: Principal, session: Session,
-               prepared: Prepared, nonce: str | None = None, deadline: bool = True,
-               params: pa.RecordBatch | None = None) -> _Statement:
-        # the wait for a slot counts against the statement's deadline
+    def _admit(self, context, principal: Principal, session: Session,
+               deadline: bool = True, nonce: str | None = None) -> Call:
+        """A concurrency slot (waiting in the principal's queue) and a registered ``Call``
+        with the statement's deadline; the wait counts against the deadline. The caller
+        releases the slot and finishes the call."""
         timeout = self._timeout_s(session) if deadline else None
         until = time.monotonic() + timeout if timeout else None
         self._slots.acquire(principal.user, until, gone=lambda: client_gone(context))
         try:
             left = None if until is None else max(until - time.monotonic(), 1e-3)
-            call = self._calls.start(principal.user, left, context, nonce)
+            return self._calls.start(principal.user, left, context, nonce)
         except BaseException:
             self._slots.release(principal.user)
             raise
+
+    def _prepare(self, context, principal: Principal, sql: str,
+                 params: pa.RecordBatch | None = None) -> Prepared:
+        """``engine.prepare`` as a statement: it holds a slot, runs under the statement's
+        deadline and is interrupted by a cancel (DuckDB's bind may evaluate functions)."""
+        session = self._session(context, principal)
+        call = self._admit(context, principal, session)
+        try:
+            return self._engine.prepare(sql, session, params, cancel=call.cancel)
+        except BaseException as exc:
+            if call.cancel.cancelled and not isinstance(exc, errors.QueryCancelled):
+                raise errors.QueryCancelled(
+                    "statement timed out while being prepared" if call.cancel.reason ==
+                    "timeout" else "statement was cancelled while being prepared",
+                    reason=call.cancel.reason) from None
+            raise
+        finally:
+            self._calls.finish(call)
+            self._slots.release(principal.user)
+
+    def _begin(self, rpc: str, context, principal: Principal, session: Session,
+               prepared: Prepared, nonce: str | None = None, deadline: bool = True,
+               params: pa.RecordBatch | None = None) -> _Statement:
+        call = self._admit(context, principal, session, deadline, nonce)
         st = _Statement(rpc, principal, prepared, call, params)
         # a cancelled statement gives its slot back at once, even if its stream waits for
         # a client that is not reading
@@ -531,8 +556,7 @@ class FlightSqlServer(flight.FlightServerBase):
             if fresh:  # prepared by this very request: nothing can have changed
                 return prepared.dataset_schema
             params = None
-        return self._engine.prepare(prepared.sql, self._session(context, principal),
-                                    params).dataset_schema
+        return self._prepare(context, principal, prepared.sql, params).dataset_schema
 
     @staticmethod
     def _drain_reader(reader: pa.RecordBatchReader, cancel: Cancel | None) -> pa.Table:
@@ -593,7 +617,7 @@ class FlightSqlServer(flight.FlightServerBase):
     def _statement_query(self, context, principal, cmd):
         self._no_transaction(cmd)
         sql = self._check_sql(cmd.query)
-        return self._engine.prepare(sql, self._session(context, principal)), None
+        return self._prepare(context, principal, sql), None
 
     def _prepared_query(self, context, principal, cmd):
         entry = self._lookup(principal, cmd.prepared_statement_handle)
@@ -716,7 +740,7 @@ class FlightSqlServer(flight.FlightServerBase):
     def _put_statement_update(self, context, principal, cmd, reader, writer):
         self._no_transaction(cmd)
         sql = self._check_sql(cmd.query)
-        prepared = self._engine.prepare(sql, self._session(context, principal))
+        prepared = self._prepare(context, principal, sql)
         self._write_count(writer, self._update("DoPut", context, principal, prepared, None))
 
     def _put_bind(self, context, principal, cmd, reader, writer):
@@ -784,7 +808,7 @@ class FlightSqlServer(flight.FlightServerBase):
             raise invalid(f"CreatePreparedStatement got {proto.arrow_name(req)}")
         self._no_transaction(req)
         sql = self._check_sql(req.query)
-        prepared = self._engine.prepare(sql, self._session(context, principal))
+        prepared = self._prepare(context, principal, sql)
         handle = self._runtime.ids.new_id().encode()
         self._prepared.add(principal.user, handle, _PreparedEntry(prepared))
         dataset = prepared.dataset_schema if prepared.kind == StatementKind.QUERY else EMPTY_SCHEMA
