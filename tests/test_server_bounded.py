@@ -296,3 +296,44 @@ def test_prepare_runs_under_the_deadline_and_holds_a_slot(tmp_path):
     finally:
         server.shutdown()
         engine.close()
+
+
+# -- one value against --memory-limit (issue 30 #8) --------------------------------------------
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        line = next(ln for ln in f if ln.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def test_one_value_cannot_outgrow_the_memory_limit(tmp_path):
+    """``repeat('x', 1500000000)`` peaked at 3.1 GB under --memory-limit 64MB: DuckDB's
+    limit governs its buffer manager, not one string. ``serve`` caps its data memory at
+    the limit plus --memory-headroom, so the statement fails naming the limit and the
+    server keeps serving."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flightsrv.cli", "serve", "--warehouse", str(tmp_path / "wh"),
+         "--port", "0", "--no-demo", "--memory-limit", "64MB", "--memory-headroom", "512MiB",
+         "--log-level", "info"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for _ in range(200):
+            line = proc.stderr.readline()
+            if line.startswith("{") and json.loads(line).get("event") == "start":
+                port = json.loads(line)["port"]
+                break
+        assert port, "server did not start"
+        with flight.connect(f"grpc://127.0.0.1:{port}") as client:
+            with pytest.raises(flight.FlightUnavailableError, match="memory-limit"):
+                fetch(client, query("SELECT length(repeat('x', 1500000000)) AS n"))
+            _, table = fetch(client, query("SELECT 1 AS one"))
+            assert table.to_pylist() == [{"one": 1}]
+        assert _vm_hwm_mb(proc.pid) < 700
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)

@@ -114,6 +114,7 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
                 "event": "demo_not_seeded", "error_class": type(exc).__name__,
                 "error": str(exc)}})
     temp_dir, own_temp = resolve_temp_dir(cfg, root)
+    cap_process_memory(cfg.process_memory_cap)
     try:
         engine = DuckEngine(wh, threads=cfg.effective_threads, memory_limit=cfg.memory_limit,
                             temp_directory=temp_dir)
@@ -136,6 +137,26 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
         if own_temp:
             shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
+
+
+def cap_process_memory(cap: int | None) -> None:
+    """Lower RLIMIT_DATA (brk and private writable mappings) to ``cap`` bytes. DuckDB's
+    memory_limit governs its buffer manager, not one value's allocation: repeat('x',
+    1500000000) peaked at 3.1 GB under --memory-limit 64MB. Under the cap such an
+    allocation fails (DuckDB turns bad_alloc into its Out of Memory error, which the
+    server reports naming --memory-limit) and the process keeps serving."""
+    if cap is None:
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        return
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    log.info("process memory capped", extra={"fields": {
+        "event": "memory_cap", "rlimit_data_bytes": cap}})
 
 
 def _readiness(wh) -> Callable[[], tuple[bool, str]]:

@@ -37,6 +37,10 @@ class ServerConfig:
     # statements and resources
     query_timeout_s: float = 300.0  # 0 = none; SET statement_timeout can only lower it
     memory_limit: str = "50%"  # DuckDB memory_limit (of RAM, or of the cgroup limit)
+    # serve caps the process's data memory (RLIMIT_DATA) at memory_limit + this, so that
+    # one value DuckDB builds outside its buffer manager (repeat(), string_agg()) fails
+    # its statement with Out of Memory instead of growing the process; "off" = no cap
+    memory_headroom: str = "1GiB"
     threads: int | None = None  # DuckDB threads; None = CPU count
     temp_dir: str | None = None  # DuckDB spill directory; None = a private temp dir
     max_statement_bytes: int = 1 * MiB
@@ -99,13 +103,39 @@ class ServerConfig:
             if getattr(self, name) < 1:
                 raise ConfigurationError("limit must be at least 1", limit=name,
                                          value=getattr(self, name))
+        self.process_memory_cap  # noqa: B018 - raises ConfigurationError for a bad size
         if self.query_timeout_s < 0:
             raise ConfigurationError("--query-timeout must be >= 0 (0: none)",
                                      value=self.query_timeout_s)
 
     @property
+    def process_memory_cap(self) -> int | None:
+        """Bytes of data memory (RLIMIT_DATA) ``serve`` allows itself; None = no cap."""
+        if self.memory_headroom.strip().lower() in ("off", "none", "0"):
+            return None
+        return memory_bytes(self.memory_limit) + memory_bytes(self.memory_headroom)
+
+    @property
     def effective_threads(self) -> int:
         return self.threads or os.cpu_count() or 1
+
+
+_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def memory_bytes(text: str) -> int:
+    """``64MB``, ``8GiB`` or ``50%`` (of physical memory) as bytes, as DuckDB reads them."""
+    t = text.strip().lower().replace(" ", "")
+    try:
+        if t.endswith("%"):
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            return int(total * float(t[:-1]) / 100)
+        digits = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+        return int(float(digits) * _UNITS[t[len(digits):]])
+    except (ValueError, KeyError, OSError):
+        raise ConfigurationError("not a memory size (e.g. 64MB, 8GiB, 50%)",
+                                 value=text) from None
 
 
 _NULLABLE = {"users_file", "tls_cert", "tls_key", "temp_dir", "metrics_port", "threads"}
@@ -143,6 +173,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                           "default: %(default)s)")
     res.add_argument("--memory-limit", default=d.memory_limit,
                      help="DuckDB memory limit, e.g. 8GiB or 50%% (default: %(default)s)")
+    res.add_argument("--memory-headroom", default=d.memory_headroom,
+                     help="cap the process's data memory at --memory-limit plus this, so "
+                          "no single value can outgrow the limit ('off': no cap; "
+                          "default: %(default)s)")
     res.add_argument("--threads", type=_positive_int, default=None,
                      help="DuckDB worker threads (default: CPU count)")
     res.add_argument("--temp-dir", default=None,
