@@ -337,3 +337,31 @@ def test_one_value_cannot_outgrow_the_memory_limit(tmp_path):
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+# -- sessions of closed connections (issue 30 #11) ---------------------------------------------
+
+
+def test_sessions_of_closed_connections_do_not_hold_max_sessions(tmp_path):
+    """Clients that SET and disconnect without CloseSession held max_sessions for 8 hours;
+    a session whose connection closed is now released when the slot is needed, while live
+    connections keep theirs."""
+    from _server_harness import update
+
+    server, engine, wh, uri = start(tmp_path, max_sessions=2)
+    try:
+        for _ in range(3):  # abandoned: SET, then the connection goes away
+            c = flight.connect(uri)
+            update(c, "SET delete_mode = 'splice'", READER)
+            c.close()
+        time.sleep(0.5)
+        live = [flight.connect(uri) for _ in range(3)]
+        update(live[0], "SET delete_mode = 'splice'", READER)
+        update(live[1], "SET delete_mode = 'splice'", READER)
+        with pytest.raises(flight.FlightUnavailableError, match="limit=max_sessions value=2"):
+            update(live[2], "SET delete_mode = 'splice'", READER)  # live ones are kept
+        for c in live:
+            c.close()
+    finally:
+        server.shutdown()
+        engine.close()

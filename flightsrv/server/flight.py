@@ -62,7 +62,7 @@ from flightsrv.server.auth import (
     Principal,
     principal_of,
 )
-from flightsrv.server.calls import Call, CallTracker, client_gone
+from flightsrv.server.calls import Call, CallTracker, client_gone, connection_open
 from flightsrv.server.config import ServerConfig
 from flightsrv.server.limits import Concurrency, OpenCount, PerPrincipal
 from flightsrv.server.logs import StatementText
@@ -192,8 +192,11 @@ class FlightSqlServer(flight.FlightServerBase):
         self._prepared: PerPrincipal[bytes, _PreparedEntry] = PerPrincipal(
             "prepared statements", "max_prepared_statements", cfg.max_prepared_statements,
             cfg.prepared_ttl_s, clock)
+        # a session belongs to a connection: one whose connection closed is released when
+        # its principal's table is full (pyarrow tells no one about a closed connection)
         self._sessions: PerPrincipal[str, Session] = PerPrincipal(
-            "sessions", "max_sessions", cfg.max_sessions, cfg.session_ttl_s, clock)
+            "sessions", "max_sessions", cfg.max_sessions, cfg.session_ttl_s, clock,
+            gone=lambda peer: not connection_open(peer, self.port))
         self._results: PerPrincipal[str, pa.Table] = PerPrincipal(
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
         self._slots = Concurrency(cfg.max_concurrent_queries, cfg.max_queued_queries,

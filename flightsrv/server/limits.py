@@ -10,7 +10,8 @@ Contract:
 - When a principal's table is full, ``add`` raises ``status.ResourceLimit`` naming the
   limit and its value (``on_full="raise"``), or drops that principal's own least recently
   used entry (``on_full="evict"``, used for results nobody fetched). Expired entries are
-  dropped first in both cases.
+  dropped first in both cases, and so are entries ``gone(key)`` says are dead (a session
+  whose connection closed).
 - ``Concurrency`` is admission control: each principal has ``limit`` statement slots.
   ``acquire(user, deadline)`` takes a free one, or WAITS for one in that principal's FIFO
   queue (at most ``max_queued`` waiting; more is ``ResourceLimit`` naming
@@ -47,8 +48,9 @@ V = TypeVar("V")
 
 class PerPrincipal(Generic[K, V]):
     def __init__(self, what: str, limit_name: str, limit: int, ttl_s: float, clock: Clock,
-                 on_full: str = "raise"):
+                 on_full: str = "raise", gone: Callable[[K], bool] | None = None):
         self._what, self._limit_name, self._limit = what, limit_name, limit
+        self._gone = gone
         self._ttl = ttl_s
         self._timer = lambda: clock.now_ms() / 1000.0
         self._on_full = on_full
@@ -66,6 +68,9 @@ class PerPrincipal(Generic[K, V]):
         with self._lock:
             table = self._table(user, create=True)
             table.expire()
+            if key not in table and len(table) >= self._limit and self._gone is not None:
+                for dead in [k for k in list(table.keys()) if self._gone(k)]:
+                    del table[dead]
             if key not in table and len(table) >= self._limit:
                 if self._on_full == "evict":
                     table.popitem()  # this principal's least recently used entry
