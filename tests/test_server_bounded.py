@@ -365,3 +365,48 @@ def test_sessions_of_closed_connections_do_not_hold_max_sessions(tmp_path):
     finally:
         server.shutdown()
         engine.close()
+
+
+# -- caches keyed by statement text (issue 30 #6) ----------------------------------------------
+
+
+def test_text_cache_is_bounded_by_characters_and_skips_huge_texts():
+    from flightsrv.runtime import text_cache
+
+    calls = []
+
+    @text_cache(maxsize=100, max_chars=1000, max_key_chars=300)
+    def f(text: str) -> int:
+        calls.append(text)
+        return len(text)
+
+    for i in range(50):
+        f(f"{i:03d}" + "x" * 97)  # 100 characters each
+    assert f.cache_chars() <= 1000
+    assert f("999" + "x" * 97) == 100 and f("049" + "x" * 97) == 100  # recent ones kept
+    assert calls.count("049" + "x" * 97) == 1
+    big = "y" * 301
+    f(big), f(big)
+    assert calls.count(big) == 2 and f.cache_chars() <= 1000  # never kept
+
+
+def test_huge_statements_are_not_kept_by_the_text_caches(served):
+    """Six distinct 0.9 MB IN-list statements took the server from 185 MB to 1.8 GB: every
+    cache keyed by statement text kept each one's parse tree and tokens. Now no cache keeps
+    a text over 64 KiB, and each keeps at most 1 MiB of text."""
+    from flightsrv.engine import duck, guard
+    from flightsrv.sql import plan, statements
+
+    caches = [duck._parse, guard._verify_cached, statements._tokenize, plan._parse_literal]
+    _, uri = served
+    with flight.connect(uri) as client:
+        for n in range(2):
+            sql = ("SELECT count(*) AS c FROM people WHERE id IN ("
+                   + ",".join(str(i * 7 + n) for i in range(15_000)) + ")")
+            assert len(sql) > 64 << 10
+            fetch(client, query(sql), READER)
+        for c in caches:
+            assert c.cache_chars() <= 1 << 20
+        before = [c.cache_chars() for c in caches]
+        fetch(client, query(sql), READER)
+        assert [c.cache_chars() for c in caches] == before

@@ -91,6 +91,7 @@ from flightsrv.errors import (
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
+from flightsrv.runtime import text_cache
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 #: default read path of local files with deleted rows (see DuckEngine.masked_scans):
@@ -113,7 +114,7 @@ COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)]
 
 #: Parsed statements by text. Parsing is pure, and every path copies a statement's tree
 #: before changing it (bind_params, plan_query), so entries are shared.
-_parse = functools.lru_cache(maxsize=4096)(st.parse_statement)
+_parse = text_cache(maxsize=4096)(st.parse_statement)
 
 
 @dataclass

@@ -23,7 +23,6 @@ Resolution goes through a callable so this module needs no table code:
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from flightsrv.sql import binder
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import validate
 from flightsrv.sql.statements import DIALECT, _tokenize, error
+from flightsrv.runtime import text_cache
 
 Resolver = Callable[[str, "int | None", "str | None"], Any]
 
@@ -69,7 +69,7 @@ def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
     return tree.copy().transform(swap)
 
 
-@functools.lru_cache(maxsize=4096)
+@text_cache(maxsize=4096)
 def _parse_literal(text: str) -> exp.Expression:
     """A literal's parsed tree, cached by its text (callers copy before use)."""
     return sqlglot.parse_one(text, read=DIALECT)
