@@ -410,3 +410,83 @@ def test_huge_statements_are_not_kept_by_the_text_caches(served):
         before = [c.cache_chars() for c in caches]
         fetch(client, query(sql), READER)
         assert [c.cache_chars() for c in caches] == before
+
+
+# -- everything at once -------------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return int(next(ln for ln in f if ln.startswith("VmRSS:")).split()[1]) / 1024
+
+
+def test_hostile_reader_leaves_another_principals_select_1_fast(tmp_path):
+    """One reader sends a pathological pattern, a large statement, a large value, idle
+    DoPut streams, abandoned sessions and a flood of slow statements, for a few seconds;
+    the writer's SELECT 1 every 100 ms keeps a p99 under 1 s, and the server stays
+    within a bounded memory."""
+    import pyarrow as pa
+    from _server_harness import prepare, update
+
+    server, engine, wh, uri = start(tmp_path, query_timeout_s=2, max_concurrent_queries=2,
+                                    max_open_puts=4, max_sessions=4)
+    make_table(wh, "people", batches=1, rows=100)
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def attempt(fn):
+        try:
+            fn()
+            seen.append("ok")
+        except (flight.FlightError, pa.ArrowException) as exc:
+            seen.append(type(exc).__name__)
+
+    def hostile():
+        c = flight.connect(uri)
+        handle = prepare(c, "SELECT ? AS v", READER)
+        bind = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
+        schema = pa.schema([("p", pa.int64())])
+        idle = []
+        n = 0
+        while not stop.is_set():
+            n += 1
+            attempt(lambda: _get_tables(c, "%" * 40 + "Z", READER))
+            attempt(lambda: fetch(c, query(
+                "SELECT count(*) FROM people WHERE id IN ("
+                + ",".join(str(i) for i in range(n, n + 20_000)) + ")"), READER))
+            attempt(lambda: fetch(c, query(
+                "SELECT length(repeat('x', 20000000)) + %d AS n" % n), READER))
+            if len(idle) < 6:
+                attempt(lambda: idle.append(c.do_put(bind, schema, opts(READER))))
+            d = flight.connect(uri)  # a session, then the connection is dropped
+            attempt(lambda: update(d, "SET delete_mode = 'splice'", READER))
+            d.close()
+        for w, _ in idle:
+            w.close()
+        c.close()
+
+    def flood():
+        with flight.connect(uri) as c:
+            while not stop.is_set():
+                attempt(lambda: fetch(c, query("SELECT count(*) FROM range(30000000)"),
+                                      READER))
+
+    workers = [threading.Thread(target=hostile)] + [threading.Thread(target=flood)
+                                                     for _ in range(6)]
+    rss0 = _rss_mb()
+    try:
+        with Probe(uri, WRITER) as probe:
+            for t in workers:
+                t.start()
+            time.sleep(5)
+            stop.set()
+            for t in workers:
+                t.join(60)
+        assert not probe.errors, probe.errors[:3]
+        assert len(probe.latencies) >= 20
+        assert probe.p99() < 1.0, sorted(probe.latencies)[-5:]
+        assert "ok" in seen
+        assert _rss_mb() - rss0 < 1500
+    finally:
+        server.shutdown()
+        engine.close()
