@@ -102,6 +102,8 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
     root = native_root(wh)
     if auth is None:
         auth = auth_from_config(cfg)
+    elif auth.max_concurrent_logins != cfg.max_concurrent_logins:
+        auth.max_concurrent_logins = cfg.max_concurrent_logins  # the CLI builds its own
     tls = TlsConfig(cfg.tls_cert, cfg.tls_key) if cfg.tls_cert else None
     seed = cfg.demo or (not cfg.no_demo and not warehouse_uri.startswith("s3://"))
     if seed:

@@ -16,7 +16,11 @@ and streams the answer. The guarantees it keeps:
 - **Per-principal state** (prepared statements, sessions, kept results) lives in separate
   bounded tables per principal (``limits``); nobody can see, close or evict another's.
   Sessions are per (principal, gRPC connection) and are only kept for connections that
-  ran SET; CloseSession drops the caller's own.
+  ran SET; CloseSession drops the caller's own; a session whose connection closed is
+  released when its principal's table is full, and any idle one after ``session_ttl_s``.
+- **Admission**: every statement, and every prepare, holds one of its principal's
+  ``max_concurrent_queries`` slots, waiting for one in a FIFO queue (``limits``) within
+  its deadline; a principal holds at most ``max_open_puts`` DoPut streams.
 - **Every statement** gets a ``Cancel`` (``calls``): tripped at ``--query-timeout`` or the
   session's ``statement_timeout`` (DEADLINE_EXCEEDED), when the client cancels the call or
   goes away, or by CancelFlightInfo / CancelQuery of its ticket (CANCELLED).
