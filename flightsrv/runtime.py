@@ -1,17 +1,26 @@
-"""Injected sources of time and identity.
+"""Injected sources of time and identity, and the bounded cache for functions of text.
 
 Core code (``flightsrv.store``, ``flightsrv.table``) never calls the wall clock,
 ``uuid.uuid4`` or a global RNG directly: it receives a ``Runtime``. Tests pass a
 ``Runtime.deterministic(seed)`` so that failure and concurrency tests replay.
+
+``text_cache(maxsize, max_chars, max_key_chars)`` replaces ``functools.lru_cache`` for
+functions of statement text (parse trees, tokens, guard verdicts, literals): it is bounded
+by entries AND by the characters of the ``str`` arguments it keeps (``max_chars``), and
+does not cache a call whose text is longer than ``max_key_chars``. What such a function
+returns grows with its text (a parse tree of a 0.9 MB IN list took 270 MB), so bounding
+the text bounds the values too; counting entries alone let six statements take 1.6 GB.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import random
 import threading
 import time as _time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 
@@ -82,3 +91,48 @@ class Runtime:
 
 
 DEFAULT_RUNTIME = Runtime()
+
+
+def text_cache(maxsize: int, max_chars: int = 1 << 20, max_key_chars: int = 64 << 10):
+    """A thread-safe LRU decorator bounded by entries and by text; see the module
+    docstring. Only positional calls are cached; ``cache_clear()`` empties it."""
+
+    def decorate(fn):
+        cache: OrderedDict = OrderedDict()
+        lock = threading.Lock()
+        total = [0]
+
+        @functools.wraps(fn)
+        def cached(*args, **kwargs):
+            size = sum(len(a) for a in args if isinstance(a, str))
+            if kwargs or size > max_key_chars:
+                return fn(*args, **kwargs)
+            with lock:
+                hit = cache.get(args)
+                if hit is not None:
+                    cache.move_to_end(args)
+                    return hit[0]
+            value = fn(*args)
+            with lock:
+                if args not in cache:
+                    cache[args] = (value, size)
+                    total[0] += size
+                    while len(cache) > maxsize or total[0] > max_chars:
+                        _, (_, gone) = cache.popitem(last=False)
+                        total[0] -= gone
+            return value
+
+        def cache_clear() -> None:
+            with lock:
+                cache.clear()
+                total[0] = 0
+
+        def cache_chars() -> int:
+            with lock:
+                return total[0]
+
+        cached.cache_clear = cache_clear
+        cached.cache_chars = cache_chars
+        return cached
+
+    return decorate

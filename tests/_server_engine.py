@@ -57,7 +57,7 @@ class DuckDBTestEngine:
             return errors.SqlError(msg, statement=sql)
         return exc
 
-    def prepare(self, sql: str, session: Session, params=None) -> Prepared:
+    def prepare(self, sql: str, session: Session, params=None, *, cancel=None) -> Prepared:
         self.calls.append(("prepare", sql))
         try:
             statements = duckdb.extract_statements(sql)

@@ -88,7 +88,42 @@ def test_sql_info_answers_every_spec_key():
 
 
 def test_like_patterns():
-    r = md.like_to_regex("t\\_%")
+    r = md.like_pattern("t\\_%")
     assert md.matches(r, "t_1") and not md.matches(r, "tx1")
-    assert md.matches(md.like_to_regex("_a%"), "bar")
+    assert md.matches(md.like_pattern("_a%"), "bar")
     assert md.matches(None, "anything")
+
+
+def test_like_patterns_agree_with_duckdb():
+    """DuckDB's LIKE decides what a filter pattern means; ours must agree on every case."""
+    import random
+
+    import duckdb
+
+    rng = random.Random(30)
+    con = duckdb.connect()
+    cases = []
+    for _ in range(3000):
+        pattern = "".join(rng.choice("ab_%\\") for _ in range(rng.randint(0, 7)))
+        if (len(pattern) - len(pattern.rstrip("\\"))) % 2:  # DuckDB refuses a trailing escape
+            pattern = pattern.rstrip("\\")
+        name = "".join(rng.choice("ab_%\\") for _ in range(rng.randint(0, 7)))
+        cases.append((name, pattern))
+    want = con.execute(
+        "SELECT list(n LIKE p ESCAPE '\\' ORDER BY i) FROM "
+        "(SELECT unnest(?) AS n, unnest(?) AS p, generate_subscripts(?, 1) AS i)",
+        [[n for n, _ in cases], [p for _, p in cases], [n for n, _ in cases]]).fetchone()[0]
+    got = [md.matches(md.like_pattern(p), n) for n, p in cases]
+    bad = [(n, p, w) for (n, p), g, w in zip(cases, got, want, strict=True) if g != w]
+    assert not bad, bad[:10]
+
+
+def test_like_pattern_takes_linear_time():
+    """A pattern a backtracking regex needs minutes for is answered at once (issue 30 #5)."""
+    import time
+
+    t0 = time.perf_counter()
+    for pattern in ("%" * 30 + "Z", "%a" * 5000 + "Z", "_%" * 100_000):
+        assert not md.matches(md.like_pattern(pattern), "a" * 60 + "b")
+    assert md.matches(md.like_pattern("%a%a%b"), "a" * 60 + "b")
+    assert time.perf_counter() - t0 < 1.0

@@ -180,7 +180,11 @@ def test_sessions_are_per_principal_and_limited(served):
 
 
 def test_concurrent_queries_are_limited_per_principal(served):
+    """A statement past the limit waits (issue 32); its deadline passing in the queue fails
+    it naming the limit, and other principals are not affected."""
     _, _, _, client, uri = served
+    late = flight.connect(uri)
+    update(late, "SET statement_timeout = '300ms'", WRITER)  # before the slots fill up
     holders = []
     for _ in range(2):  # two writer streams held open mid-way
         info = client.get_flight_info(query("SELECT range AS i FROM range(10000000)"),
@@ -188,8 +192,12 @@ def test_concurrent_queries_are_limited_per_principal(served):
         reader = client.do_get(info.endpoints[0].ticket, opts(WRITER))
         reader.read_chunk()
         holders.append((info, reader))
-    with pytest.raises(flight.FlightUnavailableError, match="max_concurrent_queries"):
-        fetch(client, query("SELECT 1 AS one"), WRITER)
+    t0 = time.monotonic()
+    with pytest.raises(flight.FlightTimedOutError,
+                       match="limit=max_concurrent_queries value=2"):
+        fetch(late, query("SELECT 1 AS one"), WRITER)
+    assert time.monotonic() - t0 < 3
+    late.close()
     _, table = fetch(client, query("SELECT 1 AS one"), READER)  # others are not affected
     assert table.to_pylist() == [{"one": 1}]
     for info, _ in holders:  # cancelling frees the slots at once, read or not
@@ -371,8 +379,17 @@ def test_failed_logins_back_off_per_user(tmp_path):
             clock.advance(1_001)
             key, value = client.authenticate_basic_token("bob", "bob-pw")
             assert value.startswith(b"Bearer ")
+            # once ann has logged in, nobody failing under her name can lock her out
+            clock.advance(61_000)  # past the one-minute cache of verified credentials
+            for _ in range(8):
+                with pytest.raises(flight.FlightUnauthenticatedError,
+                                   match="invalid user|too many failed"):
+                    client.authenticate_basic_token("ann", "guess")
+            client.authenticate_basic_token("ann", "ann-pw")  # not locked out
+            with pytest.raises(flight.FlightUnauthenticatedError, match="invalid user"):
+                client.authenticate_basic_token("ann", "guess")
         failures = server.metrics.registry.get_sample_value("flightsrv_auth_failures_total")
-        assert failures == 7
+        assert failures == 16
     finally:
         server.shutdown()
 

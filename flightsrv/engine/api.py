@@ -152,10 +152,11 @@ class Engine(Protocol):
     :class:`~flightsrv.errors.QueryCancelled` and commits nothing it had not committed."""
 
     def prepare(self, sql: str, session: Session,
-                params: pa.RecordBatch | None = None) -> Prepared:
+                params: pa.RecordBatch | None = None, *,
+                cancel: Cancel | None = None) -> Prepared:
         """``params``: the values a query is about to run with; its ``dataset_schema`` is
         then the one they give (a result column typed by a parameter), else the schema with
-        every parameter NULL."""
+        every parameter NULL. ``cancel`` interrupts DuckDB's binding of the statement."""
         ...
 
     def execute_query(

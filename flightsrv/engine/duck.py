@@ -92,6 +92,7 @@ from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import names
 from flightsrv.sql.names import PublicNames
+from flightsrv.runtime import text_cache
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 #: default read path of local files with deleted rows (see DuckEngine.masked_scans):
@@ -119,7 +120,7 @@ COUNT_SCHEMA = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)]
 
 #: Parsed statements by text. Parsing is pure, and every path copies a statement's tree
 #: before changing it (bind_params, plan_query), so entries are shared.
-_parse = functools.lru_cache(maxsize=4096)(st.parse_statement)
+_parse = text_cache(maxsize=4096)(st.parse_statement)
 
 
 #: one statement's execution state (the name engine.dml uses)
@@ -222,7 +223,8 @@ class DuckEngine:
     # -- Engine: prepare -------------------------------------------------------------------
 
     def prepare(self, sql: str, session: Session,
-                params: pa.RecordBatch | None = None) -> Prepared:
+                params: pa.RecordBatch | None = None, *,
+                cancel: Cancel | None = None) -> Prepared:
         stmt = _parse(sql)
         # one pin per table for the whole prepare (parameter types and the result schema)
         pinner = self._pinner()
@@ -257,7 +259,8 @@ class DuckEngine:
         qp = self._plan(stmt, tree, "query", pinner, owned=stmt.param_count > 0)
         self._verify(qp, sql, {})
         native = _native_params(values) if qp.needs_params and stmt.param_count else None
-        ctx = _Ctx(session)
+        ctx = _Ctx(session, cancel)  # cancel interrupts DuckDB's bind (it may fold calls)
+        ctx.check(sql)
         with self._statement_cursor(ctx) as cur:
             for fn in qp.functions:
                 cur.register(fn.relation, self._function_relation(fn))

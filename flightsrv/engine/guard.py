@@ -26,7 +26,6 @@ Results are cached by text (the engine's relation names are deterministic per st
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 
@@ -36,6 +35,7 @@ import orjson
 from flightsrv.errors import SqlError
 from flightsrv.sql.allowed_functions import SCALAR_FUNCTIONS, TABLE_FUNCTIONS, VOLATILE_FUNCTIONS
 from flightsrv.sql.binder import RESERVED
+from flightsrv.runtime import text_cache
 
 _NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
 _TABLE_REFS = frozenset({"BASE_TABLE", "TABLE_FUNCTION", "SUBQUERY", "JOIN", "EMPTY",
@@ -172,7 +172,7 @@ class _Walk:
                               "which rows a statement changes", function=name)
 
 
-@functools.lru_cache(maxsize=4096)
+@text_cache(maxsize=4096)
 def _verify_cached(text: str, relations: frozenset[str], columns: frozenset[str],
                    deterministic: bool, sql: str) -> None:
     try:

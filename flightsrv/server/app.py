@@ -57,13 +57,15 @@ def auth_from_config(cfg: ServerConfig) -> AuthConfig | None:
     ``ConfigurationError`` for a bad or conflicting token spec or an empty users file."""
     tokens = static_tokens((spec, "--auth-token") for spec in cfg.auth_tokens)
     common = dict(token_ttl_s=cfg.token_ttl_s, free_failures=cfg.auth_free_failures,
-                  backoff_base_s=cfg.auth_backoff_base_s, backoff_max_s=cfg.auth_backoff_max_s)
+                  backoff_base_s=cfg.auth_backoff_base_s, backoff_max_s=cfg.auth_backoff_max_s,
+                  max_concurrent_logins=cfg.max_concurrent_logins)
     if cfg.users_file is not None:
         auth = AuthConfig.from_users_file(cfg.users_file, tokens=tokens,
                                           token_ttl_s=cfg.token_ttl_s)
         auth.free_failures = cfg.auth_free_failures
         auth.backoff_base_s = cfg.auth_backoff_base_s
         auth.backoff_max_s = cfg.auth_backoff_max_s
+        auth.max_concurrent_logins = cfg.max_concurrent_logins
         return auth
     if tokens:
         return AuthConfig(tokens=tokens, **common)
@@ -100,6 +102,8 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
     root = native_root(wh)
     if auth is None:
         auth = auth_from_config(cfg)
+    elif auth.max_concurrent_logins != cfg.max_concurrent_logins:
+        auth.max_concurrent_logins = cfg.max_concurrent_logins  # the CLI builds its own
     tls = TlsConfig(cfg.tls_cert, cfg.tls_key) if cfg.tls_cert else None
     seed = cfg.demo or (not cfg.no_demo and not warehouse_uri.startswith("s3://"))
     if seed:
@@ -112,6 +116,7 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
                 "event": "demo_not_seeded", "error_class": type(exc).__name__,
                 "error": str(exc)}})
     temp_dir, own_temp = resolve_temp_dir(cfg, root)
+    cap_process_memory(cfg.process_memory_cap)
     try:
         engine = DuckEngine(wh, threads=cfg.effective_threads, memory_limit=cfg.memory_limit,
                             temp_directory=temp_dir)
@@ -134,6 +139,26 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
         if own_temp:
             shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
+
+
+def cap_process_memory(cap: int | None) -> None:
+    """Lower RLIMIT_DATA (brk and private writable mappings) to ``cap`` bytes. DuckDB's
+    memory_limit governs its buffer manager, not one value's allocation: repeat('x',
+    1500000000) peaked at 3.1 GB under --memory-limit 64MB. Under the cap such an
+    allocation fails (DuckDB turns bad_alloc into its Out of Memory error, which the
+    server reports naming --memory-limit) and the process keeps serving."""
+    if cap is None:
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        return
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    log.info("process memory capped", extra={"fields": {
+        "event": "memory_cap", "rlimit_data_bytes": cap}})
 
 
 def _readiness(wh) -> Callable[[], tuple[bool, str]]:

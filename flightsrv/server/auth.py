@@ -15,12 +15,20 @@ Contract:
   ingest need WRITER (the engine raises PermissionDenied; the server pre-checks ingest).
 - Basic auth costs the same for unknown and known users: an unknown name is checked
   against a dummy hash with as many PBKDF2 iterations as the costliest user in the file.
+- Password checks (PBKDF2) run at most ``max_concurrent_logins`` at once server-wide
+  (default: half the cores, at least 1): a flood of logins, with random names or not,
+  cannot take the cores from callers who are logged in (bearer tokens and recently
+  verified credentials need no hash). A login that waits ``login_wait_s`` for a check is
+  refused UNAVAILABLE naming ``limit=max_concurrent_logins``.
 - Failed basic logins back off exponentially per user name (known or not): after
-  ``free_failures`` failures, that name is refused without a password check for
-  ``base_s * 2**(n - free_failures - 1)`` seconds (at most ``max_s``). Credentials that
-  verified within the last minute are served from a cache and never delayed, so an
-  attacker failing logins under a name cannot lock out its active sessions. (pyarrow's
-  server middleware is not told the peer address, so the back-off cannot be per peer.)
+  ``free_failures`` failures, that name's unproven credentials are refused without a
+  password check for ``base_s * 2**(n - free_failures - 1)`` seconds (at most ``max_s``).
+  A credential that verified in this process within ``token_ttl_s`` (kept only as an
+  HMAC under a per-process key, at most 4096) is never backed off, so an unauthenticated
+  caller failing logins under a name cannot lock its owner out once the owner has logged
+  in; it can delay only a first login after a restart. Verified credentials of the last
+  minute skip the hash altogether. (pyarrow's server middleware is not told the peer
+  address, so the back-off cannot be per peer.)
   Bearer tokens are not throttled: issued ones are 256-bit HMACs, and static tokens must
   be long random strings.
 
@@ -87,6 +95,8 @@ class AuthConfig:
     free_failures: int = 5
     backoff_base_s: float = 1.0
     backoff_max_s: float = 300.0
+    max_concurrent_logins: int = max(1, (os.cpu_count() or 2) // 2)
+    login_wait_s: float = 2.0
 
     def __post_init__(self) -> None:
         names = [p.user for p in self.tokens.values()] + list(self.users)
@@ -267,6 +277,11 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
         self._cache_lock = threading.Lock()
         self._backoff = _Backoff(self._clock, config.free_failures, config.backoff_base_s,
                                  config.backoff_max_s)
+        # credentials that verified (HMACs): exempt from the back-off for token_ttl_s
+        self._proven_key = os.urandom(32)
+        self._proven: TTLCache = TTLCache(4096, max(config.token_ttl_s, 60),
+                                          timer=lambda: self._clock.now_ms() / 1000.0)
+        self._hashing = threading.BoundedSemaphore(max(1, config.max_concurrent_logins))
         self._on_failure = on_failure or (lambda reason: None)
         iterations = max((_iterations(u.password_hash) for u in config.users.values()),
                          default=DEFAULT_ITERATIONS)
@@ -305,20 +320,32 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
             user, _, password = base64.b64decode(padded).decode().partition(":")
         except (ValueError, binascii.Error):
             raise self._fail("malformed", "malformed basic credentials") from None
-        wait = self._backoff.wait_s(user)
+        proof = hmac.new(self._proven_key, credential.encode(), hashlib.sha256).digest()
+        with self._cache_lock:
+            proven = proof in self._proven
+        wait = 0.0 if proven else self._backoff.wait_s(user)
         if wait > 0:
             raise self._fail("backoff", "too many failed logins for this user; retry in "
                              f"{wait:.0f} s")
         record = self._config.users.get(user)
         encoded = record.password_hash if record is not None else self._dummy_hash
-        ok = verify_password(password, encoded)  # always runs: same cost either way
+        if not self._hashing.acquire(timeout=self._config.login_wait_s):
+            raise flight.FlightUnavailableError(
+                "too many logins being checked at once; retry (limit=max_concurrent_logins "
+                f"value={self._config.max_concurrent_logins})")
+        try:
+            ok = verify_password(password, encoded)  # always runs: same cost either way
+        finally:
+            self._hashing.release()
         if record is None or not ok:
-            self._backoff.failed(user)
+            if not proven:
+                self._backoff.failed(user)
             raise self._fail("password", "invalid user or password")
         self._backoff.succeeded(user)
         principal = Principal(record.name, record.role)
         with self._cache_lock:
             self._basic_cache[cache_key] = principal
+            self._proven[proof] = True
         return principal
 
     def _check_bearer(self, token: str) -> Principal:

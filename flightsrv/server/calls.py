@@ -14,6 +14,8 @@ Contract:
   ``user`` (callers have verified the ticket's principal) and remembers the nonce, so a
   DoGet that starts later fails with CANCELLED; it returns how many calls it tripped.
 - ``cancel_all(reason)`` trips everything (drain deadline, shutdown).
+- ``connection_open(peer, server_port)``: whether a gRPC peer's TCP connection to us is
+  still established (Linux /proc/net; anything it cannot check counts as open).
 """
 
 from __future__ import annotations
@@ -129,3 +131,60 @@ def client_gone(context) -> bool:
         return bool(context.is_cancelled())
     except Exception:  # noqa: BLE001 - a context that cannot answer is not cancelled
         return False
+
+
+def _proc_net_key(ip: str, port: int) -> str | None:
+    """``ip:port`` as /proc/net/tcp{,6} spell an address (hex, 32-bit words in host order)."""
+    import socket
+    import sys
+
+    try:
+        if ":" in ip:
+            raw = socket.inet_pton(socket.AF_INET6, ip)
+        else:
+            raw = socket.inet_aton(ip)
+    except OSError:
+        return None
+    words = [raw[i:i + 4] for i in range(0, len(raw), 4)]
+    if sys.byteorder == "little":
+        words = [w[::-1] for w in words]
+    return f"{b''.join(words).hex().upper()}:{port:04X}"
+
+
+def connection_open(peer: str, server_port: int) -> bool:
+    """Whether gRPC peer ``peer`` (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``) still has an
+    ESTABLISHED connection to ``server_port``, from Linux's /proc/net/tcp{,6}. Anything
+    that cannot be checked (another OS, a unix socket, an odd peer string) counts as open,
+    so only a connection seen closed releases what it held."""
+    from urllib.parse import unquote
+
+    kind, _, rest = unquote(peer).partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return True
+    host, _, port_text = rest.rpartition(":")
+    try:
+        remote = _proc_net_key(host.strip("[]"), int(port_text))
+    except ValueError:
+        return True
+    if remote is None:
+        return True
+    remotes = {remote}
+    if ":" not in host:  # on a dual-stack socket the peer shows as ::ffff:a.b.c.d
+        mapped = _proc_net_key("::ffff:" + host, int(port_text))
+        if mapped is not None:
+            remotes.add(mapped)
+    local_port = f":{server_port:04X}"
+    seen_table = False
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        seen_table = True
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 3 and cols[2] in remotes and cols[1].endswith(local_port) \
+                    and cols[3] == "01":  # 01: ESTABLISHED
+                return True
+    return not seen_table

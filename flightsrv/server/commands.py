@@ -57,7 +57,7 @@ def _catalog_ok(msg, name: str) -> bool:
 
 
 def _schema_ok(msg, name: str) -> bool:
-    return md.matches(md.like_to_regex(_opt(msg, name)), md.DB_SCHEMA)
+    return md.matches(md.like_pattern(_opt(msg, name)), md.DB_SCHEMA)
 
 
 def sql_info(ctx: MetadataContext, cmd) -> pa.Table:
@@ -90,15 +90,15 @@ def tables(ctx: MetadataContext, cmd) -> pa.Table:
     if not (types_ok and _catalog_ok(cmd, "catalog")
             and _schema_ok(cmd, "db_schema_filter_pattern")):
         return schema.empty_table()
-    name_re = md.like_to_regex(_opt(cmd, "table_name_filter_pattern"))
+    name_like = md.like_pattern(_opt(cmd, "table_name_filter_pattern"))
     broken: list = []
     names = ctx.engine.list_tables(broken)
     for name, exc in broken:
-        if md.matches(name_re, name):
+        if md.matches(name_like, name):
             ctx.on_broken(name, exc)
     rows = []
     for name in sorted(names):
-        if not md.matches(name_re, name):
+        if not md.matches(name_like, name):
             continue
         row = {"catalog_name": md.CATALOG, "db_schema_name": md.DB_SCHEMA,
                "table_name": name, "table_type": "TABLE"}  # fmt: skip

@@ -37,6 +37,10 @@ class ServerConfig:
     # statements and resources
     query_timeout_s: float = 300.0  # 0 = none; SET statement_timeout can only lower it
     memory_limit: str = "50%"  # DuckDB memory_limit (of RAM, or of the cgroup limit)
+    # serve caps the process's data memory (RLIMIT_DATA) at memory_limit + this, so that
+    # one value DuckDB builds outside its buffer manager (repeat(), string_agg()) fails
+    # its statement with Out of Memory instead of growing the process; "off" = no cap
+    memory_headroom: str = "1GiB"
     threads: int | None = None  # DuckDB threads; None = CPU count
     temp_dir: str | None = None  # DuckDB spill directory; None = a private temp dir
     max_statement_bytes: int = 1 * MiB
@@ -44,11 +48,15 @@ class ServerConfig:
     # per-principal limits
     max_prepared_statements: int = 256
     max_sessions: int = 64
-    max_concurrent_queries: int = 16
+    max_concurrent_queries: int = 16  # more wait in a FIFO queue until a slot or deadline
+    max_queued_queries: int = 256  # statements waiting for a slot; beyond: refused at once
+    max_open_puts: int = 16  # DoPut streams open at once (each holds a server thread)
     max_results: int = 64  # unfetched results of side-effect statements kept per principal
     # lifetimes (seconds)
     prepared_ttl_s: int = 3600  # idle time before a prepared statement handle expires
-    session_ttl_s: int = 8 * 3600  # idle time before a session (its SET values) expires
+    # idle time before a session (its SET values) expires: a dropped connection's session
+    # is not noticed otherwise, and holds one of max_sessions until then
+    session_ttl_s: int = 900
     ticket_ttl_s: int = 3600  # a query ticket is redeemable this long after GetFlightInfo
     result_ttl_s: int = 600  # a side-effect statement's result waits this long for DoGet
     token_ttl_s: int = 12 * 3600  # bearer tokens issued by the basic-auth handshake
@@ -57,6 +65,8 @@ class ServerConfig:
     auth_free_failures: int = 5
     auth_backoff_base_s: float = 1.0
     auth_backoff_max_s: float = 300.0
+    # password hashes (PBKDF2) checked at once, server-wide
+    max_concurrent_logins: int = max(1, (os.cpu_count() or 2) // 2)
     # operability
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
@@ -88,17 +98,45 @@ class ServerConfig:
             raise ConfigurationError("--log-statements is full|redacted|off",
                                      value=self.log_statements)
         for name in ("max_statement_bytes", "max_message_bytes", "max_prepared_statements",
-                     "max_sessions", "max_concurrent_queries", "max_results"):
+                     "max_sessions", "max_concurrent_queries", "max_results",
+                     "max_queued_queries", "max_open_puts", "session_ttl_s",
+                     "max_concurrent_logins"):
             if getattr(self, name) < 1:
                 raise ConfigurationError("limit must be at least 1", limit=name,
                                          value=getattr(self, name))
+        self.process_memory_cap  # noqa: B018 - raises ConfigurationError for a bad size
         if self.query_timeout_s < 0:
             raise ConfigurationError("--query-timeout must be >= 0 (0: none)",
                                      value=self.query_timeout_s)
 
     @property
+    def process_memory_cap(self) -> int | None:
+        """Bytes of data memory (RLIMIT_DATA) ``serve`` allows itself; None = no cap."""
+        if self.memory_headroom.strip().lower() in ("off", "none", "0"):
+            return None
+        return memory_bytes(self.memory_limit) + memory_bytes(self.memory_headroom)
+
+    @property
     def effective_threads(self) -> int:
         return self.threads or os.cpu_count() or 1
+
+
+_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def memory_bytes(text: str) -> int:
+    """``64MB``, ``8GiB`` or ``50%`` (of physical memory) as bytes, as DuckDB reads them."""
+    t = text.strip().lower().replace(" ", "")
+    try:
+        if t.endswith("%"):
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            return int(total * float(t[:-1]) / 100)
+        digits = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+        return int(float(digits) * _UNITS[t[len(digits):]])
+    except (ValueError, KeyError, OSError):
+        raise ConfigurationError("not a memory size (e.g. 64MB, 8GiB, 50%)",
+                                 value=text) from None
 
 
 _NULLABLE = {"users_file", "tls_cert", "tls_key", "temp_dir", "metrics_port", "threads"}
@@ -125,6 +163,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                       metavar="TOKEN[:reader|writer]",
                       help="accept this bearer token (repeatable; role defaults to writer)")
     auth.add_argument("--users-file", help="user:hash:role lines (see `flightsrv user hash`)")
+    auth.add_argument("--max-concurrent-logins", type=_positive_int,
+                      default=d.max_concurrent_logins,
+                      help="password checks run at once, server-wide (default: half the "
+                           "cores)")
     res = p.add_argument_group("statements and resources")
     res.add_argument("--query-timeout", dest="query_timeout_s", type=float,
                      default=d.query_timeout_s, metavar="SECONDS",
@@ -132,6 +174,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                           "default: %(default)s)")
     res.add_argument("--memory-limit", default=d.memory_limit,
                      help="DuckDB memory limit, e.g. 8GiB or 50%% (default: %(default)s)")
+    res.add_argument("--memory-headroom", default=d.memory_headroom,
+                     help="cap the process's data memory at --memory-limit plus this, so "
+                          "no single value can outgrow the limit ('off': no cap; "
+                          "default: %(default)s)")
     res.add_argument("--threads", type=_positive_int, default=None,
                      help="DuckDB worker threads (default: CPU count)")
     res.add_argument("--temp-dir", default=None,
@@ -151,7 +197,20 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                           "(default: %(default)s)")
     lim.add_argument("--max-concurrent-queries", type=_positive_int,
                      default=d.max_concurrent_queries,
-                     help="statements running at once per principal (default: %(default)s)")
+                     help="statements running at once per principal; more wait in a "
+                          "fair queue until a slot frees or their deadline passes "
+                          "(default: %(default)s)")
+    lim.add_argument("--max-queued-queries", type=_positive_int,
+                     default=d.max_queued_queries,
+                     help="statements waiting for a slot per principal; more are refused "
+                          "(default: %(default)s)")
+    lim.add_argument("--max-open-puts", type=_positive_int, default=d.max_open_puts,
+                     help="DoPut streams (uploads, parameter streams) open at once per "
+                          "principal (default: %(default)s)")
+    lim.add_argument("--session-ttl", dest="session_ttl_s", type=_positive_int,
+                     default=d.session_ttl_s, metavar="SECONDS",
+                     help="idle time after which a session's SET values are dropped "
+                          "(default: %(default)s)")
     ops = p.add_argument_group("operability")
     ops.add_argument("--metrics-port", type=int, default=None,
                      help="serve /healthz, /readyz and /metrics (Prometheus) on this port")

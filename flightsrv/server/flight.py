@@ -16,7 +16,11 @@ and streams the answer. The guarantees it keeps:
 - **Per-principal state** (prepared statements, sessions, kept results) lives in separate
   bounded tables per principal (``limits``); nobody can see, close or evict another's.
   Sessions are per (principal, gRPC connection) and are only kept for connections that
-  ran SET; CloseSession drops the caller's own.
+  ran SET; CloseSession drops the caller's own; a session whose connection closed is
+  released when its principal's table is full, and any idle one after ``session_ttl_s``.
+- **Admission**: every statement, and every prepare, holds one of its principal's
+  ``max_concurrent_queries`` slots, waiting for one in a FIFO queue (``limits``) within
+  its deadline; a principal holds at most ``max_open_puts`` DoPut streams.
 - **Every statement** gets a ``Cancel`` (``calls``): tripped at ``--query-timeout`` or the
   session's ``statement_timeout`` (DEADLINE_EXCEEDED), when the client cancels the call or
   goes away, or by CancelFlightInfo / CancelQuery of its ticket (CANCELLED).
@@ -62,9 +66,9 @@ from flightsrv.server.auth import (
     Principal,
     principal_of,
 )
-from flightsrv.server.calls import Call, CallTracker, client_gone
+from flightsrv.server.calls import Call, CallTracker, client_gone, connection_open
 from flightsrv.server.config import ServerConfig
-from flightsrv.server.limits import Concurrency, PerPrincipal
+from flightsrv.server.limits import Concurrency, OpenCount, PerPrincipal
 from flightsrv.server.logs import StatementText
 from flightsrv.server.metrics import Metrics
 from flightsrv.server.status import (
@@ -192,11 +196,16 @@ class FlightSqlServer(flight.FlightServerBase):
         self._prepared: PerPrincipal[bytes, _PreparedEntry] = PerPrincipal(
             "prepared statements", "max_prepared_statements", cfg.max_prepared_statements,
             cfg.prepared_ttl_s, clock)
+        # a session belongs to a connection: one whose connection closed is released when
+        # its principal's table is full (pyarrow tells no one about a closed connection)
         self._sessions: PerPrincipal[str, Session] = PerPrincipal(
-            "sessions", "max_sessions", cfg.max_sessions, cfg.session_ttl_s, clock)
+            "sessions", "max_sessions", cfg.max_sessions, cfg.session_ttl_s, clock,
+            gone=lambda peer: not connection_open(peer, self.port))
         self._results: PerPrincipal[str, pa.Table] = PerPrincipal(
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
-        self._slots = Concurrency(cfg.max_concurrent_queries)
+        self._slots = Concurrency(cfg.max_concurrent_queries, cfg.max_queued_queries,
+                                  on_wait=lambda s: self.metrics.queue_wait.observe(s))
+        self._puts = OpenCount("DoPut streams", "max_open_puts", cfg.max_open_puts)
         self._calls = CallTracker()
         self._active = 0  # RPCs and streams in progress (for draining)
         self._active_lock = threading.Condition()
@@ -213,6 +222,8 @@ class FlightSqlServer(flight.FlightServerBase):
             "sessions": lambda: self._sessions.count(),
             "prepared_statements": lambda: self._prepared.count(),
             "queries_in_flight": lambda: self._slots.count(),
+            "queries_queued": lambda: self._slots.queued(),
+            "puts_open": lambda: self._puts.count(),
         })
         middleware = {}
         if auth is not None:
@@ -410,16 +421,44 @@ class FlightSqlServer(flight.FlightServerBase):
 
     # == statements ==========================================================================
 
-    def _begin(self, rpc: str, context, principal: Principal, session: Session,
-               prepared: Prepared, nonce: str | None = None, deadline: bool = True,
-               params: pa.RecordBatch | None = None) -> _Statement:
-        self._slots.acquire(principal.user)
+    def _admit(self, context, principal: Principal, session: Session,
+               deadline: bool = True, nonce: str | None = None) -> Call:
+        """A concurrency slot (waiting in the principal's queue) and a registered ``Call``
+        with the statement's deadline; the wait counts against the deadline. The caller
+        releases the slot and finishes the call."""
+        timeout = self._timeout_s(session) if deadline else None
+        until = time.monotonic() + timeout if timeout else None
+        self._slots.acquire(principal.user, until, gone=lambda: client_gone(context))
         try:
-            timeout = self._timeout_s(session) if deadline else None
-            call = self._calls.start(principal.user, timeout, context, nonce)
+            left = None if until is None else max(until - time.monotonic(), 1e-3)
+            return self._calls.start(principal.user, left, context, nonce)
         except BaseException:
             self._slots.release(principal.user)
             raise
+
+    def _prepare(self, context, principal: Principal, sql: str,
+                 params: pa.RecordBatch | None = None) -> Prepared:
+        """``engine.prepare`` as a statement: it holds a slot, runs under the statement's
+        deadline and is interrupted by a cancel (DuckDB's bind may evaluate functions)."""
+        session = self._session(context, principal)
+        call = self._admit(context, principal, session)
+        try:
+            return self._engine.prepare(sql, session, params, cancel=call.cancel)
+        except BaseException as exc:
+            if call.cancel.cancelled and not isinstance(exc, errors.QueryCancelled):
+                raise errors.QueryCancelled(
+                    "statement timed out while being prepared" if call.cancel.reason ==
+                    "timeout" else "statement was cancelled while being prepared",
+                    reason=call.cancel.reason) from None
+            raise
+        finally:
+            self._calls.finish(call)
+            self._slots.release(principal.user)
+
+    def _begin(self, rpc: str, context, principal: Principal, session: Session,
+               prepared: Prepared, nonce: str | None = None, deadline: bool = True,
+               params: pa.RecordBatch | None = None) -> _Statement:
+        call = self._admit(context, principal, session, deadline, nonce)
         st = _Statement(rpc, principal, prepared, call, params)
         # a cancelled statement gives its slot back at once, even if its stream waits for
         # a client that is not reading
@@ -531,8 +570,7 @@ class FlightSqlServer(flight.FlightServerBase):
             if fresh:  # prepared by this very request: nothing can have changed
                 return prepared.dataset_schema
             params = None
-        return self._engine.prepare(prepared.sql, self._session(context, principal),
-                                    params).dataset_schema
+        return self._prepare(context, principal, prepared.sql, params).dataset_schema
 
     @staticmethod
     def _drain_reader(reader: pa.RecordBatchReader, cancel: Cancel | None) -> pa.Table:
@@ -593,7 +631,7 @@ class FlightSqlServer(flight.FlightServerBase):
     def _statement_query(self, context, principal, cmd):
         self._no_transaction(cmd)
         sql = self._check_sql(cmd.query)
-        return self._engine.prepare(sql, self._session(context, principal)), None
+        return self._prepare(context, principal, sql), None
 
     def _prepared_query(self, context, principal, cmd):
         entry = self._lookup(principal, cmd.prepared_statement_handle)
@@ -709,12 +747,14 @@ class FlightSqlServer(flight.FlightServerBase):
         handler = self._PUT.get(type(cmd))
         if handler is None:
             raise invalid(f"{proto.arrow_name(cmd)} is not valid for DoPut")
-        handler(self, context, principal, cmd, reader, writer)
+        # an open stream holds a server thread while the client sends (or idles)
+        with self._puts.held(principal.user):
+            handler(self, context, principal, cmd, reader, writer)
 
     def _put_statement_update(self, context, principal, cmd, reader, writer):
         self._no_transaction(cmd)
         sql = self._check_sql(cmd.query)
-        prepared = self._engine.prepare(sql, self._session(context, principal))
+        prepared = self._prepare(context, principal, sql)
         self._write_count(writer, self._update("DoPut", context, principal, prepared, None))
 
     def _put_bind(self, context, principal, cmd, reader, writer):
@@ -782,7 +822,7 @@ class FlightSqlServer(flight.FlightServerBase):
             raise invalid(f"CreatePreparedStatement got {proto.arrow_name(req)}")
         self._no_transaction(req)
         sql = self._check_sql(req.query)
-        prepared = self._engine.prepare(sql, self._session(context, principal))
+        prepared = self._prepare(context, principal, sql)
         handle = self._runtime.ids.new_id().encode()
         self._prepared.add(principal.user, handle, _PreparedEntry(prepared))
         dataset = prepared.dataset_schema if prepared.kind == StatementKind.QUERY else EMPTY_SCHEMA

@@ -10,9 +10,20 @@ Contract:
 - When a principal's table is full, ``add`` raises ``status.ResourceLimit`` naming the
   limit and its value (``on_full="raise"``), or drops that principal's own least recently
   used entry (``on_full="evict"``, used for results nobody fetched). Expired entries are
-  dropped first in both cases.
-- ``Concurrency.slot(user)`` is a context manager holding one of the principal's
-  ``limit`` statement slots, or raising ``ResourceLimit``.
+  dropped first in both cases, and so are entries ``gone(key)`` says are dead (a session
+  whose connection closed).
+- ``Concurrency`` is admission control: each principal has ``limit`` statement slots.
+  ``acquire(user, deadline)`` takes a free one, or WAITS for one in that principal's FIFO
+  queue (at most ``max_queued`` waiting; more is ``ResourceLimit`` naming
+  ``max_queued_queries``) until a slot is handed to it, its ``deadline`` (monotonic
+  seconds) passes (``QueryCancelled`` with ``reason=timeout`` naming
+  ``max_concurrent_queries``) or ``gone()`` says its client left (``reason=cancelled``).
+  A released slot goes straight to the head of the same principal's queue. Principals
+  never share slots or queues, so one principal's flood delays nobody else; there is no
+  cross-principal pool to schedule. ``slot(user)`` is the context-manager form.
+- ``OpenCount(what, limit_name, limit)``: ``held(user)`` counts one open thing of the
+  principal (a DoPut stream) for the ``with`` block, or raises ``ResourceLimit`` when
+  ``limit`` are open already.
 - All methods are thread-safe.
 """
 
@@ -20,11 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from cachetools import TTLCache
 
+from flightsrv.errors import QueryCancelled
 from flightsrv.runtime import Clock
 from flightsrv.server.status import ResourceLimit
 
@@ -34,8 +48,9 @@ V = TypeVar("V")
 
 class PerPrincipal(Generic[K, V]):
     def __init__(self, what: str, limit_name: str, limit: int, ttl_s: float, clock: Clock,
-                 on_full: str = "raise"):
+                 on_full: str = "raise", gone: Callable[[K], bool] | None = None):
         self._what, self._limit_name, self._limit = what, limit_name, limit
+        self._gone = gone
         self._ttl = ttl_s
         self._timer = lambda: clock.now_ms() / 1000.0
         self._on_full = on_full
@@ -53,6 +68,9 @@ class PerPrincipal(Generic[K, V]):
         with self._lock:
             table = self._table(user, create=True)
             table.expire()
+            if key not in table and len(table) >= self._limit and self._gone is not None:
+                for dead in [k for k in list(table.keys()) if self._gone(k)]:
+                    del table[dead]
             if key not in table and len(table) >= self._limit:
                 if self._on_full == "evict":
                     table.popitem()  # this principal's least recently used entry
@@ -94,36 +112,122 @@ class PerPrincipal(Generic[K, V]):
 
 
 class Concurrency:
-    def __init__(self, limit: int):
-        self._limit = limit
+    def __init__(self, limit: int, max_queued: int = 256, poll_s: float = 0.1,
+                 on_wait: Callable[[float], None] | None = None):
+        self._limit, self._max_queued, self._poll_s = limit, max_queued, poll_s
+        self._on_wait = on_wait  # seconds a statement waited in the queue (metrics)
         self._running: dict[str, int] = {}
+        self._queues: dict[str, deque[threading.Event]] = {}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def slot(self, user: str) -> Iterator[None]:
-        self.acquire(user)
+    def slot(self, user: str, deadline: float | None = None) -> Iterator[None]:
+        self.acquire(user, deadline)
         try:
             yield
         finally:
             self.release(user)
 
-    def acquire(self, user: str) -> None:
+    def acquire(self, user: str, deadline: float | None = None,
+                gone: Callable[[], bool] = lambda: False) -> float:
+        """Take one of ``user``'s slots, waiting in its queue; returns the seconds waited."""
+        granted = threading.Event()
         with self._lock:
+            queue = self._queues.get(user)
             n = self._running.get(user, 0)
-            if n >= self._limit:
-                raise ResourceLimit("too many statements running at once for this principal; "
-                                    "retry when one finishes", user=user,
-                                    limit="max_concurrent_queries", value=self._limit)
-            self._running[user] = n + 1
+            if n < self._limit and not queue:
+                self._running[user] = n + 1
+                granted.set()
+            elif queue is not None and len(queue) >= self._max_queued:
+                raise ResourceLimit("too many statements waiting for a slot for this "
+                                    "principal; retry when some finished", user=user,
+                                    limit="max_queued_queries", value=self._max_queued)
+            else:
+                self._queues.setdefault(user, deque()).append(granted)
+        if granted.is_set():
+            if self._on_wait is not None:
+                self._on_wait(0.0)
+            return 0.0
+        start = time.monotonic()
+        try:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if granted.wait(self._poll_s if left is None else
+                                max(0.0, min(self._poll_s, left))):
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise QueryCancelled(
+                        "statement timed out waiting for a slot: this principal's "
+                        "statements were all running", reason="timeout", user=user,
+                        limit="max_concurrent_queries", value=self._limit,
+                        waited_ms=round((time.monotonic() - start) * 1000))
+                if gone():
+                    raise QueryCancelled("statement was cancelled while waiting for a slot",
+                                         reason="cancelled")
+        except BaseException:
+            with self._lock:
+                if granted.is_set():  # handed a slot just as we gave up: pass it on
+                    self._release_locked(user)
+                else:
+                    self._queues[user].remove(granted)
+                    if not self._queues[user]:
+                        del self._queues[user]
+            raise
+        finally:
+            if self._on_wait is not None:
+                self._on_wait(time.monotonic() - start)
+        return time.monotonic() - start
 
     def release(self, user: str) -> None:
         with self._lock:
-            n = self._running.get(user, 0) - 1
-            if n <= 0:
-                self._running.pop(user, None)
-            else:
-                self._running[user] = n
+            self._release_locked(user)
+
+    def _release_locked(self, user: str) -> None:
+        queue = self._queues.get(user)
+        if queue:  # hand the slot to the oldest waiter: the running count stays
+            queue.popleft().set()
+            if not queue:
+                del self._queues[user]
+            return
+        n = self._running.get(user, 0) - 1
+        if n <= 0:
+            self._running.pop(user, None)
+        else:
+            self._running[user] = n
 
     def count(self) -> int:
         with self._lock:
             return sum(self._running.values())
+
+    def queued(self) -> int:
+        with self._lock:
+            return sum(len(q) for q in self._queues.values())
+
+
+class OpenCount:
+    def __init__(self, what: str, limit_name: str, limit: int):
+        self._what, self._limit_name, self._limit = what, limit_name, limit
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def held(self, user: str) -> Iterator[None]:
+        with self._lock:
+            n = self._open.get(user, 0)
+            if n >= self._limit:
+                raise ResourceLimit(f"too many {self._what} open at once for this principal",
+                                    user=user, limit=self._limit_name, value=self._limit)
+            self._open[user] = n + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                n = self._open.get(user, 0) - 1
+                if n <= 0:
+                    self._open.pop(user, None)
+                else:
+                    self._open[user] = n
+
+    def count(self) -> int:
+        with self._lock:
+            return sum(self._open.values())

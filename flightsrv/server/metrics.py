@@ -86,6 +86,9 @@ class Metrics:
                                    registry=r)
         self.auth_failures = Counter(p + "auth_failures", "failed authentications",
                                      registry=r)
+        self.queue_wait = Histogram(p + "queue_wait_seconds",
+                                    "time statements waited for a concurrency slot",
+                                    buckets=_LATENCY_BUCKETS, registry=r)
         for name, fn in (gauges or {}).items():
             Gauge(p + name, name.replace("_", " "), registry=r).set_function(fn)
         self._unsubscribe = telemetry.subscribe(self._on_event)

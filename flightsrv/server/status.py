@@ -167,6 +167,12 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
         return flight.FlightUnauthorizedError(msg)
     if isinstance(exc, (ResourceLimit, Draining)):
         return flight.FlightUnavailableError(msg)
+    text = str(exc)
+    if text.startswith(_OOM_MESSAGES) or "Out of Memory Error" in text:
+        # DuckDB's own (SqlError wraps it too): a limit, not a mistake in the statement
+        return flight.FlightUnavailableError(_with_context(
+            "LimitExceeded: the statement needs more memory than the server's "
+            "--memory-limit allows (limit=memory_limit)", **ctx))
     if isinstance(exc, (errors.TableNotFound, errors.VersionNotFound, NotFound)):
         return pa.ArrowKeyError(msg)
     if isinstance(exc, errors.ConfigurationError):  # incl. TableExists, SqlError, ...
@@ -183,11 +189,6 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
             "LimitExceeded: statement nests too deeply for the server", **ctx))
     if isinstance(exc, NotImplementedError):
         return pa.ArrowNotImplementedError(msg)
-    text = str(exc)
-    if text.startswith(_OOM_MESSAGES) or "Out of Memory Error" in text:
-        return flight.FlightUnavailableError(_with_context(
-            "LimitExceeded: the statement needs more memory than the server's "
-            "--memory-limit allows", **ctx))
     if type(exc).__module__.split(".")[0].lstrip("_") == "duckdb" and name in _DUCKDB_USER_ERRORS:
         return pa.ArrowInvalid(msg)
     if isinstance(exc, OSError) and text.startswith(_DUCKDB_USER_MESSAGES):

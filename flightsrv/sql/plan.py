@@ -40,6 +40,7 @@ from flightsrv.sql.names import printed
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import validate
 from flightsrv.sql.statements import DIALECT, _tokenize, error
+from flightsrv.runtime import text_cache
 
 Resolver = Callable[[str, "int | None", "str | None"], Any]
 
@@ -75,7 +76,7 @@ def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
     return tree.copy().transform(swap)
 
 
-@functools.lru_cache(maxsize=4096)
+@text_cache(maxsize=4096)
 def _parse_literal(text: str) -> exp.Expression:
     """A literal's parsed tree, cached by its text (callers copy before use)."""
     return sqlglot.parse_one(text, read=DIALECT)

@@ -44,7 +44,6 @@ parsing, so every statement carries numbered placeholders and ``param_count``.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import sys
@@ -62,6 +61,7 @@ from flightsrv.errors import LimitExceeded, SqlError
 from flightsrv.sql import binder, lexer, validate
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql.diag import error, position, short
+from flightsrv.runtime import text_cache
 
 DIALECT = "duckdb"
 
@@ -276,7 +276,7 @@ def _check_nesting(types, sql: str) -> None:
                             value=MAX_NESTING)
 
 
-@functools.lru_cache(maxsize=256)
+@text_cache(maxsize=256)
 def _tokenize(text: str) -> tuple:
     """sqlglot's DuckDB tokens of ``text``, cached: classifying and parsing one statement
     read them three times (a 1,000-value IN list costs milliseconds per pass)."""
