@@ -220,22 +220,35 @@ def test_a_bad_file_mid_append_commits_nothing_and_leaves_no_files(wh, tmp_path)
 
 
 def test_ctrl_c_during_a_many_file_append_commits_nothing(wh, tmp_path):
+    # the last input is a FIFO written only after the signal: the append blocks on it after
+    # writing the other files' data, so the signal always lands mid-append (no race with a
+    # fast machine)
     src = tmp_path / "in"
     src.mkdir()
-    for i in range(300):
+    for i in range(3):
         (src / f"f{i:03d}.csv").write_text(f"id,name\n{i},x\n")
+    fifo = src / "f999.csv"
+    os.mkfifo(fifo)
     v = people(wh).head().version
+    data = Path(wh) / "people" / "data"
+    before = set(data.rglob("*.parquet"))
     proc = subprocess.Popen([*CMD, "--warehouse", wh, "table", "append", "people",
                              *sorted(map(str, src.iterdir()))],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    data = Path(wh) / "people" / "data"
-    before = set(data.rglob("*.parquet"))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(set(data.rglob("*.parquet")) - before) < 3:
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while len(set(data.rglob("*.parquet")) - before) < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the append wrote no files"
+            time.sleep(0.02)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)  # pending while the append blocks on the FIFO
+        with open(fifo, "w") as f:  # now let it go on: Python raises KeyboardInterrupt
+            f.write("id,name\n999,x\n")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err
     lines = err.splitlines()
