@@ -209,3 +209,144 @@ def test_statement_splitting_and_completeness():
     assert is_complete("SELECT 1; -- a trailing comment")
     assert split_statements("SELECT $1,$2; SELECT 3") == ["SELECT $1,$2", "SELECT 3"]
     assert is_complete("SELECT $1,$2;")
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------
+
+#: a query that runs for minutes: 10^10 pairs, no index, no shortcut
+LONG = ("SELECT a.range % 7 AS k, count(*) FROM range(100000) a, range(100000) b "
+        "WHERE a.range + b.range = 7 GROUP BY ALL")
+
+
+def _interrupt_when_running(args: list[str], running) -> tuple[int, str, float]:
+    """Start ``flightsrv sql`` with ``args``, wait until ``running(proc, line)`` says the
+    query runs, send SIGINT; return the exit code, stderr and seconds from signal to exit."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([*CMD, "--log-level", "debug", "sql", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if running(proc, line):
+                break
+        else:
+            raise AssertionError(("the query never ran", proc.wait(), lines))
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        return proc.returncode, "".join(lines) + err, time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_ctrl_c_stops_an_in_process_query_at_once(warehouse):
+    code, err, took = _interrupt_when_running(
+        ["--warehouse", warehouse, LONG], lambda proc, line: "running statement" in line)
+    assert code == 130, err
+    assert "Traceback" not in err and "error" not in err, err
+    assert err.splitlines()[-1] == "flightsrv: interrupted"
+    assert took < 20, took  # the query alone runs for minutes
+
+
+def test_ctrl_c_with_server_cancels_the_call_and_the_server_interrupts_duckdb(warehouse,
+                                                                              tmp_path):
+    import time
+
+    engine = DuckEngine(Warehouse.open(warehouse))
+    auth = AuthConfig(tokens={TOKEN: Principal("cli", Role.WRITER)})
+    srv, port = start_in_thread(engine, auth=auth)
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    try:
+        def running(proc, line):  # the server is executing the statement
+            while srv._calls.in_flight() == 0:
+                assert proc.poll() is None
+                time.sleep(0.05)
+            return True
+
+        code, err, took = _interrupt_when_running(
+            ["--server", f"grpc://127.0.0.1:{port}", "--token-file", str(token), LONG],
+            running)
+        assert code == 130, err
+        assert "Traceback" not in err and "error" not in err, err
+        assert err.splitlines()[-1] == "flightsrv: interrupted"
+        assert took < 20, took
+        deadline = time.monotonic() + 20
+        while srv._calls.in_flight():  # the server stopped DuckDB, it did not run to the end
+            assert time.monotonic() < deadline, "the server still runs the cancelled query"
+            time.sleep(0.05)
+    finally:
+        srv.shutdown()
+        engine.close()
+
+
+class _Pty:
+    """``flightsrv sql`` on a pseudo-terminal (a shell, as a person sees it)."""
+
+    def __init__(self, args: list[str]):
+        import os
+        import pty
+
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen([*CMD, *args], stdin=slave, stdout=slave, stderr=slave,
+                                     env={**os.environ, "TERM": "dumb"},
+                                     start_new_session=True)
+        os.close(slave)
+        self.seen = ""
+
+    def expect(self, needle: str, timeout: float = 120) -> str:
+        import os
+        import select
+        import time
+
+        deadline = time.monotonic() + timeout
+        while needle not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, (needle, self.seen[-2000:])
+            ready, _, _ = select.select([self.master], [], [], min(left, 1))
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536).decode(errors="replace")
+                except OSError:  # the child closed the terminal
+                    assert needle in self.seen, (needle, self.seen[-2000:])
+        at = self.seen.index(needle) + len(needle)
+        got, self.seen = self.seen[:at], self.seen[at:]
+        return got
+
+    def send(self, text: str) -> None:
+        import os
+
+        os.write(self.master, text.encode())
+
+    def close(self) -> None:
+        import os
+
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        os.close(self.master)
+
+
+def test_ctrl_c_in_the_shell_stops_the_query_and_the_shell_stays(warehouse, tmp_path):
+    import signal
+
+    term = _Pty(["sql", "--warehouse", warehouse, "--log-level", "debug"])
+    try:
+        term.expect("flightsrv> ")
+        term.send(LONG + ";\r")
+        term.expect("running statement")
+        term.proc.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
+        shown = term.expect("flightsrv> ", timeout=20)
+        assert "query interrupted" in shown and "Traceback" not in shown, shown
+        term.send("SELECT 6 * 7 AS answer;\r")
+        assert "42" in term.expect("flightsrv> ")
+        term.send(".quit\r")
+        assert term.proc.wait(timeout=30) == 0
+        assert "Traceback" not in term.seen
+    finally:
+        term.close()

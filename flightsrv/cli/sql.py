@@ -17,9 +17,11 @@ statement that changes data answers with one row, ``rows_affected``, in both cas
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -47,6 +49,7 @@ examples:
   flightsrv sql "SELECT * FROM demo_events" --format parquet --output events.parquet
   flightsrv sql --server grpc://127.0.0.1:31337 --token-file token.txt"""
 
+log = logging.getLogger(__name__)
 AFFECTED = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
 HISTORY_FILE = "~/.flightsrv_history"
 PROMPT, CONTINUATION = "flightsrv> ", "      ...> "
@@ -127,6 +130,8 @@ class LocalRunner:
     """Statements through DuckEngine over the warehouse, as a writer."""
 
     args: object
+    _cancel: object = field(default=None, init=False)
+    busy: bool = field(default=False, init=False)  # a statement that did not stop in time
 
     def __post_init__(self):
         from flightsrv.engine.api import Role, Session
@@ -146,6 +151,7 @@ class LocalRunner:
     def run(self, sql: str) -> pa.RecordBatchReader:
         from flightsrv.engine.api import Cancel, StatementKind
 
+        cancel = self._cancel = Cancel()
         if not self._exists:
             self._exists = self.warehouse.is_initialized()
         try:
@@ -156,19 +162,24 @@ class LocalRunner:
             raise
         if not self._exists and not prepared.effects:
             raise self._no_warehouse()
+        cancel.check()  # Ctrl-C while preparing: DuckDB's interrupt() finds nothing running
         if prepared.kind is StatementKind.QUERY:
-            cancel = Cancel()
-            result = self.engine.execute_query(sql, self.session, cancel=cancel)
-            return _cancel_on_interrupt(result.reader, cancel)
-        n = self.engine.execute_update(sql, self.session)
+            return self.engine.execute_query(sql, self.session, cancel=cancel).reader
+        n = self.engine.execute_update(sql, self.session, cancel=cancel)
         self._exists = True
         return _affected(n)
+
+    def interrupt(self) -> None:
+        """Interrupt the statement running now (DuckDB's ``interrupt()``); any thread."""
+        if self._cancel is not None:
+            self._cancel.cancel()
 
     def tables(self) -> list[str]:
         return self.engine.list_tables() if self.warehouse.is_initialized() else []
 
     def close(self) -> None:
-        self.engine.close()
+        if not self.busy:
+            self.engine.close()
 
 
 @dataclass
@@ -176,6 +187,8 @@ class RemoteRunner:
     """Statements through ADBC's Flight SQL driver (autocommit: every statement commits)."""
 
     args: object
+    _cursor: object = field(default=None, init=False)
+    busy: bool = field(default=False, init=False)  # a statement that did not stop in time
 
     def __post_init__(self):
         import warnings
@@ -213,7 +226,7 @@ class RemoteRunner:
             raise _remote_error(exc, uri) from None
 
     def run(self, sql: str) -> pa.RecordBatchReader:
-        cur = self.conn.cursor()
+        cur = self._cursor = self.conn.cursor()
         try:
             cur.execute(sql)
             if not cur.description:  # a statement without a result (DML through ADBC)
@@ -235,11 +248,23 @@ class RemoteRunner:
 
         return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
+    def interrupt(self) -> None:
+        """Cancel the call in flight (ADBC's StatementCancel: the gRPC call is cancelled, and
+        the server interrupts DuckDB); any thread."""
+        cur = self._cursor
+        if cur is not None:
+            try:
+                cur.adbc_cancel()
+            except Exception:  # noqa: BLE001 - a cursor already closed has nothing to cancel
+                pass
+
     def tables(self) -> list[str]:
         reader = self.run("SHOW TABLES")
         return [r[reader.schema.names[0]] for r in reader.read_all().to_pylist()]
 
     def close(self) -> None:
+        if self.busy:
+            return
         try:
             self.conn.close()
         except Exception:  # noqa: BLE001 - closing a broken connection
@@ -273,19 +298,58 @@ def _affected(n: int) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(AFFECTED, [batch])
 
 
-def _cancel_on_interrupt(reader: pa.RecordBatchReader, cancel) -> pa.RecordBatchReader:
-    def gen():
-        try:
-            yield from reader
-        except KeyboardInterrupt:
-            cancel.cancel()
-            raise
-
-    return pa.RecordBatchReader.from_batches(reader.schema, gen())
-
-
 def make_runner(args):
     return RemoteRunner(args) if args.server else LocalRunner(args)
+
+
+#: how long Ctrl-C waits for the interrupted statement to stop before giving up on it
+STOP_WAIT_S = 5.0
+
+
+def run_statement(runner, sql: str, args) -> None:
+    """Run ``sql`` and write its result, interruptibly: the work runs in a worker thread
+    while the main thread (the one Python delivers SIGINT to) waits. Ctrl-C interrupts the
+    statement (``runner.interrupt()``: DuckDB's interrupt in process, a cancelled call on a
+    server), waits for the worker to stop (at most ``STOP_WAIT_S``) and raises
+    KeyboardInterrupt; whatever the interrupted work raised is dropped. Without this the
+    signal reaches Python only when DuckDB or the Flight client returns, which can be the
+    end of the query."""
+    done = threading.Event()
+    box: dict[str, BaseException] = {}
+
+    def work():
+        try:
+            log.debug("running statement", extra={"fields": {"where": runner.where}})
+            output.write_result(runner.run(sql), args)
+            sys.stdout.flush()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="flightsrv-statement", daemon=True).start()
+    try:
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        runner.interrupt()
+        _wait_ignoring_interrupts(done, STOP_WAIT_S)
+        if not done.is_set():  # still running: closing its connection would fail or hang
+            runner.busy = True
+        raise KeyboardInterrupt from None
+    if "error" in box:
+        raise box["error"]
+
+
+def _wait_ignoring_interrupts(done: threading.Event, seconds: float) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while not done.is_set() and time.monotonic() < end:
+        try:
+            done.wait(min(0.1, max(end - time.monotonic(), 0)))
+        except KeyboardInterrupt:  # pressed again: already stopping
+            pass
 
 
 # -- the command -----------------------------------------------------------------------
@@ -317,7 +381,7 @@ def cmd_sql(args) -> int:
     runner = make_runner(args)
     try:
         for sql in statements:
-            output.write_result(runner.run(sql), args)
+            run_statement(runner, sql, args)
     finally:
         runner.close()
     return 0
@@ -380,10 +444,10 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
                 continue
             for sql in split_statements(text):
                 try:
-                    output.write_result(runner.run(sql), args)
-                    sys.stdout.flush()
+                    run_statement(runner, sql, args)
                 except KeyboardInterrupt:
                     err.write("flightsrv: query interrupted\n")
+                    break
                 except QueryCancelled:
                     err.write("flightsrv: query cancelled\n")
                 except (FlightsrvError, pa.ArrowException, OSError) as exc:
