@@ -561,8 +561,9 @@ def test_every_option_has_help_and_shows_its_default():
     import argparse
 
     from flightsrv.cli.main import _all_parsers, build_parser
+    from flightsrv.spark.pipeline import build_parser as pipeline_parser
 
-    for parser in _all_parsers(build_parser()):
+    for parser in [*_all_parsers(build_parser()), pipeline_parser()]:
         for action in parser._actions:
             if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
                 continue
@@ -571,6 +572,16 @@ def test_every_option_has_help_and_shows_its_default():
             if d is not None and d is not False and d is not argparse.SUPPRESS and d != []:
                 text = parser.formatter_class(parser.prog)._get_help_string(action)
                 assert "default" in text, (parser.prog, action.dest)
+
+
+def test_pipeline_without_pyspark_gives_the_install_hint(monkeypatch, capsys):
+    from flightsrv.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark: ModuleNotFoundError
+    assert main(["pipeline", "--generate", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flightsrv: error: flightsrv pipeline needs PySpark") and \
+        "pip install 'flightsrv[spark]'" in err, err
 
 
 def test_pipeline_both_spellings_parse_the_same():
