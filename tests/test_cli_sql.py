@@ -218,35 +218,39 @@ LONG = ("SELECT a.range % 7 AS k, count(*) FROM range(100000) a, range(100000) b
         "WHERE a.range + b.range = 7 GROUP BY ALL")
 
 
-def _interrupt_when_running(args: list[str], running) -> tuple[int, str, float]:
-    """Start ``flightsrv sql`` with ``args``, wait until ``running(proc, line)`` says the
-    query runs, send SIGINT; return the exit code, stderr and seconds from signal to exit."""
+def _interrupt_when_running(args: list[str], wait_running) -> tuple[int, str, float]:
+    """Start ``flightsrv sql`` with ``args``, let ``wait_running(proc)`` return once the query
+    runs (it returns the stderr lines it read), send SIGINT; return the exit code, stderr and
+    seconds from the signal to the exit."""
     import signal
     import time
 
     proc = subprocess.Popen([*CMD, "--log-level", "debug", "sql", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
     try:
-        for line in proc.stderr:
-            lines.append(line)
-            if running(proc, line):
-                break
-        else:
-            raise AssertionError(("the query never ran", proc.wait(), lines))
+        seen = wait_running(proc)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-        return proc.returncode, "".join(lines) + err, time.monotonic() - t0
+        return proc.returncode, seen + err, time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
 
 
+def _logged_running(proc) -> str:
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "running statement" in line:
+            return "".join(lines)
+    raise AssertionError(("the statement never started", proc.wait(), lines))
+
+
 def test_ctrl_c_stops_an_in_process_query_at_once(warehouse):
-    code, err, took = _interrupt_when_running(
-        ["--warehouse", warehouse, LONG], lambda proc, line: "running statement" in line)
+    code, err, took = _interrupt_when_running(["--warehouse", warehouse, LONG],
+                                              _logged_running)
     assert code == 130, err
     assert "Traceback" not in err and "error" not in err, err
     assert err.splitlines()[-1] == "flightsrv: interrupted"
@@ -263,11 +267,11 @@ def test_ctrl_c_with_server_cancels_the_call_and_the_server_interrupts_duckdb(wa
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     try:
-        def running(proc, line):  # the server is executing the statement
+        def running(proc) -> str:  # the server is executing the statement
             while srv._calls.in_flight() == 0:
-                assert proc.poll() is None
+                assert proc.poll() is None, proc.communicate()
                 time.sleep(0.05)
-            return True
+            return ""
 
         code, err, took = _interrupt_when_running(
             ["--server", f"grpc://127.0.0.1:{port}", "--token-file", str(token), LONG],
