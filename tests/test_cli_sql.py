@@ -354,3 +354,81 @@ def test_ctrl_c_in_the_shell_stops_the_query_and_the_shell_stays(warehouse, tmp_
         assert "Traceback" not in term.seen
     finally:
         term.close()
+
+
+def test_the_shell_speaks_psql_and_duckdb(warehouse, tmp_path, monkeypatch, capsys):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from flightsrv.cli import sql
+    from flightsrv.cli.main import parse_args
+
+    monkeypatch.setenv("FLIGHTSRV_HISTORY", str(tmp_path / "history"))
+    args = parse_args(["sql", "--warehouse", warehouse])
+    with create_pipe_input() as inp:
+        inp.send_text("\\x\nSELECT id, name FROM items WHERE id = 1;\n\\x\n"
+                      ".mode csv\nSELECT 1 AS one;\n.mode table\n"
+                      "\\timing\nSELECT 2 AS two;\n.timer off\nSELECT 3 AS three;\n"
+                      "\\q\nSELECT 'never' AS after_quit;\n")
+        assert sql.shell(args, input=inp, output_stream=DummyOutput()) == 0
+    out, err = capsys.readouterr()
+    assert "-[ RECORD 1 ]-\nid   | 1\nname | ann\n(1 row)\n" in out
+    assert '"one"\n1\n' in out and "two\n---\n  2\n(1 row)" in out and "three" in out
+    assert "never" not in out
+    assert err.count("Run Time: ") == 1 and "Timing is on." in err
+    assert "Expanded display is on." in err and "Expanded display is off." in err
+
+    for word in ("exit", "quit;", ".exit"):
+        with create_pipe_input() as inp:
+            inp.send_text(f"{word}\nSELECT 'never' AS after_quit;\n")
+            assert sql.shell(args, input=inp, output_stream=DummyOutput()) == 0
+        assert "never" not in capsys.readouterr().out
+
+
+def test_wide_results_turn_vertical_and_line_is_a_format(warehouse):
+    from flightsrv.cli import output
+
+    wide = pa.table({f"column_{i}": [f"value number {i}"] for i in range(12)})
+    buf = io.BytesIO()
+
+    class Args:
+        format, max_rows, max_width, output = "table", 10, 80, None
+
+    import contextlib
+
+    @contextlib.contextmanager
+    def to_buf(_):
+        yield buf
+
+    orig = output._binary_target
+    output._binary_target = to_buf
+    try:
+        output.write_result(wide.to_reader(), Args)
+        assert buf.getvalue().decode().startswith("-[ RECORD 1 ]-\ncolumn_0  | value number 0")
+        buf.seek(0)
+        buf.truncate()
+        Args.max_width = None
+        output.write_result(wide.to_reader(), Args)
+        assert buf.getvalue().decode().startswith("column_0")
+    finally:
+        output._binary_target = orig
+    proc = run("sql", "SELECT id, name FROM items ORDER BY id LIMIT 1", "--warehouse",
+               warehouse, "--format", "line")
+    assert proc.returncode == 0 and proc.stdout == "-[ RECORD 1 ]-\nid   | 1\nname | ann\n" \
+        "(1 row)\n", proc
+
+
+def test_tab_completes_keywords_tables_and_columns(warehouse):
+    from flightsrv.cli.main import parse_args
+    from flightsrv.cli.sql import LocalRunner, SqlCompleter
+
+    runner = LocalRunner(parse_args(["sql", "--warehouse", warehouse]))
+    try:
+        c = SqlCompleter(runner)
+        assert c.candidates("SEL", "SEL") == ["SELECT"]
+        assert c.candidates("sel", "sel") == ["select"]
+        assert "items" in c.candidates("SELECT * FROM it", "it")
+        assert c.candidates("SELECT am", "am") == []  # no table named yet
+        assert c.candidates("SELECT * FROM items WHERE am", "am") == ["amount"]
+    finally:
+        runner.close()

@@ -177,6 +177,9 @@ class LocalRunner:
     def tables(self) -> list[str]:
         return self.engine.list_tables() if self.warehouse.is_initialized() else []
 
+    def columns(self, table: str) -> list[str]:
+        return list(self.warehouse.table(table).schema.names)
+
     def close(self) -> None:
         if not self.busy:
             self.engine.close()
@@ -261,6 +264,9 @@ class RemoteRunner:
     def tables(self) -> list[str]:
         reader = self.run("SHOW TABLES")
         return [r[reader.schema.names[0]] for r in reader.read_all().to_pylist()]
+
+    def columns(self, table: str) -> list[str]:
+        return list(self.conn.adbc_get_table_schema(table).names)
 
     def close(self) -> None:
         if self.busy:
@@ -390,18 +396,100 @@ def cmd_sql(args) -> int:
 # -- the shell -------------------------------------------------------------------------
 
 SHELL_HELP = """\
-Statements end with ';' and may span lines. Dot commands:
-  .tables            list the tables
-  .format FORMAT     table | csv | jsonl (now: {fmt})
-  .maxrows N         rows shown by the table format, 0 for all (now: {maxrows})
-  .help              this text
-  .quit / .exit      leave (or Ctrl-D); Ctrl-C clears the input or stops a running query
+Statements end with ';' and may span lines; Tab completes keywords, tables and columns.
+Commands (psql's spelling in brackets):
+  .tables             list the tables                                      [\\dt]
+  .mode MODE          table | line | csv | jsonl (now: {fmt}); also .format  [\\x: line]
+  .wide auto|off      a table wider than the terminal is shown as lines (now: {wide})
+  .maxrows N          rows shown by table/line, 0 for all (now: {maxrows})
+  .timer on|off       print each statement's run time (now: {timer})        [\\timing]
+  .help               this text                                             [\\?]
+  .quit / .exit       leave (or Ctrl-D, \\q, exit, quit); Ctrl-C clears the input or stops
+                      a running query
 """
+
+#: words that end the shell, typed alone (with or without ';')
+QUIT_WORDS = {".quit", ".exit", ".q", "\\q", "exit", "quit"}
+MODES = ("table", "line", "csv", "jsonl")
+KEYWORDS = (
+    "SELECT FROM WHERE GROUP BY ORDER HAVING LIMIT OFFSET JOIN LEFT RIGHT FULL INNER OUTER "
+    "CROSS ON USING AS AND OR NOT NULL IS IN LIKE ILIKE BETWEEN CASE WHEN THEN ELSE END "
+    "DISTINCT UNION ALL EXCEPT INTERSECT WITH INSERT INTO VALUES UPDATE SET DELETE MERGE "
+    "MATCHED CREATE TABLE DROP ALTER SHOW TABLES DESCRIBE EXPLAIN ANALYZE COUNT SUM AVG MIN "
+    "MAX CAST TRUE FALSE ASC DESC OPTIMIZE VACUUM RETAIN HOURS AT VERSION TIMESTAMP DATE "
+    "INTEGER BIGINT VARCHAR DOUBLE BOOLEAN DECIMAL").split()
+
+
+class SqlCompleter:
+    """prompt_toolkit completions for the word under the cursor: SQL keywords (upper case
+    when the word is), the warehouse's tables, and the columns of the tables the input
+    names. Table and column names are read from ``runner`` once and again after every
+    statement (``refresh()``)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self._tables: list[str] | None = None
+        self._columns: dict[str, list[str]] = {}
+
+    def refresh(self) -> None:
+        self._tables, self._columns = None, {}
+
+    def tables(self) -> list[str]:
+        if self._tables is None:
+            try:
+                self._tables = list(self.runner.tables())
+            except Exception:  # noqa: BLE001 - completion never fails the shell
+                self._tables = []
+        return self._tables
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self._columns:
+            try:
+                self._columns[table] = list(self.runner.columns(table))
+            except Exception:  # noqa: BLE001
+                self._columns[table] = []
+        return self._columns[table]
+
+    def candidates(self, text: str, word: str) -> list[str]:
+        import re
+
+        tables = self.tables()
+        low = {t.lower(): t for t in tables}
+        named = [low[w.lower()] for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)
+                 if w.lower() in low]
+        columns = [c for t in dict.fromkeys(named) for c in self.columns(t)]
+        upper = word[:1].isupper() or not word
+        words = [k if upper else k.lower() for k in KEYWORDS]
+        out = []
+        for cand in [*columns, *tables, *words]:
+            if cand.lower().startswith(word.lower()) and cand != word and cand not in out:
+                out.append(cand)
+        return out
+
+    def as_prompt_toolkit(self):
+        from prompt_toolkit.completion import Completer, Completion
+
+        me = self
+
+        class _C(Completer):
+            def get_completions(self, document, complete_event):
+                word = document.get_word_before_cursor(WORD=False)
+                if not word.replace("_", "a").isalnum():
+                    word = ""
+                if not word and not complete_event.completion_requested:
+                    return
+                for cand in me.candidates(document.text_before_cursor, word):
+                    yield Completion(cand, start_position=-len(word))
+
+        return _C()
 
 
 def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt_toolkit's name)
     """The interactive shell. ``input``/``output_stream`` are prompt_toolkit Input/Output
     objects (tests pass a pipe)."""
+    import shutil
+    import time
+
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory, InMemoryHistory
     from prompt_toolkit.key_binding import KeyBindings
@@ -416,15 +504,19 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
     @keys.add("enter")
     def _(event):
         buf = event.current_buffer
-        if is_complete(buf.text):
+        if is_complete(buf.text) or buf.text.strip().rstrip(";").strip() in QUIT_WORDS \
+                or buf.text.strip().startswith("\\"):
             buf.validate_and_handle()
         else:
             buf.insert_text("\n")
 
+    runner = make_runner(args)
+    completer = SqlCompleter(runner)
     session = PromptSession(history=history, multiline=True, key_bindings=keys,
                             prompt_continuation=lambda width, line, wrap: CONTINUATION,
+                            completer=completer.as_prompt_toolkit(), complete_while_typing=False,
                             input=input, output=output_stream)
-    runner = make_runner(args)
+    args.wide, args.timer = "auto", False
     err = sys.stderr
     err.write(f"flightsrv sql on {runner.where}; statements end with ';', .help for help\n")
     try:
@@ -438,11 +530,15 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
             text = text.strip()
             if not text:
                 continue
-            if text.startswith("."):
-                if _dot_command(text, args, runner, err) == "quit":
-                    break
+            if text.rstrip(";").strip() in QUIT_WORDS:
+                break
+            if text.startswith((".", "\\")):
+                _dot_command(text, args, runner, err)
                 continue
             for sql in split_statements(text):
+                args.max_width = shutil.get_terminal_size().columns \
+                    if args.wide == "auto" else None
+                started = time.perf_counter()
                 try:
                     run_statement(runner, sql, args)
                 except KeyboardInterrupt:
@@ -453,6 +549,10 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
                 except (FlightsrvError, pa.ArrowException, OSError) as exc:
                     err.write(f"flightsrv: error: {_message(exc)}\n")
                     break
+                finally:
+                    completer.refresh()  # a statement may have created or changed a table
+                if args.timer:
+                    err.write(f"Run Time: {time.perf_counter() - started:.3f} s\n")
     finally:
         runner.close()
     return 0
@@ -464,24 +564,36 @@ def _message(exc: BaseException) -> str:
     return error_text(exc)
 
 
-def _dot_command(text: str, args, runner, err) -> str | None:
+def _dot_command(text: str, args, runner, err) -> None:
     word, _, rest = text.partition(" ")
-    rest = rest.strip()
-    if word in (".quit", ".exit", ".q"):
-        return "quit"
-    if word == ".help":
-        err.write(SHELL_HELP.format(fmt=args.format, maxrows=args.max_rows))
-    elif word == ".tables":
+    word, rest = word.rstrip(";"), rest.strip().rstrip(";").strip()
+    if word in (".help", "\\?", "\\h"):
+        err.write(SHELL_HELP.format(fmt=args.format, maxrows=args.max_rows, wide=args.wide,
+                                    timer="on" if args.timer else "off"))
+    elif word in (".tables", "\\dt", "\\d") and not rest:
         try:
             names = runner.tables()
         except (FlightsrvError, ConfigurationError) as exc:
             err.write(f"flightsrv: error: {_message(exc)}\n")
-            return None
+            return
         sys.stdout.write("\n".join(names) + ("\n" if names else "(no tables)\n"))
-    elif word == ".format" and rest in ("table", "csv", "jsonl"):
+    elif word in (".format", ".mode") and rest in MODES:
         args.format = rest
+    elif word == "\\x" and rest in ("", "on", "off", "auto"):
+        if rest == "auto":
+            args.wide, args.format = "auto", "table"
+        else:
+            on = args.format != "line" if not rest else rest == "on"
+            args.format = "line" if on else "table"
+            err.write(f"Expanded display is {'on' if on else 'off'}.\n")
+    elif word == ".wide" and rest in ("auto", "off"):
+        args.wide = rest
     elif word == ".maxrows" and rest.isdigit():
         args.max_rows = int(rest)
+    elif (word == ".timer" and rest in ("on", "off")) or (word == "\\timing" and rest in (
+            "", "on", "off")):
+        args.timer = (not args.timer) if not rest else rest == "on"
+        if word == "\\timing":
+            err.write(f"Timing is {'on' if args.timer else 'off'}.\n")
     else:
         err.write(f"flightsrv: unknown or incomplete command {text!r} (.help lists them)\n")
-    return None
