@@ -219,6 +219,21 @@ def test_a_bad_file_mid_append_commits_nothing_and_leaves_no_files(wh, tmp_path)
         <= {k for k in after if (Path(wh) / k).is_dir()}
 
 
+def test_a_csv_conversion_error_names_the_row(wh, tmp_path):
+    bad = tmp_path / "bad.csv"  # row 2 spans two lines: the row, not the line, is counted
+    bad.write_text('id,name\n7,ok\n8,"two\nlines"\nnot-a-number,x\n9,y\n')
+    proc = run("--warehouse", wh, "table", "append", "people", bad)
+    line = proc.stderr.splitlines()[-1]
+    assert proc.returncode == 1 and line.startswith("flightsrv: error: "), proc.stderr
+    assert "invalid value 'not-a-number'" in line and "column=id" in line and "row=3" in line
+    late = tmp_path / "late.csv"  # in a later block than the first
+    late.write_text("id,name\n" + "".join(f"{i},x\n" for i in range(100_000)) + "oops,y\n")
+    proc = run("--warehouse", wh, "table", "append", "people", late)
+    line = proc.stderr.splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "invalid value 'oops'" in line and "column=id" in line and "row=100001" in line
+
+
 def test_ctrl_c_during_a_many_file_append_commits_nothing(wh, tmp_path):
     # the last input is a FIFO written only after the signal: the append blocks on it after
     # writing the other files' data, so the signal always lands mid-append (no race with a
