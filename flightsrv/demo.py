@@ -32,20 +32,23 @@ def demo_batch(start: int, n: int, seed: int = 0) -> pa.Table:
     }, schema=DEMO_SCHEMA)
 
 
-def seed_demo(warehouse, rows: int = 100_000, batches: int = 4) -> bool:
+def seed_demo(warehouse, rows: int = 100_000, batches: int = 4) -> str | None:
     """Create and fill ``demo_events`` if the warehouse has no tables, healthy or broken.
-    True if seeded."""
+    None if seeded, else why not (for the server to say)."""
     broken: list = []
-    if warehouse.list_tables(broken) or broken:
-        return False
+    names = warehouse.list_tables(broken)
+    if names or broken:
+        shown = ", ".join(sorted([*names, *(b[0] for b in broken)])[:3])
+        more = "" if len(names) + len(broken) <= 3 else ", ..."
+        return f"the warehouse already holds tables ({shown}{more}); seeding needs an empty one"
     t = warehouse.create_table(DEMO_TABLE, DEMO_SCHEMA, {"sort_key": "event_time"}, exist_ok=True)
     if t.count_rows():
-        return False
+        return f"{DEMO_TABLE} already holds rows"
     per = rows // batches
     for i in range(batches):
         t.append(demo_batch(i * per, per))
     t.delete("user_id = 42")  # an erasure request, as a deletion vector
-    return True
+    return None
 
 
 def walkthrough(warehouse, out=sys.stdout) -> None:

@@ -219,23 +219,51 @@ def test_a_bad_file_mid_append_commits_nothing_and_leaves_no_files(wh, tmp_path)
         <= {k for k in after if (Path(wh) / k).is_dir()}
 
 
+def test_a_csv_conversion_error_names_the_row(wh, tmp_path):
+    bad = tmp_path / "bad.csv"  # row 2 spans two lines: the row, not the line, is counted
+    bad.write_text('id,name\n7,ok\n8,"two\nlines"\nnot-a-number,x\n9,y\n')
+    proc = run("--warehouse", wh, "table", "append", "people", bad)
+    line = proc.stderr.splitlines()[-1]
+    assert proc.returncode == 1 and line.startswith("flightsrv: error: "), proc.stderr
+    assert "invalid value 'not-a-number'" in line and "column=id" in line and "row=3" in line
+    late = tmp_path / "late.csv"  # in a later block than the first
+    late.write_text("id,name\n" + "".join(f"{i},x\n" for i in range(100_000)) + "oops,y\n")
+    proc = run("--warehouse", wh, "table", "append", "people", late)
+    line = proc.stderr.splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "invalid value 'oops'" in line and "column=id" in line and "row=100001" in line
+
+
 def test_ctrl_c_during_a_many_file_append_commits_nothing(wh, tmp_path):
+    # the last input is a FIFO written only after the signal: the append blocks on it after
+    # writing the other files' data, so the signal always lands mid-append (no race with a
+    # fast machine)
     src = tmp_path / "in"
     src.mkdir()
-    for i in range(300):
+    for i in range(3):
         (src / f"f{i:03d}.csv").write_text(f"id,name\n{i},x\n")
+    fifo = src / "f999.csv"
+    os.mkfifo(fifo)
     v = people(wh).head().version
+    data = Path(wh) / "people" / "data"
+    before = set(data.rglob("*.parquet"))
     proc = subprocess.Popen([*CMD, "--warehouse", wh, "table", "append", "people",
                              *sorted(map(str, src.iterdir()))],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    data = Path(wh) / "people" / "data"
-    before = set(data.rglob("*.parquet"))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(set(data.rglob("*.parquet")) - before) < 3:
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while len(set(data.rglob("*.parquet")) - before) < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the append wrote no files"
+            time.sleep(0.02)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)  # pending while the append blocks on the FIFO
+        with open(fifo, "w") as f:  # now let it go on: Python raises KeyboardInterrupt
+            f.write("id,name\n999,x\n")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err
     lines = err.splitlines()
@@ -548,8 +576,9 @@ def test_every_option_has_help_and_shows_its_default():
     import argparse
 
     from flightsrv.cli.main import _all_parsers, build_parser
+    from flightsrv.spark.pipeline import build_parser as pipeline_parser
 
-    for parser in _all_parsers(build_parser()):
+    for parser in [*_all_parsers(build_parser()), pipeline_parser()]:
         for action in parser._actions:
             if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
                 continue
@@ -558,6 +587,16 @@ def test_every_option_has_help_and_shows_its_default():
             if d is not None and d is not False and d is not argparse.SUPPRESS and d != []:
                 text = parser.formatter_class(parser.prog)._get_help_string(action)
                 assert "default" in text, (parser.prog, action.dest)
+
+
+def test_pipeline_without_pyspark_gives_the_install_hint(monkeypatch, capsys):
+    from flightsrv.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark: ModuleNotFoundError
+    assert main(["pipeline", "--generate", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flightsrv: error: flightsrv pipeline needs PySpark") and \
+        "pip install 'flightsrv[spark]'" in err, err
 
 
 def test_pipeline_both_spellings_parse_the_same():

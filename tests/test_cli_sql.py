@@ -221,3 +221,226 @@ def test_statement_splitting_and_completeness():
     assert is_complete("SELECT 1; -- a trailing comment")
     assert split_statements("SELECT $1,$2; SELECT 3") == ["SELECT $1,$2", "SELECT 3"]
     assert is_complete("SELECT $1,$2;")
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------
+
+#: a query that runs for minutes: 10^10 pairs, no index, no shortcut
+LONG = ("SELECT a.range % 7 AS k, count(*) FROM range(100000) a, range(100000) b "
+        "WHERE a.range + b.range = 7 GROUP BY ALL")
+
+
+def _interrupt_when_running(args: list[str], wait_running) -> tuple[int, str, float]:
+    """Start ``flightsrv sql`` with ``args``, let ``wait_running(proc)`` return once the query
+    runs (it returns the stderr lines it read), send SIGINT; return the exit code, stderr and
+    seconds from the signal to the exit."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([*CMD, "--log-level", "debug", "sql", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = wait_running(proc)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        return proc.returncode, seen + err, time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _logged_running(proc) -> str:
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "running statement" in line:
+            return "".join(lines)
+    raise AssertionError(("the statement never started", proc.wait(), lines))
+
+
+def test_ctrl_c_stops_an_in_process_query_at_once(warehouse):
+    code, err, took = _interrupt_when_running(["--warehouse", warehouse, LONG],
+                                              _logged_running)
+    assert code == 130, err
+    assert "Traceback" not in err and "error" not in err, err
+    assert err.splitlines()[-1] == "flightsrv: interrupted"
+    assert took < 20, took  # the query alone runs for minutes
+
+
+def test_ctrl_c_with_server_cancels_the_call_and_the_server_interrupts_duckdb(warehouse,
+                                                                              tmp_path):
+    import time
+
+    engine = DuckEngine(Warehouse.open(warehouse))
+    auth = AuthConfig(tokens={TOKEN: Principal("cli", Role.WRITER)})
+    srv, port = start_in_thread(engine, auth=auth)
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    try:
+        def running(proc) -> str:  # the server is executing the statement
+            while srv._calls.in_flight() == 0:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            return ""
+
+        code, err, took = _interrupt_when_running(
+            ["--server", f"grpc://127.0.0.1:{port}", "--token-file", str(token), LONG],
+            running)
+        assert code == 130, err
+        assert "Traceback" not in err and "error" not in err, err
+        assert err.splitlines()[-1] == "flightsrv: interrupted"
+        assert took < 20, took
+        deadline = time.monotonic() + 20
+        while srv._calls.in_flight():  # the server stopped DuckDB, it did not run to the end
+            assert time.monotonic() < deadline, "the server still runs the cancelled query"
+            time.sleep(0.05)
+    finally:
+        srv.shutdown()
+        engine.close()
+
+
+class _Pty:
+    """``flightsrv sql`` on a pseudo-terminal (a shell, as a person sees it)."""
+
+    def __init__(self, args: list[str]):
+        import os
+        import pty
+
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen([*CMD, *args], stdin=slave, stdout=slave, stderr=slave,
+                                     env={**os.environ, "TERM": "dumb"},
+                                     start_new_session=True)
+        os.close(slave)
+        self.seen = ""
+
+    def expect(self, needle: str, timeout: float = 120) -> str:
+        import os
+        import select
+        import time
+
+        deadline = time.monotonic() + timeout
+        while needle not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, (needle, self.seen[-2000:])
+            ready, _, _ = select.select([self.master], [], [], min(left, 1))
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536).decode(errors="replace")
+                except OSError:  # the child closed the terminal
+                    assert needle in self.seen, (needle, self.seen[-2000:])
+        at = self.seen.index(needle) + len(needle)
+        got, self.seen = self.seen[:at], self.seen[at:]
+        return got
+
+    def send(self, text: str) -> None:
+        import os
+
+        os.write(self.master, text.encode())
+
+    def close(self) -> None:
+        import os
+
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        os.close(self.master)
+
+
+def test_ctrl_c_in_the_shell_stops_the_query_and_the_shell_stays(warehouse, tmp_path):
+    import signal
+
+    term = _Pty(["sql", "--warehouse", warehouse, "--log-level", "debug"])
+    try:
+        term.expect("flightsrv> ")
+        term.send(LONG + ";\r")
+        term.expect("running statement")
+        term.proc.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
+        shown = term.expect("flightsrv> ", timeout=20)
+        assert "query interrupted" in shown and "Traceback" not in shown, shown
+        term.send("SELECT 6 * 7 AS answer;\r")
+        assert "42" in term.expect("flightsrv> ")
+        term.send(".quit\r")
+        assert term.proc.wait(timeout=30) == 0
+        assert "Traceback" not in term.seen
+    finally:
+        term.close()
+
+
+def test_the_shell_speaks_psql_and_duckdb(warehouse, tmp_path, monkeypatch, capsys):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from flightsrv.cli import sql
+    from flightsrv.cli.main import parse_args
+
+    monkeypatch.setenv("FLIGHTSRV_HISTORY", str(tmp_path / "history"))
+    args = parse_args(["sql", "--warehouse", warehouse])
+    with create_pipe_input() as inp:
+        inp.send_text("\\x\nSELECT id, name FROM items WHERE id = 1;\n\\x\n"
+                      ".mode csv\nSELECT 1 AS one;\n.mode table\n"
+                      "\\timing\nSELECT 2 AS two;\n.timer off\nSELECT 3 AS three;\n"
+                      "\\q\nSELECT 'never' AS after_quit;\n")
+        assert sql.shell(args, input=inp, output_stream=DummyOutput()) == 0
+    out, err = capsys.readouterr()
+    assert "-[ RECORD 1 ]-\nid   | 1\nname | ann\n(1 row)\n" in out
+    assert '"one"\n1\n' in out and "two\n---\n  2\n(1 row)" in out and "three" in out
+    assert "never" not in out
+    assert err.count("Run Time: ") == 1 and "Timing is on." in err
+    assert "Expanded display is on." in err and "Expanded display is off." in err
+
+    for word in ("exit", "quit;", ".exit"):
+        with create_pipe_input() as inp:
+            inp.send_text(f"{word}\nSELECT 'never' AS after_quit;\n")
+            assert sql.shell(args, input=inp, output_stream=DummyOutput()) == 0
+        assert "never" not in capsys.readouterr().out
+
+
+def test_wide_results_turn_vertical_and_line_is_a_format(warehouse):
+    from flightsrv.cli import output
+
+    wide = pa.table({f"column_{i}": [f"value number {i}"] for i in range(12)})
+    buf = io.BytesIO()
+
+    class Args:
+        format, max_rows, max_width, output = "table", 10, 80, None
+
+    import contextlib
+
+    @contextlib.contextmanager
+    def to_buf(_):
+        yield buf
+
+    orig = output._binary_target
+    output._binary_target = to_buf
+    try:
+        output.write_result(wide.to_reader(), Args)
+        assert buf.getvalue().decode().startswith("-[ RECORD 1 ]-\ncolumn_0  | value number 0")
+        buf.seek(0)
+        buf.truncate()
+        Args.max_width = None
+        output.write_result(wide.to_reader(), Args)
+        assert buf.getvalue().decode().startswith("column_0")
+    finally:
+        output._binary_target = orig
+    proc = run("sql", "SELECT id, name FROM items ORDER BY id LIMIT 1", "--warehouse",
+               warehouse, "--format", "line")
+    assert proc.returncode == 0 and proc.stdout == "-[ RECORD 1 ]-\nid   | 1\nname | ann\n" \
+        "(1 row)\n", proc
+
+
+def test_tab_completes_keywords_tables_and_columns(warehouse):
+    from flightsrv.cli.main import parse_args
+    from flightsrv.cli.sql import LocalRunner, SqlCompleter
+
+    runner = LocalRunner(parse_args(["sql", "--warehouse", warehouse]))
+    try:
+        c = SqlCompleter(runner)
+        assert c.candidates("SEL", "SEL") == ["SELECT"]
+        assert c.candidates("sel", "sel") == ["select"]
+        assert "items" in c.candidates("SELECT * FROM it", "it")
+        assert c.candidates("SELECT am", "am") == []  # no table named yet
+        assert c.candidates("SELECT * FROM items WHERE am", "am") == ["amount"]
+    finally:
+        runner.close()

@@ -55,3 +55,34 @@ def test_s3_in_five_minutes(tmp_path):
     lines = out.splitlines()
     table = lines[next(i for i, ln in enumerate(lines) if ln.split() == ["id", "name"]):]
     assert [ln.split() for ln in table[2:]] == [["1", "ann"], ["3", "cy"], ["(2", "rows)"]]
+
+
+def test_the_readme_lists_every_command():
+    import argparse
+
+    from flightsrv.cli.main import build_parser
+
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    para = " ".join(text[text.index("Commands: `flightsrv serve`"):].split("\n\n")[0].split())
+    para = para.replace("| ", "|")
+    spelled = {m for group in re.findall(r"`flightsrv ([^`]+)`", para)
+               for m in _expand(group)}
+
+    def leaves(parser, prefix):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield prefix
+            return
+        for name, child in subs[0].choices.items():
+            yield from leaves(child, f"{prefix} {name}".strip())
+
+    missing = [c for c in leaves(build_parser(), "") if c not in spelled]
+    assert not missing, missing
+
+
+def _expand(group: str) -> list[str]:
+    """``table list|create`` -> ``table list``, ``table create``."""
+    head, _, tail = group.partition(" ")
+    if "|" not in tail:
+        return [group]
+    return [f"{head} {w}" for w in tail.split("|")]

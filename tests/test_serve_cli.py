@@ -128,6 +128,8 @@ def test_serve_local_demo_sql_writes_survive_restart(tmp_path):
     finally:
         again.kill()
     assert not [e for e in again.events if e.get("msg") == "seeded demo table"]
+    skipped = [e for e in again.events if e.get("event") == "demo_not_seeded"]
+    assert skipped and f"already holds tables ({DEMO_TABLE})" in skipped[0]["msg"], skipped
 
 
 def test_serve_s3_writes_survive_restart(s3_uri, subprocess_env):

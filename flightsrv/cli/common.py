@@ -154,14 +154,15 @@ def read_input(path: str, schema=None):
             types, later = _read_types(schema, names)
             reader = pcsv.open_csv(path, parse_options=parse, convert_options=pcsv.ConvertOptions(
                 column_types=types, **nulls))
-            return _typed(_named_errors(reader, kind, path, names), later, path, "hex")
+            return _typed(_named_errors(reader, kind, path, names, parse), later, path, "hex")
         if kind == "json":
             if schema is None:
                 return pjson.read_json(path).to_reader()
             return _read_json(path, schema)
         return ds.dataset(path, format="parquet").scanner().to_reader()
     except (pa.ArrowException, OSError) as exc:
-        raise _read_error(kind, exc, path, locals().get("names")) from None
+        raise _read_error(kind, exc, path, locals().get("names"),
+                          locals().get("parse")) from None
 
 
 def _read_json(path: str, schema):
@@ -333,19 +334,48 @@ def _read_types(schema, names: list[str]):
     return types, later
 
 
-def _read_error(kind: str, exc: BaseException, path: str, names) -> ConfigurationError:
-    """A read failure naming the file and, when pyarrow says which, the column."""
+def _read_error(kind: str, exc: BaseException, path: str, names,
+                parse=None) -> ConfigurationError:
+    """A read failure naming the file and, when pyarrow says which, the column and the row
+    (1 = the first data row; pyarrow's message has no row, ``_csv_row`` finds it)."""
     text = one_line(exc)
     context = {"file": path}
     m = re.match(r"In CSV column #(\d+): (.*)", text)
     if m and names and int(m.group(1)) < len(names):
         context["column"] = names[int(m.group(1))]
         text = m.group(2)
+        bad = re.search(r"CSV conversion error to .*: invalid value '(.*)'$", text)
+        if bad and parse is not None:
+            row = _csv_row(path, parse, context["column"], bad.group(1))
+            if row is not None:
+                context["row"] = row
     return ConfigurationError(f"cannot read {kind} file: {text}", **context)
 
 
-def _named_errors(reader, kind: str, path: str, names):
-    """``reader`` whose read errors (in any later block) name the file and column."""
+def _csv_row(path: str, parse, column: str, value: str) -> int | None:
+    """The data row (1 = the first) whose ``column`` holds ``value``, reading that column
+    as text; None if it cannot be read again (a pipe) or the value is not found."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    if not os.path.isfile(path):
+        return None
+    try:
+        reader = pcsv.open_csv(path, parse_options=parse, convert_options=pcsv.ConvertOptions(
+            include_columns=[column], column_types={column: pa.string()}))
+        seen = 0
+        for batch in reader:
+            values = batch.column(0).to_pylist()
+            if value in values:
+                return seen + values.index(value) + 1
+            seen += batch.num_rows
+    except (pa.ArrowException, OSError):
+        return None
+    return None
+
+
+def _named_errors(reader, kind: str, path: str, names, parse=None):
+    """``reader`` whose read errors (in any later block) name the file, column and row."""
     import pyarrow as pa
 
     def batches():
@@ -356,7 +386,7 @@ def _named_errors(reader, kind: str, path: str, names):
             except StopIteration:
                 return
             except pa.ArrowException as exc:
-                raise _read_error(kind, exc, path, names) from None
+                raise _read_error(kind, exc, path, names, parse) from None
             yield batch
 
     return pa.RecordBatchReader.from_batches(reader.schema, batches())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import traceback
 
 from flightsrv.cli import output, serve, sql, table, tools, warehouse
@@ -166,6 +167,12 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler \
+            and threading.current_thread() is threading.main_thread() \
+            and getattr(signal.getsignal(signal.SIGINT), "__module__", "") == "flightsrv.cli":
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # see flightsrv/cli/__init__
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:

@@ -9,6 +9,9 @@
   object whose keys are its keys as text (as DuckDB's ``to_json`` writes it).
 - ``json``: the same objects as one JSON array (DuckDB's CLI ``-json``), streamed.
 - ``parquet``: one Parquet file (zstd); needs ``--output`` or a redirected stdout.
+- ``line``: one ``column | value`` line per column, records under ``-[ RECORD n ]-`` (psql's
+  ``\\x``, duckdb's ``.mode line``), for wide rows; ``table`` switches to it by itself when
+  ``args.max_width`` is set and the table would be wider (the shell's ``\\x auto``).
 
 ``--output FILE`` is written to a temporary name next to it and renamed when complete, so a
 failed or interrupted command leaves no file, and never half of one.
@@ -30,7 +33,7 @@ import pyarrow as pa
 
 from flightsrv.cli.common import UsageError
 
-FORMATS = ("table", "csv", "json", "jsonl", "parquet")
+FORMATS = ("table", "csv", "json", "jsonl", "parquet", "line")
 DEFAULT_MAX_ROWS = 1000
 _MAX_CELL = 80
 
@@ -89,8 +92,10 @@ def write_result(reader: pa.RecordBatchReader, args) -> int:
     returns the number of rows written."""
     fmt = args.format
     with _binary_target(getattr(args, "output", None)) as out:
-        if fmt == "table":
-            return _write_table(reader, out, getattr(args, "max_rows", DEFAULT_MAX_ROWS))
+        if fmt in ("table", "line"):
+            return _write_table(reader, out, getattr(args, "max_rows", DEFAULT_MAX_ROWS),
+                                vertical=fmt == "line",
+                                max_width=getattr(args, "max_width", None))
         if fmt == "csv":
             return _write_csv(reader, out)
         if fmt == "jsonl":
@@ -164,7 +169,8 @@ def _cell(v) -> str:
     return s if len(s) <= _MAX_CELL else s[:_MAX_CELL - 1] + "…"
 
 
-def _write_table(reader: pa.RecordBatchReader, out, max_rows: int) -> int:
+def _write_table(reader: pa.RecordBatchReader, out, max_rows: int, *, vertical: bool = False,
+                 max_width: int | None = None) -> int:
     names = reader.schema.names
     numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
                or pa.types.is_decimal(f.type) for f in reader.schema]
@@ -184,6 +190,9 @@ def _write_table(reader: pa.RecordBatchReader, out, max_rows: int) -> int:
         return 0
     widths = [max(len(n), *(len(r[i]) for r in rows)) if rows else len(n)
               for i, n in enumerate(names)]
+    if vertical or (max_width and rows and sum(widths) + 2 * (len(widths) - 1) > max_width):
+        _write_vertical(names, rows, out)
+        return _write_footer(out, len(rows), more)
 
     def line(cells):
         return "  ".join(c.rjust(w) if num else c.ljust(w)
@@ -193,12 +202,24 @@ def _write_table(reader: pa.RecordBatchReader, out, max_rows: int) -> int:
     out.write(("  ".join("-" * w for w in widths) + "\n").encode(enc))
     for r in rows:
         out.write(line(r).encode(enc))
+    return _write_footer(out, len(rows), more)
+
+
+def _write_vertical(names: list[str], rows: list[list[str]], out) -> None:
+    width = max(len(n) for n in names)
+    for i, r in enumerate(rows, 1):
+        out.write(f"-[ RECORD {i} ]-\n".encode())
+        for n, c in zip(names, r, strict=True):
+            out.write(f"{n.ljust(width)} | {c}\n".encode())
+
+
+def _write_footer(out, n: int, more: bool) -> int:
     if more:
-        out.write(f"({len(rows)} rows shown; more rows were not read: use --max-rows 0 for all, "
-                  f"or --format csv)\n".encode(enc))
+        out.write(f"({n} rows shown; more rows were not read: use --max-rows 0 for all, "
+                  f"or --format csv)\n".encode())
     else:
-        out.write(f"({len(rows)} row{'' if len(rows) == 1 else 's'})\n".encode(enc))
-    return len(rows)
+        out.write(f"({n} row{'' if n == 1 else 's'})\n".encode())
+    return n
 
 
 # -- csv ---------------------------------------------------------------------------

@@ -17,9 +17,11 @@ statement that changes data answers with one row, ``rows_affected``, in both cas
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -47,6 +49,7 @@ examples:
   flightsrv sql "SELECT * FROM demo_events" --format parquet --output events.parquet
   flightsrv sql --server grpc://127.0.0.1:31337 --token-file token.txt"""
 
+log = logging.getLogger(__name__)
 AFFECTED = pa.schema([pa.field("rows_affected", pa.int64(), nullable=False)])
 HISTORY_FILE = "~/.flightsrv_history"
 PROMPT, CONTINUATION = "flightsrv> ", "      ...> "
@@ -127,6 +130,8 @@ class LocalRunner:
     """Statements through DuckEngine over the warehouse, as a writer."""
 
     args: object
+    _cancel: object = field(default=None, init=False)
+    busy: bool = field(default=False, init=False)  # a statement that did not stop in time
 
     def __post_init__(self):
         from flightsrv.engine.api import Role, Session
@@ -146,6 +151,7 @@ class LocalRunner:
     def run(self, sql: str) -> pa.RecordBatchReader:
         from flightsrv.engine.api import Cancel, StatementKind
 
+        cancel = self._cancel = Cancel()
         if not self._exists:
             self._exists = self.warehouse.is_initialized()
         try:
@@ -156,19 +162,27 @@ class LocalRunner:
             raise
         if not self._exists and not prepared.effects:
             raise self._no_warehouse()
+        cancel.check()  # Ctrl-C while preparing: DuckDB's interrupt() finds nothing running
         if prepared.kind is StatementKind.QUERY:
-            cancel = Cancel()
-            result = self.engine.execute_query(sql, self.session, cancel=cancel)
-            return _cancel_on_interrupt(result.reader, cancel)
-        n = self.engine.execute_update(sql, self.session)
+            return self.engine.execute_query(sql, self.session, cancel=cancel).reader
+        n = self.engine.execute_update(sql, self.session, cancel=cancel)
         self._exists = True
         return _affected(n)
+
+    def interrupt(self) -> None:
+        """Interrupt the statement running now (DuckDB's ``interrupt()``); any thread."""
+        if self._cancel is not None:
+            self._cancel.cancel()
 
     def tables(self) -> list[str]:
         return self.engine.list_tables() if self.warehouse.is_initialized() else []
 
+    def columns(self, table: str) -> list[str]:
+        return list(self.warehouse.table(table).schema.names)
+
     def close(self) -> None:
-        self.engine.close()
+        if not self.busy:
+            self.engine.close()
 
 
 @dataclass
@@ -176,6 +190,8 @@ class RemoteRunner:
     """Statements through ADBC's Flight SQL driver (autocommit: every statement commits)."""
 
     args: object
+    _cursor: object = field(default=None, init=False)
+    busy: bool = field(default=False, init=False)  # a statement that did not stop in time
 
     def __post_init__(self):
         import warnings
@@ -213,7 +229,7 @@ class RemoteRunner:
             raise _remote_error(exc, uri) from None
 
     def run(self, sql: str) -> pa.RecordBatchReader:
-        cur = self.conn.cursor()
+        cur = self._cursor = self.conn.cursor()
         try:
             cur.execute(sql)
             if not cur.description:  # a statement without a result (DML through ADBC)
@@ -235,11 +251,26 @@ class RemoteRunner:
 
         return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
+    def interrupt(self) -> None:
+        """Cancel the call in flight (ADBC's StatementCancel: the gRPC call is cancelled, and
+        the server interrupts DuckDB); any thread."""
+        cur = self._cursor
+        if cur is not None:
+            try:
+                cur.adbc_cancel()
+            except Exception:  # noqa: BLE001 - a cursor already closed has nothing to cancel
+                pass
+
     def tables(self) -> list[str]:
         reader = self.run("SHOW TABLES")
         return [r[reader.schema.names[0]] for r in reader.read_all().to_pylist()]
 
+    def columns(self, table: str) -> list[str]:
+        return list(self.conn.adbc_get_table_schema(table).names)
+
     def close(self) -> None:
+        if self.busy:
+            return
         try:
             self.conn.close()
         except Exception:  # noqa: BLE001 - closing a broken connection
@@ -273,19 +304,58 @@ def _affected(n: int) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(AFFECTED, [batch])
 
 
-def _cancel_on_interrupt(reader: pa.RecordBatchReader, cancel) -> pa.RecordBatchReader:
-    def gen():
-        try:
-            yield from reader
-        except KeyboardInterrupt:
-            cancel.cancel()
-            raise
-
-    return pa.RecordBatchReader.from_batches(reader.schema, gen())
-
-
 def make_runner(args):
     return RemoteRunner(args) if args.server else LocalRunner(args)
+
+
+#: how long Ctrl-C waits for the interrupted statement to stop before giving up on it
+STOP_WAIT_S = 5.0
+
+
+def run_statement(runner, sql: str, args) -> None:
+    """Run ``sql`` and write its result, interruptibly: the work runs in a worker thread
+    while the main thread (the one Python delivers SIGINT to) waits. Ctrl-C interrupts the
+    statement (``runner.interrupt()``: DuckDB's interrupt in process, a cancelled call on a
+    server), waits for the worker to stop (at most ``STOP_WAIT_S``) and raises
+    KeyboardInterrupt; whatever the interrupted work raised is dropped. Without this the
+    signal reaches Python only when DuckDB or the Flight client returns, which can be the
+    end of the query."""
+    done = threading.Event()
+    box: dict[str, BaseException] = {}
+
+    def work():
+        try:
+            log.debug("running statement", extra={"fields": {"where": runner.where}})
+            output.write_result(runner.run(sql), args)
+            sys.stdout.flush()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="flightsrv-statement", daemon=True).start()
+    try:
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        runner.interrupt()
+        _wait_ignoring_interrupts(done, STOP_WAIT_S)
+        if not done.is_set():  # still running: closing its connection would fail or hang
+            runner.busy = True
+        raise KeyboardInterrupt from None
+    if "error" in box:
+        raise box["error"]
+
+
+def _wait_ignoring_interrupts(done: threading.Event, seconds: float) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while not done.is_set() and time.monotonic() < end:
+        try:
+            done.wait(min(0.1, max(end - time.monotonic(), 0)))
+        except KeyboardInterrupt:  # pressed again: already stopping
+            pass
 
 
 # -- the command -----------------------------------------------------------------------
@@ -317,7 +387,7 @@ def cmd_sql(args) -> int:
     runner = make_runner(args)
     try:
         for sql in statements:
-            output.write_result(runner.run(sql), args)
+            run_statement(runner, sql, args)
     finally:
         runner.close()
     return 0
@@ -326,18 +396,100 @@ def cmd_sql(args) -> int:
 # -- the shell -------------------------------------------------------------------------
 
 SHELL_HELP = """\
-Statements end with ';' and may span lines. Dot commands:
-  .tables            list the tables
-  .format FORMAT     table | csv | jsonl (now: {fmt})
-  .maxrows N         rows shown by the table format, 0 for all (now: {maxrows})
-  .help              this text
-  .quit / .exit      leave (or Ctrl-D); Ctrl-C clears the input or stops a running query
+Statements end with ';' and may span lines; Tab completes keywords, tables and columns.
+Commands (psql's spelling in brackets):
+  .tables             list the tables                                      [\\dt]
+  .mode MODE          table | line | csv | jsonl (now: {fmt}); also .format  [\\x: line]
+  .wide auto|off      a table wider than the terminal is shown as lines (now: {wide})
+  .maxrows N          rows shown by table/line, 0 for all (now: {maxrows})
+  .timer on|off       print each statement's run time (now: {timer})        [\\timing]
+  .help               this text                                             [\\?]
+  .quit / .exit       leave (or Ctrl-D, \\q, exit, quit); Ctrl-C clears the input or stops
+                      a running query
 """
+
+#: words that end the shell, typed alone (with or without ';')
+QUIT_WORDS = {".quit", ".exit", ".q", "\\q", "exit", "quit"}
+MODES = ("table", "line", "csv", "json", "jsonl")
+KEYWORDS = (
+    "SELECT FROM WHERE GROUP BY ORDER HAVING LIMIT OFFSET JOIN LEFT RIGHT FULL INNER OUTER "
+    "CROSS ON USING AS AND OR NOT NULL IS IN LIKE ILIKE BETWEEN CASE WHEN THEN ELSE END "
+    "DISTINCT UNION ALL EXCEPT INTERSECT WITH INSERT INTO VALUES UPDATE SET DELETE MERGE "
+    "MATCHED CREATE TABLE DROP ALTER SHOW TABLES DESCRIBE EXPLAIN ANALYZE COUNT SUM AVG MIN "
+    "MAX CAST TRUE FALSE ASC DESC OPTIMIZE VACUUM RETAIN HOURS AT VERSION TIMESTAMP DATE "
+    "INTEGER BIGINT VARCHAR DOUBLE BOOLEAN DECIMAL").split()
+
+
+class SqlCompleter:
+    """prompt_toolkit completions for the word under the cursor: SQL keywords (upper case
+    when the word is), the warehouse's tables, and the columns of the tables the input
+    names. Table and column names are read from ``runner`` once and again after every
+    statement (``refresh()``)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self._tables: list[str] | None = None
+        self._columns: dict[str, list[str]] = {}
+
+    def refresh(self) -> None:
+        self._tables, self._columns = None, {}
+
+    def tables(self) -> list[str]:
+        if self._tables is None:
+            try:
+                self._tables = list(self.runner.tables())
+            except Exception:  # noqa: BLE001 - completion never fails the shell
+                self._tables = []
+        return self._tables
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self._columns:
+            try:
+                self._columns[table] = list(self.runner.columns(table))
+            except Exception:  # noqa: BLE001
+                self._columns[table] = []
+        return self._columns[table]
+
+    def candidates(self, text: str, word: str) -> list[str]:
+        import re
+
+        tables = self.tables()
+        low = {t.lower(): t for t in tables}
+        named = [low[w.lower()] for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)
+                 if w.lower() in low]
+        columns = [c for t in dict.fromkeys(named) for c in self.columns(t)]
+        upper = word[:1].isupper() or not word
+        words = [k if upper else k.lower() for k in KEYWORDS]
+        out = []
+        for cand in [*columns, *tables, *words]:
+            if cand.lower().startswith(word.lower()) and cand != word and cand not in out:
+                out.append(cand)
+        return out
+
+    def as_prompt_toolkit(self):
+        from prompt_toolkit.completion import Completer, Completion
+
+        me = self
+
+        class _C(Completer):
+            def get_completions(self, document, complete_event):
+                word = document.get_word_before_cursor(WORD=False)
+                if not word.replace("_", "a").isalnum():
+                    word = ""
+                if not word and not complete_event.completion_requested:
+                    return
+                for cand in me.candidates(document.text_before_cursor, word):
+                    yield Completion(cand, start_position=-len(word))
+
+        return _C()
 
 
 def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt_toolkit's name)
     """The interactive shell. ``input``/``output_stream`` are prompt_toolkit Input/Output
     objects (tests pass a pipe)."""
+    import shutil
+    import time
+
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory, InMemoryHistory
     from prompt_toolkit.key_binding import KeyBindings
@@ -352,15 +504,19 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
     @keys.add("enter")
     def _(event):
         buf = event.current_buffer
-        if is_complete(buf.text):
+        if is_complete(buf.text) or buf.text.strip().rstrip(";").strip() in QUIT_WORDS \
+                or buf.text.strip().startswith("\\"):
             buf.validate_and_handle()
         else:
             buf.insert_text("\n")
 
+    runner = make_runner(args)
+    completer = SqlCompleter(runner)
     session = PromptSession(history=history, multiline=True, key_bindings=keys,
                             prompt_continuation=lambda width, line, wrap: CONTINUATION,
+                            completer=completer.as_prompt_toolkit(), complete_while_typing=False,
                             input=input, output=output_stream)
-    runner = make_runner(args)
+    args.wide, args.timer = "auto", False
     err = sys.stderr
     err.write(f"flightsrv sql on {runner.where}; statements end with ';', .help for help\n")
     try:
@@ -374,21 +530,29 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
             text = text.strip()
             if not text:
                 continue
-            if text.startswith("."):
-                if _dot_command(text, args, runner, err) == "quit":
-                    break
+            if text.rstrip(";").strip() in QUIT_WORDS:
+                break
+            if text.startswith((".", "\\")):
+                _dot_command(text, args, runner, err)
                 continue
             for sql in split_statements(text):
+                args.max_width = shutil.get_terminal_size().columns \
+                    if args.wide == "auto" else None
+                started = time.perf_counter()
                 try:
-                    output.write_result(runner.run(sql), args)
-                    sys.stdout.flush()
+                    run_statement(runner, sql, args)
                 except KeyboardInterrupt:
                     err.write("flightsrv: query interrupted\n")
+                    break
                 except QueryCancelled:
                     err.write("flightsrv: query cancelled\n")
                 except (FlightsrvError, pa.ArrowException, OSError) as exc:
                     err.write(f"flightsrv: error: {_message(exc)}\n")
                     break
+                finally:
+                    completer.refresh()  # a statement may have created or changed a table
+                if args.timer:
+                    err.write(f"Run Time: {time.perf_counter() - started:.3f} s\n")
     finally:
         runner.close()
     return 0
@@ -400,24 +564,36 @@ def _message(exc: BaseException) -> str:
     return error_text(exc)
 
 
-def _dot_command(text: str, args, runner, err) -> str | None:
+def _dot_command(text: str, args, runner, err) -> None:
     word, _, rest = text.partition(" ")
-    rest = rest.strip()
-    if word in (".quit", ".exit", ".q"):
-        return "quit"
-    if word == ".help":
-        err.write(SHELL_HELP.format(fmt=args.format, maxrows=args.max_rows))
-    elif word == ".tables":
+    word, rest = word.rstrip(";"), rest.strip().rstrip(";").strip()
+    if word in (".help", "\\?", "\\h"):
+        err.write(SHELL_HELP.format(fmt=args.format, maxrows=args.max_rows, wide=args.wide,
+                                    timer="on" if args.timer else "off"))
+    elif word in (".tables", "\\dt", "\\d") and not rest:
         try:
             names = runner.tables()
         except (FlightsrvError, ConfigurationError) as exc:
             err.write(f"flightsrv: error: {_message(exc)}\n")
-            return None
+            return
         sys.stdout.write("\n".join(names) + ("\n" if names else "(no tables)\n"))
-    elif word == ".format" and rest in ("table", "csv", "json", "jsonl"):
+    elif word in (".format", ".mode") and rest in MODES:
         args.format = rest
+    elif word == "\\x" and rest in ("", "on", "off", "auto"):
+        if rest == "auto":
+            args.wide, args.format = "auto", "table"
+        else:
+            on = args.format != "line" if not rest else rest == "on"
+            args.format = "line" if on else "table"
+            err.write(f"Expanded display is {'on' if on else 'off'}.\n")
+    elif word == ".wide" and rest in ("auto", "off"):
+        args.wide = rest
     elif word == ".maxrows" and rest.isdigit():
         args.max_rows = int(rest)
+    elif (word == ".timer" and rest in ("on", "off")) or (word == "\\timing" and rest in (
+            "", "on", "off")):
+        args.timer = (not args.timer) if not rest else rest == "on"
+        if word == "\\timing":
+            err.write(f"Timing is {'on' if args.timer else 'off'}.\n")
     else:
         err.write(f"flightsrv: unknown or incomplete command {text!r} (.help lists them)\n")
-    return None

@@ -40,13 +40,17 @@ def cmd_user_hash(args) -> int:
 
 
 def cmd_pipeline(args) -> int:
+    rest = list(args.rest)
+    wants_help = "-h" in rest or "--help" in rest
     try:
         from flightsrv.spark.pipeline import main as pipeline_main
+
+        if not wants_help:  # flightsrv.spark imports PySpark only when a session starts
+            import pyspark  # noqa: F401
     except ImportError as exc:
         raise UsageError(f"flightsrv pipeline needs PySpark ({exc.name} is missing): "
                          "pip install 'flightsrv[spark]'") from None
-    rest = list(args.rest)
-    if "-h" not in rest and "--help" not in rest:
+    if not wants_help:
         rest += ["--warehouse", args.warehouse]  # the global option, wherever it was given
     return pipeline_main(rest)
 

@@ -108,9 +108,15 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
     seed = cfg.demo or (not cfg.no_demo and not warehouse_uri.startswith("s3://"))
     if seed:
         try:
-            if seed_demo(wh):
+            skipped = seed_demo(wh)
+            if skipped is None:
                 log.info("seeded demo table", extra={"fields": {"table": DEMO_TABLE,
                                                                 "warehouse": wh.uri}})
+            else:  # a warning when --demo asked for it, else a note
+                (log.warning if cfg.demo else log.info)(
+                    f"demo table not seeded: {skipped}", extra={"fields": {
+                        "event": "demo_not_seeded", "table": DEMO_TABLE,
+                        "warehouse": wh.uri}})
         except FlightsrvError as exc:
             log.warning("demo table not seeded", extra={"fields": {
                 "event": "demo_not_seeded", "error_class": type(exc).__name__,

@@ -67,20 +67,24 @@ def generate(input_dir: str, n: int, *, files: int = 8, fmt: str = "json", users
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flightsrv pipeline", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="flightsrv pipeline", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("action", nargs="?", choices=["run"], default="run",
                    help="'run' (optional; the only action)")
-    p.add_argument("--warehouse", default=os.environ.get("FLIGHTSRV_WAREHOUSE", "./warehouse"))
-    p.add_argument("--table", default="events")
+    p.add_argument("--warehouse", default=os.environ.get("FLIGHTSRV_WAREHOUSE", "./warehouse"),
+                   help="where the tables live ($FLIGHTSRV_WAREHOUSE sets the default)")
+    p.add_argument("--table", default="events", help="the table the events go into")
     p.add_argument("--input", default="./raw", help="directory of raw event files")
-    p.add_argument("--format", choices=("json", "csv"), default="json")
+    p.add_argument("--format", choices=("json", "csv"), default="json",
+                   help="format of the raw event files")
     p.add_argument("--batch-files", type=int, default=4, help="raw files per append commit")
     p.add_argument("--erase-list", help="CSV with a user_id column (default: "
                    "<input>/erasure_list.csv if present)")
     p.add_argument("--generate", type=int, metavar="N", help="first write N sample events")
     p.add_argument("--files", type=int, default=8, help="raw files to generate")
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--no-compact", action="store_true")
+    p.add_argument("--master", default="local[2]", help="the Spark master URL")
+    p.add_argument("--no-compact", action="store_true",
+                   help="skip the compaction step at the end")
     return p
 
 
