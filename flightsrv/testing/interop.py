@@ -117,6 +117,8 @@ DUCKDB_SCRIPT = textwrap.dedent("""
     import duckdb
     spec = json.loads(sys.argv[1])
     con = duckdb.connect()
+    # a query over 2 s would draw DuckDB's progress bar into the JSON on stdout
+    con.execute("SET enable_progress_bar = false")
     base = os.path.dirname(os.path.dirname(duckdb.__file__))
     for name in ("delta", "avro", "iceberg", "httpfs"):
         path = glob.glob(os.path.join(base, f"duckdb_extension_{name}", "extensions", "*",
