@@ -148,10 +148,20 @@ class LocalRunner:
                            "`flightsrv table create NAME --schema ...` or a CREATE TABLE "
                            "statement)")
 
-    def run(self, sql: str) -> pa.RecordBatchReader:
-        from flightsrv.engine.api import Cancel, StatementKind
+    def arm(self) -> None:
+        """A fresh Cancel for the next statement, made before its worker starts, so a Ctrl-C
+        that comes before :meth:`run` reaches DuckDB still stops it."""
+        from flightsrv.engine.api import Cancel
 
-        cancel = self._cancel = Cancel()
+        self._cancel = Cancel()
+
+    def run(self, sql: str) -> pa.RecordBatchReader:
+        from flightsrv.engine.api import StatementKind
+
+        if self._cancel is None:
+            self.arm()
+        cancel = self._cancel
+        cancel.check()  # Ctrl-C before the statement started
         if not self._exists:
             self._exists = self.warehouse.is_initialized()
         try:
@@ -181,8 +191,14 @@ class LocalRunner:
         return list(self.warehouse.table(table).schema.names)
 
     def close(self) -> None:
-        if not self.busy:
+        if self.busy:
+            return
+        try:
             self.engine.close()
+        except Exception as exc:  # noqa: BLE001 - the process is ending either way
+            # DuckDB here is in-memory scratch (the warehouse is in its store): a cursor that
+            # an interrupted statement is still giving back makes close() refuse, nothing more
+            log.debug("closing the engine failed: %s", exc)
 
 
 @dataclass
@@ -191,6 +207,7 @@ class RemoteRunner:
 
     args: object
     _cursor: object = field(default=None, init=False)
+    _interrupted: bool = field(default=False, init=False)
     busy: bool = field(default=False, init=False)  # a statement that did not stop in time
 
     def __post_init__(self):
@@ -228,9 +245,16 @@ class RemoteRunner:
         except Exception as exc:  # noqa: BLE001 - ADBC raises its own hierarchy
             raise _remote_error(exc, uri) from None
 
+    def arm(self) -> None:
+        """Forget an earlier statement's Ctrl-C; made before the next statement's worker
+        starts, so a Ctrl-C that comes before the call is sent still stops it."""
+        self._interrupted = False
+
     def run(self, sql: str) -> pa.RecordBatchReader:
         cur = self._cursor = self.conn.cursor()
         try:
+            if self._interrupted:  # Ctrl-C before the call was sent
+                raise QueryCancelled("query cancelled before it was sent")
             cur.execute(sql)
             if not cur.description:  # a statement without a result (DML through ADBC)
                 n = cur.rowcount
@@ -254,6 +278,7 @@ class RemoteRunner:
     def interrupt(self) -> None:
         """Cancel the call in flight (ADBC's StatementCancel: the gRPC call is cancelled, and
         the server interrupts DuckDB); any thread."""
+        self._interrupted = True
         cur = self._cursor
         if cur is not None:
             try:
@@ -326,13 +351,18 @@ def run_statement(runner, sql: str, args) -> None:
     def work():
         try:
             log.debug("running statement", extra={"fields": {"where": runner.where}})
-            output.write_result(runner.run(sql), args)
+            reader = runner.run(sql)
+            try:
+                output.write_result(reader, args)
+            finally:  # an interrupted stream gives its cursor back now, not when collected
+                reader.close()
             sys.stdout.flush()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             box["error"] = exc
         finally:
             done.set()
 
+    runner.arm()  # before the worker: a Ctrl-C from now on stops this statement
     threading.Thread(target=work, name="flightsrv-statement", daemon=True).start()
     try:
         while not done.wait(0.1):
@@ -388,9 +418,22 @@ def cmd_sql(args) -> int:
     try:
         for sql in statements:
             run_statement(runner, sql, args)
+    except KeyboardInterrupt:
+        if runner.busy:
+            sys.stderr.write("flightsrv: interrupted\n")
+            _leave_now(130)
+        raise
     finally:
         runner.close()
     return 0
+
+
+def _leave_now(code: int) -> None:
+    """Exit at once: a statement that did not stop within ``STOP_WAIT_S`` of Ctrl-C still runs
+    in DuckDB (or in a Flight call), and the interpreter's shutdown would wait for it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # -- the shell -------------------------------------------------------------------------
@@ -555,6 +598,8 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
                     err.write(f"Run Time: {time.perf_counter() - started:.3f} s\n")
     finally:
         runner.close()
+    if runner.busy:
+        _leave_now(0)
     return 0
 
 
