@@ -19,12 +19,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyarrow import flight
 
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine
 from flightsrv.engine.api import Role
 from flightsrv.server.app import start_in_thread
 from flightsrv.server.auth import AuthConfig, Principal, hash_password
+from flightsrv.server import proto
 from flightsrv.server.flight import TlsConfig
 
 JDBC_VERSION = "18.3.0"
@@ -226,10 +228,6 @@ def test_type_info_agrees_with_get_columns(java_program, servers):
     """For every column type, GetXdbcTypeInfo (what getTypeInfo would read) has a row named
     by the column's TYPE_NAME whose code is the one the driver reports in getColumns, except
     the driver's own FLOAT for a 4-byte float, where the server says REAL per the JDBC spec."""
-    from pyarrow import flight
-
-    from flightsrv.server import proto
-
     got = java_program(_url(servers["plain"], user="bob", password="bob-pw"), "metadata")
     client = flight.connect(f"grpc://127.0.0.1:{servers['plain']}")
     bearer = client.authenticate_basic_token("bob", "bob-pw")
