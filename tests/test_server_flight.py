@@ -142,8 +142,8 @@ def test_sql_info_all_and_subset(client):
         (proto.CommandGetExportedKeys(table="items"), md.FOREIGN_KEYS_SCHEMA, 0),
         (proto.CommandGetImportedKeys(table="items"), md.FOREIGN_KEYS_SCHEMA, 0),
         (proto.CommandGetCrossReference(pk_table="a", fk_table="b"), md.FOREIGN_KEYS_SCHEMA, 0),
-        (proto.CommandGetXdbcTypeInfo(), md.XDBC_TYPE_INFO_SCHEMA, 14),
-        (proto.CommandGetXdbcTypeInfo(data_type=4), md.XDBC_TYPE_INFO_SCHEMA, 1),
+        (proto.CommandGetXdbcTypeInfo(), md.XDBC_TYPE_INFO_SCHEMA, 22),
+        (proto.CommandGetXdbcTypeInfo(data_type=4), md.XDBC_TYPE_INFO_SCHEMA, 2),
     ],
 )
 def test_metadata_commands(client, msg, schema, rows):
@@ -279,3 +279,49 @@ def test_error_while_streaming_is_invalid_argument(client):
         client.do_get(info.endpoints[0].ticket).read_all()
     _, table = _fetch(client, proto.CommandStatementQuery(query="SELECT 2 AS two"))
     assert table.to_pylist() == [{"two": 2}]
+
+
+#: DuckDB column type -> (the GetXdbcTypeInfo row its TYPE_NAME names, its java.sql.Types
+#: code): REAL for the 4-byte FLOAT, TIMESTAMP_WITH_TIMEZONE, and the nested types as the
+#: Flight SQL JDBC driver types them (ARRAY; JAVA_OBJECT for STRUCT, MAP and INTERVAL)
+XDBC_COLUMNS = {
+    "BOOLEAN": ("BOOLEAN", 16), "TINYINT": ("TINYINT", -6), "SMALLINT": ("SMALLINT", 5),
+    "INTEGER": ("INTEGER", 4), "BIGINT": ("BIGINT", -5), "UTINYINT": ("UTINYINT", -6),
+    "USMALLINT": ("USMALLINT", 5), "UINTEGER": ("UINTEGER", 4), "UBIGINT": ("UBIGINT", -5),
+    "REAL": ("FLOAT", 7), "DOUBLE": ("DOUBLE", 8), "DECIMAL(10,2)": ("DECIMAL", 3),
+    "VARCHAR": ("VARCHAR", 12), "BLOB": ("BLOB", -3), "DATE": ("DATE", 91),
+    "TIME": ("TIME", 92), "TIMESTAMP": ("TIMESTAMP", 93),
+    "TIMESTAMPTZ": ("TIMESTAMP WITH TIME ZONE", 2014), "INTERVAL": ("INTERVAL", 2000),
+    "INTEGER[]": ("LIST", 2003), "STRUCT(x INTEGER)": ("STRUCT", 2000),
+    "MAP(VARCHAR, INTEGER)": ("MAP", 2000),
+}  # fmt: skip
+
+
+def test_xdbc_type_info_has_a_row_with_the_jdbc_code_for_every_column_type(client):
+    cols = ", ".join(f"c{i} {t}" for i, t in enumerate(XDBC_COLUMNS))
+    _update(client, f"CREATE TABLE xdbc_types ({cols})")
+    _, tables = _fetch(client, proto.CommandGetTables(table_name_filter_pattern="xdbc_types",
+                                                      include_schema=True))
+    schema = pa.ipc.read_schema(pa.py_buffer(tables.column("table_schema")[0].as_py()))
+    _, info = _fetch(client, proto.CommandGetXdbcTypeInfo())
+    rows = {r["type_name"]: r for r in info.to_pylist()}
+    for field, (sql_type, (name, code)) in zip(schema, XDBC_COLUMNS.items(), strict=True):
+        announced = field.metadata[b"ARROW:FLIGHT:SQL:TYPE_NAME"].decode()
+        assert announced.split("(")[0] == name, (sql_type, announced)
+        assert rows[name]["data_type"] == code, (sql_type, rows[name])
+    assert schema.field("c11").metadata[b"ARROW:FLIGHT:SQL:TYPE_NAME"] == b"DECIMAL(10,2)"
+    assert (rows["DECIMAL"]["column_size"], rows["DECIMAL"]["maximum_scale"]) == (38, 38)
+    assert rows["DECIMAL"]["create_params"] == ["precision", "scale"]
+    assert rows["TIMESTAMP WITH TIME ZONE"]["datetime_subcode"] == 5  # ..._WITH_TIMEZONE
+    assert rows["UBIGINT"]["unsigned_attribute"] is True
+    assert rows["BIGINT"]["unsigned_attribute"] is False
+    assert set(rows) == {name for name, _ in XDBC_COLUMNS.values()}  # nothing unreachable
+    # the data_type filter keeps exactly the rows of that code, in JDBC's order
+    assert [r["type_name"] for r in info.to_pylist()] == sorted(
+        rows, key=lambda n: (rows[n]["data_type"], n))
+    for code in (7, 2014, 2000, 6):
+        _, some = _fetch(client, proto.CommandGetXdbcTypeInfo(data_type=code))
+        assert some.column("type_name").to_pylist() == sorted(
+            n for n, r in rows.items() if r["data_type"] == code)
+    _, none = _fetch(client, proto.CommandGetXdbcTypeInfo(data_type=6))  # nothing is FLOAT(6)
+    assert none.num_rows == 0

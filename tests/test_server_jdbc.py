@@ -19,12 +19,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyarrow import flight
 
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine
 from flightsrv.engine.api import Role
 from flightsrv.server.app import start_in_thread
 from flightsrv.server.auth import AuthConfig, Principal, hash_password
+from flightsrv.server import proto
 from flightsrv.server.flight import TlsConfig
 
 JDBC_VERSION = "18.3.0"
@@ -37,25 +39,30 @@ REAL, FLOAT, DOUBLE, DECIMAL, VARCHAR, VARBINARY = 7, 6, 8, 3, 12, -3
 DATE, TIME, TIMESTAMP, TIMESTAMP_TZ, ARRAY, STRUCT = 91, 92, 93, 2014, 2003, 2002
 JAVA_OBJECT = 2000  # the driver's own choice for an Arrow struct (TYPE_NAME says STRUCT)
 
-#: every Arrow type a table holds, and the JDBC type getColumns must report for it
+#: every Arrow type a table holds, the JDBC type getColumns reports for it (the driver derives
+#: DATA_TYPE from the Arrow type alone: SqlTypes.getSqlTypeIdFromArrowType, arrow-java 18.3)
+#: and the TYPE_NAME the server announces (ARROW:FLIGHT:SQL:TYPE_NAME)
 TYPES = [
-    ("b", pa.bool_(), (BIT, BOOLEAN)),
-    ("i8", pa.int8(), (TINYINT,)),
-    ("i16", pa.int16(), (SMALLINT,)),
-    ("i32", pa.int32(), (INTEGER,)),
-    ("i64", pa.int64(), (BIGINT,)),
-    ("f32", pa.float32(), (REAL, FLOAT)),
-    ("f64", pa.float64(), (DOUBLE,)),
-    ("dec", pa.decimal128(10, 2), (DECIMAL,)),
-    ("s", pa.string(), (VARCHAR,)),
-    ("bin", pa.binary(), (VARBINARY,)),
-    ("d", pa.date32(), (DATE,)),
-    ("tm", pa.time64("us"), (TIME,)),
-    ("ts", pa.timestamp("us"), (TIMESTAMP,)),
-    ("tstz", pa.timestamp("us", tz="UTC"), (TIMESTAMP, TIMESTAMP_TZ)),
-    ("lst", pa.list_(pa.int64()), (ARRAY,)),
-    ("st", pa.struct([("x", pa.int32()), ("y", pa.string())]), (STRUCT, JAVA_OBJECT)),
+    ("b", pa.bool_(), BOOLEAN, "BOOLEAN"),
+    ("i8", pa.int8(), TINYINT, "TINYINT"),
+    ("i16", pa.int16(), SMALLINT, "SMALLINT"),
+    ("i32", pa.int32(), INTEGER, "INTEGER"),
+    ("i64", pa.int64(), BIGINT, "BIGINT"),
+    ("f32", pa.float32(), FLOAT, "FLOAT"),  # the driver's FLOAT (6), the server's REAL (7)
+    ("f64", pa.float64(), DOUBLE, "DOUBLE"),
+    ("dec", pa.decimal128(10, 2), DECIMAL, "DECIMAL(10,2)"),
+    ("s", pa.string(), VARCHAR, "VARCHAR"),
+    ("bin", pa.binary(), VARBINARY, "BLOB"),
+    ("d", pa.date32(), DATE, "DATE"),
+    ("tm", pa.time64("us"), TIME, "TIME"),
+    ("ts", pa.timestamp("us"), TIMESTAMP, "TIMESTAMP"),
+    ("tstz", pa.timestamp("us", tz="UTC"), TIMESTAMP_TZ, "TIMESTAMP WITH TIME ZONE"),
+    ("lst", pa.list_(pa.int64()), ARRAY, "LIST"),
+    ("st", pa.struct([("x", pa.int32()), ("y", pa.string())]), JAVA_OBJECT, "STRUCT"),
 ]
+#: where the driver's getColumns code and the server's GetXdbcTypeInfo code differ, and why:
+#: the driver maps every 4-byte float to FLOAT (6), which JDBC defines as double precision
+DRIVER_DIFFERS = {"f32": (FLOAT, REAL)}
 
 
 def _types_table() -> pa.Table:
@@ -69,7 +76,7 @@ def _types_table() -> pa.Table:
         "tstz": [dt.datetime(2026, 1, 2, tzinfo=dt.UTC), dt.datetime(2026, 1, 3, tzinfo=dt.UTC)],
         "lst": [[1, 2], [3]], "st": [{"x": 1, "y": "a"}, {"x": 2, "y": "b"}],
     }
-    schema = pa.schema([(name, t) for name, t, _ in TYPES])
+    schema = pa.schema([(name, t) for name, t, _, _ in TYPES])
     return pa.table(rows, schema=schema)
 
 
@@ -203,15 +210,13 @@ def test_database_metadata(java_program, servers):
     assert got["tables_view"] == []
     assert got["tables_pattern"] == [["types"]]
     assert got["table_types"] == [["TABLE"]]
-    columns = {name: (jdbc_type, type_name, pos) for name, jdbc_type, type_name, pos in
-               got["columns"]}
-    assert list(columns) == [name for name, _, _ in TYPES]
-    for position, (name, arrow_type, allowed) in enumerate(TYPES, start=1):
-        jdbc_type, type_name, pos = columns[name]
-        assert jdbc_type in allowed, (name, arrow_type, jdbc_type, type_name)
-        assert pos == position
+    columns = {row[0]: row[1:] for row in got["columns"]}
+    assert list(columns) == [name for name, _, _, _ in TYPES]
+    for position, (name, arrow_type, jdbc_type, type_name) in enumerate(TYPES, start=1):
+        assert columns[name][:3] == [jdbc_type, type_name, position], (name, arrow_type)
+    assert columns["dec"][3:] == [10, 2]  # COLUMN_SIZE, DECIMAL_DIGITS from PRECISION/SCALE
     # driver 18.3 does not implement getTypeInfo (Avatica's empty default; it never calls
-    # the server): it must not fail. GetXdbcTypeInfo itself is tested in test_server_flight.
+    # the server): it must not fail. What the server answers is checked below.
     assert got["type_info"] == []
     assert got["primary_keys"] == [] and got["imported_keys"] == []
     assert got["exported_keys"] == []
@@ -219,11 +224,30 @@ def test_database_metadata(java_program, servers):
     assert got["transactions"] is False and got["quote"] == '"'
 
 
+def test_type_info_agrees_with_get_columns(java_program, servers):
+    """For every column type, GetXdbcTypeInfo (what getTypeInfo would read) has a row named
+    by the column's TYPE_NAME whose code is the one the driver reports in getColumns, except
+    the driver's own FLOAT for a 4-byte float, where the server says REAL per the JDBC spec."""
+    got = java_program(_url(servers["plain"], user="bob", password="bob-pw"), "metadata")
+    client = flight.connect(f"grpc://127.0.0.1:{servers['plain']}")
+    bearer = client.authenticate_basic_token("bob", "bob-pw")
+    options = flight.FlightCallOptions(headers=[bearer])
+    desc = flight.FlightDescriptor.for_command(proto.pack(proto.CommandGetXdbcTypeInfo()))
+    info = client.get_flight_info(desc, options)
+    rows = client.do_get(info.endpoints[0].ticket, options).read_all().to_pylist()
+    codes = {r["type_name"]: r["data_type"] for r in rows}
+    for name, jdbc_type, type_name, *_ in got["columns"]:
+        expected = DRIVER_DIFFERS.get(name, (jdbc_type, jdbc_type))[1]
+        assert codes[type_name.split("(")[0]] == expected, (name, type_name, jdbc_type)
+    assert codes["FLOAT"] == REAL and codes["TIMESTAMP WITH TIME ZONE"] == TIMESTAMP_TZ
+    client.close()
+
+
 def test_statement_execute_query(java_program, servers):
     got = java_program(_url(servers["plain"], token="jdbc-token"), "query")
     assert got["count"] == 20 and got["sum"] == sum(range(20))
     rows = got["rows"]
-    names = [name for name, _, _ in TYPES]
+    names = [name for name, _, _, _ in TYPES]
     first = dict(zip(names, rows[0]))
     assert (first["b"], first["i32"], first["i64"], first["s"]) == (
         "true", "1", "10000000000", "one")
@@ -232,6 +256,10 @@ def test_statement_execute_query(java_program, servers):
     # driver 18.3: getObject on TIMESTAMP WITH TIME ZONE is "not implemented"; getString
     # (and getTimestamp) work (docs/SERVER.md)
     assert first["tstz"].endswith("getString: 2026-01-02 00:00:00.0")
+    # the workarounds docs/SERVER.md names: getObject with a class, getTimestamp
+    assert got["tstz_offset"] == "2026-01-02T00:00Z"
+    assert got["tstz_instant"] == "2026-01-02T00:00:00Z"
+    assert got["tstz_millis"] == int(dt.datetime(2026, 1, 2, tzinfo=dt.UTC).timestamp() * 1000)
     assert first["ts"].startswith("2026-01-02") and "03:04:05" in first["ts"]
     assert len(rows) == 2
 

@@ -9,6 +9,8 @@ null-pointer error), so ``SQL_INFO`` answers every key the spec defines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -314,89 +316,126 @@ def sql_info_table(values: dict[int, object], keys: list[int] | None) -> pa.Tabl
 
 
 # -- XDBC types -------------------------------------------------------------------------
+# GetXdbcTypeInfo answers one row per DuckDB type a table column or a result can have, with
+# the type codes of java.sql.Types (https://docs.oracle.com/en/java/javase/17/docs/api/
+# java.sql/java/sql/Types.html), which equal ODBC's where both define one. Where JDBC has a
+# code the Flight SQL JDBC driver does not use, the row gives the driver's (its
+# SqlTypes.getSqlTypeIdFromArrowType, arrow-java 18.3): Arrow binary is VARBINARY, a struct,
+# map or interval is JAVA_OBJECT, so getTypeInfo and getColumns agree.
 
-# (type_name, xdbc data_type, column_size, literal prefix/suffix, create_params,
-#  case_sensitive, unsigned, fixed_prec_scale, min_scale, max_scale, sql_data_type,
-#  datetime_subcode, num_prec_radix)
-_XDBC_TYPES = [
-    ("BOOLEAN", -7, 1, None, None, None, False, None, False, None, None, -7, None, None),
-    ("TINYINT", -6, 3, None, None, None, False, False, False, 0, 0, -6, None, 10),
-    ("BIGINT", -5, 19, None, None, None, False, False, False, 0, 0, -5, None, 10),
-    ("BLOB", -3, None, "'", "'::BLOB", None, False, None, False, None, None, -3, None, None),
-    ("DECIMAL", 3, 38, None, None, ["precision", "scale"], False, False, True, 0, 38, 3,
-     None, 10),
-    ("INTEGER", 4, 10, None, None, None, False, False, False, 0, 0, 4, None, 10),
-    ("SMALLINT", 5, 5, None, None, None, False, False, False, 0, 0, 5, None, 10),
-    ("FLOAT", 6, 24, None, None, None, False, False, False, None, None, 6, None, 2),
-    ("DOUBLE", 8, 53, None, None, None, False, False, False, None, None, 8, None, 2),
-    ("VARCHAR", 12, None, "'", "'", None, True, None, False, None, None, 12, None, None),
-    ("DATE", 91, 10, "DATE '", "'", None, False, None, False, None, None, 9, 1, None),
-    ("TIME", 92, 15, "TIME '", "'", None, False, None, False, None, None, 9, 2, None),
-    ("TIMESTAMP", 93, 26, "TIMESTAMP '", "'", None, False, None, False, None, None, 9, 3, None),
-    ("TIMESTAMP WITH TIME ZONE", 93, 32, "TIMESTAMPTZ '", "'", None, False, None, False, None,
-     None, 9, 5, None),
-]  # fmt: skip
+BIT, TINYINT, BIGINT, VARBINARY = -7, -6, -5, -3
+DECIMAL, INTEGER, SMALLINT, REAL, DOUBLE, VARCHAR = 3, 4, 5, 7, 8, 12
+BOOLEAN, DATE, TIME, TIMESTAMP = 16, 91, 92, 93
+JAVA_OBJECT, ARRAY, TIMESTAMP_WITH_TIMEZONE = 2000, 2003, 2014
+# XdbcDataType / XdbcDatetimeSubcode (FlightSql.proto) for sql_data_type and datetime_subcode
+_XDBC_DATETIME, _XDBC_INTERVAL = 9, 10
+_SUB_DATE, _SUB_TIME, _SUB_TIMESTAMP, _SUB_TIMESTAMP_TZ = 1, 2, 3, 5
+
+
+class XdbcType(NamedTuple):
+    """One GetXdbcTypeInfo row (the fields the spec's result schema names)."""
+
+    type_name: str
+    data_type: int
+    column_size: int | None = None
+    literal_prefix: str | None = None
+    literal_suffix: str | None = None
+    create_params: list[str] | None = None
+    case_sensitive: bool = False
+    unsigned_attribute: bool | None = None  # None: not numeric
+    fixed_prec_scale: bool = False
+    minimum_scale: int | None = None
+    maximum_scale: int | None = None
+    sql_data_type: int | None = None  # None: data_type
+    datetime_subcode: int | None = None
+    num_prec_radix: int | None = None
+
+
+def _int(name: str, code: int, digits: int, unsigned: bool = False) -> XdbcType:
+    return XdbcType(name, code, digits, unsigned_attribute=unsigned, minimum_scale=0,
+                    maximum_scale=0, num_prec_radix=10)
+
+
+def _datetime(name: str, code: int, size: int, prefix: str, sub: int) -> XdbcType:
+    return XdbcType(name, code, size, f"{prefix} '", "'", sql_data_type=_XDBC_DATETIME,
+                    datetime_subcode=sub)
+
+
+#: DuckDB type name -> its row. Column sizes follow JDBC's getTypeInfo PRECISION: digits for
+#: numbers (binary digits for floating point), characters of the literal for datetimes.
+XDBC_TYPES: dict[str, XdbcType] = {t.type_name: t for t in [
+    XdbcType("BOOLEAN", BOOLEAN, 1, sql_data_type=BIT),
+    _int("TINYINT", TINYINT, 3), _int("SMALLINT", SMALLINT, 5),
+    _int("INTEGER", INTEGER, 10), _int("BIGINT", BIGINT, 19),
+    _int("UTINYINT", TINYINT, 3, True), _int("USMALLINT", SMALLINT, 5, True),
+    _int("UINTEGER", INTEGER, 10, True), _int("UBIGINT", BIGINT, 20, True),
+    XdbcType("FLOAT", REAL, 24, unsigned_attribute=False, num_prec_radix=2),  # 4-byte: REAL
+    XdbcType("DOUBLE", DOUBLE, 53, unsigned_attribute=False, num_prec_radix=2),
+    XdbcType("DECIMAL", DECIMAL, 38, create_params=["precision", "scale"],
+             unsigned_attribute=False, fixed_prec_scale=True, minimum_scale=0,
+             maximum_scale=38, num_prec_radix=10),
+    XdbcType("VARCHAR", VARCHAR, None, "'", "'", case_sensitive=True),
+    XdbcType("BLOB", VARBINARY, None, "'", "'::BLOB"),
+    _datetime("DATE", DATE, 10, "DATE", _SUB_DATE),
+    _datetime("TIME", TIME, 15, "TIME", _SUB_TIME),
+    _datetime("TIMESTAMP", TIMESTAMP, 26, "TIMESTAMP", _SUB_TIMESTAMP),
+    _datetime("TIMESTAMP WITH TIME ZONE", TIMESTAMP_WITH_TIMEZONE, 32, "TIMESTAMPTZ",
+              _SUB_TIMESTAMP_TZ),
+    XdbcType("INTERVAL", JAVA_OBJECT, None, "INTERVAL '", "'", sql_data_type=_XDBC_INTERVAL),
+    XdbcType("LIST", ARRAY),
+    XdbcType("STRUCT", JAVA_OBJECT),
+    XdbcType("MAP", JAVA_OBJECT),
+]}  # fmt: skip
 
 
 def xdbc_type_info(data_type: int | None) -> pa.Table:
-    rows = [r for r in _XDBC_TYPES if data_type is None or r[1] == data_type]
-    rows.sort(key=lambda r: (r[1], r[0]))
-    cols = {
-        "type_name": [r[0] for r in rows],
-        "data_type": [r[1] for r in rows],
-        "column_size": [r[2] for r in rows],
-        "literal_prefix": [r[3] for r in rows],
-        "literal_suffix": [r[4] for r in rows],
-        "create_params": [r[5] for r in rows],
-        "nullable": [1] * len(rows),  # NULLABILITY_NULLABLE
-        "case_sensitive": [r[6] for r in rows],
-        "searchable": [3] * len(rows),  # SEARCHABLE_FULL
-        "unsigned_attribute": [r[7] for r in rows],
-        "fixed_prec_scale": [r[8] for r in rows],
-        "auto_increment": [False if r[7] is not None else None for r in rows],
-        "local_type_name": [r[0] for r in rows],
-        "minimum_scale": [r[9] for r in rows],
-        "maximum_scale": [r[10] for r in rows],
-        "sql_data_type": [r[11] for r in rows],
-        "datetime_subcode": [r[12] for r in rows],
-        "num_prec_radix": [r[13] for r in rows],
-        "interval_precision": [None] * len(rows),
-    }
-    return pa.table(cols, schema=XDBC_TYPE_INFO_SCHEMA)
+    """The GetXdbcTypeInfo rows, ordered by data_type then name (JDBC's getTypeInfo order);
+    ``data_type`` keeps only the rows of that code."""
+    rows = sorted((t for t in XDBC_TYPES.values()
+                   if data_type is None or t.data_type == data_type),
+                  key=lambda t: (t.data_type, t.type_name))
+    dicts = []
+    for t in rows:
+        row = t._asdict()
+        row["sql_data_type"] = t.data_type if t.sql_data_type is None else t.sql_data_type
+        row["nullable"] = 1  # NULLABILITY_NULLABLE
+        row["searchable"] = 3  # SEARCHABLE_FULL
+        row["auto_increment"] = False if t.unsigned_attribute is not None else None
+        row["local_type_name"] = t.type_name
+        row["interval_precision"] = None
+        dicts.append(row)
+    return pa.Table.from_pylist(dicts, schema=XDBC_TYPE_INFO_SCHEMA)
 
 
-# Arrow type -> SQL type name, for the ARROW:FLIGHT:SQL:TYPE_NAME column metadata.
+#: Arrow type predicate -> the XDBC_TYPES name reported as ARROW:FLIGHT:SQL:TYPE_NAME, tried
+#: in order (DECIMAL gets its precision and scale in the name and in PRECISION/SCALE).
+_TYPE_NAMES: list[tuple[Callable[[pa.DataType], bool], str]] = [
+    (pa.types.is_boolean, "BOOLEAN"),
+    (pa.types.is_int8, "TINYINT"), (pa.types.is_int16, "SMALLINT"),
+    (pa.types.is_int32, "INTEGER"), (pa.types.is_int64, "BIGINT"),
+    (pa.types.is_uint8, "UTINYINT"), (pa.types.is_uint16, "USMALLINT"),
+    (pa.types.is_uint32, "UINTEGER"), (pa.types.is_uint64, "UBIGINT"),
+    (pa.types.is_float32, "FLOAT"), (pa.types.is_float64, "DOUBLE"),
+    (pa.types.is_decimal, "DECIMAL"),
+    (pa.types.is_string, "VARCHAR"), (pa.types.is_large_string, "VARCHAR"),
+    (pa.types.is_string_view, "VARCHAR"),
+    (pa.types.is_binary, "BLOB"), (pa.types.is_large_binary, "BLOB"),
+    (pa.types.is_fixed_size_binary, "BLOB"), (pa.types.is_binary_view, "BLOB"),
+    (pa.types.is_date, "DATE"), (pa.types.is_time, "TIME"),
+    (lambda t: pa.types.is_timestamp(t) and bool(t.tz), "TIMESTAMP WITH TIME ZONE"),
+    (pa.types.is_timestamp, "TIMESTAMP"),
+    (pa.types.is_interval, "INTERVAL"), (pa.types.is_duration, "INTERVAL"),
+    (pa.types.is_list, "LIST"), (pa.types.is_large_list, "LIST"),
+    (pa.types.is_fixed_size_list, "LIST"),
+    (pa.types.is_struct, "STRUCT"), (pa.types.is_map, "MAP"),
+]  # fmt: skip
+
+
 def sql_type_name(t: pa.DataType) -> str:
-    if pa.types.is_boolean(t):
-        return "BOOLEAN"
-    for pred, name in (
-        (pa.types.is_int8, "TINYINT"),
-        (pa.types.is_int16, "SMALLINT"),
-        (pa.types.is_int32, "INTEGER"),
-        (pa.types.is_int64, "BIGINT"),
-        (pa.types.is_uint8, "UTINYINT"),
-        (pa.types.is_uint16, "USMALLINT"),
-        (pa.types.is_uint32, "UINTEGER"),
-        (pa.types.is_uint64, "UBIGINT"),
-        (pa.types.is_float32, "FLOAT"),
-        (pa.types.is_float64, "DOUBLE"),
-        (pa.types.is_date, "DATE"),
-        (pa.types.is_time, "TIME"),
-        (pa.types.is_interval, "INTERVAL"),
-        (pa.types.is_list, "LIST"),
-        (pa.types.is_struct, "STRUCT"),
-        (pa.types.is_map, "MAP"),
-    ):
+    """Arrow type -> SQL type name, for the ARROW:FLIGHT:SQL:TYPE_NAME column metadata."""
+    for pred, name in _TYPE_NAMES:
         if pred(t):
-            return name
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "VARCHAR"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return "BLOB"
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision},{t.scale})"
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMP WITH TIME ZONE" if t.tz else "TIMESTAMP"
+            return f"DECIMAL({t.precision},{t.scale})" if name == "DECIMAL" else name
     return str(t).upper()
 
 

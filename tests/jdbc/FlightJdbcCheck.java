@@ -81,7 +81,7 @@ public class FlightJdbcCheck {
         out("tables_view", rows(md.getTables(null, null, "%", new String[]{"VIEW"}), "TABLE_NAME"));
         out("tables_pattern", rows(md.getTables("flightsrv", "main", "ty%", null), "TABLE_NAME"));
         out("table_types", rows(md.getTableTypes(), "TABLE_TYPE"));
-        out("columns", rows(md.getColumns(null, null, "types", "%"), "COLUMN_NAME", "DATA_TYPE", "TYPE_NAME", "ORDINAL_POSITION"));
+        out("columns", rows(md.getColumns(null, null, "types", "%"), "COLUMN_NAME", "DATA_TYPE", "TYPE_NAME", "ORDINAL_POSITION", "COLUMN_SIZE", "DECIMAL_DIGITS"));
         out("type_info", rows(md.getTypeInfo(), "TYPE_NAME", "DATA_TYPE"));
         out("primary_keys", rows(md.getPrimaryKeys(null, null, "types"), "COLUMN_NAME"));
         out("imported_keys", rows(md.getImportedKeys(null, null, "types"), "FKCOLUMN_NAME"));
@@ -114,6 +114,14 @@ public class FlightJdbcCheck {
                 all.add(row);
             }
             out("rows", all);
+        }
+        // getObject(i) on TIMESTAMP WITH TIME ZONE fails in the driver; these carry the instant
+        try (Statement s = c.createStatement();
+             ResultSet rs = s.executeQuery("SELECT tstz FROM types ORDER BY i32")) {
+            rs.next();
+            out("tstz_offset", rs.getObject(1, java.time.OffsetDateTime.class).toString());
+            out("tstz_instant", rs.getObject(1, java.time.Instant.class).toString());
+            out("tstz_millis", rs.getTimestamp(1).getTime());
         }
         try (Statement s = c.createStatement();
              ResultSet rs = s.executeQuery("SELECT count(*) AS n, sum(id) AS total FROM t")) {
