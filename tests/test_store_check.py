@@ -135,6 +135,13 @@ def test_json_names_the_lost_updates(moto_s3, subprocess_env):
     assert proc.stderr == ""
 
 
+def test_a_missing_bucket_is_an_error_not_a_verdict(moto_s3, subprocess_env):
+    proc = _run(subprocess_env, "s3://no-such-bucket-here/x", "--quiet", *RACE)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no such bucket" in proc.stderr and "verdict" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
 def test_a_local_directory_is_safe(tmp_path):
     env = dict(os.environ)
     proc = _run(env, str(tmp_path / "wh"), "--quiet", *RACE)
