@@ -198,6 +198,7 @@ def test_selfcheck_accepts_real_store_and_refuses_ignoring_one(store):
     with pytest.raises(StoreUnsupported) as info:
         verify_preconditions(IgnoresPreconditions(store), "bad")
     assert "if-none-match" in str(info.value) and store.uri in str(info.value)
+    assert "lacks conditional create (PutObject If-None-Match: *)" in str(info.value)
 
 
 def test_selfcheck_refuses_store_ignoring_only_if_match(store):
@@ -210,6 +211,7 @@ def test_selfcheck_refuses_store_ignoring_only_if_match(store):
     with pytest.raises(StoreUnsupported) as info:
         verify_preconditions(IgnoresIfMatch(store), "bad2")
     assert "check=if-match" in str(info.value)
+    assert "lacks compare-and-swap (PutObject If-Match)" in str(info.value)
 
 
 def _cas_worker(root: str, n: int) -> int:

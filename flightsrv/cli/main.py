@@ -13,7 +13,7 @@ import sys
 import threading
 import traceback
 
-from flightsrv.cli import output, serve, sql, table, tools, warehouse
+from flightsrv.cli import output, serve, sql, store, table, tools, warehouse
 from flightsrv.server.logs import LOG_FRAMES
 from flightsrv.cli.common import (
     error_text,
@@ -38,6 +38,7 @@ Arrow Flight SQL by DuckDB.
                                    vacuum | purge | publish | erasures | erasure-status |
                                    upgrade
   flightsrv warehouse vacuum       delete files of failed creates (prefixes with no table)
+  flightsrv store check [S3 URI]   can flightsrv commit safely on this store? (exit 0 yes, 1 no)
   flightsrv demo                   the table format in one minute
   flightsrv user hash NAME         a users-file line for basic auth
   flightsrv pipeline ...           the Spark example pipeline (needs pyspark)
@@ -78,6 +79,7 @@ def build_parser() -> Parser:
     sql.add_parser(sub, command)
     table.add_parser(sub, command)
     warehouse.add_parser(sub, command)
+    store.add_parser(sub, command)
     tools.add_parsers(sub, command)
     # global options on every parser below the top (listed last in each help)
     for parser in _all_parsers(p):

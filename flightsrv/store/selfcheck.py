@@ -4,8 +4,10 @@ Under a scratch key the check creates an object, then requires:
 1. a second ``If-None-Match: *`` create of the same key answers 412;
 2. an ``If-Match`` with the current ETag succeeds;
 3. an ``If-Match`` with the previous (stale) ETag answers 412.
-A store that accepts either stale write is refused with ``StoreUnsupported`` naming the store
-and the failed check, because on it concurrent commits would silently overwrite each other.
+A store that accepts either stale write is refused with ``StoreUnsupported`` naming the store,
+the failed check and the missing guarantee, because on it concurrent commits would silently
+overwrite each other. ``flightsrv store check`` runs the full contract
+(:mod:`flightsrv.store.contract`), concurrent race included.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 
 from flightsrv.errors import PreconditionFailed, StoreUnsupported
 from flightsrv.store.base import ObjectStore, PutMode
+from flightsrv.store.contract import GUARANTEES
 
 SCRATCH_PREFIX = "_flightsrv_selfcheck/"
 
@@ -29,8 +32,11 @@ def verify_preconditions(store: ObjectStore, token: str) -> None:
             pass
         else:
             raise StoreUnsupported(
-                "store ignores If-None-Match: a duplicate create was accepted; refusing to write",
-                store=store.uri, check="if-none-match", key=key,
+                f"store lacks {GUARANTEES['if-none-match']}: it ignores If-None-Match (a "
+                "duplicate create was accepted), so concurrent commits could overwrite each "
+                "other; refusing to write (`flightsrv store check` runs the full contract)",
+                store=store.uri, check="if-none-match", missing=GUARANTEES["if-none-match"],
+                key=key,
             )
         second = store.put(key, f"selfcheck {token} 2".encode(), mode=PutMode.IF_MATCH,
                            etag=first.etag)
@@ -41,8 +47,11 @@ def verify_preconditions(store: ObjectStore, token: str) -> None:
             pass
         else:
             raise StoreUnsupported(
-                "store ignores If-Match: a write with a stale ETag was accepted; refusing to write",
-                store=store.uri, check="if-match", key=key, stale_etag=first.etag,
+                f"store lacks {GUARANTEES['if-match']}: it ignores If-Match (a write with a "
+                "stale ETag was accepted), so concurrent commits could overwrite each other; "
+                "refusing to write (`flightsrv store check` runs the full contract)",
+                store=store.uri, check="if-match", missing=GUARANTEES["if-match"], key=key,
+                stale_etag=first.etag,
                 current_etag=second.etag,
             )
     finally:
