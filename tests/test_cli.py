@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 the command failed, 2 the command line is wrong, 130 interru
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -257,9 +258,20 @@ def test_ctrl_c_during_a_many_file_append_commits_nothing(wh, tmp_path):
             assert time.monotonic() < deadline, "the append wrote no files"
             time.sleep(0.02)
         assert proc.poll() is None
-        proc.send_signal(signal.SIGINT)  # pending while the append blocks on the FIFO
-        with open(fifo, "w") as f:  # now let it go on: Python raises KeyboardInterrupt
-            f.write("id,name\n999,x\n")
+        proc.send_signal(signal.SIGINT)  # lands mid-append, whether or not it reached the FIFO
+        # now let it go on if it waits for the FIFO (Python raises KeyboardInterrupt). Never
+        # block here: if the signal came before the append opened the FIFO, it exits without
+        # ever opening it, and a blocking open for writing would wait forever
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:  # ENXIO: no reader yet
+                assert exc.errno == errno.ENXIO, exc
+                time.sleep(0.02)
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write("id,name\n999,x\n")
+            break
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
