@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import pyarrow as pa
@@ -13,6 +12,7 @@ from flightsrv.runtime import Runtime
 from flightsrv.store import open_store
 from flightsrv.store.faults import FaultPlan, FaultyStore
 from flightsrv.table.manifest import version_of_key
+from support import worker_processes
 
 SCHEMA = pa.schema([("writer", pa.int64()), ("seq", pa.int64())])
 
@@ -30,7 +30,7 @@ def _eight_writers(backend, tmp_path, request, per_writer: int):
     env = request.getfixturevalue("subprocess_env") if backend == "s3" else {}
     Warehouse.open(uri).create_table("t", SCHEMA)
     total = 8 * per_writer
-    with mp.get_context("spawn").Pool(8) as pool:
+    with worker_processes().Pool(8) as pool:
         done = pool.starmap(_append_worker, [(uri, w, per_writer, env) for w in range(8)])
     assert sum(done) == total
     t = Warehouse.open(uri).table("t")
@@ -80,7 +80,7 @@ def _referenced(t) -> set[str]:
 def test_crash_at_every_step_leaves_a_consistent_table(backend, tmp_path, request):
     """A writer killed before or after each of its writes never corrupts the table."""
     env = request.getfixturevalue("subprocess_env") if backend == "s3" else {}
-    ctx = mp.get_context("spawn")
+    ctx = worker_processes()
     # append: data file, manifest chunk, manifest root, pointer; delete (inline DV, kept in
     # the root's overlay): root, pointer = 6 writes
     for step in range(1, 7):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import multiprocessing as mp
 import os
 import struct
 import zlib
@@ -20,6 +19,7 @@ from flightsrv.errors import ConfigurationError, CorruptObject
 from flightsrv.runtime import Runtime
 from flightsrv.store.faults import CountingStore
 from flightsrv.table import deletes as dv
+from support import worker_processes
 
 SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.int64()), ("tag", pa.string())])
 
@@ -255,7 +255,7 @@ def test_eight_processes_delete_disjoint_keys(backend, tmp_path, request):
     t = Warehouse.open(uri).create_table("t", SCHEMA)
     t.append(data(0, 4000))
     t.append(data(4000, 8000))
-    with mp.get_context("spawn").Pool(8) as pool:
+    with worker_processes().Pool(8) as pool:
         counts = pool.starmap(_delete_worker, [(uri, m, env) for m in range(8)])
     assert counts == [1000] * 8
     t = Warehouse.open(uri).table("t")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import multiprocessing as mp
 import os
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ from flightsrv.table.deletes import read_dv
 from flightsrv.table.fingerprint import fingerprint
 from flightsrv.table.manifest import manifest_key
 from flightsrv.cli.render import result_rows
+from support import worker_processes
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
 SECRET = "alice.secret@example.org"
@@ -434,7 +434,7 @@ def test_s3_process_crash_mid_multipart_then_vacuum(big_s3_table, subprocess_env
     t = big_s3_table
     uri = t.warehouse.uri
     v = t.head().version
-    p = mp.get_context("spawn").Process(target=_crash_worker, args=(uri, subprocess_env))
+    p = worker_processes().Process(target=_crash_worker, args=(uri, subprocess_env))
     p.start()
     p.join(120)
     assert p.exitcode == 99

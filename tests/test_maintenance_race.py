@@ -5,7 +5,6 @@ serial outcome: no lost delete, no resurrected row, no lost append, no missing o
 from __future__ import annotations
 
 import datetime as dt
-import multiprocessing as mp
 import os
 import time
 
@@ -13,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from flightsrv import Warehouse
+from support import worker_processes
 
 SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.int64())])
 BASE_ROWS, FILES = 8000, 4
@@ -66,7 +66,7 @@ def test_compaction_races_deletes_and_appends(backend, tmp_path, request):
     per = BASE_ROWS // FILES
     for i in range(FILES):
         t.append(batch(i * per, (i + 1) * per))
-    ctx = mp.get_context("spawn")
+    ctx = worker_processes()
     barrier, results = ctx.Barrier(3), ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(role, uri, env, barrier, results,
                                                           5 if backend == "local" else 3))
@@ -115,7 +115,7 @@ def test_vacuum_while_a_writer_commits(tmp_path):
     t = Warehouse.open(uri).create_table("t", SCHEMA)
     t.append(batch(0, 100))
     rounds = 16
-    ctx = mp.get_context("spawn")
+    ctx = worker_processes()
     with ctx.Pool(1) as pool:
         job = pool.apply_async(_busy_writer, (uri, {}, rounds, 0.4))
         vacuums = swept = 0

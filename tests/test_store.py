@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import pytest
@@ -18,6 +17,7 @@ from flightsrv.store import PutMode, open_store, verify_preconditions
 from flightsrv.store.checked import CheckedStore
 from flightsrv.store.faults import CountingStore, FaultPlan, FaultyStore, IgnoresPreconditions
 from flightsrv.store.prefixed import PrefixedStore
+from support import worker_processes
 
 
 @pytest.fixture
@@ -231,7 +231,7 @@ def _cas_worker(root: str, n: int) -> int:
 def test_local_cas_is_atomic_across_processes(local_uri):
     store = open_store(local_uri)
     store.put("counter", b"0")
-    with mp.get_context("spawn").Pool(4) as pool:
+    with worker_processes().Pool(4) as pool:
         wins = pool.starmap(_cas_worker, [(local_uri, 50)] * 4)
     assert sum(wins) == 200
     assert int(store.get("counter")[0]) == 200
@@ -253,6 +253,6 @@ def test_local_writes_survive_concurrent_pruning_of_their_directory(local_uri):
     # a write makes its directory, then links its object in; another process deleting the
     # directory's last object prunes the empty directory in between: the write must still land
     open_store(local_uri).put("keep", b"1")
-    with mp.get_context("spawn").Pool(4) as pool:
+    with worker_processes().Pool(4) as pool:
         done = pool.starmap(_churn_worker, [(local_uri, i, 400) for i in range(4)])
     assert done == [400] * 4

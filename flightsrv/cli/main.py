@@ -14,7 +14,6 @@ import threading
 import traceback
 
 from flightsrv.cli import output, serve, sql, store, table, tools, warehouse
-from flightsrv.server.logs import LOG_FRAMES
 from flightsrv.cli.common import (
     error_text,
     EXIT_FAILED,
@@ -48,6 +47,13 @@ Global options go before or after the command. Exit codes: 0 ok, 1 the command f
 """
 
 _GLOBAL_WITH_VALUE = ("--warehouse", "--log-level")
+
+
+def _log_frames() -> int:
+    # imported here: the server package is heavy, and only --debug tracebacks need it
+    from flightsrv.server.logs import LOG_FRAMES
+
+    return LOG_FRAMES
 
 
 def _version() -> str:
@@ -190,12 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         if debug:
-            traceback.print_exc(limit=LOG_FRAMES)
+            traceback.print_exc(limit=_log_frames())
         sys.stderr.write("flightsrv: interrupted\n")
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the one place every error becomes one line
         if debug:
-            traceback.print_exc(limit=LOG_FRAMES)
+            traceback.print_exc(limit=_log_frames())
         try:
             sys.stderr.write(f"flightsrv: error: {error_text(exc)}\n")
         except BrokenPipeError:

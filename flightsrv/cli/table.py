@@ -30,9 +30,7 @@ from flightsrv.cli.common import (
     say,
     warn,
 )
-from flightsrv.cli.render import result_columns, result_rows
 from flightsrv.errors import ConfigurationError, FlightsrvError
-from flightsrv.table.maintenance.common import duration
 
 TABLE_HELP = """\
 Create, load, read, change and maintain the tables of the warehouse. Commands that only read
@@ -535,7 +533,8 @@ def cmd_drop(args) -> int:
 
 
 def _print_result(result, args) -> None:
-    output.write_rows(result_rows(result), args, columns=result_columns(result))
+    render = _render()
+    output.write_rows(render.result_rows(result), args, columns=render.result_columns(result))
 
 
 def cmd_stats(args) -> int:
@@ -572,7 +571,7 @@ def cmd_expire(args) -> int:
     t = open_warehouse(args).table(args.table)
     older = None
     if args.older_than is not None:
-        older = duration(args.older_than)
+        older = _duration(args.older_than)
     result = t.expire_snapshots(older_than=older, retain_last=args.retain_last,
                                 dry_run=args.dry_run)
     _print_result(result, args)
@@ -593,7 +592,7 @@ def cmd_vacuum(args) -> int:
             f"{MIN_GRACE_HOURS} hour: it can delete the files of a write that has not committed "
             f"yet; set the table property {ALLOW_SHORT_GRACE}=true to allow it",
             table=t.name, minimum_hours=MIN_GRACE_HOURS)
-    kw = {"grace": duration(args.grace), "dry_run": args.dry_run}
+    kw = {"grace": _duration(args.grace), "dry_run": args.dry_run}
     if not args.dry_run:
         kw["progress"] = Progress(f"vacuum {t.name}")
     _print_result(t.vacuum(**kw), args)
@@ -604,7 +603,7 @@ def cmd_purge(args) -> int:
     from flightsrv.progress import Progress
 
     t = open_warehouse(args).table(args.table)
-    kw = {} if args.grace is None else {"grace": duration(args.grace)}
+    kw = {} if args.grace is None else {"grace": _duration(args.grace)}
     _print_result(t.purge(expire=args.expire, progress=Progress(f"purge {t.name}"),
                           source="cli", **kw), args)
     return 0
@@ -620,7 +619,7 @@ def cmd_publish(args) -> int:
     # --format names the mirror here, so the report is always an aligned table
     shown = argparse.Namespace(**{**vars(args), "format": "table", "output": None,
                                   "max_rows": 0})
-    output.write_rows(result_rows(result), shown)
+    output.write_rows(_render().result_rows(result), shown)
     return 0
 
 
@@ -671,7 +670,7 @@ def cmd_erasure_status(args) -> int:
     if args.json:
         print(json.dumps(st.to_dict(), sort_keys=True, default=str))
         return 0
-    output.write_rows(result_rows(st), args)
+    output.write_rows(_render().result_rows(st), args)
     footer = (f"deadline {format_duration(st.deadline_ms / 1000)} (table property "
               f"erasure.deadline); {len(st.items)} item(s), {len(st.overdue)} overdue")
     # stdout of a machine format holds its rows only
@@ -828,3 +827,18 @@ def add_parser(sub, command) -> None:
         p.add_argument("--json", action="store_true",
                        help="one JSON document per line (the certificates as stored)")
         output.add_output_options(p)
+
+
+def _render():
+    """The result renderers, imported when a result is shown: they import every
+    maintenance and erasure module, which most commands never need."""
+    from flightsrv.cli import render
+
+    return render
+
+
+def _duration(seconds: float):
+    # imported here: the maintenance package loads compaction and the whole table format
+    from flightsrv.table.maintenance.common import duration
+
+    return duration(seconds)

@@ -10,10 +10,8 @@
 from __future__ import annotations
 
 from flightsrv.cli import output
-from flightsrv.cli.render import result_rows
 from flightsrv.cli.common import format_duration, open_warehouse, parse_duration
 from flightsrv.errors import ConfigurationError
-from flightsrv.table.maintenance.common import duration
 
 MIN_GRACE_HOURS = 1
 
@@ -29,11 +27,11 @@ def cmd_vacuum(args) -> int:
             "not committed yet; pass --allow-short-grace if no writer is running",
             minimum_hours=MIN_GRACE_HOURS)
     wh = open_warehouse(args)
-    kw = {"grace": duration(args.grace), "dry_run": args.dry_run}
+    kw = {"grace": _duration(args.grace), "dry_run": args.dry_run}
     if not args.dry_run:
         kw["progress"] = Progress("vacuum orphans")
     result = wh.vacuum_orphans(**kw)
-    output.write_rows(result_rows(result), args)
+    output.write_rows(_render().result_rows(result), args)
     return 0
 
 
@@ -50,3 +48,18 @@ def add_parser(sub, command) -> None:
                    help="allow a grace below 1h (only when no writer is running)")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     output.add_output_options(p)
+
+
+def _render():
+    """The result renderers, imported when a result is shown: they import every
+    maintenance and erasure module, which most commands never need."""
+    from flightsrv.cli import render
+
+    return render
+
+
+def _duration(seconds: float):
+    # imported here: the maintenance package loads compaction and the whole table format
+    from flightsrv.table.maintenance.common import duration
+
+    return duration(seconds)
