@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class Hook:
     """A progress object that runs ``action`` once, on the first ``advance`` — for
@@ -39,3 +41,141 @@ def worker_processes():
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)  # no effect once this worker's server runs
     return ctx
+
+
+# -- the CLI, started many times -----------------------------------------------------------
+#
+# Most CLI tests start `flightsrv ...` dozens of times; each start imports pyarrow, DuckDB,
+# sqlglot and flightsrv again (about a second of CPU on the 2-core CI machine, minutes over
+# the suite). ``run_cli`` instead forks each command from a launcher process that imported
+# the CLI once. The command is still its own process, started with its own argv, environment,
+# working directory, stdin, stdout and stderr; it runs ``flightsrv.cli.main`` exactly as the
+# installed executable does, and leaves through the interpreter's normal exit (atexit
+# handlers, flushes). Tests about signals, terminals and pipes start the real executable.
+# FLIGHTSRV_TEST_CLI=exec makes every test start the real executable.
+
+_LAUNCHER = r"""
+import json, os, sys
+sys.argv = ["flightsrv"]
+from flightsrv.cli import main
+ctl = int(os.environ.pop("_FSRV_LAUNCHER_FD"))
+rfile = os.fdopen(ctl, "r", buffering=1)
+for line in rfile:
+    req = json.loads(line)
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        rfile.close()
+        os.chdir(req["cwd"])
+        os.environ.clear(); os.environ.update(req["env"])
+        for fd, path, mode in ((0, req["stdin"], os.O_RDONLY),
+                               (1, req["stdout"], os.O_WRONLY),
+                               (2, req["stderr"], os.O_WRONLY)):
+            f = os.open(path, mode)
+            os.dup2(f, fd); os.close(f)
+        sys.argv = ["flightsrv", *req["argv"]]
+        sys.exit(main())  # unwinds out of this loop: the interpreter's normal exit
+    _, status = os.waitpid(pid, 0)
+    os.write(ctl, (json.dumps({"pid": pid, "status": os.waitstatus_to_exitcode(status)})
+                   + "\n").encode())
+"""
+
+
+class _Launcher:
+    def __init__(self):
+        import socket
+        import subprocess
+        import sys
+
+        self.sock, theirs = socket.socketpair()
+        # one BLAS thread: the launcher forks, and should hold as few threads as it can
+        env = dict(os.environ, _FSRV_LAUNCHER_FD=str(theirs.fileno()), OPENBLAS_NUM_THREADS="1")
+        self.proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER], env=env,
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.pythonpath = os.environ.get("PYTHONPATH")
+        self.buf = b""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, argv, cwd, env, stdin_path, out_path, err_path, timeout):
+        import json
+        import select
+        import signal
+        import subprocess
+        import time
+
+        req = {"argv": argv, "cwd": cwd, "env": env, "stdin": stdin_path,
+               "stdout": out_path, "stderr": err_path}
+        self.sock.sendall((json.dumps(req) + "\n").encode())
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                # the child's pid is not known here: kill every child of the launcher
+                for pid in _children(self.proc.pid):
+                    os.kill(pid, signal.SIGKILL)
+                self._drain(10)
+                raise subprocess.TimeoutExpired(["flightsrv", *argv], timeout)
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("the CLI launcher died")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)["status"]
+
+    def _drain(self, timeout):
+        import select
+
+        while b"\n" not in self.buf and select.select([self.sock], [], [], timeout)[0]:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return
+            self.buf += chunk
+        if b"\n" in self.buf:
+            self.buf = self.buf.split(b"\n", 1)[1]
+
+
+def _children(ppid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
+                        out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+_launcher: _Launcher | None = None
+
+
+def run_cli(argv, *, cwd=None, env=None, timeout=120, input=None):
+    """``subprocess.run(["flightsrv", *argv], capture_output=True, text=True, ...)``, forked
+    from the launcher above (see there); the same ``CompletedProcess``."""
+    import subprocess
+    import tempfile
+
+    global _launcher
+    argv = [str(a) for a in argv]
+    env = dict(os.environ if env is None else env)
+    if os.environ.get("FLIGHTSRV_TEST_CLI") == "exec" or \
+            env.get("PYTHONPATH") != os.environ.get("PYTHONPATH"):
+        return None  # the caller starts the real executable
+    if _launcher is None or not _launcher.alive():
+        _launcher = _Launcher()
+    with tempfile.TemporaryDirectory(prefix="fsrv-cli-") as d:
+        paths = [os.path.join(d, n) for n in ("in", "out", "err")]
+        with open(paths[0], "w") as f:
+            f.write(input or "")
+        for p in paths[1:]:
+            open(p, "w").close()
+        code = _launcher.run(argv, cwd or os.getcwd(), env, *paths, timeout)
+        with open(paths[1], encoding="utf-8", errors="replace") as f:
+            out = f.read()
+        with open(paths[2], encoding="utf-8", errors="replace") as f:
+            err = f.read()
+    return subprocess.CompletedProcess(["flightsrv", *argv], code, out, err)

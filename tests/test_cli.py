@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from flightsrv import Warehouse
+from support import run_cli
 
 BIN = Path(sys.executable).with_name("flightsrv")
 CMD = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "flightsrv.cli"]
@@ -29,8 +30,15 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
 def run(*args, cwd=None, env=None, timeout=120, stdin=None) -> subprocess.CompletedProcess:
-    return subprocess.run([*CMD, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=timeout, input=stdin)
+    """``flightsrv ARGS`` in its own process: forked from a launcher that imported the CLI
+    once (``support.run_cli``), or the real executable when the test changes PYTHONPATH or
+    FLIGHTSRV_TEST_CLI=exec."""
+    proc = run_cli(args, cwd=None if cwd is None else str(cwd), env=env, timeout=timeout,
+                   input=stdin)
+    if proc is None:
+        proc = subprocess.run([*CMD, *map(str, args)], capture_output=True, text=True,
+                              cwd=cwd, env=env, timeout=timeout, input=stdin)
+    return proc
 
 
 def failed(proc, code: int, *needles: str) -> str:
