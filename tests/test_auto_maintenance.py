@@ -205,8 +205,8 @@ def test_worker_compacts_small_commits_rows_unchanged_metrics_and_history(served
 
 def test_property_off_nothing_happens(served):
     srv = served()
-    srv.sql("CREATE TABLE t (id BIGINT, v VARCHAR)")
-    srv.wh.table("t").set_properties(auto_compact=False)
+    srv.sql("CREATE TABLE t (id BIGINT, v VARCHAR)", "ALTER TABLE t SET (auto_compact = false)")
+    assert srv.wh.table("t").properties["auto_compact"] == "false"
     srv.sql(*[f"INSERT INTO t VALUES ({i}, 'x')" for i in range(20)])
     version = srv.wh.table("t").head().version
     srv.tick()
@@ -216,6 +216,37 @@ def test_property_off_nothing_happens(served):
     got = srv.metrics()
     assert not [k for k in got if k[0] == "flightsrv_maintenance_runs_total"]
     assert m(got, "flightsrv_maintenance_ticks_total") >= 2
+
+
+def test_alter_table_set_properties_through_sql(served):
+    """``ALTER TABLE t SET (...)`` / ``SET TBLPROPERTIES (...)`` set table properties in one
+    commit, checked against the registry; NULL removes one."""
+    import adbc_driver_manager
+
+    srv = served()
+    srv.sql("CREATE TABLE t (id BIGINT)",
+            "ALTER TABLE t SET (auto_compact.min_small_files = 4, auto_compact.max_bytes = "
+            "'1MiB', user.owner = 'crm')")
+    t = srv.wh.table("t")
+    assert t.head().operation == "set_properties"
+    assert {k: v for k, v in t.properties.items()} == {
+        "auto_compact.min_small_files": "4", "auto_compact.max_bytes": "1048576",
+        "user.owner": "crm"}
+    srv.sql("ALTER TABLE t SET TBLPROPERTIES ('auto_compact' = 'off', 'user.owner' = NULL)")
+    assert t.properties == {"auto_compact.min_small_files": "4",
+                            "auto_compact.max_bytes": "1048576", "auto_compact": "false"}
+    for bad, words in (("ALTER TABLE t SET (auto_compct = true)", "unknown table property"),
+                       ("ALTER TABLE t SET (auto_compact.min_small_files = 1)", "at least 2"),
+                       ("ALTER TABLE t SET (auto_compact = now())", "must be a literal")):
+        with pytest.raises(adbc_driver_manager.ProgrammingError, match=words):
+            srv.sql(bad)
+    version = t.head().version
+    srv.sql(*[f"INSERT INTO t VALUES ({i})" for i in range(4)])
+    srv.tick()
+    assert t.head().version == version + 4  # auto_compact is off
+    srv.sql("ALTER TABLE t SET (auto_compact = NULL)")  # back to the default: on
+    srv.tick()
+    assert t.head().operation == "compact" and t.count_rows() == 4
 
 
 def test_delete_racing_the_compaction_stays_deleted(served, tmp_path):
