@@ -111,8 +111,8 @@ def test_dv_coalescing_task(local_uri):
 class Server:
     """An in-process server over ``store`` with the worker on (ticks only on demand)."""
 
-    def __init__(self, path, store=None, **config):
-        self.wh = Warehouse(store or LocalStore(str(path)))
+    def __init__(self, path, store=None, uri=None, **config):
+        self.wh = Warehouse.open(uri) if uri else Warehouse(store or LocalStore(str(path)))
         self.engine = DuckEngine(self.wh)
         cfg = ServerConfig(**{"maintenance_interval_s": 3600, "maintenance_yield_s": 0,
                               **config})
@@ -152,8 +152,8 @@ class Server:
 def served(tmp_path):
     made = []
 
-    def make(store=None, **config):
-        s = Server(tmp_path / "wh", store, **config)
+    def make(store=None, uri=None, **config):
+        s = Server(tmp_path / "wh", store, uri, **config)
         made.append(s)
         return s
 
@@ -172,8 +172,9 @@ def insert_commits(srv, n, table="t"):
               f"FROM range(10)" for i in range(n)])
 
 
-def test_worker_compacts_small_commits_rows_unchanged_metrics_and_history(served):
-    srv = served()
+def test_worker_compacts_small_commits_rows_unchanged_metrics_and_history(served,
+                                                                          warehouse_uri):
+    srv = served(uri=warehouse_uri)
     insert_commits(srv, 20)
     before = srv.sql("SELECT id, v FROM t ORDER BY id")
     assert len(srv.wh.table("t").head().data_files) == 20
@@ -334,6 +335,14 @@ def test_worker_yields_to_running_statements(served):
     assert srv.wh.table("t").head().operation != "compact"
     busy["on"] = False
     assert sched.wait_ticks(1, timeout=60)
+    assert srv.wh.table("t").head().operation == "compact"
+
+
+def test_worker_runs_anyway_after_yielding_its_longest(served):
+    srv = served(maintenance_yield_s=0.2)
+    insert_commits(srv, 16)
+    srv.server.maintenance.busy = lambda: True  # a server that is never idle
+    srv.tick()
     assert srv.wh.table("t").head().operation == "compact"
 
 
