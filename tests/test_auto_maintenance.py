@@ -377,9 +377,13 @@ def test_serve_flags_in_help_and_off_switch(tmp_path):
     assert "--no-auto-maintenance" in text and "(default: the worker runs)" in text
     assert re.search(r"--maintenance-interval SECONDS .*\(default: 5\.0\)", text)
     assert "(default: 32MiB)" in text
-    srv = Served(str(tmp_path / "wh"), "--no-demo", "--no-auto-maintenance")
-    try:
-        assert srv.stop() == 0
-    finally:
-        srv.kill()
-    assert not [e for e in srv.events if e.get("event") == "maintenance_start"]
+    started = {}
+    for flags in ((), ("--no-auto-maintenance",)):
+        srv = Served(str(tmp_path / "wh"), "--no-demo", "--maintenance-interval", "0.5", *flags)
+        try:
+            assert srv.stop() == 0
+        finally:
+            srv.kill()
+        started[flags] = [e for e in srv.events if e.get("event") == "maintenance_start"]
+    assert started[()][0]["interval_s"] == 0.5 and started[()][0]["bytes_per_s"] == 32 << 20
+    assert started[("--no-auto-maintenance",)] == []
