@@ -105,6 +105,30 @@ def test_dv_coalescing_task(local_uri):
     assert t.count_rows() == 16000 - 4 * 1500
 
 
+def test_spark_writer_option_maintain(local_uri):
+    """The data source's writer (driven here without a Spark session: ``write`` on Arrow
+    batches, then ``commit``): option maintain=true runs one pass after an append."""
+    from pyspark.sql import types as T
+
+    from flightsrv.spark.datasource import FlightsrvWriter
+
+    small_table(local_uri, 15)
+    spark_schema = T.StructType([T.StructField("id", T.LongType()),
+                                 T.StructField("v", T.StringType())])
+
+    def job(lo, **options):
+        w = FlightsrvWriter({"path": f"{local_uri}/t", **options}, spark_schema, False)
+        w.commit([w.write(iter(batch(lo).to_batches()))])
+
+    job(150)  # the 16th small file, no option: nothing but the append
+    t = Warehouse.open(local_uri).table("t")
+    assert t.head().operation == "spark_append" and len(t.head().data_files) == 16
+    job(160, maintain="true")
+    head = t.head()
+    assert head.operation == "compact" and head.summary["trigger"] == "auto"
+    assert sorted(t.to_table()["id"].to_pylist()) == list(range(170))
+
+
 # -- the server's worker ---------------------------------------------------------------
 
 
