@@ -275,4 +275,3 @@ class MaintenanceScheduler:
             except Exception:  # noqa: BLE001 - observation never fails the run
                 pass
         return rec
-
