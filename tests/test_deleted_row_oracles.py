@@ -138,8 +138,9 @@ def _scrape(port: int, token: str) -> dict:
     body = urllib.request.urlopen(req, timeout=10).read().decode()
     out = {}
     for line in body.splitlines():
+        # durations and the maintenance worker's ticks count time, not data
         if line.startswith("flightsrv_") and "duration" not in line and \
-                "_created" not in line:
+                "_created" not in line and "maintenance_ticks" not in line:
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)
     return out

@@ -237,6 +237,8 @@ class Writes:
                                     check=self._widening_check(table, stmt))
         elif action == "set_partitioning":
             table.set_partitioning(list(stmt.partition_by))
+        elif action == "set_properties":
+            table.set_properties(**dict(stmt.properties))
         elif action == "upgrade":
             table.upgrade()
         else:

@@ -45,11 +45,35 @@ def _location(host: str, port: int, tls: TlsConfig | None) -> str:
 
 def start_in_thread(engine: Engine, host: str = "127.0.0.1", port: int = 0, *,
                     auth: AuthConfig | None = None, tls: TlsConfig | None = None,
+                    auto_maintenance: bool = False,
                     **kwargs) -> tuple[FlightSqlServer, int]:  # fmt: skip
     """Start a server (gRPC serves on its own threads) and return it with its port.
-    Stop it with ``server.shutdown()``."""
+    Stop it with ``server.shutdown()``. ``auto_maintenance``: also start the background
+    maintenance worker, as ``serve`` does unless ``--no-auto-maintenance`` (off here, so
+    that tests of other things see only their own commits)."""
     server = FlightSqlServer(engine, _location(host, port, tls), auth=auth, tls=tls, **kwargs)
+    if auto_maintenance:
+        start_maintenance(server, engine, server.config)
     return server, server.port
+
+
+def start_maintenance(server: FlightSqlServer, engine: Engine, cfg: ServerConfig):
+    """Start the background maintenance worker of ``server`` (docs/MAINTENANCE.md
+    §Automatic maintenance): over the engine's warehouse, yielding to running statements,
+    counted in the server's metrics, stopped by ``server.shutdown()``. None when the
+    engine has no warehouse."""
+    from flightsrv.table.maintenance.scheduler import MaintenanceScheduler
+
+    warehouse = getattr(engine, "warehouse", None)
+    if warehouse is None:
+        return None
+    scheduler = MaintenanceScheduler(
+        warehouse, interval_s=cfg.maintenance_interval_s,
+        bytes_per_s=cfg.maintenance_bytes_per_s, yield_s=cfg.maintenance_yield_s,
+        busy=lambda: server.statements_running() > 0, on_run=server.metrics.maintenance_run,
+        on_tick=server.metrics.maintenance_tick)
+    server.maintenance = scheduler.start()
+    return scheduler
 
 
 def auth_from_config(cfg: ServerConfig) -> AuthConfig | None:
@@ -206,6 +230,8 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
     configure_json_logging(log_level)
     server = FlightSqlServer(engine, _location(host, port, tls), auth=auth, tls=tls,
                              config=cfg, **kwargs)
+    if cfg.auto_maintenance:
+        start_maintenance(server, engine, cfg)
     metrics_http = None
     if cfg.metrics_port is not None:
         base_ready = ready or (lambda: (True, "ready"))
@@ -239,6 +265,8 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
             "event": "stop", "signal": ",".join(received),
             "drain_timeout_s": cfg.drain_timeout_s}})
         server.begin_drain()
+        if server.maintenance is not None:  # a run in progress may finish its commit
+            server.maintenance.stop(timeout=cfg.drain_timeout_s)
         drained = server.wait_idle(cfg.drain_timeout_s)
         if not drained:
             n = server.cancel_all("cancelled")

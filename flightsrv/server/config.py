@@ -73,6 +73,12 @@ class ServerConfig:
     metrics_auth: bool = False  # /metrics needs one of the server's bearer tokens
     log_statements: str = "redacted"  # full | redacted | off
     drain_timeout_s: float = 30.0
+    # automatic maintenance (docs/MAINTENANCE.md §Automatic maintenance): one background
+    # worker compacts tables whose properties ask for it (auto_compact, on by default)
+    auto_maintenance: bool = True
+    maintenance_interval_s: float = 5.0  # seconds between the worker's ticks
+    maintenance_rate: str = "32MiB"  # bytes read + written per second, on average
+    maintenance_yield_s: float = 10.0  # longest wait for no statement running, per task
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerConfig:
@@ -105,6 +111,14 @@ class ServerConfig:
                 raise ConfigurationError("limit must be at least 1", limit=name,
                                          value=getattr(self, name))
         self.process_memory_cap  # noqa: B018 - raises ConfigurationError for a bad size
+        if self.maintenance_interval_s <= 0 or self.maintenance_yield_s < 0:
+            raise ConfigurationError("--maintenance-interval must be > 0 and "
+                                     "--maintenance-yield >= 0",
+                                     interval=self.maintenance_interval_s,
+                                     yield_s=self.maintenance_yield_s)
+        if self.maintenance_bytes_per_s < 1:
+            raise ConfigurationError("--maintenance-rate must be at least 1 byte per second",
+                                     value=self.maintenance_rate)
         if self.query_timeout_s < 0:
             raise ConfigurationError("--query-timeout must be >= 0 (0: none)",
                                      value=self.query_timeout_s)
@@ -115,6 +129,10 @@ class ServerConfig:
         if self.memory_headroom.strip().lower() in ("off", "none", "0"):
             return None
         return memory_bytes(self.memory_limit) + memory_bytes(self.memory_headroom)
+
+    @property
+    def maintenance_bytes_per_s(self) -> int:
+        return memory_bytes(self.maintenance_rate)
 
     @property
     def effective_threads(self) -> int:
@@ -226,6 +244,22 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     ops.add_argument("--drain-timeout", dest="drain_timeout_s", type=float,
                      default=d.drain_timeout_s, metavar="SECONDS",
                      help="on SIGTERM, how long running calls may finish (default: %(default)s)")
+    mnt = p.add_argument_group("automatic maintenance (docs/MAINTENANCE.md)")
+    mnt.add_argument("--no-auto-maintenance", dest="auto_maintenance", action="store_false",
+                     default=d.auto_maintenance,
+                     help="do not run the background worker that compacts small files of "
+                          "tables with auto_compact on (default: the worker runs)")
+    mnt.add_argument("--maintenance-interval", dest="maintenance_interval_s", type=float,
+                     default=d.maintenance_interval_s, metavar="SECONDS",
+                     help="seconds between the worker's looks at recently written tables "
+                          "(default: %(default)s)")
+    mnt.add_argument("--maintenance-rate", default=d.maintenance_rate, metavar="BYTES",
+                     help="bytes per second the worker reads and writes, on average "
+                          "(default: %(default)s)")
+    mnt.add_argument("--maintenance-yield", dest="maintenance_yield_s", type=float,
+                     default=d.maintenance_yield_s, metavar="SECONDS",
+                     help="how long a maintenance task waits for no statement to be "
+                          "running before it runs anyway (default: %(default)s)")
     demo = p.add_argument_group("demo table")
     demo.add_argument("--no-demo", action="store_true", help="do not seed the demo table")
     demo.add_argument("--demo", action="store_true", help="seed the demo table even on S3")

@@ -218,6 +218,8 @@ class FlightSqlServer(flight.FlightServerBase):
         # cleared around every call, and freeing a thread-local's objects while that state is
         # cleared crashed the server (SIGSEGV in PyGILState_Release, 32 concurrent clients)
         self._rpcs: dict[int, _Rpc] = {}
+        #: the background maintenance worker (``app.start_maintenance``), or None
+        self.maintenance = None
         self.metrics = Metrics(gauges={
             "sessions": lambda: self._sessions.count(),
             "prepared_statements": lambda: self._prepared.count(),
@@ -921,8 +923,14 @@ class FlightSqlServer(flight.FlightServerBase):
     def cancel_all(self, reason: str = "cancelled") -> int:
         return self._calls.cancel_all(reason)
 
+    def statements_running(self) -> int:
+        """Statements holding a concurrency slot now (all principals)."""
+        return self._slots.count()
+
     def shutdown(self):
         self._draining.set()
+        if self.maintenance is not None:
+            self.maintenance.stop(timeout=5.0)  # a run in progress finishes on its own
         self._calls.cancel_all("cancelled")
         super().shutdown()
         self._calls.close()

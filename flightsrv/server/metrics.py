@@ -28,6 +28,16 @@ rows_masked_total                      counter    rows hidden by deletion vector
 auth_failures_total                    counter    failed authentications
 sessions / prepared_statements         gauge      open now
 queries_in_flight                      gauge      statements running now
+maintenance_runs_total{task,status}    counter    automatic maintenance task runs (status ok:
+                                                  committed, noop: nothing left, failed)
+maintenance_failures_total{task}       counter    runs that failed (logged; the worker goes on)
+maintenance_files_compacted_total      counter    data files rewritten by automatic runs
+  {task}
+maintenance_files_written_total{task}  counter    data files they wrote
+maintenance_bytes_read_total{task}     counter    bytes of data files they rewrote
+maintenance_bytes_written_total{task}  counter    bytes they wrote
+maintenance_seconds_total{task}        counter    time spent in runs
+maintenance_ticks_total                counter    ticks of the worker (it looked for work)
 =====================================  =========  ============================================
 """
 
@@ -89,6 +99,28 @@ class Metrics:
         self.queue_wait = Histogram(p + "queue_wait_seconds",
                                     "time statements waited for a concurrency slot",
                                     buckets=_LATENCY_BUCKETS, registry=r)
+        self.mnt_runs = Counter(p + "maintenance_runs", "automatic maintenance task runs",
+                                ["task", "status"], registry=r)
+        self.mnt_failures = Counter(p + "maintenance_failures",
+                                    "automatic maintenance runs that failed", ["task"],
+                                    registry=r)
+        self.mnt_files = Counter(p + "maintenance_files_compacted",
+                                 "data files rewritten by automatic maintenance", ["task"],
+                                 registry=r)
+        self.mnt_files_written = Counter(p + "maintenance_files_written",
+                                         "data files written by automatic maintenance",
+                                         ["task"], registry=r)
+        self.mnt_bytes_read = Counter(p + "maintenance_bytes_read",
+                                      "bytes rewritten by automatic maintenance", ["task"],
+                                      registry=r)
+        self.mnt_bytes_written = Counter(p + "maintenance_bytes_written",
+                                         "bytes written by automatic maintenance", ["task"],
+                                         registry=r)
+        self.mnt_seconds = Counter(p + "maintenance_seconds",
+                                   "seconds spent in automatic maintenance runs", ["task"],
+                                   registry=r)
+        self.mnt_ticks = Counter(p + "maintenance_ticks", "ticks of the maintenance worker",
+                                 registry=r)
         for name, fn in (gauges or {}).items():
             Gauge(p + name, name.replace("_", " "), registry=r).set_function(fn)
         self._unsubscribe = telemetry.subscribe(self._on_event)
@@ -99,6 +131,22 @@ class Metrics:
             self.commits.labels(*labels).inc()
         elif event == "commit_conflict":
             self.conflicts.labels(*labels).inc()
+
+    def maintenance_run(self, rec) -> None:
+        """Count one ``flightsrv.table.maintenance.scheduler.RunRecord``."""
+        self.mnt_runs.labels(rec.task, rec.status).inc()
+        self.mnt_seconds.labels(rec.task).inc(rec.seconds)
+        if rec.status == "failed":
+            self.mnt_failures.labels(rec.task).inc()
+        o = rec.outcome
+        if o is not None:
+            self.mnt_files.labels(rec.task).inc(o.files_rewritten)
+            self.mnt_files_written.labels(rec.task).inc(o.files_added)
+            self.mnt_bytes_read.labels(rec.task).inc(o.bytes_read)
+            self.mnt_bytes_written.labels(rec.task).inc(o.bytes_written)
+
+    def maintenance_tick(self, _n: int = 0) -> None:
+        self.mnt_ticks.inc()
 
     def rpc(self, rpc: str, status: str) -> None:
         self.requests.labels(rpc, status).inc()

@@ -400,6 +400,8 @@ class FlightsrvWriter(DataSourceArrowWriter):
         self.mode = save_mode(options, overwrite)
         self.overwrite = overwrite
         self.case_sensitive = case_sensitive(options)
+        #: option("maintain", "true"): one automatic-maintenance pass after the commit
+        self.maintain = _flag(options, "maintain")
         self.skip = False
         table = table_handle(self.wh_uri, self.name)
         self.job_id = table.runtime.ids.new_id()
@@ -492,6 +494,8 @@ class FlightsrvWriter(DataSourceArrowWriter):
                                    expected_schema=self.schema_json,
                                    expected_uuid=self.table_uuid,
                                    extra=self._summary(nbytes))
+                if self.maintain:  # the rows have landed; a failure here is only logged
+                    table.maintain(raise_errors=False)
             elif table.head().schema != self.schema_json:
                 raise SchemaMismatch("table schema changed while the data was written",
                                            table=self.name)

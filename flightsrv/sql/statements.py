@@ -21,6 +21,7 @@ Accepted:
                        | RENAME [COLUMN] a TO b | DROP [COLUMN] [IF EXISTS] c
                        | ALTER [COLUMN] c [SET DATA] TYPE wider_type
                        | SET PARTITIONED BY (...) | UPGRADE   (format 2, metadata only)
+                       | SET (name = value, ...) | SET TBLPROPERTIES ('name' = 'value')
 ``Maintenance``        OPTIMIZE t | VACUUM t [RETAIN n VERSIONS] [RETAIN n HOURS] [DRY RUN]
                        | PURGE t [EXPIRE] | PUBLISH t [FORMAT delta|iceberg|all]
 ``SetSession``         SET delete_mode = 'splice' | 'dv'   (a flightsrv session setting)
@@ -202,7 +203,9 @@ class AlterTable(Statement):
     ``add_column`` (``column``, ``type``, ``default``: the DEFAULT constant as SQL text or
     None), ``rename_column`` (``column`` -> ``new_name``), ``drop_column`` (``column``),
     ``alter_column_type`` (``column``, ``type``), ``set_partitioning`` (``partition_by``:
-    ((transform, column), ...), empty = unpartitioned) or ``upgrade``."""
+    ((transform, column), ...), empty = unpartitioned), ``set_properties``
+    (``properties``: ``ALTER TABLE t SET (name = value, ...)`` or ``SET TBLPROPERTIES
+    ('name' = 'value', ...)``; a NULL value removes the property) or ``upgrade``."""
 
     table: str = ""
     action: str = ""
@@ -213,6 +216,7 @@ class AlterTable(Statement):
     default: str | None = None
     if_exists: bool = False  # DROP COLUMN IF EXISTS / ADD COLUMN IF NOT EXISTS
     partition_by: tuple = ()
+    properties: tuple = ()  # set_properties: ((name, value or None to remove), ...)
     writes = True
 
 
@@ -768,6 +772,29 @@ def _partition_items(sql: str, prop: exp.PartitionedByProperty, what: str) -> tu
     return tuple(out)
 
 
+def _property_item(sql: str, p: exp.Expression, table: str) -> tuple[str, object]:
+    """(name, value) of one ``name = value`` of ``ALTER TABLE t SET (...)``: the name a
+    (dotted) identifier or a string, the value a literal (NULL: remove the property). The
+    table layer checks name and value against the property registry."""
+    key, value = (p.this, p.expression) if isinstance(p, exp.EQ) else (p.this, p.args["value"])
+    if isinstance(key, exp.Column):
+        name = ".".join(part.name for part in key.parts)
+    elif isinstance(key, (exp.Literal, exp.Identifier)):
+        name = key.name
+    else:
+        raise error("a table property name must be a name or a string", sql, p, table=table)
+    if isinstance(value, exp.Null):
+        return name, None
+    if isinstance(value, exp.Boolean):
+        return name, bool(value.this)
+    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
+        return name, "-" + value.this.name
+    if isinstance(value, exp.Literal):
+        return name, value.name
+    raise error("a table property value must be a literal", sql, p, table=table,
+                property=name)
+
+
 def _alter(sql: str, tree: exp.Alter, n: int) -> AlterTable:
     kind = (tree.args.get("kind") or "").upper()
     if kind != "TABLE":
@@ -833,9 +860,13 @@ def _alter(sql: str, tree: exp.Alter, n: int) -> AlterTable:
             return AlterTable(sql, cmd, n, action="set_partitioning",
                               partition_by=_partition_items(sql, props[0], "ALTER TABLE"),
                               **base)
+        if props and all(isinstance(p, (exp.EQ, exp.Property)) for p in props):
+            return AlterTable(sql, cmd, n, action="set_properties",
+                              properties=tuple(_property_item(sql, p, name) for p in props),
+                              **base)
     raise error(f"ALTER TABLE {act.sql(DIALECT)} is not supported; the forms are ADD COLUMN, "
-                "RENAME COLUMN, DROP COLUMN, ALTER COLUMN ... TYPE, SET PARTITIONED BY (...) "
-                "and UPGRADE", sql, act, table=name)
+                "RENAME COLUMN, DROP COLUMN, ALTER COLUMN ... TYPE, SET PARTITIONED BY (...), "
+                "SET (property = value, ...) and UPGRADE", sql, act, table=name)
 
 
 def _constant_sql(sql: str, node: exp.Expression, table: str, column: str) -> str:

@@ -210,6 +210,18 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
              "compaction rewrites files with more than this fraction of rows deleted"),
     Property("compact.small_file_fraction", "fraction", 0.5,
              "files under this fraction of target_file_size are small and get bin-packed"),
+    Property("auto_compact", "bool", True,
+             "background maintenance (the server's worker, writers with maintain=True) "
+             "compacts this table's small files and coalesces its DVs (docs/MAINTENANCE.md)"),
+    Property("auto_compact.min_small_files", "int", 16,
+             "automatic compaction starts when the table has this many small files",
+             minimum=2),
+    Property("auto_compact.max_bytes", "size", 64 * 1024 ** 2,
+             "bytes of small files one automatic compaction rewrites at most (smallest "
+             "first)", minimum=1),
+    Property("auto_compact.min_dv_objects", "int", 16,
+             "automatic maintenance coalesces DVs when they are spread over this many "
+             "tombstone objects", minimum=2),
     Property("maintenance.max_versions", "int", 100,
              "table stats recommend expiry above this many retained versions", minimum=1),
     Property("vacuum.allow_short_grace", "bool", False,

@@ -234,18 +234,41 @@ class Table:
             except Exception:  # noqa: BLE001 - cleanup must not hide the original error
                 pass
 
-    def append(self, data, *, expected_uuid: str | None = None) -> Manifest | None:
+    def append(self, data, *, expected_uuid: str | None = None,
+               maintain: bool = False) -> Manifest | None:
         """Stream ``data`` into new data files and commit them in one version.
         Returns the new manifest (None if there were no rows). ``expected_uuid``: the
         ``table_uuid`` the rows were made for (an INSERT ... SELECT read that version); if
-        the table was replaced since, nothing is written (TableNotFound)."""
+        the table was replaced since, nothing is written (TableNotFound). ``maintain``: after
+        the commit, run one automatic-maintenance pass (:meth:`maintain`) in this thread."""
         head = self.head()
         check_incarnation(head, expected_uuid, self.name)
         files, nbytes, nrows = self.write_files(data, head=head)
         if not files:
             return None
-        return self.commit_files(files, operation="append", extra={"bytes_added": nbytes},
-                                 expected_schema=head.schema, expected_uuid=head.table_uuid)
+        m = self.commit_files(files, operation="append", extra={"bytes_added": nbytes},
+                              expected_schema=head.schema, expected_uuid=head.table_uuid)
+        if maintain:
+            self.maintain(raise_errors=False)
+        return m
+
+    def maintain(self, *, tasks=None, raise_errors: bool = True) -> list:
+        """One automatic-maintenance pass: the tasks the table's properties make due
+        (``auto_compact``: compaction of small files, DV coalescing;
+        ``flightsrv.table.maintenance.auto``), each committed with ``trigger: auto``.
+        Returns their ``TaskOutcome``s. ``raise_errors=False`` (writers after their own
+        commit, which has landed either way): a failure is logged, not raised."""
+        from flightsrv.table.maintenance.auto import log as auto_log
+        from flightsrv.table.maintenance.auto import maintain
+
+        try:
+            return maintain(self, tasks)
+        except Exception as exc:
+            if raise_errors:
+                raise
+            auto_log.warning("auto maintenance failed", extra={
+                "table": self.name, "error_class": type(exc).__name__, "error": str(exc)})
+            return []
 
     def commit_files(self, files, *, operation: str = "append", extra: dict | None = None,
                      expected_schema: dict | None = None,

@@ -59,8 +59,11 @@ class _Group:
 
 
 def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, small: int,
-                 sort_by, sort_group_bytes: int) -> tuple[list[_Group], dict]:
-    """Choose input files and pack them into groups of about ``target`` live bytes."""
+                 sort_by, sort_group_bytes: int,
+                 max_input_bytes: int | None = None) -> tuple[list[_Group], dict]:
+    """Choose input files and pack them into groups of about ``target`` live bytes.
+    ``max_input_bytes``: small files are taken smallest first while their sizes add up to at
+    most this (automatic maintenance's per-run budget); the others wait for a later run."""
     reasons: dict[str, str] = {}
     for f in head.data_files:
         if f.live_rows == 0:
@@ -71,6 +74,14 @@ def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, smal
             reasons[f.path] = "deletes"
         elif f.size < small:
             reasons[f.path] = "small"
+    if max_input_bytes is not None:
+        budget = max_input_bytes
+        for f in sorted((f for f in head.data_files if reasons.get(f.path) == "small"),
+                        key=lambda f: (f.size, f.path)):
+            if f.size <= budget:
+                budget -= f.size
+            else:
+                del reasons[f.path]
     chosen = [f for f in head.data_files if f.path in reasons]
     est = {f.path: f.size * f.live_rows / max(1, f.rows) for f in chosen}
     cap = sort_group_bytes if sort_by else target
@@ -336,7 +347,8 @@ def compact(table, *, target_file_size: int | None = None,
             min_deleted_fraction: float | None = None, small_file_fraction: float | None = None,
             small_file_threshold: int | None = None, sort_by=None,
             sort_group_bytes: int = DEFAULT_SORT_GROUP_BYTES, coalesce_dvs: bool = True,
-            dry_run: bool = False, progress=None) -> CompactResult:
+            dry_run: bool = False, progress=None, max_input_bytes: int | None = None,
+            extra_summary: dict | None = None, report_overdue: bool = True) -> CompactResult:
     """Rewrite delete-heavy and small files (and coalesce DVs) in one commit.
 
     Files whose deleted fraction is over ``min_deleted_fraction`` (table property
@@ -345,7 +357,12 @@ def compact(table, *, target_file_size: int | None = None,
     property ``compact.small_file_fraction``, default 0.5) are bin-packed up to
     ``target_file_size`` (property ``target_file_size``, writer default). With ``sort_by``
     every file is rewritten sorted by those columns (groups of up to ``sort_group_bytes``
-    are sorted in memory). See the module docstring for the concurrency rule."""
+    are sorted in memory). See the module docstring for the concurrency rule.
+
+    ``max_input_bytes``: rewrite at most this many bytes of small files, smallest first.
+    ``extra_summary``: merged into the commit's summary (automatic maintenance records
+    ``trigger`` and ``task`` there). ``report_overdue=False`` skips the erasure-deadline
+    report (``erasures_overdue`` stays empty)."""
     snap = table.snapshot()
     head = snap.manifest
     props = head.properties
@@ -364,7 +381,8 @@ def compact(table, *, target_file_size: int | None = None,
     result = CompactResult(table=table.name, dry_run=dry_run, read_version=head.version)
     groups, reasons = _plan_groups(head, table, target=options.target_file_size,
                                    min_deleted=min_del, small=small, sort_by=sort_by,
-                                   sort_group_bytes=sort_group_bytes)
+                                   sort_group_bytes=sort_group_bytes,
+                                   max_input_bytes=max_input_bytes)
     inputs = {i.file.path for g in groups for i in g.inputs}
     result.reasons = {p: r for p, r in reasons.items() if p in inputs}
     result.groups_planned = len(groups)
@@ -373,7 +391,7 @@ def compact(table, *, target_file_size: int | None = None,
         result.files_rewritten = len(inputs)
         result.bytes_rewritten = sum(i.file.size for g in groups for i in g.inputs)
         result.deleted_rows_purged = sum(len(i.deleted) for g in groups for i in g.inputs)
-        result.erasures_overdue = _overdue(table)
+        result.erasures_overdue = _overdue(table) if report_overdue else []
         return result
 
     _progress_start(progress, sum(i.file.size for g in groups for i in g.inputs) or None, " B")
@@ -381,13 +399,14 @@ def compact(table, *, target_file_size: int | None = None,
         for g in groups:
             _write_group(table, snap, g, options, sort_by, head.version, progress)
         coalesced = _coalesce_plan(table, head, inputs) if coalesce_dvs else {}
-        m = commit_groups(table, head, groups, result, coalesced=coalesced) \
-            if groups or coalesced else None
+        m = commit_groups(table, head, groups, result, coalesced=coalesced,
+                          extra_summary=extra_summary) if groups or coalesced else None
         if m is not None:
             log.info("compact", extra={"table": table.name, "version": m.version,
                                        "files_rewritten": result.files_rewritten,
-                                       "files_added": result.files_added})
-        result.erasures_overdue = _overdue(table)
+                                       "files_added": result.files_added,
+                                       **(extra_summary or {})})
+        result.erasures_overdue = _overdue(table) if report_overdue else []
         return result
     finally:
         _progress_finish(progress)
