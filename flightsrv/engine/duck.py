@@ -98,9 +98,10 @@ DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-
 #: default read path of local files with deleted rows (see DuckEngine.masked_scans):
 #: "prefetch" reads a selective file (statistics keep at most MASKED_MAX_GROUPS row groups)
 #: by DuckDB ahead of the statement with engine SQL only, drops the deleted positions and
-#: hands the statement the live rows as an Arrow table; every other such file goes through
-#: the masked Arrow scan. Either way no expression of a statement ever sees a deleted row,
-#: without relying on the optimizer ("filtered"/"duckdb" rely on a LIMIT barrier: opt-in).
+#: hands the statement the live rows as an Arrow table; every other such file is read by
+#: DuckDB with its mask from the deletion-mask extension (below relations.BARRIER) or, when
+#: the extension is off or unavailable, by the masked Arrow scan. No expression of a
+#: statement ever sees a deleted row ("filtered"/"duckdb" rely on the same barrier: opt-in).
 MASKED_SCANS = "prefetch"
 #: "filtered": a file with deleted rows is read by DuckDB (anti join) only when statistics
 #: keep at most this many of its row groups (and not all): a selective filter. Measured on
@@ -162,7 +163,7 @@ class DuckEngine:
         #: at most MASKED_MAX_GROUPS row groups, not all, under a prunable filter is read by
         #: DuckDB ahead of the statement and its live rows registered as Arrow; else the
         #: Arrow scan); "filtered" (the same files read by DuckDB inside the statement, the
-        #: deleted positions anti-joined below a LIMIT barrier); "duckdb" (the anti join
+        #: deleted positions anti-joined below a barrier); "duckdb" (the anti join
         #: always). Only local warehouses are read by DuckDB's reader; S3 files take the
         #: Arrow scan.
         self.masked_scans = masked_scans
