@@ -363,3 +363,41 @@ def test_the_mask_function_matches_its_bitmap_for_any_vector():
     finally:
         slots.release([slot])
         con.close()
+
+
+def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri, monkeypatch):
+    """UPDATE and MERGE read the whole rows they matched by position: with the extension,
+    DuckDB's Parquet reader with a one-off mask keeping only those positions (``Snapshot.take``,
+    the path without it, is made to fail), through a renamed column and a column added with
+    a default; the table ends the same as with the extension off, and the one-off masks are
+    freed at once."""
+    _need_compiler()
+    from flightsrv.table import scan
+
+    results = []
+    for flag in (True, False):
+        wh = Warehouse.open(os.path.join(local_uri, str(flag)))
+        _table(wh)
+        e = DuckEngine(wh, mask_extension=flag)
+        try:
+            s = Session("s")
+            e.execute_update("ALTER TABLE t RENAME COLUMN k TO kk", s)
+            e.execute_update("ALTER TABLE t ADD COLUMN w BIGINT DEFAULT 7", s)
+            with monkeypatch.context() as m:
+                if flag:
+                    m.setattr(scan.Snapshot, "take", lambda *a, **k: pytest.fail("take"))
+                n1 = e.execute_update("UPDATE t SET v = v || 'u', w = w + id WHERE kk = 4 "
+                                      "OR id IN (7, 3500, 11999)", s)
+                n2 = e.execute_update(
+                    "MERGE INTO t USING (SELECT range AS x FROM range(0, 12000, 97)) s "
+                    "ON t.id = s.x WHEN MATCHED AND t.kk > 5 THEN UPDATE SET w = 0 "
+                    "WHEN MATCHED THEN DELETE", s)
+            results.append((n1, n2, _rows(e, "SELECT * FROM t")))
+            if flag:
+                assert not any(k[0] == "take" for k in e.mask_slots._by_key)
+        finally:
+            e.close()
+    assert results[0] == results[1]
+    live = [i for i in range(TOTAL) if not _deleted(i)]
+    assert results[0][0] == sum(1 for i in live if i % 10 == 4 or i in (11999,))
+    assert results[0][1] == sum(1 for i in live if i % 97 == 0)

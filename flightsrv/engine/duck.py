@@ -42,8 +42,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
@@ -172,6 +174,7 @@ class DuckEngine:
         #: False or FLIGHTSRV_MASK_EXTENSION=off), unavailable (logged once), or the
         #: warehouse is not local
         self.mask_slots = None
+        self._take_ids = itertools.count()  # keys of the one-off masks of reads by position
         con = None
         if self.native_root is not None and masked_scans != "arrow":
             con, self.mask_slots = maskext.connect(mask_extension)
@@ -603,6 +606,51 @@ class DuckEngine:
         slots, ctx.mask_slots = ctx.mask_slots, []
         if slots:
             self.mask_slots.release(slots)
+
+    def _take(self, cur, ctx: _Ctx, snap, positions: dict, files, sql: str) -> pa.Table:
+        """UPDATE/MERGE's read by position: the whole rows (every column, current schema) at
+        ``positions`` (sorted int64 per data file path; live rows DuckDB found through the
+        masked view), in ``files`` order and position order, as
+        :meth:`~flightsrv.table.scan.Snapshot.take` returns them. With the deletion-mask
+        extension loaded and a local table, each file is read by DuckDB's Parquet reader
+        with a one-off mask that keeps only those positions (the reader decodes the other
+        columns for the kept rows only, and in parallel); else, or for a file DuckDB cannot
+        read so or when no slot is free, by ``Snapshot.take``."""
+        if self.mask_slots is None or not rels.is_native(snap):
+            return snap.take(positions, files=files)
+        names_ = list(snap.schema.names)
+        schema = pa.schema([snap.schema.field(c) for c in names_])
+        parts = []
+        for f in files:
+            pos = positions.get(f.path)
+            if pos is None or len(pos) == 0:
+                continue
+
+            def bitmap(f=f, pos=pos):
+                dropped = np.ones(f.rows, dtype=bool)
+                dropped[pos] = False
+                return np.packbits(dropped, bitorder="little"), f.rows
+
+            slot = self.mask_slots.acquire(("take", next(self._take_ids), f.path), bitmap)
+            try:
+                text = None if slot is None else \
+                    rels.take_sql(snap, f, names_, maskext.function(slot))
+                if text is None:
+                    part = snap.take({f.path: pos}, files=[f])
+                else:
+                    ctx.natives[snap.store.local_path(f.path)] = (snap.table.name, f.path,
+                                                                 snap.version)
+                    part = self._fetch(cur, ctx, text, sql)
+                    if part.num_rows != len(pos):  # the positions came from this snapshot
+                        raise CorruptObject("a read by position found fewer rows than the "
+                                            "statement matched", table=snap.table.name,
+                                            object=f.path, version=snap.version,
+                                            expected=len(pos), actual=part.num_rows)
+            finally:
+                if slot is not None:
+                    self.mask_slots.drop(slot)
+            parts.append(part.cast(schema) if part.schema != schema else part)
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
     @contextlib.contextmanager
     def _statement_cursor(self, ctx: _Ctx):

@@ -237,6 +237,15 @@ class Slots:
             for s in slots:
                 self._pins[s] -= 1
 
+    def drop(self, slot: int) -> None:
+        """Unpin ``slot`` and, when no statement pins it any more, free it now (a mask used
+        once, such as a read by position, should not push reusable masks out)."""
+        with self._lock:
+            self._pins[slot] -= 1
+            if self._pins[slot] == 0 and slot in self._key_of:
+                self._evict(slot)
+                self._free.append(slot)
+
 
 _state_lock = threading.Lock()
 _state: dict = {}  # "path", "slots", or "error"

@@ -588,6 +588,26 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
             f") AS __fsrv_m {BARRIER}")
 
 
+def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str | None:
+    """SQL reading, with DuckDB's Parquet reader, the rows of local file ``f`` that the
+    mask function ``fn`` keeps (for UPDATE/MERGE's read by position, a mask whose every
+    position is set but the wanted ones), columns ``names`` by field id under the current
+    schema, in position order; None when DuckDB cannot read the file so (a column hides
+    ``file_row_number``, a default DuckDB cannot spell). Only the mask is evaluated over
+    the file's rows: no statistics decide a row, so float columns need no NaN record."""
+    fields = snapshot.manifest.schema_by_id(f.schema_id)["fields"]
+    if any(fl["name"].lower() in _VIRTUAL_COLUMNS for fl in fields):
+        return None
+    try:
+        cols = _select_sql(snapshot.projection(f, names))
+    except SqlError:
+        return None
+    path = snapshot.store.local_path(f.path)
+    _check_file(path, f, snapshot.table.name, snapshot.version)
+    return (f"SELECT {cols} FROM read_parquet([{_literal(path)}], hive_partitioning=false, "
+            f"union_by_name=false) WHERE {fn}(file_row_number)")
+
+
 def _cmask(snapshot: Snapshot, f: DataFile, masks, fns: dict) -> str:
     """"cmask" when ``f``'s mask function is pinned (``fns``), "arrow" when no slot is free."""
     fn = masks(snapshot, f)
