@@ -311,7 +311,8 @@ class DuckEngine:
         stmt = _parse(sql)
         if isinstance(stmt, st.Maintenance):
             self._check_role(stmt, session)
-            table = mx.run_maintenance(self._maintenance_table(stmt), stmt)
+            table = mx.run_maintenance(self._maintenance_table(stmt), stmt,
+                                       read_live=self._compaction_reader())
             info = ExecInfo(kind="maintenance", rows=table.num_rows)
             return QueryResult(table.schema, table.to_reader(), info)
         if not isinstance(stmt, st.Query):
@@ -586,6 +587,15 @@ class DuckEngine:
     def _mask_function(self, ctx: _Ctx, snap, f) -> str | None:
         """The mask function of data file ``f`` of ``snap``, its slot pinned for ``ctx``'s
         statement; None when every slot is pinned (the file is then read by the Arrow scan)."""
+        slot = self._acquire_mask(snap, f)
+        if slot is None:
+            return None
+        ctx.mask_slots.append(slot)
+        return maskext.function(slot)
+
+    def _acquire_mask(self, snap, f) -> int | None:
+        """A pinned slot holding the deletion mask of data file ``f`` of ``snap`` (deletion
+        vector and deleted row groups), or None when none is free."""
         dv = f.dv
         key = (snap.store.uri, f.path, f.rows, tuple(f.deleted_row_groups),
                None if dv is None else (dv.storage, dv.path, dv.offset, dv.length, dv.data,
@@ -596,11 +606,52 @@ class DuckEngine:
                       for g in f.deleted_row_groups]
             return maskext.bitmap_of(f.rows, snap.deleted_positions(f), ranges)
 
-        slot = self.mask_slots.acquire(key, bitmap)
+        return self.mask_slots.acquire(key, bitmap)
+
+    def _compaction_reader(self):
+        """Compaction's reader of a file's live rows (``compact(read_live=...)``), or None
+        without the deletion-mask extension."""
+        return self._read_live if self.mask_slots is not None else None
+
+    def _read_live(self, snap, f):
+        """The live rows of data file ``f`` of ``snap`` for compaction, every column under
+        the current schema in position order, read by DuckDB's Parquet reader with the
+        file's deletion mask, streamed as Arrow tables; None (compaction reads it itself)
+        for a file without deleted rows, on S3, when no slot is free or DuckDB cannot read
+        the file so. No statement expression runs here: only the mask sees the rows."""
+        if not rels.is_native(snap) or rels._is_clean(f):
+            return None
+        slot = self._acquire_mask(snap, f)
         if slot is None:
             return None
-        ctx.mask_slots.append(slot)
-        return maskext.function(slot)
+        names_ = list(snap.schema.names)
+        try:
+            text = rels.take_sql(snap, f, names_, maskext.function(slot))
+        except BaseException:
+            self.mask_slots.release([slot])
+            raise
+        if text is None:
+            self.mask_slots.release([slot])
+            return None
+        schema = pa.schema([snap.schema.field(c) for c in names_])
+        natives = {snap.store.local_path(f.path): (snap.table.name, f.path, snap.version)}
+
+        def tables():
+            cur = self._cursors.cursor()
+            try:
+                reader = run_to_arrow(cur, text, batch_size=self.batch_size, stream=True)
+                for batch in reader:
+                    t = pa.Table.from_batches([batch])
+                    yield t.cast(schema) if t.schema != schema else t
+            except duckdb.Error as e:
+                raise native_failure(e, natives) or CorruptObject(
+                    "compaction could not read a data file", table=snap.table.name,
+                    object=f.path, version=snap.version) from None
+            finally:
+                cur.close()
+                self.mask_slots.release([slot])
+
+        return tables()
 
     def _release_masks(self, ctx: _Ctx) -> None:
         slots, ctx.mask_slots = ctx.mask_slots, []
@@ -840,7 +891,8 @@ class DuckEngine:
                     raise
             return 0
         if isinstance(stmt, st.Maintenance):
-            mx.run_maintenance(self._maintenance_table(stmt), stmt)
+            mx.run_maintenance(self._maintenance_table(stmt), stmt,
+                               read_live=self._compaction_reader())
             return 0
         if isinstance(stmt, st.AlterTable):
             return self._writes.alter(stmt)
