@@ -106,14 +106,16 @@ def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, smal
 
 def _engine_tables(snap: Snapshot, tasks, read_live):
     """(task, table) of each task's live rows in position order: by ``read_live(snap,
-    file)`` (an engine's reader), or this module's own row-group read where it returns None."""
+    file)`` (an engine's reader), or this module's own row-group read where it returns None;
+    every table cast to the snapshot's schema, so the two sources' tables (whose nullability
+    and list field names may differ) batch together."""
+    schema = snap.schema
     for task in tasks:
         tables = read_live(snap, task.file)
         if tables is None:
-            yield from snap.iter_tables(tasks=[task])
-            continue
+            tables = (t for _, t in snap.iter_tables(tasks=[task]))
         for t in tables:
-            yield task, t
+            yield task, (t if t.schema == schema else t.cast(schema))
 
 
 def _write_group(table, snap: Snapshot, g: _Group, options: WriteOptions, sort_by,
