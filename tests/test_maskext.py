@@ -337,8 +337,9 @@ def test_the_barrier_keeps_every_row_and_is_a_streaming_operator(local_uri):
 
 def test_the_mask_function_matches_its_bitmap_for_any_vector():
     """The extension reads eight positions per bitmap byte when a vector's positions are
-    consecutive from a byte boundary (a Parquet read's ``file_row_number``) and one at a time
-    otherwise; both agree with the bitmap, past its end (live) and at a ragged tail."""
+    consecutive from a byte boundary (a Parquet read's ``file_row_number``, every position
+    checked) and one at a time otherwise; both agree with the bitmap, past its end (live),
+    at a ragged tail, and for a vector whose ends look consecutive but whose middle is not."""
     _need_compiler()
     import numpy as np
 
@@ -356,6 +357,12 @@ def test_the_mask_function_matches_its_bitmap_for_any_vector():
             got = {p for (p,) in con.execute(
                 f"SELECT range FROM range({lo}, {hi}, {step}) WHERE {fn}(range)").fetchall()}
             assert got == {p for p in range(lo, hi, step) if p not in gone}, (lo, hi, step)
+        # the ends of a vector as if consecutive, the middle not (two positions swapped)
+        swapped = list(range(16))
+        swapped[1], swapped[5] = 5, 1
+        got = [p for (p,) in con.execute(
+            f"SELECT p FROM unnest(?::BIGINT[]) AS u(p) WHERE {fn}(p)", [swapped]).fetchall()]
+        assert sorted(got) == [p for p in range(16) if p not in gone]
         shuffled = [int(x) for x in rng.permutation(rows + 50)]
         got = {p for (p,) in con.execute(
             f"SELECT p FROM unnest(?::BIGINT[]) AS u(p) WHERE {fn}(p)", [shuffled]).fetchall()}

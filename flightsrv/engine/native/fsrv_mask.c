@@ -87,11 +87,16 @@ static void live(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 	const uint8_t *bits = s->bits;
 	uint64_t nbits = s->nbits;
 	idx_t i = 0;
-	if (n > 0 && !valid && pos[0] >= 0 && ((uint64_t)pos[0] & 7) == 0 &&
-	    (uint64_t)pos[n - 1] == (uint64_t)pos[0] + (n - 1)) {
+	uint64_t p0 = n > 0 ? (uint64_t)pos[0] : 1;
+	uint64_t apart = p0 & 7; /* nonzero unless every position is p0 + its index */
+	for (idx_t k = 0; k < n; k++) {
+		apart |= (uint64_t)pos[k] ^ (p0 + k);
+	}
+	if (n > 0 && apart == 0) {
 		/* the usual vector: consecutive positions from a byte boundary (a Parquet read's
-		 * file_row_number), eight rows per bitmap byte; what lies past the bitmap is live */
-		uint64_t p0 = (uint64_t)pos[0];
+		 * file_row_number), eight rows per bitmap byte; what lies past the bitmap is live
+		 * (a NULL row's position is whatever its slot holds: the check above then fails
+		 * or the validity pass below clears it) */
 		idx_t whole = p0 < nbits ? (idx_t)((nbits - p0) / 8) : 0;
 		if (whole > n / 8) {
 			whole = n / 8;
