@@ -21,10 +21,24 @@ Modes (in process, no Flight, so only the read path differs):
 Queries: a point ``SELECT * WHERE id = <random>`` (p50 over random ids), ``count(*)`` of a
 1,000-id ``IN`` list, ``count(*), sum(value)`` over 20% of the id range, and over the whole
 table (no filter). Rounds are interleaved across the modes and the baseline.
+
+``FLIGHTSRV_BENCH_MASKED=aggregate`` runs only the no-filter aggregate (modes ``arrow``,
+``prefetch``, ``mask`` and the baseline) and the parallelism rows: a quicker run on a
+loaded machine.
+
+Parallelism (:func:`_parallel`): the ``mask`` engine and the clean baseline again with
+DuckDB's ``threads`` set to 1 and to 2, the no-filter aggregate and the same aggregate over
+one file (``WHERE id < n/4``: one masked branch, where a barrier that serialised the scan
+would show), interleaved; besides the wall times, the share of the busiest OS thread in the
+process's CPU time per query (Linux ``/proc/self/task``): about 0.5 when two threads share
+the scan, near 1.0 when one thread does it. A ``limit`` contender (2 threads) runs the
+``mask`` path with the barrier used before (each file's masked subquery ending in
+``LIMIT 9223372036854775807`` instead of followed by ``relations.BARRIER``) for comparison.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -79,7 +93,11 @@ def run(ctx: Context) -> list[Row]:
             "`count(*), sum(value)` (no filter)": "SELECT count(*), sum(value) FROM events{at}",
         }
         points = [int(i) for i in rng.integers(0, n, 41)]
-        contenders = {m: (engines[m], "") for m in MODES}
+        modes = MODES
+        if os.environ.get("FLIGHTSRV_BENCH_MASKED") == "aggregate":
+            queries = {k: v for k, v in queries.items() if "no filter" in k}
+            modes = ("arrow", "prefetch", "mask")
+        contenders = {m: (engines[m], "") for m in modes}
         contenders["clean"] = (engines["arrow"], f" AT (VERSION => {v_clean})")
 
         def go(engine, sql):
@@ -97,7 +115,7 @@ def run(ctx: Context) -> list[Row]:
                     times[c].append(time.perf_counter() - t0)
             med = {c: statistics.median(ts[1:]) for c, ts in times.items()}  # first warms
             base = med["arrow"]
-            for m in ("prefetch", "filtered", "duckdb", "mask"):
+            for m in (m for m in modes if m != "arrow"):
                 rows.append(Row(
                     f"masked read `{m}` vs `arrow`", f"{workload}; {label}",
                     f"{med[m] * 1000:.1f} ms",
@@ -106,6 +124,79 @@ def run(ctx: Context) -> list[Row]:
                     f"in process; vs no deletes {med[m] / med['clean']:.2f}x (`arrow`: "
                     f"{base / med['clean']:.2f}x); median of {len(times[m]) - 1}, "
                     f"interleaved; load {load()}"))
+        rows += _parallel(wh, session, n, v_clean, workload)
+        return rows
+    finally:
+        for e in engines.values():
+            e.close()
+
+
+def _thread_cpu() -> dict[str, int]:
+    """CPU ticks (user + system) of each thread of this process."""
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[t] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def _parallel(wh, session, n: int, v_clean: int, workload: str) -> list[Row]:
+    from flightsrv.engine import DuckEngine
+    from flightsrv.engine import relations
+
+    engines = {(kind, th): DuckEngine(wh, masked_scans="prefetch", mask_extension=True,
+                                      threads=th)
+               for kind in ("mask", "clean") for th in (1, 2)}
+    engines[("limit", 2)] = DuckEngine(wh, masked_scans="prefetch", mask_extension=True,
+                                       threads=2)
+    cmask_part = relations._cmask_part
+
+    def limit_part(*a, **k):  # the shape before: the LIMIT inside each masked subquery
+        return cmask_part(*a, **k).replace(
+            f") AS __fsrv_m {relations.BARRIER}", " LIMIT 9223372036854775807) AS __fsrv_m")
+
+    linux = os.path.isdir("/proc/self/task")
+    rows = []
+    try:
+        for label, where in (("all 4 files", ""), ("one file", f" WHERE id < {n // 4}")):
+            walls: dict = {k: [] for k in engines}
+            shares: dict = {k: [] for k in engines}
+            for _ in range(9):
+                for (kind, th), engine in engines.items():
+                    at = f" AT (VERSION => {v_clean})" if kind == "clean" else ""
+                    sql = f"SELECT count(*), sum(value) FROM events{at}{where}"
+                    relations._cmask_part = limit_part if kind == "limit" else cmask_part
+                    before = _thread_cpu() if linux else {}
+                    t0 = time.perf_counter()
+                    try:
+                        engine.execute_query(sql, session).reader.read_all()
+                    finally:
+                        relations._cmask_part = cmask_part
+                    walls[(kind, th)].append(time.perf_counter() - t0)
+                    if linux:
+                        after = _thread_cpu()
+                        ticks = [after[t] - before.get(t, 0) for t in after]
+                        if sum(ticks):
+                            shares[(kind, th)].append(max(ticks) / sum(ticks))
+            med = {k: statistics.median(v[1:]) for k, v in walls.items()}
+            share = {k: statistics.median(v[1:]) if len(v) > 1 else float("nan")
+                     for k, v in shares.items()}
+            ratio = med[("mask", 2)] / med[("mask", 1)]
+            rows.append(Row(
+                "masked read `mask`, threads 2 vs 1", f"{workload}; `count(*), sum(value)`, "
+                f"{label}", f"{med[('mask', 2)] * 1000:.1f} ms at 2 threads",
+                f"{med[('mask', 1)] * 1000:.1f} ms at 1 thread", ratio, "< 1.0x", ratio < 1.0,
+                f"busiest thread's CPU share {share[('mask', 2)]:.2f} at 2 threads "
+                f"({share[('mask', 1)]:.2f} at 1); the LIMIT barrier at 2 threads: "
+                f"{med[('limit', 2)] * 1000:.1f} ms, share {share[('limit', 2)]:.2f}; clean files: "
+                f"{med[('clean', 2)] * 1000:.1f} vs {med[('clean', 1)] * 1000:.1f} ms, share "
+                f"{share[('clean', 2)]:.2f}; masked vs clean at 2 threads "
+                f"{med[('mask', 2)] / med[('clean', 2)]:.2f}x; median of 8, interleaved; "
+                f"load {load()}"))
         return rows
     finally:
         for e in engines.values():

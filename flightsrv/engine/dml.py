@@ -482,10 +482,13 @@ class Dml:
                                statement=st._short(sql), table=stmt.table)
             ctx.info.tables[stmt.table] = snap.version
             # DuckDB found the candidates' identities over only the columns the statement
-            # reads; their whole rows are read by position (row groups holding one only)
+            # reads; their whole rows are read by position (by DuckDB with a mask keeping
+            # only them when the mask extension is loaded, else the row groups holding one)
             deletes = _positions(found, file_list)
-            rows = snap.take({path: np.asarray(bm.to_array(), dtype=np.int64)
-                              for path, bm in deletes.items()}, files=file_list)
+            with self.engine._statement_cursor(ctx) as cur:
+                rows = self.engine._take(
+                    cur, ctx, snap, {path: np.asarray(bm.to_array(), dtype=np.int64)
+                                     for path, bm in deletes.items()}, file_list, sql)
             target_edit = sqlplan.reference_edits(stmt.text, [target], [CANDIDATES])
             if target_edit is None:
                 raise SqlError("cannot plan the statement's target", statement=st._short(sql))

@@ -42,8 +42,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
@@ -98,9 +100,10 @@ DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-
 #: default read path of local files with deleted rows (see DuckEngine.masked_scans):
 #: "prefetch" reads a selective file (statistics keep at most MASKED_MAX_GROUPS row groups)
 #: by DuckDB ahead of the statement with engine SQL only, drops the deleted positions and
-#: hands the statement the live rows as an Arrow table; every other such file goes through
-#: the masked Arrow scan. Either way no expression of a statement ever sees a deleted row,
-#: without relying on the optimizer ("filtered"/"duckdb" rely on a LIMIT barrier: opt-in).
+#: hands the statement the live rows as an Arrow table; every other such file is read by
+#: DuckDB with its mask from the deletion-mask extension (below relations.BARRIER) or, when
+#: the extension is off or unavailable, by the masked Arrow scan. No expression of a
+#: statement ever sees a deleted row ("filtered"/"duckdb" rely on the same barrier: opt-in).
 MASKED_SCANS = "prefetch"
 #: "filtered": a file with deleted rows is read by DuckDB (anti join) only when statistics
 #: keep at most this many of its row groups (and not all): a selective filter. Measured on
@@ -162,7 +165,7 @@ class DuckEngine:
         #: at most MASKED_MAX_GROUPS row groups, not all, under a prunable filter is read by
         #: DuckDB ahead of the statement and its live rows registered as Arrow; else the
         #: Arrow scan); "filtered" (the same files read by DuckDB inside the statement, the
-        #: deleted positions anti-joined below a LIMIT barrier); "duckdb" (the anti join
+        #: deleted positions anti-joined below a barrier); "duckdb" (the anti join
         #: always). Only local warehouses are read by DuckDB's reader; S3 files take the
         #: Arrow scan.
         self.masked_scans = masked_scans
@@ -171,6 +174,7 @@ class DuckEngine:
         #: False or FLIGHTSRV_MASK_EXTENSION=off), unavailable (logged once), or the
         #: warehouse is not local
         self.mask_slots = None
+        self._take_ids = itertools.count()  # keys of the one-off masks of reads by position
         con = None
         if self.native_root is not None and masked_scans != "arrow":
             con, self.mask_slots = maskext.connect(mask_extension)
@@ -307,7 +311,8 @@ class DuckEngine:
         stmt = _parse(sql)
         if isinstance(stmt, st.Maintenance):
             self._check_role(stmt, session)
-            table = mx.run_maintenance(self._maintenance_table(stmt), stmt)
+            table = mx.run_maintenance(self._maintenance_table(stmt), stmt,
+                                       read_live=self._compaction_reader())
             info = ExecInfo(kind="maintenance", rows=table.num_rows)
             return QueryResult(table.schema, table.to_reader(), info)
         if not isinstance(stmt, st.Query):
@@ -582,6 +587,15 @@ class DuckEngine:
     def _mask_function(self, ctx: _Ctx, snap, f) -> str | None:
         """The mask function of data file ``f`` of ``snap``, its slot pinned for ``ctx``'s
         statement; None when every slot is pinned (the file is then read by the Arrow scan)."""
+        slot = self._acquire_mask(snap, f)
+        if slot is None:
+            return None
+        ctx.mask_slots.append(slot)
+        return maskext.function(slot)
+
+    def _acquire_mask(self, snap, f) -> int | None:
+        """A pinned slot holding the deletion mask of data file ``f`` of ``snap`` (deletion
+        vector and deleted row groups), or None when none is free."""
         dv = f.dv
         key = (snap.store.uri, f.path, f.rows, tuple(f.deleted_row_groups),
                None if dv is None else (dv.storage, dv.path, dv.offset, dv.length, dv.data,
@@ -592,16 +606,102 @@ class DuckEngine:
                       for g in f.deleted_row_groups]
             return maskext.bitmap_of(f.rows, snap.deleted_positions(f), ranges)
 
-        slot = self.mask_slots.acquire(key, bitmap)
+        return self.mask_slots.acquire(key, bitmap)
+
+    def _compaction_reader(self):
+        """Compaction's reader of a file's live rows (``compact(read_live=...)``), or None
+        without the deletion-mask extension."""
+        return self._read_live if self.mask_slots is not None else None
+
+    def _read_live(self, snap, f):
+        """The live rows of data file ``f`` of ``snap`` for compaction, every column under
+        the current schema in position order, read by DuckDB's Parquet reader with the
+        file's deletion mask, streamed as Arrow tables; None (compaction reads it itself)
+        for a file without deleted rows, on S3, when no slot is free or DuckDB cannot read
+        the file so. No statement expression runs here: only the mask sees the rows."""
+        if not rels.is_native(snap) or rels._is_clean(f):
+            return None
+        slot = self._acquire_mask(snap, f)
         if slot is None:
             return None
-        ctx.mask_slots.append(slot)
-        return maskext.function(slot)
+        names_ = list(snap.schema.names)
+        try:
+            text = rels.take_sql(snap, f, names_, maskext.function(slot))
+        except BaseException:
+            self.mask_slots.release([slot])
+            raise
+        if text is None:
+            self.mask_slots.release([slot])
+            return None
+        schema = pa.schema([snap.schema.field(c) for c in names_])
+        natives = {snap.store.local_path(f.path): (snap.table.name, f.path, snap.version)}
+
+        def tables():
+            cur = self._cursors.cursor()
+            try:
+                reader = run_to_arrow(cur, text, batch_size=self.batch_size, stream=True)
+                for batch in reader:
+                    t = pa.Table.from_batches([batch])
+                    yield t.cast(schema) if t.schema != schema else t
+            except duckdb.Error as e:
+                raise native_failure(e, natives) or CorruptObject(
+                    "compaction could not read a data file", table=snap.table.name,
+                    object=f.path, version=snap.version) from None
+            finally:
+                cur.close()
+                self.mask_slots.release([slot])
+
+        return tables()
 
     def _release_masks(self, ctx: _Ctx) -> None:
         slots, ctx.mask_slots = ctx.mask_slots, []
         if slots:
             self.mask_slots.release(slots)
+
+    def _take(self, cur, ctx: _Ctx, snap, positions: dict, files, sql: str) -> pa.Table:
+        """UPDATE/MERGE's read by position: the whole rows (every column, current schema) at
+        ``positions`` (sorted int64 per data file path; live rows DuckDB found through the
+        masked view), in ``files`` order and position order, as
+        :meth:`~flightsrv.table.scan.Snapshot.take` returns them. With the deletion-mask
+        extension loaded and a local table, each file is read by DuckDB's Parquet reader
+        with a one-off mask that keeps only those positions (the reader decodes the other
+        columns for the kept rows only, and in parallel); else, or for a file DuckDB cannot
+        read so or when no slot is free, by ``Snapshot.take``."""
+        if self.mask_slots is None or not rels.is_native(snap):
+            return snap.take(positions, files=files)
+        names_ = list(snap.schema.names)
+        schema = pa.schema([snap.schema.field(c) for c in names_])
+        parts = []
+        for f in files:
+            pos = positions.get(f.path)
+            if pos is None or len(pos) == 0:
+                continue
+
+            def bitmap(f=f, pos=pos):
+                dropped = np.ones(f.rows, dtype=bool)
+                dropped[pos] = False
+                return np.packbits(dropped, bitorder="little"), f.rows
+
+            slot = self.mask_slots.acquire(("take", next(self._take_ids), f.path), bitmap)
+            try:
+                text = None if slot is None else \
+                    rels.take_sql(snap, f, names_, maskext.function(slot))
+                if text is None:
+                    part = snap.take({f.path: pos}, files=[f])
+                else:
+                    ctx.natives[snap.store.local_path(f.path)] = (snap.table.name, f.path,
+                                                                 snap.version)
+                    part = self._fetch(cur, ctx, text, sql)
+                    if part.num_rows != len(pos):  # the positions came from this snapshot
+                        raise CorruptObject("a read by position found fewer rows than the "
+                                            "statement matched", table=snap.table.name,
+                                            object=f.path, version=snap.version,
+                                            expected=len(pos), actual=part.num_rows)
+            finally:
+                if slot is not None:
+                    self.mask_slots.drop(slot)
+            parts.append(part.cast(schema) if part.schema != schema else part)
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
     @contextlib.contextmanager
     def _statement_cursor(self, ctx: _Ctx):
@@ -791,7 +891,8 @@ class DuckEngine:
                     raise
             return 0
         if isinstance(stmt, st.Maintenance):
-            mx.run_maintenance(self._maintenance_table(stmt), stmt)
+            mx.run_maintenance(self._maintenance_table(stmt), stmt,
+                               read_live=self._compaction_reader())
             return 0
         if isinstance(stmt, st.AlterTable):
             return self._writes.alter(stmt)

@@ -111,11 +111,14 @@ def _result_rows(table: str, operation: str, result: Any) -> list[dict]:
             for k, v in d.items()]
 
 
-def run_maintenance(table, stmt: Maintenance) -> pa.Table:
-    """Run ``stmt`` on ``table`` (a flightsrv Table); the report as MAINTENANCE_SCHEMA rows."""
+def run_maintenance(table, stmt: Maintenance, read_live=None) -> pa.Table:
+    """Run ``stmt`` on ``table`` (a flightsrv Table); the report as MAINTENANCE_SCHEMA rows.
+    ``read_live``: the engine's reader of a file's live rows for compaction (see
+    :func:`flightsrv.table.maintenance.compact.compact`), or None."""
     rows: list[dict] = []
     if stmt.verb == "optimize":
-        rows += _result_rows(table.name, "compact", table.compact())
+        kw = {} if read_live is None else {"read_live": read_live}
+        rows += _result_rows(table.name, "compact", table.compact(**kw))
     elif stmt.verb == "vacuum":
         props = table.log.head().properties  # (a dropped table keeps its last properties)
         if stmt.retain_hours is not None and stmt.retain_hours < MIN_GRACE_HOURS and \

@@ -60,6 +60,8 @@ FOOTER_SIZE = 512
 _NATIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
 _SOURCES = ("fsrv_mask.c", "duckdb.h", "duckdb_extension.h")
 ENV = "FLIGHTSRV_MASK_EXTENSION"
+#: compiler flags (part of the cache key: a change rebuilds)
+CFLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-std=c99")
 
 
 class Unavailable(Exception):
@@ -94,7 +96,7 @@ def _source_key(platform: str) -> str:
     for name in _SOURCES:
         with open(os.path.join(_NATIVE, name), "rb") as f:
             h.update(name.encode() + b"\0" + f.read())
-    h.update(f"{duckdb.__version__}\0{platform}\0{SLOTS}".encode())
+    h.update(f"{duckdb.__version__}\0{platform}\0{SLOTS}\0{' '.join(CFLAGS)}".encode())
     return h.hexdigest()[:24]
 
 
@@ -140,8 +142,7 @@ def build(root: str | None = None) -> str:
     fd, tmp = tempfile.mkstemp(dir=sub, prefix=".build-", suffix=".so")
     os.close(fd)
     try:
-        cmd = [compiler, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-std=c99",
-               f"-DFSRV_MASK_SLOTS={SLOTS}", "-I", _NATIVE,
+        cmd = [compiler, *CFLAGS, f"-DFSRV_MASK_SLOTS={SLOTS}", "-I", _NATIVE,
                os.path.join(_NATIVE, "fsrv_mask.c"), "-o", tmp]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -236,6 +237,15 @@ class Slots:
         with self._lock:
             for s in slots:
                 self._pins[s] -= 1
+
+    def drop(self, slot: int) -> None:
+        """Unpin ``slot`` and, when no statement pins it any more, free it now (a mask used
+        once, such as a read by position, should not push reusable masks out)."""
+        with self._lock:
+            self._pins[slot] -= 1
+            if self._pins[slot] == 0 and slot in self._key_of:
+                self._evict(slot)
+                self._free.append(slot)
 
 
 _state_lock = threading.Lock()

@@ -15,14 +15,15 @@ columns the statement can touch, its pruning hints) into
     (:func:`_masked_part`: ``file_row_number`` ranges for deleted row groups, an anti join
     against a registered Arrow table of deleted positions for the deletion vectors); the
     reference's pruning hints are repeated as row conditions inside so DuckDB's filter and
-    row-group pushdown apply, and a ``LIMIT`` barrier keeps the statement's own expressions
-    from ever seeing a deleted row; or, with ``prefetch`` (the engine's default mode), read
-    ahead of the statement by engine SQL only and registered as an Arrow table of live rows
-    (:func:`_prefetched_part`), so the statement's database never holds a deleted row;
+    row-group pushdown apply, and a barrier (:data:`BARRIER`) keeps the statement's own
+    expressions from ever seeing a deleted row; or, with ``prefetch`` (the engine's default
+    mode), read ahead of the statement by engine SQL only and registered as an Arrow table of
+    live rows (:func:`_prefetched_part`), so the statement's database never holds a deleted
+    row;
   - on a local warehouse with ``masks`` (the deletion-mask extension loaded), the other
     files with deleted rows are read by ``read_parquet`` too, one branch per file, the rows
-    its mask function rejects on ``file_row_number`` removed below the same ``LIMIT``
-    barrier (:func:`_cmask_part`);
+    its mask function rejects on ``file_row_number`` removed below the same barrier
+    (:func:`_cmask_part`);
   - on an S3 warehouse, a file with no deletion vector whose written schema needs no
     renames or casts for the statement's columns is read by pyarrow's dataset scanner
     (:func:`~flightsrv.table.scan.native_reader`: parallel, coalesced ranged reads in C++
@@ -215,7 +216,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     groups and fewer than all (the others by the Arrow scan); ``prefetch(sql) -> pa.Table``
     (a function running engine SQL on the statement's cursor): read those files ahead of the
     statement instead (:func:`_prefetched_part`; ``prefetch(sql, tables)`` registers
-    ``tables`` by name for the query), so no LIMIT barrier is needed;
+    ``tables`` by name for the query), so no barrier is needed;
     ``masks(snapshot, f) -> str | None`` (the deletion-mask extension, :mod:`.maskext`):
     the name of a pinned mask function of file ``f``, or None when no slot is free; a file
     with deleted rows that none of the above reads by DuckDB is then read by DuckDB with
@@ -421,9 +422,14 @@ _VIRTUAL_COLUMNS = frozenset({"file_row_number", "file_index"})
 #: the registered table of deleted positions a masked run anti-joins (file_index is UBIGINT)
 DELETED_SCHEMA = pa.schema([pa.field("fi", pa.uint64(), nullable=False),
                             pa.field("pos", pa.int64(), nullable=False)])
-#: a LIMIT no table reaches: DuckDB pushes no filter through a LIMIT, so the statement's own
-#: expressions see only rows that left the anti join (see :func:`_masked_part`)
-_BARRIER = (1 << 63) - 1
+#: what ends a masked read (after its subquery's alias): a SYSTEM sample of 100%, which
+#: DuckDB 2.0.1 plans as a streaming operator (it keeps each vector when a random number in
+#: [0, 1] is <= 1.0, i.e. always, and runs in the scan's parallel pipeline) and which its
+#: optimizer pushes no filter and no expression through (a sample is neither in its filter
+#: pushdown nor its filter pull-up), so the statement's own expressions (a failing CAST,
+#: ``error()``) see only rows the mask kept. The LIMIT barrier used before is a pipeline
+#: breaker when DuckDB must keep the order; tests/test_maskext.py checks the plan's shape.
+BARRIER = "USING SAMPLE 100 PERCENT (system)"
 
 
 #: constants an integer column is compared with without being cast to a DECIMAL: integer
@@ -550,9 +556,9 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
     DuckDB pushes into the reader (projection, filter and row-group pruning); deleted row
     groups removed by ``file_row_number`` ranges; the deletion vectors' positions removed by
     an ``ANTI JOIN`` against the registered Arrow table ``name`` of (run-local file index,
-    position). It ends in ``LIMIT`` :data:`_BARRIER`: DuckDB pushes no filter through a
-    LIMIT, so the statement's own WHERE (which may raise errors naming values, e.g. a failed
-    CAST or ``error()``) is evaluated only on rows that are live. Without the barrier the
+    position). It ends in the barrier :data:`BARRIER`: DuckDB pushes no filter through it,
+    so the statement's own WHERE (which may raise errors naming values, e.g. a failed CAST
+    or ``error()``) is evaluated only on rows that are live. Without the barrier the
     optimizer evaluates it below the anti join, on deleted rows."""
     inner, ranges = _native_run(snapshot, run, names, rel)
     fis, poss = [], []
@@ -578,8 +584,28 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
     if hidden:
         cols += (f", CAST(__fsrv_fi + {first} AS INTEGER) AS {FILE_COLUMN}"
                  f", __fsrv_fr AS {POSITION_COLUMN}")
-    return (f"SELECT {cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t{join}{where} "
-            f"LIMIT {_BARRIER}) AS __fsrv_m")
+    return (f"SELECT {cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t{join}{where}"
+            f") AS __fsrv_m {BARRIER}")
+
+
+def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str | None:
+    """SQL reading, with DuckDB's Parquet reader, the rows of local file ``f`` that the
+    mask function ``fn`` keeps (for UPDATE/MERGE's read by position, a mask whose every
+    position is set but the wanted ones), columns ``names`` by field id under the current
+    schema, in position order; None when DuckDB cannot read the file so (a column hides
+    ``file_row_number``, a default DuckDB cannot spell). Only the mask is evaluated over
+    the file's rows: no statistics decide a row, so float columns need no NaN record."""
+    fields = snapshot.manifest.schema_by_id(f.schema_id)["fields"]
+    if any(fl["name"].lower() in _VIRTUAL_COLUMNS for fl in fields):
+        return None
+    try:
+        cols = _select_sql(snapshot.projection(f, names))
+    except SqlError:
+        return None
+    path = snapshot.store.local_path(f.path)
+    _check_file(path, f, snapshot.table.name, snapshot.version)
+    return (f"SELECT {cols} FROM read_parquet([{_literal(path)}], hive_partitioning=false, "
+            f"union_by_name=false) WHERE {fn}(file_row_number)")
 
 
 def _cmask(snapshot: Snapshot, f: DataFile, masks, fns: dict) -> str:
@@ -599,9 +625,10 @@ def _cmask_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidde
     DuckDB evaluates per vector on ``file_row_number``.
 
     The mask and the reference's pruning hints as row conditions (which cannot fail on a
-    row's value, :func:`_term_sql`) are the only conditions inside, below a ``LIMIT``
-    :data:`_BARRIER`: DuckDB pushes no filter through a LIMIT, so the statement's own
-    expressions (a failing CAST, ``error()``) are evaluated only on rows the mask kept."""
+    row's value, :func:`_term_sql`) are the only conditions inside, below the barrier
+    :data:`BARRIER`: DuckDB pushes no filter through it, so the statement's own expressions
+    (a failing CAST, ``error()``) are evaluated only on rows the mask kept; it is a streaming
+    operator, so DuckDB still reads the file with all its threads."""
     table = snapshot.table.name
     cols = _select_sql(snapshot.projection(run[0], names))
     conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names)]
@@ -619,7 +646,7 @@ def _cmask_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidde
                  f"[{_literal(path)}], hive_partitioning=false, union_by_name=false)")
         where = " AND ".join([f"{fns[id(f)]}(__fsrv_t.__fsrv_fr)"] + conds)
         parts.append(f"SELECT {out_cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t "
-                     f"WHERE {where} LIMIT {_BARRIER}) AS __fsrv_m")
+                     f"WHERE {where}) AS __fsrv_m {BARRIER}")
     return "\nUNION ALL\n".join(parts)
 
 

@@ -61,6 +61,22 @@ __attribute__((visibility("default"))) int fsrv_mask_set(uint32_t slot, const ui
 	return 0;
 }
 
+/* lut[b]: the eight output booleans (little-endian bytes) of bitmap byte b: 1 where the bit
+ * is clear (the row is live), 0 where it is set (deleted) */
+static uint64_t lut[256];
+
+static void init_lut(void) {
+	for (unsigned b = 0; b < 256; b++) {
+		uint64_t v = 0;
+		for (unsigned j = 0; j < 8; j++) {
+			if (!((b >> j) & 1)) {
+				v |= (uint64_t)1 << (8 * j);
+			}
+		}
+		lut[b] = v;
+	}
+}
+
 static void live(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	const fsrv_slot *s = &slots[*(const uint32_t *)duckdb_scalar_function_get_extra_info(info)];
 	idx_t n = duckdb_data_chunk_get_size(input);
@@ -70,14 +86,35 @@ static void live(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 	bool *out = (bool *)duckdb_vector_get_data(output);
 	const uint8_t *bits = s->bits;
 	uint64_t nbits = s->nbits;
-	for (idx_t i = 0; i < n; i++) {
+	idx_t i = 0;
+	uint64_t p0 = n > 0 ? (uint64_t)pos[0] : 1;
+	uint64_t apart = p0 & 7; /* nonzero unless every position is p0 + its index */
+	for (idx_t k = 0; k < n; k++) {
+		apart |= (uint64_t)pos[k] ^ (p0 + k);
+	}
+	if (n > 0 && apart == 0) {
+		/* the usual vector: consecutive positions from a byte boundary (a Parquet read's
+		 * file_row_number), eight rows per bitmap byte; what lies past the bitmap is live
+		 * (a NULL row's position is whatever its slot holds: the check above then fails
+		 * or the validity pass below clears it) */
+		idx_t whole = p0 < nbits ? (idx_t)((nbits - p0) / 8) : 0;
+		if (whole > n / 8) {
+			whole = n / 8;
+		}
+		const uint8_t *b = bits ? bits + (p0 >> 3) : NULL;
+		for (idx_t j = 0; j < whole; j++) {
+			memcpy(out + 8 * j, &lut[b[j]], 8);
+		}
+		i = 8 * whole;
+	}
+	for (; i < n; i++) {
 		uint64_t p = (uint64_t)pos[i];
 		out[i] = !(p < nbits && ((bits[p >> 3] >> (p & 7)) & 1));
 	}
 	if (valid) { /* file_row_number is never NULL; a NULL position is not a live row */
-		for (idx_t i = 0; i < n; i++) {
-			if (!duckdb_validity_row_is_valid((uint64_t *)valid, i)) {
-				out[i] = false;
+		for (idx_t k = 0; k < n; k++) {
+			if (!duckdb_validity_row_is_valid((uint64_t *)valid, k)) {
+				out[k] = false;
 			}
 		}
 	}
@@ -85,6 +122,7 @@ static void live(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 
 DUCKDB_EXTENSION_ENTRYPOINT(duckdb_connection connection, duckdb_extension_info info,
                             struct duckdb_extension_access *access) {
+	init_lut();
 	duckdb_logical_type bigint = duckdb_create_logical_type(DUCKDB_TYPE_BIGINT);
 	duckdb_logical_type boolean = duckdb_create_logical_type(DUCKDB_TYPE_BOOLEAN);
 	bool ok = true;

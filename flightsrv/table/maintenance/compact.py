@@ -115,8 +115,22 @@ def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, smal
     return groups, reasons
 
 
+def _engine_tables(snap: Snapshot, tasks, read_live):
+    """(task, table) of each task's live rows in position order: by ``read_live(snap,
+    file)`` (an engine's reader), or this module's own row-group read where it returns None;
+    every table cast to the snapshot's schema, so the two sources' tables (whose nullability
+    and list field names may differ) batch together."""
+    schema = snap.schema
+    for task in tasks:
+        tables = read_live(snap, task.file)
+        if tables is None:
+            tables = (t for _, t in snap.iter_tables(tasks=[task]))
+        for t in tables:
+            yield task, (t if t.schema == schema else t.cast(schema))
+
+
 def _write_group(table, snap: Snapshot, g: _Group, options: WriteOptions, sort_by,
-                 version_hint: int, progress) -> None:
+                 version_hint: int, progress, read_live=None) -> None:
     """Write the group's live rows, recording the order (output row = input rank)."""
     schema = snap.schema
     tasks = []
@@ -135,7 +149,9 @@ def _write_group(table, snap: Snapshot, g: _Group, options: WriteOptions, sort_b
     counts: dict[str, int] = {}
 
     def live_tables():
-        for task, t in snap.iter_tables(tasks=tasks):
+        source = snap.iter_tables(tasks=tasks) if read_live is None \
+            else _engine_tables(snap, tasks, read_live)
+        for task, t in source:
             counts[task.file.path] = counts.get(task.file.path, 0) + t.num_rows
             if progress is not None:
                 progress.advance(0, note=task.file.path.rsplit("/", 1)[-1])
@@ -348,7 +364,8 @@ def compact(table, *, target_file_size: int | None = None,
             small_file_threshold: int | None = None, sort_by=None,
             sort_group_bytes: int = DEFAULT_SORT_GROUP_BYTES, coalesce_dvs: bool = True,
             dry_run: bool = False, progress=None, max_input_bytes: int | None = None,
-            extra_summary: dict | None = None, report_overdue: bool = True) -> CompactResult:
+            extra_summary: dict | None = None, report_overdue: bool = True,
+            read_live=None) -> CompactResult:
     """Rewrite delete-heavy and small files (and coalesce DVs) in one commit.
 
     Files whose deleted fraction is over ``min_deleted_fraction`` (table property
@@ -362,7 +379,10 @@ def compact(table, *, target_file_size: int | None = None,
     ``max_input_bytes``: rewrite at most this many bytes of small files, smallest first.
     ``extra_summary``: merged into the commit's summary (automatic maintenance records
     ``trigger`` and ``task`` there). ``report_overdue=False`` skips the erasure-deadline
-    report (``erasures_overdue`` stays empty)."""
+    report (``erasures_overdue`` stays empty). ``read_live(snapshot, file)``: an engine's
+    reader of one file's live rows (current schema, position order, an iterable of Arrow
+    tables), or None where it does not read that file; the row count is checked against
+    the manifest either way."""
     snap = table.snapshot()
     head = snap.manifest
     props = head.properties
@@ -397,7 +417,7 @@ def compact(table, *, target_file_size: int | None = None,
     _progress_start(progress, sum(i.file.size for g in groups for i in g.inputs) or None, " B")
     try:
         for g in groups:
-            _write_group(table, snap, g, options, sort_by, head.version, progress)
+            _write_group(table, snap, g, options, sort_by, head.version, progress, read_live)
         coalesced = _coalesce_plan(table, head, inputs) if coalesce_dvs else {}
         m = commit_groups(table, head, groups, result, coalesced=coalesced,
                           extra_summary=extra_summary) if groups or coalesced else None
