@@ -83,8 +83,10 @@ class VersityProcess:
     """versitygw's posix backend over ``root`` (a directory; each subdirectory is a bucket) on
     127.0.0.1 and a free port, in a subprocess; ``endpoint`` is its URL."""
 
-    def __init__(self, root: str, port: int | None = None, exe: str | None = None):
+    def __init__(self, root: str, port: int | None = None, exe: str | None = None,
+                 extra_args: tuple[str, ...] = ()):
         self.root = root
+        self.extra_args = tuple(extra_args)  # global options, e.g. ("--virtual-domain", D)
         self.port = port or free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.exe = exe or binary()
@@ -100,7 +102,8 @@ class VersityProcess:
         self._log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [self.exe, "--port", f"127.0.0.1:{self.port}", "--access", ACCESS_KEY,
-             "--secret", SECRET_KEY, "--region", "us-east-1", "--quiet", "posix", self.root],
+             "--secret", SECRET_KEY, "--region", "us-east-1", "--quiet", *self.extra_args,
+             "posix", self.root],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
