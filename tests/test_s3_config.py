@@ -143,6 +143,23 @@ def test_the_store_client_carries_the_settings(clean_env, tmp_path):
     assert (client.meta.config.read_timeout, client.meta.config.connect_timeout) == (12.0, 60.0)
 
 
+def _arrow_options(store) -> dict:
+    fs, _ = store.arrow_filesystem()
+    return fs.__reduce__()[1][0]  # pyarrow's own record of the options it was built with
+
+
+def test_data_file_reads_follow_the_addressing_style(clean_env):
+    clean_env.setenv("AWS_ENDPOINT_URL", "http://s3.test:9000")
+    clean_env.setenv("AWS_ACCESS_KEY_ID", "k")
+    clean_env.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    clean_env.setenv("FLIGHTSRV_S3_READ_TIMEOUT", "12")
+    assert _arrow_options(open_store("s3://bucket/wh"))["force_virtual_addressing"] is False
+    clean_env.setenv("FLIGHTSRV_S3_ADDRESSING_STYLE", "virtual")
+    opts = _arrow_options(open_store("s3://bucket/wh"))
+    assert opts["force_virtual_addressing"] is True
+    assert (opts["endpoint_override"], opts["request_timeout"]) == ("s3.test:9000", 12.0)
+
+
 @pytest.mark.parametrize("name,value,says", [
     ("AWS_ENDPOINT_URL", "localhost:9000", "AWS_ENDPOINT_URL must be an http:// or https:// URL"),
     ("AWS_ENDPOINT_URL_S3", "ftp://host", "AWS_ENDPOINT_URL_S3 must be an http:// or https://"),

@@ -113,7 +113,7 @@ def test_each_test_server_is_safe(s3_server, subprocess_env):
 @pytest.mark.s3
 def test_a_store_that_ignores_preconditions_is_unsafe_and_named(moto_s3):
     with _Proxy(moto_s3.endpoint) as proxy:
-        env = dict(os.environ, **moto_s3.env(), AWS_ENDPOINT_URL=proxy.endpoint)
+        env = {**os.environ, **moto_s3.env(), "AWS_ENDPOINT_URL": proxy.endpoint}
         proc = _run(env, f"s3://{BUCKET}/check-unsafe", *RACE)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proxy.stripped > 0
@@ -131,7 +131,7 @@ def test_a_store_that_ignores_preconditions_is_unsafe_and_named(moto_s3):
 @pytest.mark.s3
 def test_json_names_the_lost_updates(moto_s3):
     with _Proxy(moto_s3.endpoint) as proxy:
-        env = dict(os.environ, **moto_s3.env(), AWS_ENDPOINT_URL=proxy.endpoint)
+        env = {**os.environ, **moto_s3.env(), "AWS_ENDPOINT_URL": proxy.endpoint}
         proc = _run(env, f"s3://{BUCKET}/check-json", "--json", "--quiet", *RACE)
     assert proc.returncode == 1
     report = json.loads(proc.stdout)
