@@ -62,6 +62,10 @@ def s3_mode() -> str:
     return mode
 
 
+def pytest_configure(config):
+    s3_mode()  # a bad FLIGHTSRV_S3 is a usage error before anything runs
+
+
 def s3_backends(nodeid: str) -> list[str]:
     """The S3 servers the test ``nodeid`` runs on, in order."""
     mode = s3_mode()
