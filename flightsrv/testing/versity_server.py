@@ -2,8 +2,8 @@
 the tests run against (docs/S3.md, docs/DEVELOPMENT.md).
 
 Versity Gateway is a Go program (Apache-2.0). ``build()`` installs one pinned version from the
-Go module proxy with ``go install`` into ``~/.cache/flightsrv/versitygw-<version>/`` (once; a
-cold build took 2 min 40 s on 2 busy cores) and deletes the Go module and build caches it
+Go module proxy with ``go install`` into ``~/.cache/flightsrv/versitygw-<version>/`` (once; the
+first build costs about 160 s of CPU: 2 min 40 s on a 2-core machine at load 5) and deletes the Go module and build caches it
 used. ``binary()`` finds it there (or at ``$FLIGHTSRV_VERSITYGW``), ``VersityProcess`` starts
 it on a free port over a directory of its own, with the interface of
 :class:`flightsrv.testing.moto_server.MotoProcess`.
