@@ -3,10 +3,10 @@ the tests run against (docs/S3.md, docs/DEVELOPMENT.md).
 
 Versity Gateway is a Go program (Apache-2.0). ``build()`` installs one pinned version from the
 Go module proxy with ``go install`` into ``~/.cache/flightsrv/versitygw-<version>/`` (once; the
-first build costs about 160 s of CPU: 2 min 40 s on a 2-core machine at load 5) and deletes the Go module and build caches it
-used. ``binary()`` finds it there (or at ``$FLIGHTSRV_VERSITYGW``), ``VersityProcess`` starts
-it on a free port over a directory of its own, with the interface of
-:class:`flightsrv.testing.moto_server.MotoProcess`.
+first build costs about 160 s of CPU: 2 min 40 s on a 2-core machine at load 5) and deletes
+the Go module and build caches it used. ``binary()`` finds it there (or at
+``$FLIGHTSRV_VERSITYGW``), ``VersityProcess`` starts it on a free port over a directory of its
+own, with the interface of :class:`flightsrv.testing.moto_server.MotoProcess`.
 
 Run ``python -m flightsrv.testing.versity_server build`` (what ``.ci/run`` does) to build it;
 ``python -m flightsrv.testing.versity_server serve DIR [PORT]`` to serve ``DIR`` by hand.
@@ -58,7 +58,7 @@ def build(timeout: float = 1800.0) -> str:
     go = shutil.which("go")
     if go is None:
         raise Unavailable(f"Go is not installed, so versitygw {VERSION} cannot be built "
-                          f"(`go install {MODULE}@{VERSION}` needs Go 1.24 or newer)")
+                          f"(`go install {MODULE}@{VERSION}` needs Go 1.25 or newer)")
     target = cache_dir()
     os.makedirs(target, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="versitygw-build-") as tmp:
