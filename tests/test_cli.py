@@ -445,13 +445,13 @@ def test_serve_help_shows_the_global_options():
 
 
 @pytest.mark.s3
-def test_s3_missing_bucket_and_missing_credentials_are_one_line(subprocess_env, moto_s3):
+def test_s3_missing_bucket_and_missing_credentials_are_one_line(subprocess_env, s3_server):
     failed(run("--warehouse", "s3://no-such-bucket-x/wh", "table", "list", env=subprocess_env),
            1, "no such bucket", "bucket=no-such-bucket-x")
     failed(run("--warehouse", "s3://no-such-bucket-x/wh", "table", "create", "t", "--schema",
                "id:int64", env=subprocess_env), 1, "no such bucket")
     env = {k: v for k, v in subprocess_env.items() if not k.startswith("AWS_")}
-    env.update(AWS_ENDPOINT_URL=moto_s3.endpoint, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+    env.update(AWS_ENDPOINT_URL=s3_server.endpoint, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
                AWS_CONFIG_FILE=os.devnull, AWS_EC2_METADATA_DISABLED="true")
     failed(run("--warehouse", "s3://flightsrv-test/creds", "table", "list", env=env), 1,
            "no AWS credentials found")

@@ -42,12 +42,14 @@ def _eight_writers(backend, tmp_path, request, per_writer: int):
     assert [v for v in t.log.versions()] == list(range(total + 1))
 
 
+@pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_eight_writer_processes_append(backend, tmp_path, request):
     _eight_writers(backend, tmp_path, request, per_writer=8)
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_eight_writer_processes_append_many(backend, tmp_path, request):
     _eight_writers(backend, tmp_path, request, per_writer=25)
@@ -76,6 +78,7 @@ def _referenced(t) -> set[str]:
     return refs
 
 
+@pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_crash_at_every_step_leaves_a_consistent_table(backend, tmp_path, request):
     """A writer killed before or after each of its writes never corrupts the table."""

@@ -174,6 +174,7 @@ def _session(path: str, env, guess: str, score: int) -> dict:
     return seen
 
 
+@pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_no_output_depends_on_a_deleted_rows_value(tmp_path, request, backend):
     if backend == "s3":

@@ -248,6 +248,7 @@ def _delete_worker(uri, mod, env):
     return t.delete(f"id % 8 = {mod}")
 
 
+@pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_eight_processes_delete_disjoint_keys(backend, tmp_path, request):
     uri = str(tmp_path / "wh") if backend == "local" else request.getfixturevalue("s3_uri")

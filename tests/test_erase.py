@@ -466,6 +466,7 @@ def _racing(t, seed, action):
     return wh.table("t"), fired
 
 
+@pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_concurrent_dv_delete_during_splice_is_carried_over(backend, tmp_path, request):
     uri = str(tmp_path / "wh") if backend == "local" else request.getfixturevalue("s3_uri")

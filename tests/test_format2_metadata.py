@@ -79,6 +79,7 @@ def test_point_query_reads_at_most_two_chunks(tables):
     assert len(chunk_reads) <= 2, chunk_reads
 
 
+@pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_day_partitioned_retention_delete_is_metadata_only(backend, tmp_path, request):
     uri = str(tmp_path / "wh") if backend == "local" else request.getfixturevalue("s3_uri")

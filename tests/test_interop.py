@@ -315,7 +315,7 @@ def duckdb155():
                     f"installed in a virtualenv: {exc}")
 
 
-def test_duckdb_delta_scan_and_iceberg_scan(published, duckdb155, moto_s3):
+def test_duckdb_delta_scan_and_iceberg_scan(published, duckdb155, s3_server):
     wh, t, result = published
     loc = _location(t)
     path = _reader_path(t)
@@ -330,7 +330,7 @@ def test_duckdb_delta_scan_and_iceberg_scan(published, duckdb155, moto_s3):
                                " ORDER BY id"})
     s3 = None
     if loc.startswith("s3://"):
-        env = moto_s3.env()
+        env = s3_server.env()
         s3 = {"key": env["AWS_ACCESS_KEY_ID"], "secret": env["AWS_SECRET_ACCESS_KEY"],
               "endpoint": env["AWS_ENDPOINT_URL"].split("://", 1)[1],
               "region": env["AWS_REGION"]}

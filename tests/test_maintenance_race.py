@@ -58,6 +58,7 @@ def _worker(role, uri, env, barrier, results, rounds):
         results.put((role, f"error: {exc!r}"))
 
 
+@pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_compaction_races_deletes_and_appends(backend, tmp_path, request):
     uri = str(tmp_path / "wh") if backend == "local" else request.getfixturevalue("s3_uri")

@@ -29,7 +29,7 @@ LIVE_IDS = [i for i in range(200) if i % 50 != SECRET_USER % 50]
 
 
 @pytest.fixture(params=["local", "s3"])
-def served(request, tmp_path):
+def served(request, tmp_path, s3_backend):
     uri = str(tmp_path / "wh") if request.param == "local" else request.getfixturevalue("s3_uri")
     wh = Warehouse.open(uri)
     t = wh.create_table("events", pa.schema([("id", pa.int64()), ("user_id", pa.int64()),

@@ -1,7 +1,10 @@
 """``flightsrv store check``: the conditional-write contract run as a command, against moto
-(serialized: safe) and against moto behind a proxy that drops the conditional headers (the
-store then ignores every precondition: unsafe, naming the missing guarantees). Real HTTP on
-127.0.0.1 throughout; the CLI runs in a subprocess."""
+(serialized: safe), Versity Gateway (safe) and against moto behind a proxy that drops the
+conditional headers (the store then ignores every precondition: unsafe, naming the missing
+guarantees). Real HTTP on 127.0.0.1 throughout; the CLI runs in a subprocess.
+
+The unsafe stand-in is always moto: moto does not verify signatures, so a request whose signed
+If-Match header was dropped still goes through (Versity would answer 403)."""
 
 from __future__ import annotations
 
@@ -93,7 +96,7 @@ def _leftovers(endpoint: str, prefix: str) -> list:
     return keys + uploads
 
 
-def test_serialized_moto_is_safe(moto_s3, subprocess_env):
+def test_each_test_server_is_safe(s3_server, subprocess_env):
     proc = _run(subprocess_env, f"s3://{BUCKET}/check-safe", "--json", *RACE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
@@ -104,12 +107,13 @@ def test_serialized_moto_is_safe(moto_s3, subprocess_env):
     race = report["checks"][-1]["figures"]
     assert race["increments"] == 20 and race["final"] == 20 and race["lost_updates"] == 0
     assert "[7/7] cas-race: ok" in proc.stderr  # progress
-    assert _leftovers(moto_s3.endpoint, "check-safe/") == []
+    assert _leftovers(s3_server.endpoint, "check-safe/") == []
 
 
-def test_a_store_that_ignores_preconditions_is_unsafe_and_named(moto_s3, subprocess_env):
+@pytest.mark.s3
+def test_a_store_that_ignores_preconditions_is_unsafe_and_named(moto_s3):
     with _Proxy(moto_s3.endpoint) as proxy:
-        env = dict(subprocess_env, AWS_ENDPOINT_URL=proxy.endpoint)
+        env = {**os.environ, **moto_s3.env(), "AWS_ENDPOINT_URL": proxy.endpoint}
         proc = _run(env, f"s3://{BUCKET}/check-unsafe", *RACE)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proxy.stripped > 0
@@ -124,9 +128,10 @@ def test_a_store_that_ignores_preconditions_is_unsafe_and_named(moto_s3, subproc
     assert _leftovers(moto_s3.endpoint, "check-unsafe/") == []
 
 
-def test_json_names_the_lost_updates(moto_s3, subprocess_env):
+@pytest.mark.s3
+def test_json_names_the_lost_updates(moto_s3):
     with _Proxy(moto_s3.endpoint) as proxy:
-        env = dict(subprocess_env, AWS_ENDPOINT_URL=proxy.endpoint)
+        env = {**os.environ, **moto_s3.env(), "AWS_ENDPOINT_URL": proxy.endpoint}
         proc = _run(env, f"s3://{BUCKET}/check-json", "--json", "--quiet", *RACE)
     assert proc.returncode == 1
     report = json.loads(proc.stdout)
@@ -135,7 +140,7 @@ def test_json_names_the_lost_updates(moto_s3, subprocess_env):
     assert proc.stderr == ""
 
 
-def test_a_missing_bucket_is_an_error_not_a_verdict(moto_s3, subprocess_env):
+def test_a_missing_bucket_is_an_error_not_a_verdict(s3_server, subprocess_env):
     proc = _run(subprocess_env, "s3://no-such-bucket-here/x", "--quiet", *RACE)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "no such bucket" in proc.stderr and "verdict" not in proc.stdout

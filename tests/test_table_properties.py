@@ -174,7 +174,7 @@ def test_s3_warehouse_exists_only_with_a_table(s3_uri):
     assert Warehouse.open(s3_uri).is_initialized()  # a dropped table still marks it
 
 
-def test_s3_missing_bucket_is_a_configuration_error(moto_s3):
+def test_s3_missing_bucket_is_a_configuration_error(s3_server):
     with pytest.raises(ConfigurationError, match="no such bucket"):
         Warehouse.open("s3://no-such-bucket-here/wh").list_tables()
 

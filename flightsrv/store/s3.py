@@ -1,7 +1,12 @@
 """S3 backend of ``ObjectStore`` (AWS S3, MinIO, R2 and other S3-compatible stores).
 
 Configured the usual boto3 way: ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``,
-``AWS_REGION`` / ``AWS_DEFAULT_REGION`` and the standard credential chain.
+``AWS_REGION`` / ``AWS_DEFAULT_REGION`` (else the profile's region), the standard credential
+chain, ``AWS_MAX_ATTEMPTS`` / ``AWS_RETRY_MODE`` (else the profile's; default 5 attempts,
+"standard" mode with backoff), plus ``FLIGHTSRV_S3_ADDRESSING_STYLE`` (auto, path, virtual;
+else the profile's ``s3.addressing_style``), ``FLIGHTSRV_S3_CONNECT_TIMEOUT`` and
+``FLIGHTSRV_S3_READ_TIMEOUT`` (seconds, default 60 each). A bad value of any of them is a
+``ConfigurationError`` naming the setting (``client_config``); docs/S3.md.
 
 Preconditions map to the S3 conditional-write headers: CREATE → ``If-None-Match: *``,
 IF_MATCH → ``If-Match`` (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html).
@@ -17,13 +22,17 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    ConnectTimeoutError,
     EndpointConnectionError,
     NoCredentialsError,
     PartialCredentialsError,
+    ProfileNotFound,
+    ReadTimeoutError,
 )
 
 from flightsrv.errors import (
@@ -44,6 +53,72 @@ from flightsrv.store.base import (
 
 MIN_PART = 5 * 1024 * 1024
 _UPLOAD_PART = 16 * 1024 * 1024
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_TIMEOUT_S = 60.0
+_ADDRESSING = ("auto", "path", "virtual")
+_RETRY_MODES = ("legacy", "standard", "adaptive")
+
+
+def _setting(env: dict, name: str, profile: dict, key: str):
+    """(value, where it came from) of a setting: the environment first, then the profile."""
+    if env.get(name):
+        return env[name], name
+    if profile.get(key) not in (None, ""):
+        return profile[key], f"{key} in the AWS profile"
+    return None, None
+
+
+def _positive(value, where: str, uri: str, kind=float):
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        out = None
+    if out is None or out <= 0:
+        what = "integer" if kind is int else "number"
+        raise ConfigurationError(f"{where} must be a positive {what}, not {value!r}", store=uri)
+    return out
+
+
+def client_config(uri: str, env: dict | None = None, profile: dict | None = None) -> dict:
+    """The S3 client settings flightsrv takes from ``env`` (default ``os.environ``) and the
+    AWS profile's values ``profile``: endpoint, region, retries, timeouts, addressing style.
+    Raises ``ConfigurationError`` naming the setting and its bad value."""
+    env = os.environ if env is None else env
+    profile = profile or {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+    if endpoint is not None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            which = "AWS_ENDPOINT_URL_S3" if env.get("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
+            raise ConfigurationError(f"{which} must be an http:// or https:// URL with a host, "
+                                     f"not {endpoint!r}", store=uri)
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or profile.get("region") \
+        or "us-east-1"
+    mode, where = _setting(env, "AWS_RETRY_MODE", profile, "retry_mode")
+    if mode is not None and mode not in _RETRY_MODES:
+        raise ConfigurationError(f"{where} must be one of {', '.join(_RETRY_MODES)}, not "
+                                 f"{mode!r}", store=uri)
+    attempts, where = _setting(env, "AWS_MAX_ATTEMPTS", profile, "max_attempts")
+    if attempts is not None:
+        attempts = _positive(attempts, where, uri, int)
+    style = env.get("FLIGHTSRV_S3_ADDRESSING_STYLE") or None
+    if style is not None and style not in _ADDRESSING:
+        raise ConfigurationError("FLIGHTSRV_S3_ADDRESSING_STYLE must be one of "
+                                 f"{', '.join(_ADDRESSING)}, not {style!r}", store=uri)
+    if style is None:
+        style = (profile.get("s3") or {}).get("addressing_style") if isinstance(
+            profile.get("s3"), dict) else None
+        if style is not None and style not in _ADDRESSING:
+            raise ConfigurationError("s3.addressing_style in the AWS profile must be one of "
+                                     f"{', '.join(_ADDRESSING)}, not {style!r}", store=uri)
+    timeouts = {}
+    for key, name in (("connect_timeout", "FLIGHTSRV_S3_CONNECT_TIMEOUT"),
+                      ("read_timeout", "FLIGHTSRV_S3_READ_TIMEOUT")):
+        value = env.get(name)
+        timeouts[key] = DEFAULT_TIMEOUT_S if not value else _positive(value, name, uri)
+    return {"endpoint": endpoint, "region": region, "retry_mode": mode or "standard",
+            "max_attempts": attempts or DEFAULT_MAX_ATTEMPTS, "addressing_style": style or "auto",
+            **timeouts}
 
 
 def _ms(dt) -> int:
@@ -61,7 +136,7 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.client = client or self._default_client()
+        self.client = client or self._default_client(self.uri)
         endpoint = str(getattr(self.client.meta, "endpoint_url", "") or "")
         if equal_part_sizes is None:
             env = os.environ.get("FLIGHTSRV_S3_EQUAL_PARTS")
@@ -72,12 +147,26 @@ class S3Store:
         self._arrow_lock = threading.Lock()
 
     @staticmethod
-    def _default_client():
-        cfg = Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=32)
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region,
-                                              config=cfg)
+    def _default_client(uri: str):
+        try:
+            core = botocore.session.get_session()
+            profile = core.get_scoped_config()
+            session = boto3.session.Session(botocore_session=core)
+        except ProfileNotFound as exc:
+            raise ConfigurationError(f"{exc} (AWS_PROFILE names a profile that is not in "
+                                     "~/.aws/config or ~/.aws/credentials)", store=uri) from None
+        c = client_config(uri, os.environ, profile)
+        # total attempts, first one included, as AWS_MAX_ATTEMPTS counts them (botocore's
+        # "max_attempts" key would count retries only, one more request)
+        cfg = Config(retries={"total_max_attempts": c["max_attempts"], "mode": c["retry_mode"]},
+                     connect_timeout=c["connect_timeout"], read_timeout=c["read_timeout"],
+                     s3={"addressing_style": c["addressing_style"]}, max_pool_connections=32)
+        try:
+            return session.client("s3", endpoint_url=c["endpoint"], region_name=c["region"],
+                                  config=cfg)
+        except (BotoCoreError, ValueError) as exc:
+            raise ConfigurationError(f"cannot configure the S3 client: {exc}", store=uri,
+                                     region=c["region"]) from None
 
     def __repr__(self) -> str:
         return f"S3Store({self.uri!r})"
@@ -104,6 +193,9 @@ class S3Store:
         from pyarrow import fs as pafs
 
         kw: dict = {"region": self.client.meta.region_name or "us-east-1"}
+        s3cfg = getattr(getattr(self.client.meta, "config", None), "s3", None) or {}
+        if s3cfg.get("addressing_style") == "virtual":
+            kw["force_virtual_addressing"] = True
         endpoint = str(getattr(self.client.meta, "endpoint_url", "") or "")
         if endpoint and not urlsplit(endpoint).netloc.endswith("amazonaws.com"):
             parts = urlsplit(endpoint)
@@ -137,6 +229,17 @@ class S3Store:
                               "network)", store=self.uri,
                               endpoint=f"{url.scheme}://{url.netloc}" if url.netloc else None,
                               op=op)
+        if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
+            what = "connect" if isinstance(exc, ConnectTimeoutError) else "answer"
+            setting = "FLIGHTSRV_S3_CONNECT_TIMEOUT" if what == "connect" \
+                else "FLIGHTSRV_S3_READ_TIMEOUT"
+            config = getattr(self.client.meta, "config", None)
+            seconds = getattr(config, f"{'connect' if what == 'connect' else 'read'}_timeout",
+                              None)
+            retries = (getattr(config, "retries", None) or {}).get("total_max_attempts")
+            return StoreError(f"the S3 endpoint did not {what} within {seconds} s, "
+                              f"{retries} attempts ({setting}, AWS_MAX_ATTEMPTS)",
+                              store=self.uri, key=key, op=op)
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -144,14 +247,19 @@ class S3Store:
                 return ConfigurationError("no such bucket", store=self.uri, bucket=self.bucket,
                                           op=op)
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied",
-                        "AllAccessDisabled", "ExpiredToken", "InvalidToken") or status == 403:
+                        "AllAccessDisabled", "ExpiredToken", "InvalidToken",
+                        "XAdminUserNotFound") or status == 403:
+                # Versity Gateway answers an unknown access key with 404 XAdminUserNotFound
                 return PermissionDenied(f"the store refused the request ({code or status})",
                                         store=self.uri, key=key, op=op)
             if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") \
                     or status == 409:
                 return PreconditionFailed(f"{op}: precondition failed ({code})", store=self.uri,
                                           key=key)
-            if status == 404 or code in ("NoSuchKey", "404", "NotFound", "NoSuchUpload"):
+            # a 404 is a missing object only when it says so (HEAD answers carry no body):
+            # another 404 (a store's own code) is not "absent", which would read as no table
+            if code in ("NoSuchKey", "404", "NotFound", "NoSuchUpload") or (
+                    status == 404 and not code):
                 return ObjectNotFound(f"{op}: no such object ({code})", store=self.uri, key=key)
             return StoreError(f"{op} failed: {code} {exc}", store=self.uri, key=key)
         return StoreError(f"{op} failed: {exc}", store=self.uri, key=key)
