@@ -112,6 +112,71 @@ def scenario(wh, name: str = "t", *, publish_midway: bool = True, properties=Non
     return t
 
 
+NESTED = pa.schema([("id", pa.int64()), ("grp", pa.int32()), ("name", pa.string()),
+                    ("score", pa.float64()), ("tags", pa.list_(pa.string())),
+                    ("pt", pa.struct([("x", pa.int32()), ("y", pa.string())])),
+                    ("m", pa.map_(pa.string(), pa.int32()))])
+
+
+def nested_batch(lo: int, hi: int) -> pa.Table:
+    ids = list(range(lo, hi))
+    return pa.table({
+        "id": ids, "grp": [i % 17 for i in ids],
+        "name": [f"n{i}" if i % 11 else None for i in ids],
+        "score": [i * 0.25 for i in ids],
+        "tags": [None if i % 13 == 0 else [f"t{i % 3}"] * (i % 4) for i in ids],
+        "pt": [None if i % 7 == 0 else {"x": i % 5 or None, "y": f"y{i % 9}"} for i in ids],
+        "m": [None if i % 19 == 0 else [(f"k{j}", i + j) for j in range(i % 3)]
+              for i in ids]}, schema=NESTED)
+
+
+#: what each version of :func:`matrix_scenario` did
+MATRIX_STEPS = [
+    "create", "properties", "append", "append", "append (a small file)",
+    "delete: inline DVs", "delete: a DV object", "delete: row groups + DVs",
+    "delete: a whole file", "delete: splice", "UPDATE", "MERGE", "ADD COLUMN",
+    "UPDATE of the new column", "RENAME COLUMN", "DROP COLUMN", "SET PARTITIONED BY",
+    "append (partitioned)", "OPTIMIZE", "append",
+]
+
+
+def matrix_scenario(wh, name: str = "rm"):
+    """The reader-matrix table (docs/INTEROP.md §8): one history through every kind of
+    commit, nested types included, one version per entry of ``MATRIX_STEPS``; published
+    (``PUBLISH ... FORMAT all``) midway and at the end, with the oldest ``expired``
+    versions expired between. Returns the table."""
+    wh.sql(f"CREATE TABLE {name} (id BIGINT, grp INTEGER, name VARCHAR, score DOUBLE, "
+           "tags VARCHAR[], pt STRUCT(x INTEGER, y VARCHAR), m MAP(VARCHAR, INTEGER))")
+    t = wh.table(name)
+    t = getattr(t, "_table", t)
+    t.set_properties(**{"row_group_bytes": "16KB", "compact.min_deleted_fraction": "0.2"})
+    t.append(nested_batch(0, 3000))
+    t.append(nested_batch(3000, 6000))
+    t.append(nested_batch(6000, 6100))
+    t.delete("id % 97 = 0")
+    t.delete("id >= 3000 AND id % 3 = 1")
+    t.delete("id < 2100 OR id BETWEEN 3000 AND 4023")
+    t.delete("id >= 6000")
+    t.delete("id BETWEEN 5100 AND 5150", mode="splice")
+    wh.sql(f"PUBLISH {name} FORMAT all")
+    wh.sql(f"UPDATE {name} SET score = -score, tags = ['u'] WHERE grp = 3")
+    wh.sql(f"MERGE INTO {name} USING (SELECT range AS k FROM range(2990, 3010)) s "
+           f"ON {name}.id = s.k WHEN MATCHED THEN UPDATE SET name = 'merged' "
+           "WHEN NOT MATCHED THEN INSERT (id, grp, name, pt) VALUES (s.k, 99, 'new', "
+           "{'x': 1, 'y': 'm'})")
+    wh.sql(f"ALTER TABLE {name} ADD COLUMN lvl INTEGER")
+    wh.sql(f"UPDATE {name} SET lvl = grp WHERE id % 5 = 0")
+    wh.sql(f"ALTER TABLE {name} RENAME COLUMN name TO label")
+    wh.sql(f"ALTER TABLE {name} DROP COLUMN score")
+    wh.sql(f"ALTER TABLE {name} SET PARTITIONED BY (bucket(4, grp))")
+    wh.sql(f"INSERT INTO {name} SELECT range, range % 17, 'p' || range, ['x', NULL], "
+           "{'x': range % 4, 'y': NULL}, MAP {'a': range % 3}, range % 6 "
+           "FROM range(8000, 8300)")
+    wh.sql(f"OPTIMIZE {name}")
+    wh.sql(f"INSERT INTO {name} VALUES (9000, 1, 'last', [], NULL, MAP {{}}, 7)")
+    return t
+
+
 DUCKDB_SCRIPT = textwrap.dedent("""
     import glob, json, os, sys
     import duckdb
@@ -132,6 +197,13 @@ DUCKDB_SCRIPT = textwrap.dedent("""
     out = {}
     for q in spec["queries"]:
         try:
+            if q.get("arrow"):  # the whole result as an Arrow IPC file
+                import pyarrow as pa
+                table = con.execute(q["sql"]).fetch_arrow_table()
+                with pa.OSFile(q["arrow"], "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+                    w.write_table(table)
+                out[q["name"]] = {"arrow": q["arrow"]}
+                continue
             rows = con.execute(q["sql"]).fetchall()
             out[q["name"]] = {"rows": [list(map(str, r)) for r in rows]}
         except Exception as exc:
