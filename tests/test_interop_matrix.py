@@ -64,6 +64,20 @@ def matrix(request, tmp_path_factory):
     versions = t.log.versions()
     assert versions == list(range(EXPIRED, len(MATRIX_STEPS)))
     assert res.mirror_versions == {f: (EXPIRED, versions[-1]) for f in ("delta", "iceberg")}
+    # the history holds what the steps say (so the matrix cannot quietly lose a kind)
+    heads = {v: t.log.load(v) for v in versions}
+    assert [heads[v].operation for v in versions] == [
+        "append", "delete", "delete", "delete", "delete", "splice_delete", "update", "merge",
+        "add_column", "update", "rename_column", "drop_column", "set_partitioning", "append",
+        "compact", "append"]
+    step = MATRIX_STEPS.index
+    assert any(f.dv and f.dv.storage == "inline" for f in heads[step("delete: inline DVs")]
+               .data_files)
+    assert any(f.dv and f.dv.storage == "object" for f in heads[step("delete: a DV object")]
+               .data_files)
+    assert any(f.deleted_row_groups for f in heads[step("delete: row groups + DVs")].data_files)
+    assert heads[step("delete: a whole file")].summary["files_removed"] == 1
+    assert heads[step("append (partitioned)")].summary["files_added"] > 1
     loc = f"{wh.uri.rstrip('/')}/{t.name}"
     return Matrix(uri, t, loc.removeprefix("file://"), res.locations["iceberg"], versions,
                   {v: canonical(t.to_table(version=v)) for v in versions})
