@@ -294,3 +294,26 @@ def test_add_column_default_refused_on_a_table_that_publishes_delta(local_uri):
     wh.table("r").set_properties(**{"publish.formats": "iceberg"})
     wh.sql("INSERT INTO r VALUES (1)")
     wh.sql("ALTER TABLE r ADD COLUMN lvl INTEGER DEFAULT 7")
+
+
+def test_delta_statistics_follow_physical_names(local_uri, duckdb155):
+    """Under column mapping, Delta file statistics are keyed by physical name. Keyed by the
+    logical name, the stats of a new column ``a`` were read as those of the renamed column
+    whose files still call it ``a``, and both deltalake and DuckDB skipped the file that
+    holds ``b = 300``: no rows instead of one."""
+    wh = Warehouse.open(local_uri)
+    wh.sql("CREATE TABLE s (id BIGINT, a BIGINT)")
+    wh.sql("INSERT INTO s VALUES (1, 100), (2, 200)")
+    wh.sql("ALTER TABLE s RENAME COLUMN a TO b")
+    wh.sql("ALTER TABLE s ADD COLUMN a BIGINT")
+    wh.sql("INSERT INTO s VALUES (3, 300, 5), (4, 400, 6)")
+    wh.sql("PUBLISH s FORMAT delta")
+    path = f"{local_uri}/s"
+    from deltalake import DeltaTable
+
+    got = pa.RecordBatchReader.from_stream(DeltaTable(path).scan(predicate="b = 300"))
+    assert [r["id"] for r in got.read_all().to_pylist()] == [3]
+    out = duckdb_rows(duckdb155, [
+        {"name": "b", "sql": f"SELECT id FROM delta_scan('{path}') WHERE b = 300"},
+        {"name": "a", "sql": f"SELECT id FROM delta_scan('{path}') WHERE a = 5"}])
+    assert out == {"b": {"rows": [["3"]]}, "a": {"rows": [["3"]]}}
