@@ -363,3 +363,30 @@ def test_mirrors_follow_renames_and_drops(local_uri):
         else wh.table("evolving")
     result = t.publish("all")
     _assert_all_versions(t, result)
+
+
+def test_delta_features_continue_from_an_older_mirror(local_uri):
+    """A Delta log published before flightsrv recorded the features it declares (no
+    ``commitInfo.flightsrv.features``) declared ``columnMapping`` and ``deletionVectors`` from
+    its first version; a later publish continues with them (a declared feature stays)."""
+    from flightsrv.store.base import PutMode
+    from flightsrv.table.mirror.delta import DeltaMirror, commit_key
+
+    wh = Warehouse.open(local_uri)
+    wh.sql("CREATE TABLE o (id BIGINT)")
+    wh.sql("INSERT INTO o VALUES (1)")
+    t = wh.table("o")
+    t = getattr(t, "_table", t)
+    t.publish("delta")
+    dm = DeltaMirror(t)
+    assert dm.declared(1) == set()  # nothing needed yet: protocol 1 / 2
+    raw, _ = t.store.get(commit_key(1))
+    actions = [json.loads(line) for line in raw.decode().splitlines()]
+    for a in actions:
+        a.get("commitInfo", {}).get("flightsrv", {}).pop("features", None)
+    t.store.put(commit_key(1), "".join(json.dumps(a) + "\n" for a in actions).encode(),
+                mode=PutMode.OVERWRITE)
+    wh.sql("INSERT INTO o VALUES (2)")
+    t.publish("delta")
+    assert dm.declared(2) == {"columnMapping", "deletionVectors"}
+    assert canonical(delta_rows(_reader_path(t), 2)) == canonical(t.to_table())
