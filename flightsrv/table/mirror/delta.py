@@ -106,7 +106,9 @@ def check_expressible(table: str, m: Manifest) -> None:
     files written before it are live. flightsrv reads ``v`` for their rows
     (``initial_default``), but Delta has no such notion (a Delta reader reads NULL for a
     column a file lacks), and giving those rows the value means rewriting the files, which
-    publishing never does (docs/INTEROP.md §5)."""
+    publishing never does (docs/INTEROP.md §3.1). Only a version whose schema changed, or
+    the first one published, needs the check: files added later are written with the
+    column, and a version after a refused one is never published."""
     for f in m.schema["fields"]:
         if f.get("initial_default") is None or "id" not in f:
             continue
@@ -279,7 +281,8 @@ class DeltaMirror:
         the features ``prev``'s commit declared). Returns figures, ``features`` included.
         Raises ``UnsupportedForMirror`` when Delta cannot express the version."""
         mapped = map_schema(m.schema, ("delta",))
-        check_expressible(self.table.name, m)
+        if prev is None or prev.schema != m.schema:
+            check_expressible(self.table.name, m)
         features = needed_features(m, mapped) | (prev_features or set())
         out_files: list = []
         acts, d = self.actions(prev, m, mapped, out_files, features, prev_features)
