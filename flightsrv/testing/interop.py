@@ -10,6 +10,9 @@ object), metadata-only deletes (whole row groups, a whole file), a splice, a com
 iceberg, httpfs and ducklake extension wheels: the readers for ``delta_scan`` /
 ``iceberg_scan`` (our own DuckDB is 2.0, for which no extension wheels exist), and DuckLake,
 the peer ``benchmarks/bench_peers.py`` measures against; ``duckdb_rows`` runs the readers.
+``spark_venv()`` / ``spark_rows`` do the same for Spark 4.0 with delta-spark and
+iceberg-spark-runtime (jars from Maven Central, cached in ``~/.m2``): the opt-in, slow Spark
+readers of the reader matrix.
 """
 
 from __future__ import annotations
@@ -216,29 +219,34 @@ def duckdb_venv(base: str | None = None) -> str:
     """Path of the python of a virtualenv with DuckDB 1.5.5 and its extension wheels,
     built on first use under ``base`` (default ``~/.cache/flightsrv``). Raises
     ``RuntimeError`` saying why when it cannot be built."""
+    return _venv(f"duckdb-{DUCKDB_VERSION}", DUCKDB_PACKAGES, base)
+
+
+def _venv(name: str, packages: list[str], base: str | None = None) -> str:
+    """Python of virtualenv ``name`` with ``packages``, built (or completed) on first use."""
     base = base or os.environ.get("FLIGHTSRV_DUCKDB_VENV_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "flightsrv")
-    venv = os.path.join(base, f"duckdb-{DUCKDB_VERSION}")
+    venv = os.path.join(base, name)
     python = os.path.join(venv, "bin", "python")
     marker = os.path.join(venv, ".complete")
-    want = " ".join(DUCKDB_PACKAGES)
+    want = " ".join(packages)
     if os.path.exists(marker):
         with open(marker) as f:
             have = f.read().split()
-        if set(DUCKDB_PACKAGES) <= set(have):
+        if set(packages) <= set(have):
             return python
         # an older virtualenv without some wheel: add what is missing
         steps = [[python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                  *[p for p in DUCKDB_PACKAGES if p not in have]]]
+                  *[p for p in packages if p not in have]]]
     else:
         os.makedirs(base, exist_ok=True)
         steps = [[sys.executable, "-m", "venv", "--clear", venv],
                  [python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                  *DUCKDB_PACKAGES]]
+                  *packages]]
     for cmd in steps:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
-            raise RuntimeError(f"building the DuckDB {DUCKDB_VERSION} virtualenv failed: "
+            raise RuntimeError(f"building the {name} virtualenv failed: "
                                f"{' '.join(cmd[:4])}: {(r.stderr or r.stdout)[-400:]}")
     with open(marker, "w") as f:
         f.write(want)
@@ -253,6 +261,83 @@ def duckdb_rows(python: str, queries: list[dict], *, s3: dict | None = None) -> 
     if r.returncode != 0:
         raise RuntimeError(f"DuckDB {DUCKDB_VERSION} reader failed: {r.stderr[-800:]}")
     return json.loads(r.stdout)
+
+
+# -- Spark readers (opt-in: docs/INTEROP.md §8) ------------------------------------------
+
+#: The newest Spark the Delta and Iceberg connectors on Maven Central run on (checked
+#: 2026-11-27: none runs on the project's Spark 4.3), in a virtualenv of its own
+SPARK_VERSION = "4.0.1"
+SPARK_PACKAGES = [f"pyspark=={SPARK_VERSION}", "pyarrow"]
+SPARK_JARS = ["io.delta:delta-spark_2.13:4.0.0", "io.delta:delta-storage:4.0.0",
+              "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0"]
+
+SPARK_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    spec = json.loads(sys.argv[1])
+    spark = (SparkSession.builder.master("local[2]").appName("flightsrv-mirror-readers")
+             .config("spark.jars", ",".join(spec["jars"]))
+             .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+             .config("spark.sql.catalog.spark_catalog",
+                     "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    out = {}
+    for q in spec["queries"]:  # {name, format, path, version, arrow}
+        try:
+            table = (spark.read.format(q["format"]).option("versionAsOf", q["version"])
+                     .load(q["path"]).toArrow())
+            with pa.OSFile(q["arrow"], "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+                w.write_table(table)
+            out[q["name"]] = {"arrow": q["arrow"]}
+        except Exception as exc:
+            out[q["name"]] = {"error": str(exc)[:500]}
+    print(json.dumps(out))
+""")
+
+
+def m2_repo() -> str:
+    return os.path.expanduser(os.environ.get("FLIGHTSRV_M2_REPO", "~/.m2/repository"))
+
+
+def maven_jar(coordinate: str) -> str:
+    """Path of ``group:artifact:version``'s jar in the local Maven repository, fetched from
+    Maven Central by ``mvn dependency:get`` on first use. Raises ``RuntimeError``."""
+    group, artifact, version = coordinate.split(":")
+    jar = os.path.join(m2_repo(), *group.split("."), artifact, version,
+                       f"{artifact}-{version}.jar")
+    if os.path.exists(jar):
+        return jar
+    cmd = ["mvn", "-q", "-B", "dependency:get", f"-Dartifact={coordinate}",
+           "-Dtransitive=false"]
+    if "FLIGHTSRV_M2_REPO" in os.environ:
+        cmd.append(f"-Dmaven.repo.local={m2_repo()}")
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except OSError as exc:
+        raise RuntimeError(f"fetching {coordinate} needs Maven (mvn): {exc}") from None
+    if r.returncode != 0 or not os.path.exists(jar):
+        raise RuntimeError(f"could not fetch {coordinate}: {(r.stdout + r.stderr)[-400:]}")
+    return jar
+
+
+def spark_venv(base: str | None = None) -> str:
+    """Python of a virtualenv with PySpark ``SPARK_VERSION`` (cached like ``duckdb_venv``)."""
+    return _venv(f"spark-{SPARK_VERSION}", SPARK_PACKAGES, base)
+
+
+def spark_rows(python: str, queries: list[dict]) -> dict:
+    """Run ``queries`` ([{name, format: delta|iceberg, path, version, arrow}]) with Spark
+    and the connector jars of ``SPARK_JARS``; name -> {arrow: file} | {error}."""
+    spec = {"jars": [maven_jar(c) for c in SPARK_JARS], "queries": queries}
+    r = subprocess.run([python, "-c", SPARK_SCRIPT, json.dumps(spec)], capture_output=True,
+                       text=True, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"Spark {SPARK_VERSION} reader failed: {r.stderr[-800:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":  # python -m flightsrv.testing.interop: build the venv (CI)
