@@ -1,6 +1,7 @@
 """Issue 14: every retained flightsrv version readable as Delta Lake and as Iceberg v3, DVs
-included, by the real readers (deltalake's DV-aware ``scan()``, pyiceberg ``StaticTable``,
-DuckDB 1.5.5's ``delta_scan`` / ``iceberg_scan``), local and on S3 (moto).
+included, by the real readers (deltalake's DV-aware ``scan()``, pyiceberg ``StaticTable``),
+local and on S3 (moto). DuckDB 1.5.5's ``delta_scan`` / ``iceberg_scan``, and every kind of
+commit, are in the reader matrix (tests/test_interop_matrix.py).
 
 The table (``flightsrv.testing.interop.scenario``): appends, inline and object DV deletes,
 metadata-only deletes (whole row groups, a whole file), a splice, a compaction, then an
@@ -27,8 +28,6 @@ from flightsrv.table.mirror.dvs import un_z85
 from flightsrv.testing.interop import (
     canonical,
     delta_rows,
-    duckdb_rows,
-    duckdb_venv,
     iceberg_rows,
     scenario,
 )
@@ -303,46 +302,6 @@ def test_types_map_to_both_formats(local_uri):
                 assert gv == wv, (k, gv, wv)
 
 
-# -- DuckDB 1.5.5 (its extension wheels, in a virtualenv of their own) -----------------
-
-
-@pytest.fixture(scope="session")
-def duckdb155():
-    try:
-        return duckdb_venv()
-    except (RuntimeError, OSError) as exc:
-        pytest.skip(f"DuckDB 1.5.5 with its delta/iceberg extension wheels could not be "
-                    f"installed in a virtualenv: {exc}")
-
-
-def test_duckdb_delta_scan_and_iceberg_scan(published, duckdb155, s3_server):
-    wh, t, result = published
-    loc = _location(t)
-    path = _reader_path(t)
-    meta = result.locations["iceberg"]
-    meta = meta.removeprefix("file://")
-    queries = []
-    for v in t.log.versions():
-        queries.append({"name": f"delta-{v}",
-                        "sql": f"SELECT id FROM delta_scan('{path}', version => {v}) ORDER BY id"})
-        queries.append({"name": f"iceberg-{v}",
-                        "sql": f"SELECT id FROM iceberg_scan('{meta}', snapshot_from_id => {v + 1})"
-                               " ORDER BY id"})
-    s3 = None
-    if loc.startswith("s3://"):
-        env = s3_server.env()
-        s3 = {"key": env["AWS_ACCESS_KEY_ID"], "secret": env["AWS_SECRET_ACCESS_KEY"],
-              "endpoint": env["AWS_ENDPOINT_URL"].split("://", 1)[1],
-              "region": env["AWS_REGION"]}
-    out = duckdb_rows(duckdb155, queries, s3=s3)
-    for v in t.log.versions():
-        want = [str(r["id"]) for r in canonical(t.to_table(["id"], version=v))]
-        for fmt in ("delta", "iceberg"):
-            got = out[f"{fmt}-{v}"]
-            assert "error" not in got, (fmt, v, got.get("error"))
-            assert [r[0] for r in got["rows"]] == want, (fmt, v)
-
-
 def test_drop_removes_mirrors_and_a_new_incarnation_starts_over(local_uri):
     wh = Warehouse.open(local_uri)
     t = wh.create_table("d", pa.schema([("id", pa.int64())]),
@@ -404,3 +363,30 @@ def test_mirrors_follow_renames_and_drops(local_uri):
         else wh.table("evolving")
     result = t.publish("all")
     _assert_all_versions(t, result)
+
+
+def test_delta_features_continue_from_an_older_mirror(local_uri):
+    """A Delta log published before flightsrv recorded the features it declares (no
+    ``commitInfo.flightsrv.features``) declared ``columnMapping`` and ``deletionVectors`` from
+    its first version; a later publish continues with them (a declared feature stays)."""
+    from flightsrv.store.base import PutMode
+    from flightsrv.table.mirror.delta import DeltaMirror, commit_key
+
+    wh = Warehouse.open(local_uri)
+    wh.sql("CREATE TABLE o (id BIGINT)")
+    wh.sql("INSERT INTO o VALUES (1)")
+    t = wh.table("o")
+    t = getattr(t, "_table", t)
+    t.publish("delta")
+    dm = DeltaMirror(t)
+    assert dm.declared(1) == set()  # nothing needed yet: protocol 1 / 2
+    raw, _ = t.store.get(commit_key(1))
+    actions = [json.loads(line) for line in raw.decode().splitlines()]
+    for a in actions:
+        a.get("commitInfo", {}).get("flightsrv", {}).pop("features", None)
+    t.store.put(commit_key(1), "".join(json.dumps(a) + "\n" for a in actions).encode(),
+                mode=PutMode.OVERWRITE)
+    wh.sql("INSERT INTO o VALUES (2)")
+    t.publish("delta")
+    assert dm.declared(2) == {"columnMapping", "deletionVectors"}
+    assert canonical(delta_rows(_reader_path(t), 2)) == canonical(t.to_table())

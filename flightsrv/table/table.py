@@ -310,8 +310,38 @@ class Table:
 
     def add_column(self, name: str, type: pa.DataType, *, nullable: bool = True,
                    default=None) -> Manifest:
-        """``ALTER TABLE t ADD COLUMN``: rows already written read ``default`` (or NULL)."""
-        return self._evolve("add_column", name, type, nullable=nullable, default=default)
+        """``ALTER TABLE t ADD COLUMN``: rows already written read ``default`` (or NULL).
+        Refused with a default on a table with rows that publishes a Delta mirror (the
+        ``publish.formats`` property names it, or its log exists): Delta cannot give rows
+        already written a value without rewriting them (docs/INTEROP.md §5)."""
+        from flightsrv.table import evolution
+
+        delta = default is not None and self._publishes_delta()
+
+        def mutate(head):
+            head = require_table(head, self.name)
+            m = evolution.add_column(head, self.name, name, type, nullable=nullable,
+                                     default=default)
+            if delta and any(f.rows > f.deleted_rows for f in head.data_files):
+                raise ConfigurationError(
+                    "ADD COLUMN ... DEFAULT on a table that publishes a Delta mirror: Delta "
+                    "readers would read NULL, not the default, for the rows already written "
+                    "(Delta cannot express a default for them without rewriting the files); "
+                    "add the column without DEFAULT and set it with UPDATE, or stop "
+                    "publishing Delta (publish.formats = 'iceberg')",
+                    table=self.name, column=name, version=head.version)
+            return m
+
+        return self.commit(mutate)
+
+    def _publishes_delta(self) -> bool:
+        from flightsrv.table.mirror import publisher
+
+        head = self.log.head()
+        if head is not None and "delta" in publisher.parse_formats(
+                head.properties.get(publisher.PROPERTY)):
+            return True
+        return "delta" in publisher.mirrors_present(self)
 
     def rename_column(self, old: str, new: str) -> Manifest | None:
         return self._evolve("rename_column", old, new)

@@ -36,7 +36,12 @@ from flightsrv.table.deletes import INLINE_LIMIT, OBJECT_FORMAT_BYTE
 from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.mirror.common import Diff, diff, put_once, table_location
 from flightsrv.table.mirror.dvs import MirrorDV, mirror_dv, z85
-from flightsrv.table.mirror.types import MappedSchema, delta_stats, map_schema
+from flightsrv.table.mirror.types import (
+    MappedSchema,
+    UnsupportedForMirror,
+    delta_stats,
+    map_schema,
+)
 
 log = logging.getLogger("flightsrv.mirror")
 
@@ -66,6 +71,76 @@ def log_version(key: str) -> tuple[int, str] | None:
     if rest == "checkpoint.parquet":
         return int(head), "checkpoint"
     return None
+
+
+DELETION_VECTORS, COLUMN_MAPPING = "deletionVectors", "columnMapping"
+
+
+def needs_column_mapping(m: Manifest) -> bool:
+    """Whether version ``m`` needs column mapping: from the first rename (a column's name
+    is no longer the name data files hold it under) or drop (files still hold the dropped
+    column, and a later column may be given its name). ``m.schemas`` keeps every earlier
+    schema, so once true it stays true."""
+    current = {f.get("id") for f in m.schema["fields"]}
+    for s in list(m.schemas) + [m.schema]:
+        for f in s["fields"]:
+            if f.get("physical", f["name"]) != f["name"] or f.get("id") not in current:
+                return True
+    return False
+
+
+def needed_features(m: Manifest, mapped: MappedSchema) -> set[str]:
+    """The reader (and writer) table features version ``m`` itself needs. A version
+    declares these plus whatever the version before it declared: a feature, once declared,
+    stays (Delta removes one only by its own drop-feature protocol)."""
+    out = set(mapped.delta_features)
+    if any(f.dv is not None or f.deleted_row_groups for f in m.data_files):
+        out.add(DELETION_VECTORS)
+    if needs_column_mapping(m):
+        out.add(COLUMN_MAPPING)
+    return out
+
+
+def check_expressible(table: str, m: Manifest) -> None:
+    """Refuse a version Delta cannot express: a column added with ``DEFAULT v`` while data
+    files written before it are live. flightsrv reads ``v`` for their rows
+    (``initial_default``), but Delta has no such notion (a Delta reader reads NULL for a
+    column a file lacks), and giving those rows the value means rewriting the files, which
+    publishing never does (docs/INTEROP.md §3.1). Only a version whose schema changed, or
+    the first one published, needs the check: files added later are written with the
+    column, and a version after a refused one is never published."""
+    for f in m.schema["fields"]:
+        if f.get("initial_default") is None or "id" not in f:
+            continue
+        for df in m.data_files:
+            if df.rows - df.deleted_rows <= 0:
+                continue  # no live row reads the column
+            written = m.schema_by_id(df.schema_id)
+            if not any(w.get("id") == f["id"] for w in written["fields"]):
+                raise UnsupportedForMirror(
+                    "Delta cannot give rows written before ADD COLUMN ... DEFAULT the default "
+                    "(a Delta reader would read NULL): rewrite their rows (UPDATE t SET c = c) "
+                    "and expire the versions before that (VACUUM t RETAIN n VERSIONS), or "
+                    "publish Iceberg only",
+                    table=table, column=f["name"], version=m.version, file=df.path,
+                    format="delta")
+
+
+def _without_mapping(struct: dict) -> dict:
+    """A Delta struct type without column-mapping metadata (mode ``none``: readers resolve
+    columns by name, which equals the name in the files until the first rename)."""
+    def strip(t):
+        if not isinstance(t, dict):
+            return t
+        if t["type"] == "struct":
+            return {"type": "struct", "fields": [
+                dict(f, type=strip(f["type"]), metadata={}) for f in t["fields"]]}
+        if t["type"] == "array":
+            return dict(t, elementType=strip(t["elementType"]))
+        if t["type"] == "map":
+            return dict(t, keyType=strip(t["keyType"]), valueType=strip(t["valueType"]))
+        return t
+    return strip(struct)
 
 
 class DeltaMirror:
@@ -138,51 +213,79 @@ class DeltaMirror:
             rm["deletionVector"] = dv
         return {"remove": rm}
 
-    def _protocol_and_metadata(self, m: Manifest, mapped: MappedSchema) -> list[dict]:
-        features = sorted({"deletionVectors", "columnMapping"} | mapped.delta_features)
-        protocol = {"minReaderVersion": READER_VERSION, "minWriterVersion": WRITER_VERSION,
-                    "readerFeatures": features, "writerFeatures": features}
+    def _protocol_and_metadata(self, m: Manifest, mapped: MappedSchema,
+                               features: set[str]) -> list[dict]:
+        if features:
+            names = sorted(features)
+            protocol = {"minReaderVersion": READER_VERSION, "minWriterVersion": WRITER_VERSION,
+                        "readerFeatures": names, "writerFeatures": names}
+        else:  # nothing a plain Parquet reader of the log lacks
+            protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+        mapping = COLUMN_MAPPING in features
+        config = {}
+        if DELETION_VECTORS in features:
+            config["delta.enableDeletionVectors"] = "true"
+        if mapping:
+            config["delta.columnMapping.mode"] = "name"
+            config["delta.columnMapping.maxColumnId"] = str(mapped.last_column_id)
+        schema = mapped.delta if mapping else _without_mapping(mapped.delta)
         meta = {"id": m.table_uuid, "name": self.table.name,
                 "format": {"provider": "parquet", "options": {}},
-                "schemaString": json.dumps(mapped.delta, separators=(",", ":")),
-                "partitionColumns": [],
-                "configuration": {"delta.enableDeletionVectors": "true",
-                                  "delta.columnMapping.mode": "name",
-                                  "delta.columnMapping.maxColumnId": str(mapped.last_column_id)},
+                "schemaString": json.dumps(schema, separators=(",", ":")),
+                "partitionColumns": [], "configuration": config,
                 "createdTime": m.created_at_ms}
         return [{"protocol": protocol}, {"metaData": meta}]
 
-    def _commit_info(self, m: Manifest) -> dict:
+    def _commit_info(self, m: Manifest, features: set[str]) -> dict:
         return {"commitInfo": {
             "timestamp": m.created_at_ms, "operation": _OPERATIONS.get(m.operation, "WRITE"),
             "operationParameters": {}, "engineInfo": "flightsrv", "isBlindAppend": False,
             "flightsrv": {"version": m.version, "table_uuid": m.table_uuid,
-                          "commit_id": m.commit_id, "operation": m.operation}}}
+                          "commit_id": m.commit_id, "operation": m.operation,
+                          "features": sorted(features)}}}
+
+    def declared(self, version: int) -> set[str]:
+        """The table features published version ``version`` declares (a commit written
+        before features were tracked declared all three)."""
+        info = self.commit_info(version)
+        if info is None or "features" not in info:
+            return {DELETION_VECTORS, COLUMN_MAPPING} | (
+                map_schema(self.table.log.load(version).schema, ("delta",)).delta_features)
+        return set(info["features"])
 
     # -- publishing -----------------------------------------------------------------
     def actions(self, prev: Manifest | None, m: Manifest, mapped: MappedSchema,
-                out_files: list) -> tuple[list[dict], Diff | None]:
+                out_files: list, features: set[str],
+                prev_features: set[str] | None = None) -> tuple[list[dict], Diff | None]:
         """The actions of version ``m``: a diff against ``prev``, or the whole table when
         ``prev`` is None (the first published version)."""
         if prev is None:
-            acts = self._protocol_and_metadata(m, mapped)
+            acts = self._protocol_and_metadata(m, mapped, features)
             acts += [self._add(f, m, mapped, out_files) for f in m.data_files]
-            return acts + [self._commit_info(m)], None
+            return acts + [self._commit_info(m, features)], None
         d = diff(prev, m)
-        # a schema change (ALTER TABLE) is a new metaData action in the same commit
-        acts = self._protocol_and_metadata(m, mapped) if prev.schema != m.schema else []
+        # a schema change (ALTER TABLE) or a newly needed table feature is a new protocol
+        # and metaData in the same commit
+        changed = prev.schema != m.schema or features != prev_features
+        acts = self._protocol_and_metadata(m, mapped, features) if changed else []
         acts += [self._remove(f, m, out_files) for f in d.removed]
         for old, new in d.redeleted:
             acts.append(self._remove(old, m, out_files))
             acts.append(self._add(new, m, mapped, out_files))
         acts += [self._add(f, m, mapped, out_files) for f in d.added]
-        return acts + [self._commit_info(m)], d
+        return acts + [self._commit_info(m, features)], d
 
-    def publish(self, prev: Manifest | None, m: Manifest, *, checkpoint_interval: int) -> dict:
-        """Write version ``m`` (``prev`` None: the mirror starts here). Returns figures."""
+    def publish(self, prev: Manifest | None, m: Manifest, *, checkpoint_interval: int,
+                prev_features: set[str] | None = None) -> dict:
+        """Write version ``m`` (``prev`` None: the mirror starts here; ``prev_features``:
+        the features ``prev``'s commit declared). Returns figures, ``features`` included.
+        Raises ``UnsupportedForMirror`` when Delta cannot express the version."""
         mapped = map_schema(m.schema, ("delta",))
+        if prev is None or prev.schema != m.schema:
+            check_expressible(self.table.name, m)
+        features = needed_features(m, mapped) | (prev_features or set())
         out_files: list = []
-        acts, d = self.actions(prev, m, mapped, out_files)
+        acts, d = self.actions(prev, m, mapped, out_files, features, prev_features)
         written = 0
         for key, data in out_files:
             written += len(data) if put_once(self.store, key, data) else 0
@@ -190,21 +293,26 @@ class DeltaMirror:
         won = put_once(self.store, commit_key(m.version), body)
         figures = {"version": m.version, "actions": len(acts) - 1, "bytes": len(body) + written,
                    "changed_files": d.changed_files if d else len(m.data_files),
-                   "published": won}
+                   "published": won, "features": features}
         if prev is None and m.version > 0:
-            self.checkpoint(m, mapped)  # readers need a checkpoint where the log starts
+            # readers need a checkpoint where the log starts
+            self.checkpoint(m, mapped, features)
         elif checkpoint_interval and m.version and m.version % checkpoint_interval == 0:
-            self.checkpoint(m, mapped)
+            self.checkpoint(m, mapped, features)
             figures["checkpoint"] = True
         return figures
 
     # -- checkpoints ----------------------------------------------------------------
-    def checkpoint(self, m: Manifest, mapped: MappedSchema | None = None) -> None:
+    def checkpoint(self, m: Manifest, mapped: MappedSchema | None = None,
+                   features: set[str] | None = None) -> None:
         """Write the classic checkpoint of version ``m`` (CREATE; idempotent) and move
-        ``_last_checkpoint`` forward to it."""
+        ``_last_checkpoint`` forward to it. ``features``: what its commit declared (None:
+        read them from the commit)."""
         mapped = mapped or map_schema(m.schema, ("delta",))
+        if features is None:
+            features = self.declared(m.version)
         out_files: list = []
-        rows = self._protocol_and_metadata(m, mapped)
+        rows = self._protocol_and_metadata(m, mapped, features)
         rows += [self._add(f, m, mapped, out_files) for f in m.data_files]
         for key, data in out_files:
             put_once(self.store, key, data)

@@ -34,7 +34,7 @@ from flightsrv.table.mirror import iceberg as iceberg_mod
 from flightsrv.table.mirror.common import FORMATS, incarnation, table_location
 from flightsrv.table.mirror.delta import DeltaMirror
 from flightsrv.table.mirror.iceberg import IcebergMirror, snapshot_id
-from flightsrv.table.mirror.types import map_schema
+from flightsrv.table.mirror.types import UnsupportedForMirror, map_schema
 
 log = logging.getLogger("flightsrv.mirror")
 
@@ -115,9 +115,11 @@ def _publish_delta(table, head: Manifest, start: int, result: PublishResult, pro
     done = []
     v = start if last is None else last + 1
     prev = None if last is None else table.log.load(last)
+    features = None if last is None else dm.declared(last)
     while v <= head.version:
         m = table.log.load(v)
-        figures = dm.publish(prev, m, checkpoint_interval=interval)
+        figures = dm.publish(prev, m, checkpoint_interval=interval, prev_features=features)
+        features = figures["features"]
         result.bytes_written += figures["bytes"]
         result.changed_files += figures["changed_files"]
         done.append(v)
@@ -240,14 +242,20 @@ def publish(table, formats=FORMATS, *, progress=None) -> PublishResult:
     if progress is not None:
         progress.total = None
         progress.unit = " versions"
+    refused = None
     try:
         if "delta" in formats:
-            _publish_delta(table, head, start, result, progress)
+            try:
+                _publish_delta(table, head, start, result, progress)
+            except UnsupportedForMirror as exc:
+                refused = exc  # a version Delta cannot express: Iceberg is still published
         if "iceberg" in formats:
             _publish_iceberg(table, head, start, result, progress)
     finally:
         if progress is not None and hasattr(progress, "finish"):
             progress.finish()
+    if refused is not None:
+        raise refused
     log.info("publish", extra={"table": table.name, "version": head.version,
                                "formats": ",".join(formats),
                                "changed_files": result.changed_files})

@@ -25,6 +25,7 @@ import struct
 from dataclasses import dataclass, field
 
 from flightsrv.errors import ConfigurationError
+from flightsrv.table.schema import max_field_id
 
 
 class UnsupportedForMirror(ConfigurationError):
@@ -73,6 +74,8 @@ class MappedSchema:
     delta_features: set = field(default_factory=set)
     #: the table's own field id (as the manifest's statistics key it) → column name
     by_id: dict = field(default_factory=dict)
+    #: top-level column name → the name data files hold it under
+    physical: dict = field(default_factory=dict)
 
     def named(self, stats: dict) -> dict:
         """File statistics keyed by column name (format 2 keys them by field id)."""
@@ -87,12 +90,17 @@ def _unsupported(col: str, t, fmt: str):
 
 class _Mapper:
     def __init__(self, fields: list[dict]):
-        # nested ids come after every top-level id (format 2 ids are stable, so they may
-        # exceed the column count once columns were dropped)
-        self.next_id = max([len(fields)] + [int(f["id"]) for f in fields if "id" in f])
+        # a field without an id (format 1) gets one after every id present, top-level
+        # ones (1..n) first, then nested ones depth-first; format 2 gives every field,
+        # nested ones included, a stable id of its own
+        self.next_id = max([len(fields), max_field_id(fields)])
         self.features: set[str] = set()
 
-    def new_id(self) -> int:
+    def new_id(self, f: dict | None = None) -> int:
+        """The id of nested field ``f``: its own (format 2 gives nested fields stable ids,
+        which are also the Parquet field ids in its data files), else the next free one."""
+        if f is not None and "id" in f:
+            return int(f["id"])
         self.next_id += 1
         return self.next_id
 
@@ -133,7 +141,7 @@ def _nested(mapper: _Mapper, col: str, t, fid: int, formats: set[str]) -> tuple:
     """(iceberg type, delta type, name-mapping children) of a possibly nested type."""
     if isinstance(t, dict) and t["type"] in ("list", "large_list", "fixed_size_list"):
         item = t["item"]
-        eid = mapper.new_id()
+        eid = mapper.new_id(item)
         ice, dlt, nm = _nested(mapper, f"{col}.element", item["type"], eid, formats)
         iceberg = {"type": "list", "element-id": eid, "element": ice,
                    "element-required": not item.get("nullable", True)}
@@ -143,7 +151,7 @@ def _nested(mapper: _Mapper, col: str, t, fid: int, formats: set[str]) -> tuple:
                                  **({"fields": nm} if nm else {})}]
     if isinstance(t, dict) and t["type"] == "map":
         key, item = t["key"], t["item"]
-        kid, vid = mapper.new_id(), mapper.new_id()
+        kid, vid = mapper.new_id(key), mapper.new_id(item)
         kice, kdlt, knm = _nested(mapper, f"{col}.key", key["type"], kid, formats)
         vice, vdlt, vnm = _nested(mapper, f"{col}.value", item["type"], vid, formats)
         iceberg = {"type": "map", "key-id": kid, "key": kice, "value-id": vid, "value": vice,
@@ -155,7 +163,7 @@ def _nested(mapper: _Mapper, col: str, t, fid: int, formats: set[str]) -> tuple:
                                 {"field-id": vid, "names": ["value"], **({"fields": vnm} if vnm
                                                                          else {})}]
     if isinstance(t, dict) and t["type"] == "struct":
-        ids = [mapper.new_id() for _ in t["fields"]]
+        ids = [mapper.new_id(sub) for sub in t["fields"]]
         ice_fields, dlt_fields, nms = [], [], []
         for sub, sid in zip(t["fields"], ids):
             ice, dlt, nm = _nested(mapper, f"{col}.{sub['name']}", sub["type"], sid, formats)
@@ -169,6 +177,37 @@ def _nested(mapper: _Mapper, col: str, t, fid: int, formats: set[str]) -> tuple:
     ice = mapper.iceberg_type(col, t) if "iceberg" in formats else None
     dlt = mapper.delta_type(col, t) if "delta" in formats else None
     return ice, dlt, []
+
+
+def iceberg_default(value, t, column: str):
+    """A column default as stored in our schema (the statistics encoding: dates as days,
+    timestamps and times as integers in their unit, decimals and strings as strings, binary
+    as hex) in Iceberg's JSON single-value serialization (spec Appendix C: dates, times and
+    timestamps as ISO-8601 strings, decimals as strings with ``scale`` digits, binary as
+    hex). Raises ``UnsupportedForMirror`` for a value ISO-8601 cannot hold."""
+    kind = t["type"] if isinstance(t, dict) else t
+    try:
+        if kind == "date32":
+            return (dt.date(1970, 1, 1) + dt.timedelta(days=int(value))).isoformat()
+        if kind == "decimal":
+            import decimal
+
+            q = decimal.Decimal(1).scaleb(-int(t["scale"]))
+            return format(decimal.Decimal(value).quantize(q), "f")
+        if kind == "timestamp":
+            per_s = {"us": 10**6, "ns": 10**9}[t["unit"]]
+            secs, frac = divmod(int(value), per_s)
+            text = (dt.datetime(1970, 1, 1) + dt.timedelta(seconds=secs)).isoformat(
+                timespec="seconds") + f".{frac:0{len(str(per_s)) - 1}d}"
+            return text + ("+00:00" if t.get("tz") else "")
+        if kind == "time":
+            secs, us = divmod(int(value), 10**6)
+            return (dt.datetime(1970, 1, 1) + dt.timedelta(seconds=secs)).time().isoformat(
+                timespec="seconds") + f".{us:06d}"
+    except (OverflowError, ValueError, KeyError) as exc:
+        raise UnsupportedForMirror("column default has no Iceberg JSON form", column=column,
+                                   value=value, format="iceberg", error=str(exc)) from None
+    return value  # booleans, numbers, strings, hex binary: the same JSON
 
 
 def _delta_field(f: dict, dtype, fid: int) -> dict:
@@ -189,8 +228,14 @@ def map_schema(schema: dict, formats=("delta", "iceberg")) -> MappedSchema:
         # its position
         i = int(f["id"]) if "id" in f else pos
         ice, dlt, nm = _nested(mapper, f["name"], f["type"], i, formats)
-        ice_fields.append({"id": i, "name": f["name"], "required": not f.get("nullable", True),
-                           "type": ice})
+        ice_field = {"id": i, "name": f["name"], "required": not f.get("nullable", True),
+                     "type": ice}
+        if "iceberg" in formats:
+            for ours, theirs in (("initial_default", "initial-default"),
+                                 ("write_default", "write-default")):
+                if f.get(ours) is not None:
+                    ice_field[theirs] = iceberg_default(f[ours], f["type"], f["name"])
+        ice_fields.append(ice_field)
         dlt_fields.append(_delta_field(f, dlt, i))
         # files hold the column under its physical name (its name when first written)
         mapping.append({"field-id": i, "names": [f.get("physical", f["name"])],
@@ -200,7 +245,8 @@ def map_schema(schema: dict, formats=("delta", "iceberg")) -> MappedSchema:
     return MappedSchema(iceberg={"type": "struct", "fields": ice_fields},
                         delta={"type": "struct", "fields": dlt_fields},
                         last_column_id=mapper.next_id, name_mapping=mapping, columns=columns,
-                        delta_features=mapper.features, by_id=by_id)
+                        delta_features=mapper.features, by_id=by_id,
+                        physical={f["name"]: f.get("physical", f["name"]) for f in fields})
 
 
 # -- statistics --------------------------------------------------------------------------
@@ -257,13 +303,15 @@ def iceberg_stats(mapped: MappedSchema, stats: dict, rows: int) -> dict:
 
 
 def delta_stats(mapped: MappedSchema, stats: dict, rows: int, *, tight: bool) -> str:
-    """The ``stats`` string of a Delta ``add`` action, keyed by physical column name."""
+    """The ``stats`` string of a Delta ``add`` action, keyed by physical column name (as
+    the Delta protocol keys statistics under column mapping)."""
     mins, maxs, nulls = {}, {}, {}
-    for name, entry in mapped.named(stats).items():
-        col = mapped.columns.get(name)
+    for logical, entry in mapped.named(stats).items():
+        col = mapped.columns.get(logical)
         if col is None or not isinstance(col[2], str):
             continue
         kind = col[2]
+        name = mapped.physical.get(logical, logical)
         if entry.get("nulls") is not None:
             nulls[name] = int(entry["nulls"])
         enc = _DELTA_BOUNDS.get(kind)
