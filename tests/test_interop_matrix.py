@@ -49,10 +49,16 @@ class Matrix:
 
 @pytest.fixture(scope="module", params=["local", "s3"])
 def matrix(request, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
     if request.param == "local":
         uri = str(tmp_path_factory.mktemp("matrix") / "wh")
     else:
-        request.getfixturevalue("moto_s3")
+        # module scope: the AWS_* environment of the moto server stays set for every reader
+        # of this module's tests (s3_server's per-test monkeypatch cannot span them)
+        for key, value in request.getfixturevalue("moto_s3").env().items():
+            mp.setenv(key, value)
+        mp.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+        mp.delenv("AWS_PROFILE", raising=False)
         uri = f"s3://{BUCKET}/matrix-{uuid.uuid4().hex[:8]}"
     wh = Warehouse.open(uri)
     t = matrix_scenario(wh)
@@ -79,8 +85,9 @@ def matrix(request, tmp_path_factory):
     assert heads[step("delete: a whole file")].summary["files_removed"] == 1
     assert heads[step("append (partitioned)")].summary["files_added"] > 1
     loc = f"{wh.uri.rstrip('/')}/{t.name}"
-    return Matrix(uri, t, loc.removeprefix("file://"), res.locations["iceberg"], versions,
-                  {v: canonical(t.to_table(version=v)) for v in versions})
+    yield Matrix(uri, t, loc.removeprefix("file://"), res.locations["iceberg"], versions,
+                 {v: canonical(t.to_table(version=v)) for v in versions})
+    mp.undo()
 
 
 def _diff(got: list[dict], want: list[dict]) -> str:
