@@ -25,7 +25,9 @@ def sql_error(e: Exception, sql: str, names: PublicNames | None = None) -> SqlEr
     """DuckDB's error ``e`` as the user's: its first line, with no internal relation name
     (``names``: the statement's; any left over is replaced anyway)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return SqlError.from_engine((names or PublicNames()).message(msg), statement=st._short(sql))
+    err = SqlError.from_engine((names or PublicNames()).message(msg), statement=st._short(sql))
+    err.engine_class = type(e).__name__
+    return err
 
 
 
