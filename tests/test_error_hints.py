@@ -153,6 +153,16 @@ def test_time_travel_hints_name_the_columns_of_the_version_read(server):
     assert caret.index("^") == line.index("p.nic") and caret.count("^") == len("p.nic")
 
 
+def test_metadata_functions_offer_their_own_columns(server):
+    uri, conn, _ = server
+    text = adbc_error(conn, "SELECT versoin FROM flightsrv_history('people')")
+    assert text.startswith('Binder Error: Referenced column "versoin" not found')
+    hint, _, line, caret = text.splitlines()[1:]
+    assert hint.startswith('Candidate bindings: "version"')
+    assert line == "LINE 1: SELECT versoin FROM flightsrv_history('people')"
+    assert caret.index("^") == line.index("versoin")
+
+
 def test_own_errors_point_at_the_users_text(server):
     uri, conn, _ = server
     text = adbc_error(conn, "SELECT *\n  FROM read_csv('/etc/passwd')")

@@ -9,6 +9,8 @@ in a scratch database that holds only a catalog:
 - an empty table per table the statement references, with the columns (and DuckDB types)
   of the version it reads: DuckDB's "Candidate bindings", "Did you mean" and function
   candidates come from the same schema plain DuckDB would see;
+- a table macro per flightsrv metadata function the statement calls, giving no row of the
+  function's schema;
 - for an unknown table, also an empty one-column table per name the caller may see
   (``names``: the tables the principal may list; at most :data:`MAX_NAMES`, the nearest by
   DuckDB's ``levenshtein`` when there are more), so "Did you mean" never names a table the
@@ -65,9 +67,12 @@ class Help:
 
 
 def explain(text: str, tables: Mapping[str, pa.Schema], names: Iterable[str] = (),
-            missing: str | None = None) -> Help | None:
+            missing: str | None = None,
+            functions: Mapping[str, tuple[int, pa.Schema]] | None = None) -> Help | None:
     """DuckDB's error for ``text`` over a catalog of ``tables`` (name -> schema) and, when
-    ``missing`` names a table that does not exist, the visible ``names``; None when DuckDB
+    ``missing`` names a table that does not exist, the visible ``names``; ``functions``:
+    flightsrv's metadata table functions the text calls (name -> (number of arguments,
+    result schema)), each a table macro giving no row of that schema. None when DuckDB
     binds it, or when the scratch database cannot be made or is busy."""
     if len(text) > MAX_TEXT or not _SLOTS.acquire(blocking=False):
         return None
@@ -75,6 +80,7 @@ def explain(text: str, tables: Mapping[str, pa.Schema], names: Iterable[str] = (
         con = _scratch()
         try:
             _catalog(con, tables, names, missing)
+            _functions(con, functions or {})
             return _bind(con, text)
         finally:
             con.close()
@@ -186,6 +192,23 @@ def _catalog(con: duckdb.DuckDBPyConnection, tables: Mapping[str, pa.Schema],
             con.unregister("fsrv_names")
     for name in others:
         con.execute(f"CREATE TABLE {_quote(name)} (fsrv_unused INTEGER)")
+
+
+def _functions(con: duckdb.DuckDBPyConnection,
+               functions: Mapping[str, tuple[int, pa.Schema]]) -> None:
+    """A table macro per function, giving no row of its schema (DuckDB's own types for
+    it); no table is added, so no hint can name one."""
+    for name, (arity, schema) in functions.items():
+        con.register("fsrv_shape", schema.empty_table())
+        try:
+            columns = con.execute("DESCRIBE fsrv_shape").fetchall()
+        finally:
+            con.unregister("fsrv_shape")
+        select = ", ".join(f"CAST(NULL AS {typ}) AS {_quote(col)}"
+                           for col, typ, *_ in columns)
+        params = ", ".join(f"fsrv_a{i}" for i in range(arity))
+        con.execute(f"CREATE MACRO {_quote(name)}({params}) AS TABLE "
+                    f"SELECT {select} LIMIT 0")
 
 
 def _blank_time_travel(text: str) -> str:

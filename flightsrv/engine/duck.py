@@ -884,17 +884,31 @@ class DuckEngine:
                     return exc.with_detail("\n" + block)
         return None
 
-    def _tables_of(self, stmt: st.Statement, sql: str
-                   ) -> tuple[dict[str, pa.Schema], str | None] | None:
+    def _tables_of(self, stmt: st.Statement, sql: str) -> tuple[
+            dict[str, pa.Schema], str | None, dict[str, tuple[int, pa.Schema]]] | None:
         """(name -> schema of the version read, for each table ``stmt`` reads or writes;
-        the first name that is no table), or None when the statement reads more than
-        tables (metadata functions, relations bound by name)."""
+        the first name that is no table; each metadata function it calls -> (its number of
+        arguments, its result's schema)), or None when the statement reads relations bound
+        by name."""
         binding = stmt.binding
-        if binding is None or binding.functions or binding.extras:
+        if binding is None or binding.extras:
             return None
         pinner = self._pinner()
         tables: dict[str, pa.Schema] = {}
         missing = None
+        functions: dict[str, tuple[int, pa.Schema]] = {}
+        for node in binding.functions:
+            name = binder.function_name(node.this)
+            if name in binder.WAREHOUSE_FUNCTIONS:
+                functions.setdefault(name, (0, mx.TABLES_SCHEMA))
+                continue
+            table = sqlplan.metadata_table_name(node.this.expressions[0].name, sql)
+            if name not in functions:
+                try:
+                    functions[name] = (1, mx.metadata_relation(self.warehouse, name,
+                                                               table).schema)
+                except TableNotFound:
+                    missing = missing or table
         refs = [(ref.name, *sqlplan._time_travel(ref, sql)) for ref in binding.tables]
         if getattr(stmt, "table", "") and not isinstance(stmt, (st.CreateTable,
                                                                  st.CreateTableAs)):
@@ -906,7 +920,7 @@ class DuckEngine:
                 missing = missing or name
                 continue
             tables.setdefault(name.lower(), schema)
-        return tables, missing
+        return tables, missing, functions
 
     def _explain(self, sql: str, exc: SqlError) -> diagnose.Help | None:
         """DuckDB's error for ``sql`` as the user typed it, when it explains ``exc``."""
@@ -914,7 +928,7 @@ class DuckEngine:
         got = self._tables_of(stmt, sql)
         if got is None or got[1] is not None:
             return None
-        found = diagnose.explain(sql, got[0])
+        found = diagnose.explain(sql, got[0], functions=got[2])
         if found is None or not diagnose.accepts(exc.engine_class, exc.message, found):
             return None
         return found
@@ -931,7 +945,7 @@ class DuckEngine:
             got = self._tables_of(_parse(sql), sql)
         except FlightsrvError:
             got = None
-        if got is not None and got[1] == missing:
+        if got is not None and got[1] == missing and not got[2]:
             found = diagnose.explain(sql, got[0], self.list_tables(), missing=missing)
             if found is not None and found.kind == "CatalogException" and \
                     missing.lower() in found.first.lower():
