@@ -216,3 +216,37 @@ def test_the_log_never_keeps_the_hint_lines():
         logged = StatementText(mode).error_text(err, str(err), "SELECT nme FROM people "
                                                 "WHERE name = 'ann'")
         assert "\n" not in logged and "LINE" not in logged and "Candidate" not in logged
+
+
+def test_diagnoses_at_once_each_see_their_own_catalog_and_no_file():
+    """Each diagnosis binds against its own cursor's temporary tables; the scratch
+    database opens no file and reads no Python variable."""
+    import threading
+
+    import pyarrow as pa
+
+    from flightsrv.engine.diagnose import Scratch
+
+    scratch = Scratch(concurrent=8)
+    got: dict[int, str] = {}
+
+    def diagnose(i: int) -> None:
+        schema = pa.schema([(f"name_{i}", pa.string()), ("id", pa.int64())])
+        found = scratch.explain("SELECT nme FROM t", {"t": schema})
+        got[i] = found.detail if found else ""
+
+    try:
+        threads = [threading.Thread(target=diagnose, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, detail in got.items():
+            assert f'"name_{i}"' in detail and detail.count("name_") == 1, (i, detail)
+        secret_rows = pa.table({"x": ["root:x:0:0"]})  # noqa: F841 - a replacement scan's bait
+        for text in ("SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM secret_rows"):
+            found = scratch.explain(text, {})
+            assert found is not None and "root:" not in found.first + found.detail
+    finally:
+        scratch.close()
+    assert Scratch(concurrent=0).explain("SELECT nme FROM t", {}) is None  # busy: no help

@@ -183,6 +183,8 @@ class DuckEngine:
         #: phase 2 of UPDATE/MERGE: a database that can open no file at all
         self._sandbox = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  temp_directory=temp_directory))
+        #: where an error of the user's statement is asked again, against its own text
+        self._scratch = diagnose.Scratch()
         self._dml = Dml(self)
         self._writes = Writes(self)
         #: (sql, signature of the referenced tables' schemas) -> (result schema, parameter
@@ -197,6 +199,7 @@ class DuckEngine:
     def close(self) -> None:
         self._cursors.close()
         self._sandbox.close()
+        self._scratch.close()
 
     # -- Engine: metadata ----------------------------------------------------------------
 
@@ -859,7 +862,7 @@ class DuckEngine:
                                                      .startswith(("syntax error",
                                                                   "cannot tokenize"))):
             # DuckDB's parser on the user's text: where it fails too, its words and caret
-            found = diagnose.parse_error(sql)
+            found = self._scratch.parse_error(sql)
             if found is not None:
                 err = SqlError.from_engine(found.first, statement=st._short(sql))
                 err.engine_class = found.kind
@@ -928,7 +931,7 @@ class DuckEngine:
         got = self._tables_of(stmt, sql)
         if got is None or got[1] is not None:
             return None
-        found = diagnose.explain(sql, got[0], functions=got[2])
+        found = self._scratch.explain(sql, got[0], functions=got[2])
         if found is None or not diagnose.accepts(exc.engine_class, exc.message, found):
             return None
         return found
@@ -946,11 +949,11 @@ class DuckEngine:
         except FlightsrvError:
             got = None
         if got is not None and got[1] == missing and not got[2]:
-            found = diagnose.explain(sql, got[0], self.list_tables(), missing=missing)
+            found = self._scratch.explain(sql, got[0], self.list_tables(), missing=missing)
             if found is not None and found.kind == "CatalogException" and \
                     missing.lower() in found.first.lower():
                 return TableNotFound(exc.message, **context).with_detail(found.detail)
-        hint = diagnose.suggestion(missing, self.list_tables())
+        hint = self._scratch.suggestion(missing, self.list_tables())
         if hint is None:
             return None
         return TableNotFound(exc.message, **context).with_detail(hint)
