@@ -43,6 +43,11 @@ BIND_ERRORS = [
     "SELEC 1",
     "SELECT * FROM people WHERE",
 ]
+#: statements that bind and fail on a value: DuckDB points at the expression
+VALUE_ERRORS = [
+    "SELECT 'abc'::INT AS n FROM people",
+    "SELECT id,\n  CAST(name AS DATE) AS d\nFROM people WHERE id = 2",
+]
 #: statements that name a table that does not exist
 MISSING = [
     "SELECT * FROM peple",
@@ -95,6 +100,7 @@ def adbc_error(conn, statement: str) -> str:
     what pyarrow appends after it (``. Detail: Python exception: ...``)."""
     with conn.cursor() as cur, pytest.raises(adbc_driver_manager.Error) as exc:
         cur.execute(statement)
+        cur.fetchall()  # an error of a value may come with the rows
     text = str(exc.value).split("[FlightSQL] ", 1)[1]
     text = text.split("\n. Detail:")[0]
     return re.sub(r"^(SqlError|TableNotFound): ", "", text)
@@ -106,6 +112,14 @@ def test_adbc_error_is_what_duckdb_says_for_the_users_text(server, statement):
     got = _split(adbc_error(conn, statement))
     assert got == duckdb_says(statement)
     assert "__fsrv" not in got[0] + got[1]
+
+
+@pytest.mark.parametrize("statement", VALUE_ERRORS)
+def test_a_value_errors_caret_is_moved_onto_the_users_text(server, statement):
+    """DuckDB's caret for the text flightsrv ran, placed on the same text in the user's
+    statement: what plain DuckDB shows for the same statement over the same rows."""
+    uri, conn, _ = server
+    assert _split(adbc_error(conn, statement)) == duckdb_says(statement)
 
 
 @pytest.mark.parametrize("statement", MISSING)

@@ -846,12 +846,15 @@ class DuckEngine:
         statement's tables and the tables the caller may see; for a syntax error DuckDB's
         parser's; for flightsrv's own error at a known position, a caret there. Unchanged
         when there is no better answer (or anything goes wrong finding one)."""
-        if exc.detail or extra:
+        if getattr(exc, "helped", False) or extra:
             return exc
         try:
-            return self._help(exc, sql) or exc
+            found = self._help(exc, sql)
         except Exception:  # noqa: BLE001 - help is a courtesy: the error itself stands
-            return exc
+            found = None
+        found = found or exc
+        found.helped = True
+        return found
 
     def _help(self, exc: FlightsrvError, sql: str) -> FlightsrvError | None:
         if isinstance(exc, TableNotFound):
@@ -874,7 +877,7 @@ class DuckEngine:
             err = SqlError.from_engine(found.first, **exc.context)
             err.engine_class = found.kind
             return err.with_detail(found.detail)
-        if exc.engine_text:
+        if exc.engine_text or exc.detail:
             return None
         line, col = exc.context.get("line"), exc.context.get("col")
         if isinstance(line, int) and isinstance(col, int) and \
