@@ -21,12 +21,24 @@ def _fmt(message: str, context: dict) -> str:
 
 
 class FlightsrvError(Exception):
-    """Base class. ``context`` holds the key=value pairs shown in the message."""
+    """Base class. ``context`` holds the key=value pairs shown in the message.
+
+    ``detail``: lines shown after the one-line message and its context (DuckDB's hints and
+    its ``LINE n:`` with the caret under the statement, :meth:`with_detail`); empty for
+    most errors."""
+
+    detail = ""
 
     def __init__(self, message: str, **context):
         self.message = message
         self.context = context
         super().__init__(_fmt(message, context))
+
+    def with_detail(self, detail: str) -> "FlightsrvError":
+        """This error with ``detail`` shown on the lines after its message."""
+        self.detail = detail
+        self.args = (_fmt(self.message, self.context) + ("\n" + detail if detail else ""),)
+        return self
 
 
 class ConfigurationError(FlightsrvError):
@@ -113,9 +125,11 @@ class SqlError(ConfigurationError):
 
     ``engine_text``: the message is DuckDB's own text, which may quote any value DuckDB
     read (a row's, a literal's); the client that sent the statement sees it, a redacted
-    log never does (:mod:`flightsrv.server.logs`)."""
+    log never does (:mod:`flightsrv.server.logs`). ``engine_class``: DuckDB's exception
+    class when the message is DuckDB's (``BinderException``)."""
 
     engine_text = False
+    engine_class: str | None = None
 
     @classmethod
     def from_engine(cls, message: str, **context) -> "SqlError":

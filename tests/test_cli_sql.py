@@ -119,12 +119,24 @@ def test_format_parquet_to_a_file_and_to_stdout(target, tmp_path):
     assert piped.cast(ITEMS.schema).equals(ITEMS)
 
 
-def test_errors_are_one_line_and_leave_no_output_file(target, tmp_path):
+def _statement_failed(proc, *needles: str) -> list[str]:
+    """A statement's error: one line naming it, then DuckDB's caret block under it."""
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("flightsrv: error: "), lines
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert lines[-2].startswith("LINE 1: ") and set(lines[-1].strip()) == {"^"}, lines
+    return lines
+
+
+def test_errors_name_the_statement_and_leave_no_output_file(target, tmp_path):
     out = tmp_path / "never.csv"
-    failed(run("sql", "SELEC 1", *target, "--format", "csv", "--output", out), 1,
-           "syntax error", "SELEC 1")
+    lines = _statement_failed(run("sql", "SELEC 1", *target, "--format", "csv", "--output",
+                                  out), "syntax error", "SELEC 1")
+    assert lines[-2:] == ["LINE 1: SELEC 1", "        ^^^^^"]  # as DuckDB's CLI shows it
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name != "token"]
-    failed(run("sql", "SELECT * FROM nope", *target), 1, "nope")
+    _statement_failed(run("sql", "SELECT * FROM nope", *target), "nope")
 
 
 def test_statements_that_write_answer_rows_affected(target, warehouse):
@@ -148,7 +160,8 @@ def test_script_on_stdin_and_from_a_file(target, tmp_path):
     f.write_text("SELECT 2 AS a; SELEC; SELECT 3 AS a;")
     proc = run("sql", *target, "-f", f, "--format", "jsonl")
     assert proc.returncode == 1 and proc.stdout.strip() == '{"a": 2}'  # stops at the error
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-2:] == ["LINE 1: SELEC", "        ^^^^^"], proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_server_auth_errors_are_one_line(server, tmp_path):
@@ -203,8 +216,9 @@ def test_the_shell_runs_multi_line_statements_and_keeps_history(warehouse, tmp_p
     out, err = capsys.readouterr()
     assert out.splitlines() == ['"id","name"', "1,\"ann\"", "2,", "items", '{"s": "a;b"}']
     assert [ln for ln in err.splitlines() if ln.startswith("flightsrv: error:")] == [
-        ("flightsrv: error: syntax error: Invalid expression / Unexpected token "
-         "(statement='SELEC 1' line=1 col=7)")]
+        ("flightsrv: error: Parser Error: syntax error at or near \"SELEC\" "
+         "(statement='SELEC 1')")]
+    assert "LINE 1: SELEC 1\n        ^^^^^\n" in err  # DuckDB's parser, on the user's text
     saved = history.read_text()
     assert "+SELECT id,\n+  name\n+FROM items" in saved and "+.tables" in saved
 

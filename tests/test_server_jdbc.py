@@ -280,6 +280,17 @@ def test_execute_update_counts(java_program, servers):
     assert servers["wh"].table("t").count_rows() == 16
 
 
+def test_errors_show_duckdbs_hint_and_caret(java_program, servers):
+    """What the driver's SQLException says: DuckDB's hint and its caret under the user's
+    own statement, on lines of their own (docs/SERVER.md, "Error codes")."""
+    got = java_program(_url(servers["plain"], token="jdbc-token"), "errors")
+    assert 'Candidate bindings: "v"' in got["column"], got
+    assert "\nLINE 1: SELECT vv FROM t\n               ^^\n" in got["column"], got
+    assert "no such table" in got["table"] and 'Did you mean "t"?' in got["table"], got
+    assert "\nLINE 1: SELECT * FROM tt\n                      ^^\n" in got["table"], got
+    assert "__fsrv" not in got["column"] + got["table"]
+
+
 def test_login_errors(java_program, servers):
     port = servers["plain"]
     assert java_program(_url(port, user="ann", password="ann-pw"), "login")["login"] == 42

@@ -589,7 +589,10 @@ class PlainError(FlightsrvError):
 
 def error_text(exc: BaseException) -> str:
     """One line for an error: the message (class name first for errors that are not the
-    caller's to fix), an OS error's reason and file, or an unexpected error's class."""
+    caller's to fix), an OS error's reason and file, or an unexpected error's class; then,
+    for an error of a statement, DuckDB's hints and its ``LINE n:`` with the caret under
+    the statement as the user typed it (the error's ``detail``), as DuckDB's CLI shows
+    them."""
     import pyarrow as pa
 
     from flightsrv.errors import _fmt
@@ -598,9 +601,9 @@ def error_text(exc: BaseException) -> str:
         # the message's first line, then its key=value context (which a multi-line message
         # would otherwise push off the line)
         text = one_line(_fmt(one_line(exc.message), exc.context))
-        if isinstance(exc, (ConfigurationError, PlainError)):
-            return text
-        return f"{type(exc).__name__}: {text}"
+        if not isinstance(exc, (ConfigurationError, PlainError)):
+            text = f"{type(exc).__name__}: {text}"
+        return text + (f"\n{exc.detail}" if exc.detail else "")
     if isinstance(exc, OSError) and exc.strerror:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"

@@ -314,7 +314,9 @@ def _remote_error(exc: Exception, uri: str) -> RemoteError:
             head, _, tail = text.partition(marker)
             text = f"{head.strip()} {tail}"
     text = text.split(". Detail:")[0].split("Detail: Python exception")[0]
-    return RemoteError(one_line(text), server=uri)
+    # the lines after the first: DuckDB's hints and caret under the user's statement
+    first, _, detail = text.strip().partition("\n")
+    return RemoteError(one_line(first), server=uri).with_detail(detail.rstrip())
 
 
 def _user() -> str:

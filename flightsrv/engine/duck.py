@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from flightsrv.engine import guard
+from flightsrv.engine import diagnose, guard
 from flightsrv.engine import maintenance as mx
 from flightsrv.engine import relations as rels
 from flightsrv.engine.api import (
@@ -84,15 +84,18 @@ from flightsrv.engine.relations import native_failure, native_root
 from flightsrv.errors import (
     ConfigurationError,
     CorruptObject,
+    FlightsrvError,
     ObjectNotFound,
     PermissionDenied,
     SqlError,
     TableNotFound,
 )
+from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import names
+from flightsrv.sql.diag import caret_block
 from flightsrv.sql.names import PublicNames
 from flightsrv.runtime import text_cache
 
@@ -184,6 +187,8 @@ class DuckEngine:
         #: phase 2 of UPDATE/MERGE: a database that can open no file at all
         self._sandbox = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  temp_directory=temp_directory))
+        #: where an error of the user's statement is asked again, against its own text
+        self._scratch = diagnose.Scratch()
         self._dml = Dml(self)
         self._writes = Writes(self)
         #: (sql, signature of the referenced tables' schemas) -> (result schema, parameter
@@ -198,6 +203,7 @@ class DuckEngine:
     def close(self) -> None:
         self._cursors.close()
         self._sandbox.close()
+        self._scratch.close()
 
     # -- Engine: metadata ----------------------------------------------------------------
 
@@ -229,6 +235,13 @@ class DuckEngine:
     def prepare(self, sql: str, session: Session,
                 params: pa.RecordBatch | None = None, *,
                 cancel: Cancel | None = None) -> Prepared:
+        try:
+            return self._prepare(sql, session, params, cancel=cancel)
+        except (SqlError, TableNotFound) as e:
+            raise self._helped(e, sql) from None
+
+    def _prepare(self, sql: str, session: Session, params: pa.RecordBatch | None,
+                 *, cancel: Cancel | None) -> Prepared:
         stmt = _parse(sql)
         # one pin per table for the whole prepare (parameter types and the result schema)
         pinner = self._pinner()
@@ -308,6 +321,14 @@ class DuckEngine:
                       extra: dict[str, pa.Table] | None = None) -> QueryResult:
         """Run a statement that returns rows. ``extra``: relations bound by name for this
         statement only (the Python API's Arrow sources; the server never passes any)."""
+        try:
+            return self._execute_query(sql, session, params, cancel=cancel, extra=extra)
+        except (SqlError, TableNotFound) as e:
+            raise self._helped(e, sql, extra) from None
+
+    def _execute_query(self, sql: str, session: Session, params: pa.RecordBatch | None,
+                       *, cancel: Cancel | None,
+                       extra: dict[str, pa.Table] | None) -> QueryResult:
         stmt = _parse(sql)
         if isinstance(stmt, st.Maintenance):
             self._check_role(stmt, session)
@@ -824,6 +845,15 @@ class DuckEngine:
                        params: pa.RecordBatch | None = None, *,
                        cancel: Cancel | None = None, info: ExecInfo | None = None,
                        extra: dict[str, pa.Table] | None = None) -> int:
+        try:
+            return self._execute_update(sql, session, params, cancel=cancel, info=info,
+                                        extra=extra)
+        except (SqlError, TableNotFound) as e:
+            raise self._helped(e, sql, extra) from None
+
+    def _execute_update(self, sql: str, session: Session, params: pa.RecordBatch | None,
+                        *, cancel: Cancel | None, info: ExecInfo | None,
+                        extra: dict[str, pa.Table] | None) -> int:
         stmt = _parse(sql)
         self._check_role(stmt, session)
         if isinstance(stmt, st.Query):
@@ -906,6 +936,132 @@ class DuckEngine:
         return self._writes.ingest(table, mode, data, session, cancel=cancel)
 
 
+    # -- DuckDB's help against the user's own text ------------------------------------------------
+
+    def _helped(self, exc: FlightsrvError, sql: str, extra: dict | None = None
+                ) -> FlightsrvError:
+        """``exc`` with DuckDB's help against the statement as the user typed it (see
+        :mod:`flightsrv.engine.diagnose`): for an error of binding (DuckDB's binder or
+        catalog error, an unknown table) DuckDB's own message, hints ("Candidate
+        bindings", "Did you mean") and caret for the user's text over a catalog of the
+        statement's tables and the tables the caller may see; for a syntax error DuckDB's
+        parser's; for flightsrv's own error at a known position, a caret there. Unchanged
+        when there is no better answer (or anything goes wrong finding one)."""
+        if getattr(exc, "helped", False) or extra:
+            return exc
+        try:
+            found = self._help(exc, sql)
+        except Exception:  # noqa: BLE001 - help is a courtesy: the error itself stands
+            found = None
+        found = found or exc
+        found.helped = True
+        return found
+
+    def _help(self, exc: FlightsrvError, sql: str) -> FlightsrvError | None:
+        if isinstance(exc, TableNotFound):
+            return self._help_missing(exc, sql)
+        if not isinstance(exc, SqlError):
+            return None
+        if exc.engine_class == "ParserException" or (not exc.engine_text and exc.message
+                                                     .startswith(("syntax error",
+                                                                  "cannot tokenize"))):
+            # DuckDB's parser on the user's text: where it fails too, its words and caret
+            found = self._scratch.parse_error(sql)
+            if found is not None:
+                err = SqlError.from_engine(found.first, statement=st._short(sql))
+                err.engine_class = found.kind
+                return err.with_detail(found.detail)
+        if exc.engine_class in _BIND_ERRORS:
+            found = self._explain(sql, exc)
+            if found is None:
+                return None
+            err = SqlError.from_engine(found.first, **exc.context)
+            err.engine_class = found.kind
+            return err.with_detail(found.detail)
+        if exc.engine_text or exc.detail:
+            return None
+        line, col = exc.context.get("line"), exc.context.get("col")
+        if isinstance(line, int) and isinstance(col, int) and \
+                st.number_placeholders(sql)[0] == sql:  # positions are of the text as sent
+            lines = sql.split("\n")
+            if 1 <= line <= len(lines):
+                offset = sum(len(x) + 1 for x in lines[:line - 1]) + col - 1
+                block = caret_block(sql, line, col, diagnose.token_width(sql, offset))
+                if block is not None:
+                    return exc.with_detail("\n" + block)
+        return None
+
+    def _tables_of(self, stmt: st.Statement, sql: str) -> tuple[
+            dict[str, pa.Schema], str | None, dict[str, tuple[int, pa.Schema]]] | None:
+        """(name -> schema of the version read, for each table ``stmt`` reads or writes;
+        the first name that is no table; each metadata function it calls -> (its number of
+        arguments, its result's schema)), or None when the statement reads relations bound
+        by name."""
+        binding = stmt.binding
+        if binding is None or binding.extras:
+            return None
+        pinner = self._pinner()
+        tables: dict[str, pa.Schema] = {}
+        missing = None
+        functions: dict[str, tuple[int, pa.Schema]] = {}
+        for node in binding.functions:
+            name = binder.function_name(node.this)
+            if name in binder.WAREHOUSE_FUNCTIONS:
+                functions.setdefault(name, (0, mx.TABLES_SCHEMA))
+                continue
+            table = sqlplan.metadata_table_name(node.this.expressions[0].name, sql)
+            if name not in functions:
+                try:
+                    functions[name] = (1, mx.metadata_relation(self.warehouse, name,
+                                                               table).schema)
+                except TableNotFound:
+                    missing = missing or table
+        refs = [(ref.name, *sqlplan._time_travel(ref, sql)) for ref in binding.tables]
+        if getattr(stmt, "table", "") and not isinstance(stmt, (st.CreateTable,
+                                                                 st.CreateTableAs)):
+            refs.insert(0, (stmt.table, None, None))  # the target of DML, INSERT, DROP ...
+        for name, version, as_of in refs:
+            try:
+                schema = pinner.pin(name, version, as_of).schema
+            except TableNotFound:
+                missing = missing or name
+                continue
+            tables.setdefault(name.lower(), schema)
+        return tables, missing, functions
+
+    def _explain(self, sql: str, exc: SqlError) -> diagnose.Help | None:
+        """DuckDB's error for ``sql`` as the user typed it, when it explains ``exc``."""
+        stmt = _parse(sql)
+        got = self._tables_of(stmt, sql)
+        if got is None or got[1] is not None:
+            return None
+        found = self._scratch.explain(sql, got[0], functions=got[2])
+        if found is None or not diagnose.accepts(exc.engine_class, exc.message, found):
+            return None
+        return found
+
+    def _help_missing(self, exc: TableNotFound, sql: str) -> TableNotFound | None:
+        """An unknown table: DuckDB's "Did you mean" among the tables the caller may see
+        (:meth:`list_tables`: every principal may list every table, the server has no
+        per-table grants) and, for a statement DuckDB can bind, its caret."""
+        missing = exc.context.get("table")
+        if not isinstance(missing, str) or not binder.is_table_name(missing):
+            return None
+        context = {**exc.context, "statement": st._short(sql)}
+        try:
+            got = self._tables_of(_parse(sql), sql)
+        except FlightsrvError:
+            got = None
+        if got is not None and got[1] == missing and not got[2]:
+            found = self._scratch.explain(sql, got[0], self.list_tables(), missing=missing)
+            if found is not None and found.kind == "CatalogException" and \
+                    missing.lower() in found.first.lower():
+                return TableNotFound(exc.message, **context).with_detail(found.detail)
+        hint = self._scratch.suggestion(missing, self.list_tables())
+        if hint is None:
+            return None
+        return TableNotFound(exc.message, **context).with_detail(hint)
+
     # -- helpers -----------------------------------------------------------------------------------
 
     def _pinner(self) -> sqlplan.Pinner:
@@ -927,6 +1083,10 @@ class DuckEngine:
 
 
 __all__ = ["DuckEngine"]
+
+#: DuckDB's errors of binding a statement (names, types, the catalog): they depend on the
+#: statement and the schemas it reads, never on a row
+_BIND_ERRORS = frozenset({"BinderException", "CatalogException", "ParserException"})
 
 
 #: clauses whose expressions only choose rows: a parameter there cannot type a result column

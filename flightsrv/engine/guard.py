@@ -178,7 +178,9 @@ def _verify_cached(text: str, relations: frozenset[str], columns: frozenset[str]
     try:
         tree = _parse(text)
     except duckdb.Error as e:
-        raise SqlError.from_engine(str(e).splitlines()[0], statement=sql[:200]) from None
+        err = SqlError.from_engine(str(e).splitlines()[0], statement=sql[:200])
+        err.engine_class = type(e).__name__  # the engine explains it on the user's text
+        raise err from None
     if tree.get("error") and "Only SELECT" in str(tree.get("error_message")) \
             and not text.lstrip().lower().startswith("select * from ("):
         # PIVOT / UNPIVOT statements: DuckDB parses the same grammar as a subquery
@@ -190,7 +192,9 @@ def _verify_cached(text: str, relations: frozenset[str], columns: frozenset[str]
         if "Only SELECT" in msg:
             raise SqlError("this query shape cannot be verified (a PIVOT needs an explicit "
                            "IN (...) list)", statement=_short(sql))
-        raise SqlError.from_engine(f"syntax error: {msg}", statement=_short(sql))
+        err = SqlError.from_engine(f"syntax error: {msg}", statement=_short(sql))
+        err.engine_class = "ParserException"  # the engine explains it on the user's text
+        raise err
     statements = tree.get("statements") or []
     if len(statements) != 1:
         raise SqlError("one statement per request", statement=sql[:200])

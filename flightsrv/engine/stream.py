@@ -14,6 +14,8 @@ from flightsrv.engine.api import Cancel, ExecInfo
 from flightsrv.engine.relations import native_failure
 from flightsrv.errors import FlightsrvError, SqlError
 from flightsrv.sql import statements as st
+from flightsrv.sql.binder import RESERVED
+from flightsrv.sql.diag import caret_block
 from flightsrv.sql.names import PublicNames
 
 
@@ -25,7 +27,40 @@ def sql_error(e: Exception, sql: str, names: PublicNames | None = None) -> SqlEr
     """DuckDB's error ``e`` as the user's: its first line, with no internal relation name
     (``names``: the statement's; any left over is replaced anyway)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return SqlError.from_engine((names or PublicNames()).message(msg), statement=st._short(sql))
+    err = SqlError.from_engine((names or PublicNames()).message(msg), statement=st._short(sql))
+    err.engine_class = type(e).__name__
+    block = _caret_for_user(str(e), sql)
+    return err.with_detail("\n" + block) if block else err
+
+
+_LINE_BLOCK = re.compile(r"\n\nLINE (\d+): (.*)\n( *)(\^+)$")
+
+
+def _caret_for_user(message: str, sql: str) -> str | None:
+    """DuckDB's ``LINE n:`` and carets for the text it ran (flightsrv's rewrite of ``sql``)
+    moved onto the user's own text: the marked text, found once on the same line of
+    ``sql`` (else once in all of it); None when it cannot be placed for sure or names an
+    internal relation."""
+    m = _LINE_BLOCK.search(message.rstrip())
+    if m is None:
+        return None
+    line, rendered = int(m.group(1)), m.group(2)
+    col = len(m.group(3)) - len(f"LINE {line}: ")
+    marked = rendered[col:col + len(m.group(4))] if col >= 0 else ""
+    if not marked.strip() or "..." in marked or RESERVED in marked:
+        return None
+    lines = sql.split("\n")
+    candidates = []
+    if 1 <= line <= len(lines) and lines[line - 1].count(marked) == 1:
+        candidates = [(line, lines[line - 1].index(marked))]
+    elif sql.count(marked) == 1:
+        at = sql.index(marked)
+        before = sql[:at].split("\n")
+        candidates = [(len(before), len(before[-1]))]
+    if not candidates:
+        return None
+    n, c = candidates[0]
+    return caret_block(sql, n, c + 1, len(marked))
 
 
 

@@ -13,7 +13,9 @@ Contract:
   log. ``redacted`` and ``off`` never log a message DuckDB, Arrow or Python wrote (DuckDB
   quotes row values in them, unquoted too: ``Invalid Input Error: <value>``): such an error
   is logged as its classes, DuckDB's error kind and the redacted statement; only
-  flightsrv's own messages go through ``redact_message``.
+  flightsrv's own messages go through ``redact_message``. A logged error is one line: the
+  lines after it (an error's ``detail``: DuckDB's hints and its ``LINE n:`` quoting the
+  statement) are never logged, whatever the mode.
 - ``StatementText.redact_message(message, sql, params)``: an error message fit for the log.
   ``full`` keeps it. ``redacted`` and ``off`` show the statement the message quotes as the
   log shows it (``off``: ``<statement>``) and replace by ``?``: every value of the
@@ -143,6 +145,10 @@ class StatementText:
         :meth:`redact_message`; any other (a SqlError carrying DuckDB's message, a raw
         DuckDB or Arrow error, an unexpected exception) is logged as its class, DuckDB's
         error kind (``Conversion Error``, from a fixed list) and the redacted statement."""
+        # one line: the lines after it are DuckDB's hints and its LINE/caret, which quote
+        # the statement's text (the log has the statement on its own, redacted unless
+        # ``full``)
+        text = text.partition("\n")[0]
         if self.mode == "full":
             return text
         if _own_text(error):

@@ -114,9 +114,12 @@ def short_sql(sql: str | None) -> str | None:
 
 
 def _with_context(message: str, **context) -> str:
+    """``message`` with ``context`` it does not name yet, on its first line (the lines after
+    it are DuckDB's hints and caret, :attr:`~flightsrv.errors.FlightsrvError.detail`)."""
+    first, nl, detail = message.partition("\n")
     parts = [f"{k}={v!r}" if k == "statement" else f"{k}={v}"
-             for k, v in context.items() if v is not None and f"{k}=" not in message]  # fmt: skip
-    return f"{message} ({' '.join(parts)})" if parts else message
+             for k, v in context.items() if v is not None and f"{k}=" not in first]  # fmt: skip
+    return (f"{first} ({' '.join(parts)})" if parts else first) + nl + detail
 
 
 class Scrubber:
@@ -157,6 +160,8 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
     if isinstance(exc, (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError)):
         return type(exc)(scrub(str(exc)))
     msg = scrub(_with_context(f"{name}: {exc}", **ctx))
+    if "\n" in msg:  # the caret line ends the message, whatever a client appends after it
+        msg += "\n"
     if isinstance(exc, errors.QueryCancelled):
         if exc.context.get("reason") == "timeout":
             return flight.FlightTimedOutError(msg)

@@ -1,5 +1,6 @@
 """Error construction for the SQL front end: a :class:`~flightsrv.errors.SqlError` that names
-the statement (shortened) and, where sqlglot recorded one, the position of the offending node.
+the statement (shortened) and, where sqlglot recorded one, the position of the offending node;
+:func:`caret_block` points at a position the way DuckDB does (``LINE n:`` and carets).
 """
 
 from __future__ import annotations
@@ -29,6 +30,30 @@ def short(sql: str, limit: int = 200) -> str:
     return repr(s if len(s) <= limit else s[: limit - 3] + "...")
 
 
+#: the widest line :func:`caret_block` shows whole; a longer one is cut around the position
+MAX_LINE = 120
+
+
+def caret_block(text: str, line: int, col: int, width: int = 1) -> str | None:
+    """``LINE n: <line n of text>`` and, below it, ``width`` carets under 1-based column
+    ``col``, as DuckDB prints an error's position (a line longer than :data:`MAX_LINE` is
+    cut to the part around the position, marked ``...``); None for a position outside."""
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines) or col < 1 or col > len(lines[line - 1]) + 1:
+        return None
+    shown, at = lines[line - 1].rstrip("\r"), col - 1
+    if len(shown) > MAX_LINE:
+        start = max(0, at - MAX_LINE // 2)
+        end = min(len(shown), start + MAX_LINE)
+        prefix, suffix = ("..." if start else ""), ("..." if end < len(shown) else "")
+        shown, at = prefix + shown[start:end] + suffix, at - start + len(prefix)
+    head = f"LINE {line}: "
+    return f"{head}{shown}\n{' ' * (len(head) + at)}{'^' * max(1, width)}"
+
+
 def error(message: str, sql: str, node: exp.Expression | None = None, **ctx) -> SqlError:
     line, col = position(node)
     return SqlError(message, statement=short(sql), line=line, col=col, **ctx)
+
+
+__all__ = ["caret_block", "error", "position", "short"]

@@ -67,7 +67,20 @@ public class FlightJdbcCheck {
                 case "query": query(c); break;
                 case "prepared": prepared(c); break;
                 case "update": update(c); break;
+                case "errors": errors(c); break;
                 default: throw new IllegalArgumentException(suite);
+            }
+        }
+    }
+
+    /** The messages a BI tool shows for statements that do not bind. */
+    static void errors(Connection c) throws SQLException {
+        String[][] cases = {{"column", "SELECT vv FROM t"}, {"table", "SELECT * FROM tt"}};
+        for (String[] kv : cases) {
+            try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery(kv[1])) {
+                out(kv[0], "no error");
+            } catch (SQLException e) {
+                out(kv[0], e.getMessage());
             }
         }
     }
