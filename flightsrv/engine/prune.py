@@ -69,6 +69,7 @@ import pyarrow as pa
 
 from flightsrv.sql.types import quote_ident
 from flightsrv.table.manifest import DataFile
+from flightsrv.table.stored import widen
 
 STATS_RELATION = "__fsrv_stats"
 #: IN lists up to this long are checked value by value; longer ones by their range (one
@@ -298,7 +299,7 @@ def _typed(vals: list, t: pa.DataType, cur: pa.DataType) -> pa.Array:
         arr = pa.array([None if v is None else decimal.Decimal(v) for v in vals], t)
     else:
         arr = pa.array(vals, t)
-    return arr if t == cur else arr.cast(cur)
+    return arr if t == cur else widen(arr, cur)
 
 
 def _exact_class(sql_type: str, column: pa.DataType) -> bool:
@@ -689,8 +690,8 @@ class Pruner:
                 lo_a, hi_a = pa.array(mins, raw), pa.array(maxs, raw)
                 if raw != p[1]:  # raw integers in the file's own unit
                     lo_a, hi_a = _from_raw(lo_a, p[1]), _from_raw(hi_a, p[1])
-                if p[1] != t:
-                    lo_a, hi_a = lo_a.cast(t), hi_a.cast(t)
+                if p[1] != t:  # widened since the file was written
+                    lo_a, hi_a = widen(lo_a, t), widen(hi_a, t)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
                     TypeError, OverflowError):
                 continue

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 
 from flightsrv.errors import ConfigurationError
 from flightsrv.table.schema import type_from_json, value_from_json, value_to_json
+from flightsrv.table.stored import widen
 
 UNPARTITIONED = {"spec_id": 0, "fields": []}
 #: partition field ids start above this (as in Iceberg), so they never meet column ids
@@ -430,8 +431,8 @@ def bounds(transform: str, value, source: pa.DataType, file_source: pa.DataType 
     try:
         if kind == "identity":
             v = value_from_json(value, file_source)
-            if file_source != source:
-                v = v.cast(source)
+            if file_source != source:  # widened since (a DATE's infinity stays infinite)
+                v = widen(pa.array([v], file_source), source)[0]
             v = v.as_py()
             return v, v
         if kind in ("year", "month", "day", "hour"):

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from flightsrv.table.schema import physical_name, type_from_json, value_from_json
-from flightsrv.table.stored import from_stored, needs_conversion
+from flightsrv.table.stored import from_stored, needs_conversion, widen
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def apply(table: pa.Table, reads) -> list[pa.Array]:
         if r.cast:
             col = from_stored(col, r.file_type)
             if col.type != r.type:
-                col = col.cast(r.type)
+                col = widen(col, r.type)
         out.append(col)
     return out
 

@@ -167,5 +167,28 @@ def from_stored(arr, t: pa.DataType):
     return _convert(arr, t, _leaf_to_s)
 
 
-__all__ = ["INFINITY", "from_stored", "needs_conversion", "stored_schema", "stored_type",
-           "to_stored"]
+#: DuckDB's (and Arrow's) ±infinity of a DATE, in days
+DATE_INFINITY = 2**31 - 1
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def widen(arr, t: pa.DataType):
+    """Column ``arr`` cast to the type ``t`` it was widened to (docs/PROTOCOL.md §15.4), as
+    DuckDB casts: a DATE's ±infinity becomes the timestamp's ±infinity (Arrow's cast would
+    multiply it into a finite instant, or overflow)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return pa.chunked_array([widen(c, t) for c in arr.chunks], type=t)
+    if not (pa.types.is_date(arr.type) and pa.types.is_timestamp(t)):
+        return arr.cast(t)
+    days = arr.cast(pa.date32()).cast(pa.int32()).cast(pa.int64())
+    inf = pc.equal(pc.abs(days), DATE_INFINITY)
+    try:
+        ticks = pc.multiply_checked(pc.if_else(inf, 0, days), _PER_DAY[t.unit])
+    except pa.ArrowInvalid:
+        raise pa.ArrowInvalid(f"a date is out of the range of {t}") from None
+    signed = pc.if_else(pc.greater(days, 0), INFINITY, -INFINITY)
+    return pc.if_else(inf, signed, ticks).cast(t)
+
+
+__all__ = ["DATE_INFINITY", "INFINITY", "from_stored", "needs_conversion", "stored_schema",
+           "stored_type", "to_stored", "widen"]
