@@ -299,3 +299,16 @@ def test_timestamp_s_stores_every_value_duckdb_does(twin, partitioned):
     assert got.schema.types == want.schema.types
     assert got.column("ts").cast(pa.int64()).to_pylist() == \
         want.column("ts").cast(pa.int64()).to_pylist()
+
+
+def test_a_seconds_value_past_milliseconds_range_is_refused_naming_the_column(tmp_path):
+    """Only an Arrow writer can hand in such a value (DuckDB's TIMESTAMP_S range fits); it
+    was a raw pyarrow overflow message, and nothing is written."""
+    from flightsrv.errors import SchemaMismatch
+
+    t = Warehouse.open(str(tmp_path)).create_table(
+        "t", pa.schema([("k", pa.int32()), ("ts", pa.timestamp("s"))]))
+    far = pa.array([2**62], pa.int64()).cast(pa.timestamp("s"))
+    with pytest.raises(SchemaMismatch, match="column=ts"):
+        t.append(pa.table({"k": pa.array([1], pa.int32()), "ts": far}))
+    assert t.count_rows() == 0
