@@ -346,10 +346,8 @@ def reference(data: list[dict], src: list[dict]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()  # the process's time zone, as the engine's DuckDB
     con.register("_t", arrow_rows(data))
     con.execute("CREATE TABLE t AS SELECT * FROM _t")
-    con.unregister("_t")
     con.register("_src", pa.Table.from_pylist(src, schema=SRC_SCHEMA))
     con.execute("CREATE TABLE src AS SELECT * FROM _src")
-    con.unregister("_src")
     return con
 
 
