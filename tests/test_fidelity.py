@@ -121,11 +121,14 @@ EDGE_ROWS = ("(1, DATE '0044-03-15 (BC)', TIMESTAMP '0044-03-15 (BC) 10:00:00', 
 
 
 @pytest.mark.parametrize("partitioned", ["", "identity(d)", "identity(ts)", "year(d)",
-                                         "day(ts)", "month(tz)"])
+                                         "day(ts)", "month(tz)", "bucket(3, ts)",
+                                         "bucket(2, d)", "bucket(3, tz)"])
 def test_dates_outside_pythons_range_prune_and_partition_as_duckdb(twin, partitioned):
     """BC dates, years past 9999 and ±infinity: pruning a file with a deletion vector, and
     partition values, went through Python ``datetime`` and failed (OverflowError); such a
-    row could not even be deleted by its date."""
+    row could not even be deleted by its date. A bucket partition pruned ``= 'infinity'``
+    by the bucket of ``datetime.max`` (DuckDB's Python value for infinity) and lost the
+    rows."""
     create = "CREATE TABLE t (k INTEGER, d DATE, ts TIMESTAMP, tz TIMESTAMPTZ)"
     twin.plain.execute(create)
     twin.engine.execute_update(create + (f" PARTITIONED BY ({partitioned})" if partitioned
@@ -251,3 +254,61 @@ def test_time_travel_returns_that_versions_schema(twin):
         snap = twin.wh.table("ev").snapshot(version=v)
         assert snap.schema.names == want.schema.names
         assert snap.to_table().sort_by("id").to_pylist() == want.to_pylist()
+
+
+SECONDS_ROWS = ("(1, 'infinity', ['infinity', NULL], {'a': '-infinity'}), "
+                "(2, '-infinity', ['-infinity'], {'a': 'infinity'}), "
+                "(3, '2020-01-01 10:00:00', [], NULL), (4, NULL, NULL, {'a': NULL}), "
+                "(5, '0044-03-15 (BC) 10:00:00', ['12345-01-01 00:00:00'], {'a': '1969-12-31 "
+                "23:59:59'}), (6, '12345-01-01 00:00:01', NULL, NULL), "
+                "(7, '290309-12-22 (BC) 00:00:00', NULL, NULL), "
+                "(8, '294247-01-10 04:00:54', NULL, NULL)")
+
+
+@pytest.mark.parametrize("partitioned", ["", "identity(ts)", "day(ts)", "year(ts)",
+                                         "bucket(3, ts)"])
+def test_timestamp_s_stores_every_value_duckdb_does(twin, partitioned):
+    """TIMESTAMP_S ``'infinity'`` was refused (pyarrow's Parquet writer multiplied it into
+    milliseconds and overflowed); a TIMESTAMP_S, at any depth, is stored in milliseconds
+    with the infinities kept, and reads, pruning (manifest and footer statistics, a file
+    with a deletion vector), partition values and DML by the column agree with DuckDB."""
+    create = "CREATE TABLE t (k INTEGER, ts TIMESTAMP_S, l TIMESTAMP_S[], st STRUCT(a TIMESTAMP_S))"
+    twin.plain.execute(create)
+    twin.engine.execute_update(create + (f" PARTITIONED BY ({partitioned})" if partitioned
+                                         else ""), twin.session)
+    twin.run(f"INSERT INTO t VALUES {SECONDS_ROWS}")
+    twin.run("INSERT INTO t VALUES (9, '2020-01-02', NULL, NULL), (10, 'infinity', NULL, NULL)")
+    show = "SELECT k, ts::VARCHAR AS ts, l::VARCHAR AS l, st::VARCHAR AS st, typeof(ts) AS t, " \
+           "typeof(l) AS lt, typeof(st) AS stt FROM t"
+    twin.same(f"{show} ORDER BY k")
+    twin.run("DELETE FROM t WHERE k = 3")  # a deletion vector on the file(s)
+    for where in ["ts IS NOT NULL", "ts > TIMESTAMP_S '2020-01-01'", "ts = 'infinity'",
+                  "ts < TIMESTAMP '0001-01-01'", "ts = '-infinity'", "NOT isfinite(ts)",
+                  "ts >= TIMESTAMP_S '294247-01-10 04:00:54'", "l[1] = 'infinity'",
+                  "st.a = '-infinity'", "ts BETWEEN '0100-01-01 (BC)' AND '20000-01-01'"]:
+        twin.same(f"{show} WHERE {where} ORDER BY k")
+    for sql in ["UPDATE t SET k = k + 100 WHERE ts = 'infinity'",
+                "DELETE FROM t WHERE ts = '-infinity'",
+                "UPDATE t SET ts = 'infinity', l = ['-infinity'] WHERE k = 9"]:
+        got, want = twin.run(sql)
+        assert got == want[0][0], sql
+        twin.same(f"{show} ORDER BY k")
+    # the Python API reads the same seconds (infinities as DuckDB exports them)
+    got = twin.wh.table("t").snapshot().to_table().sort_by("k")
+    want = twin.plain.sql("SELECT * FROM t ORDER BY k").to_arrow_table()
+    assert got.schema.types == want.schema.types
+    assert got.column("ts").cast(pa.int64()).to_pylist() == \
+        want.column("ts").cast(pa.int64()).to_pylist()
+
+
+def test_a_seconds_value_past_milliseconds_range_is_refused_naming_the_column(tmp_path):
+    """Only an Arrow writer can hand in such a value (DuckDB's TIMESTAMP_S range fits); it
+    was a raw pyarrow overflow message, and nothing is written."""
+    from flightsrv.errors import SchemaMismatch
+
+    t = Warehouse.open(str(tmp_path)).create_table(
+        "t", pa.schema([("k", pa.int32()), ("ts", pa.timestamp("s"))]))
+    far = pa.array([2**62], pa.int64()).cast(pa.timestamp("s"))
+    with pytest.raises(SchemaMismatch, match="column=ts"):
+        t.append(pa.table({"k": pa.array([1], pa.int32()), "ts": far}))
+    assert t.count_rows() == 0

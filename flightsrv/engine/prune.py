@@ -69,6 +69,7 @@ import pyarrow as pa
 
 from flightsrv.sql.types import quote_ident
 from flightsrv.table.manifest import DataFile
+from flightsrv.table.stored import widen
 
 STATS_RELATION = "__fsrv_stats"
 #: IN lists up to this long are checked value by value; longer ones by their range (one
@@ -230,6 +231,14 @@ def _raw_type(t: pa.DataType, md, i: int | None) -> pa.DataType:
     return pa.timestamp(unit, tz=t.tz)
 
 
+def _from_raw(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """Raw footer bounds typed by :func:`_raw_type` as column type ``t``: a timestamp in
+    seconds is stored in milliseconds, ±infinity included (:mod:`flightsrv.table.stored`)."""
+    from flightsrv.table.stored import from_stored, needs_conversion
+
+    return from_stored(arr, t) if needs_conversion(t) else arr.cast(t)
+
+
 def _column_entry(t: pa.DataType, mins: list, maxs: list, encs: list, nulls: list,
                   nans: list, ranges: dict, buckets: dict, *, many: bool,
                   units: int | None) -> dict | None:
@@ -290,7 +299,7 @@ def _typed(vals: list, t: pa.DataType, cur: pa.DataType) -> pa.Array:
         arr = pa.array([None if v is None else decimal.Decimal(v) for v in vals], t)
     else:
         arr = pa.array(vals, t)
-    return arr if t == cur else arr.cast(cur)
+    return arr if t == cur else widen(arr, cur)
 
 
 def _exact_class(sql_type: str, column: pa.DataType) -> bool:
@@ -462,11 +471,14 @@ class Pruner:
         from flightsrv.table.partition import bucket_of
 
         try:
-            return {h for h in bucket_of(nb, pa.array(xs, t)) if h is not None}
+            return {h for h in bucket_of(nb, xs.cast(t)) if h is not None}
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
             return None
 
-    def _exact_values(self, term, t: pa.DataType) -> list | None:
+    def _exact_values(self, term, t: pa.DataType) -> pa.Array | None:
+        """The constants of ``term`` cast to ``t`` by DuckDB, as an Arrow array (a Python
+        value would turn a timestamp's infinity into ``datetime.max``); None unless every
+        cast is exact."""
         from flightsrv.errors import SqlError
         from flightsrv.sql.types import sql_type_name
 
@@ -477,15 +489,15 @@ class Pruner:
         parts = [f"SELECT typeof(o) AS k, CAST(o AS {typ}) AS x, CAST(o AS {typ}) = o AS e "
                  f"FROM (SELECT {o} AS o)" for o in term.operands]
         try:
-            got = self.cursor.execute(" UNION ALL ".join(parts)).fetchall()
+            got = self.cursor.sql(" UNION ALL ".join(parts)).to_arrow_table()
         except Exception:  # noqa: BLE001 - DuckDB cannot cast it: prune nothing
             return None
-        if len(got) != len(term.operands):
+        if got.num_rows != len(term.operands):
             return None
-        for kind, _, exact in got:
+        for kind, exact in zip(got.column("k").to_pylist(), got.column("e").to_pylist()):
             if exact is not True or not _exact_class(str(kind), t):
                 return None
-        return [x for _, x, _ in got]
+        return got.column("x").combine_chunks()
 
     # -- units -----------------------------------------------------------------------------
 
@@ -677,9 +689,9 @@ class Pruner:
                 raw = _raw_type(p[1], md, paths.get(p[0]))
                 lo_a, hi_a = pa.array(mins, raw), pa.array(maxs, raw)
                 if raw != p[1]:  # raw integers in the file's own unit
-                    lo_a, hi_a = lo_a.cast(p[1]), hi_a.cast(p[1])
-                if p[1] != t:
-                    lo_a, hi_a = lo_a.cast(t), hi_a.cast(t)
+                    lo_a, hi_a = _from_raw(lo_a, p[1]), _from_raw(hi_a, p[1])
+                if p[1] != t:  # widened since the file was written
+                    lo_a, hi_a = widen(lo_a, t), widen(hi_a, t)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
                     TypeError, OverflowError):
                 continue

@@ -39,6 +39,7 @@ from flightsrv.table.schema import (
     widening_allowed,
     with_field_ids,
 )
+from flightsrv.table.stored import widen
 
 UPGRADE_HINT = "upgrade the table to format 2 first (flightsrv table upgrade <t>, or SQL " \
                "ALTER TABLE <t> UPGRADE)"
@@ -200,7 +201,7 @@ def alter_column_type(head: Manifest, table: str, name: str, type: pa.DataType) 
             x["type"] = new_t
             for k in ("initial_default", "write_default"):
                 if k in x:
-                    v = value_from_json(x[k], old_t).cast(type)
+                    v = widen(pa.array([value_from_json(x[k], old_t)], old_t), type)[0]
                     x[k] = value_to_json(v, type)
     return _next_schema(head, fields, head.last_column_id, "alter_column_type",
                         {"column": f["name"], "field_id": f["id"], "to": str(type)})

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 
 from flightsrv.errors import ConfigurationError
 from flightsrv.table.schema import type_from_json, value_from_json, value_to_json
+from flightsrv.table.stored import widen
 
 UNPARTITIONED = {"spec_id": 0, "fields": []}
 #: partition field ids start above this (as in Iceberg), so they never meet column ids
@@ -226,14 +227,31 @@ def _decimal_bytes(unscaled: int) -> bytes:
     return unscaled.to_bytes(bits // 8 + 1, "big", signed=True)
 
 
+_INFINITY = 2**63 - 1  # a 64-bit timestamp's +infinity in every unit (DuckDB, Arrow)
+
+
 def _micros(arr: pa.Array) -> np.ndarray:
-    """int64 microseconds since the epoch (floor) of a timestamp array (nulls as 0)."""
+    """int64 microseconds since the epoch (floor) of a timestamp array (nulls as 0). A
+    seconds or milliseconds value past microseconds' range (±infinity: ±(2^63-1) in every
+    unit) becomes microseconds' ±infinity, so it transforms as a TIMESTAMP's infinity does
+    (multiplying would wrap around)."""
     unit = arr.type.unit
     ints = arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
     per = _UNIT_PER_SECOND[unit]
     if per >= 1_000_000:
         return np.floor_divide(ints, per // 1_000_000)
-    return ints * (1_000_000 // per)
+    factor = 1_000_000 // per
+    limit = _INFINITY // factor
+    return np.where(ints > limit, _INFINITY,
+                    np.where(ints < -limit, -_INFINITY, ints * factor))
+
+
+def _as_micros(arr: pa.Array) -> pa.Array:
+    """A naive timestamp array in microseconds (:func:`_micros`) when its unit is coarser
+    (Arrow's calendar functions would overflow on a seconds infinity)."""
+    if _UNIT_PER_SECOND[arr.type.unit] >= 1_000_000:
+        return arr
+    return pa.array(_micros(arr), pa.int64(), mask=_mask(arr)).cast(pa.timestamp("us"))
 
 
 def _longs(arr: pa.Array) -> np.ndarray:
@@ -300,7 +318,7 @@ def apply(transform: str, arr: pa.Array) -> pa.Array:
     if kind == "void":
         return pa.nulls(len(arr), pa.int32())
     if kind in ("year", "month"):
-        src = _utc_naive(arr) if pa.types.is_timestamp(t) else arr
+        src = _as_micros(_utc_naive(arr)) if pa.types.is_timestamp(t) else arr
         years = pc.year(src).fill_null(1970).to_numpy(zero_copy_only=False).astype(np.int64)
         if kind == "year":
             return _int32(years - 1970, nulls)
@@ -413,8 +431,8 @@ def bounds(transform: str, value, source: pa.DataType, file_source: pa.DataType 
     try:
         if kind == "identity":
             v = value_from_json(value, file_source)
-            if file_source != source:
-                v = v.cast(source)
+            if file_source != source:  # widened since (a DATE's infinity stays infinite)
+                v = widen(pa.array([v], file_source), source)[0]
             v = v.as_py()
             return v, v
         if kind in ("year", "month", "day", "hour"):

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from flightsrv.table.schema import physical_name, type_from_json, value_from_json
+from flightsrv.table.stored import from_stored, needs_conversion, widen
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,10 @@ class ColumnRead:
 
     @property
     def cast(self) -> bool:
-        return self.physical is not None and self.file_type != self.type
+        """Whether the file's column needs converting: widened since, or stored as another
+        type (a timestamp in seconds is stored in milliseconds, :mod:`.stored`)."""
+        return self.physical is not None and (self.file_type != self.type
+                                              or needs_conversion(self.file_type))
 
 
 def _key(schema: dict) -> str:
@@ -100,7 +104,9 @@ def apply(table: pa.Table, reads) -> list[pa.Array]:
             continue
         col = table.column(r.physical)
         if r.cast:
-            col = col.cast(r.type)
+            col = from_stored(col, r.file_type)
+            if col.type != r.type:
+                col = widen(col, r.type)
         out.append(col)
     return out
 

@@ -44,6 +44,7 @@ from flightsrv.runtime import Runtime
 from flightsrv.store.base import ObjectStore, PutMode
 from flightsrv.table.manifest import UNPARTITIONED, DataFile, schema_with_ids
 from flightsrv.table.properties import PROPERTIES, value
+from flightsrv.errors import SchemaMismatch
 from flightsrv.table.schema import (
     has_stats,
     physical_arrow_schema,
@@ -52,6 +53,7 @@ from flightsrv.table.schema import (
     schema_to_json,
     stat_to_json,
 )
+from flightsrv.table.stored import INFINITY, stored_schema, to_stored
 
 DEFAULT_TARGET_FILE_SIZE = PROPERTIES["target_file_size"].default
 DEFAULT_ROW_GROUP_BYTES = PROPERTIES["row_group_bytes"].default  # uncompressed; ~2-8 MiB zstd
@@ -167,12 +169,17 @@ def file_stats(md: pq.FileMetaData, layout, nans: dict[str, int] | None = None
                     continue  # all-null row group: no bounds needed
                 a["ok"] = False
                 continue
+            t = top[name][1]
             try:
-                lo, hi = s.min, s.max
+                if pa.types.is_date(t) or pa.types.is_timestamp(t):
+                    # raw integers: no Python datetime holds a BC date, a year past 9999 or
+                    # ±infinity, all of which DuckDB stores
+                    lo, hi = _raw_bound(s.min_raw, t, md, ci, up=False), \
+                        _raw_bound(s.max_raw, t, md, ci, up=True)
+                else:
+                    lo, hi = s.min, s.max
             except (OverflowError, ValueError):
-                # a bound Python cannot hold (a date past year 9999, infinity): no bounds,
-                # the column is never pruned on (DuckDB still reads and filters it)
-                a["ok"] = False
+                a["ok"] = False  # no bounds: the column is never pruned on
                 continue
             a["min"] = lo if a["min"] is None or lo < a["min"] else a["min"]
             a["max"] = hi if a["max"] is None or hi > a["max"] else a["max"]
@@ -182,11 +189,38 @@ def file_stats(md: pq.FileMetaData, layout, nans: dict[str, int] | None = None
         entry = {"nulls": a["nulls"]}
         if nans is not None and name in nans:
             entry["nans"] = nans[name]
-        if a["ok"]:
+        if a["ok"] and (pa.types.is_date(t) or pa.types.is_timestamp(t)):
+            entry["min"], entry["max"] = a["min"], a["max"]  # already days / ticks
+        elif a["ok"]:
             entry["min"] = stat_to_json(a["min"], t, is_max=False)
             entry["max"] = stat_to_json(a["max"], t, is_max=True)
         stats[fid] = entry
     return tuple(offsets), stats
+
+
+_PARQUET_UNITS = {"MILLIS": "ms", "MICROS": "us", "NANOS": "ns", "milliseconds": "ms",
+                  "microseconds": "us", "nanoseconds": "ns"}
+_TICKS = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _raw_bound(raw: int, t: pa.DataType, md: pq.FileMetaData, i: int, *, up: bool) -> int:
+    """A date's or timestamp's footer bound (the raw integer of Parquet column ``i``) in the
+    statistics encoding of column type ``t``: days, or ticks of ``t``'s unit. A timestamp in
+    seconds is stored in milliseconds (:mod:`flightsrv.table.stored`): a maximum is rounded
+    up, a minimum down, ±infinity kept."""
+    raw = int(raw)
+    if pa.types.is_date(t):
+        return raw
+    import json
+
+    unit = _PARQUET_UNITS.get(
+        json.loads(md.schema.column(i).logical_type.to_json()).get("timeUnit"), t.unit)
+    if unit == t.unit or abs(raw) == INFINITY:
+        return raw
+    factor = _TICKS[unit] // _TICKS[t.unit]
+    if factor < 1:
+        raise ValueError("a file unit coarser than the column's")
+    return -(-raw // factor) if up else raw // factor
 
 
 def _rows_per_group(batch: pa.RecordBatch, row_group_bytes: int) -> int:
@@ -273,6 +307,8 @@ class DataFileWriter:
         self.layout = WriteLayout.of(layout)
         self.schema = self.layout.arrow  # logical: what callers hand in
         self.physical = physical_arrow_schema(self.layout.schema)
+        #: what the files hold: a timestamp in seconds as milliseconds (``table.stored``)
+        self.stored = stored_schema(self.physical)
         self.runtime = runtime
         self.options = options
         self.version_hint = version_hint
@@ -288,10 +324,21 @@ class DataFileWriter:
         self._dictionary: bool | list[str] = True
 
     def _to_physical(self, t):
-        """A batch/table with the logical names as one with physical names and field ids."""
+        """A batch/table with the logical names as one with physical names, field ids and
+        the types data files store (:mod:`flightsrv.table.stored`)."""
+        cols = t.columns
+        if self.stored is not self.physical:
+            cols = [self._stored_column(c, f) for c, f in zip(cols, self.schema)]
         if isinstance(t, pa.Table):
-            return pa.Table.from_arrays(t.columns, schema=self.physical)
-        return pa.RecordBatch.from_arrays(t.columns, schema=self.physical)
+            return pa.Table.from_arrays(cols, schema=self.stored)
+        return pa.RecordBatch.from_arrays(cols, schema=self.stored)
+
+    @staticmethod
+    def _stored_column(col, field: pa.Field):
+        try:
+            return to_stored(col, field.type)
+        except SchemaMismatch as exc:
+            raise SchemaMismatch(exc.message, column=field.name) from None
 
     def _count_nans(self, group, into: dict | None = None) -> None:
         into = self._nans if into is None else into
@@ -308,7 +355,7 @@ class DataFileWriter:
             fd, tmp = tempfile.mkstemp(suffix=".parquet", prefix="flightsrv-")
             os.close(fd)
         try:
-            w = pq.ParquetWriter(tmp, self.physical, compression=self.options.compression,
+            w = pq.ParquetWriter(tmp, self.stored, compression=self.options.compression,
                                  compression_level=self.options.compression_level,
                                  use_dictionary=self._dictionary,
                                  data_page_size=self.options.data_page_bytes,

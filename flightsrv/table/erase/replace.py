@@ -31,6 +31,7 @@ from flightsrv.store.base import ObjectMeta, PutMode
 from flightsrv.table.erase.results import FileErasure
 from flightsrv.table.manifest import DataFile, Manifest
 from flightsrv.table.schema import physical_arrow_schema
+from flightsrv.table.stored import from_stored
 from flightsrv.table.splice import Copy, SpliceUnsupported, assemble, rewrite_row_groups
 from flightsrv.table.writer import (
     DataFileWriter,
@@ -156,7 +157,8 @@ def _rewrite(table, snap, t: Target, reason: str) -> Replacement:
             read["bytes"] += sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
             tbl = read_row_group(pf, f, g, physical.names, table=table.name,
                                  version=snap.version)
-            tbl = pa.Table.from_arrays(tbl.columns, names=schema.names)
+            tbl = pa.Table.from_arrays([from_stored(c, t) for c, t in
+                                        zip(tbl.columns, schema.types)], names=schema.names)
             if hi > lo:
                 keep = np.ones(n, dtype=bool)
                 keep[t.remove[lo:hi] - start] = False
