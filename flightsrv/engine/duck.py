@@ -578,6 +578,7 @@ class DuckEngine:
         if pruner is not None:
             info.row_groups_pruned += pruner.row_groups_pruned
             info.chunks_pruned += pruner.chunks_pruned
+            info.files_pruned += pruner.chunk_files_pruned
         return rel.file_list
 
     def _mask_function(self, ctx: _Ctx, snap, f) -> str | None:
