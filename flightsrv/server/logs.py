@@ -29,12 +29,13 @@ Contract:
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
 import logging
 import re
 import sys
 import traceback
+
+from flightsrv.runtime import text_cache
 
 #: frames kept when flightsrv formats a traceback for its log or ``--debug``: an explicit
 #: limit, which a running server's ``sys.tracebacklimit = 0`` does not shorten (status.py)
@@ -83,7 +84,7 @@ def configure_json_logging(level: int = logging.INFO, stream=None) -> logging.Ha
 _KEPT = frozenset({"keyword", "identifier", "operator"})
 
 
-@functools.lru_cache(maxsize=2048)
+@text_cache(maxsize=2048)
 def redact_sql(sql: str) -> str:
     """``sql`` on one line with every literal replaced by ``?`` and comments left out.
 
@@ -254,7 +255,7 @@ def _value_pattern(value: str) -> re.Pattern:
     return re.compile(head + re.escape(value) + tail)
 
 
-@functools.lru_cache(maxsize=512)
+@text_cache(maxsize=512)
 def _duck_tokens(sql: str) -> tuple[tuple[str, str], ...] | None:
     """(kind name, text with its trailing space) of each token DuckDB's own tokenizer
     (``duckdb.tokenize``, C++) finds in ``sql``; None for text it refuses. Shared by the
@@ -270,7 +271,7 @@ def _duck_tokens(sql: str) -> tuple[tuple[str, str], ...] | None:
                  for (pos, kind), end in zip(tokens, ends))
 
 
-@functools.lru_cache(maxsize=512)
+@text_cache(maxsize=512)
 def identifier_names(sql: str) -> frozenset[str]:
     """The names ``sql`` spells as identifiers or keywords (lower case, unquoted): the
     double-quoted texts of a message that stay in the log (none for refused text)."""
@@ -284,7 +285,7 @@ def identifier_names(sql: str) -> frozenset[str]:
     return frozenset(out)
 
 
-@functools.lru_cache(maxsize=512)
+@text_cache(maxsize=512)
 def literal_values(sql: str) -> tuple[str, ...]:
     """The values of ``sql``'s string and numeric literals as DuckDB would show them in a
     message: ``'it''s'`` is ``it's``, ``E'a\\nb'`` also ``a<newline>b``, ``$$x$$`` is
