@@ -229,14 +229,16 @@ def test_statement_log_caches_do_not_keep_large_statements():
     (a 10,000-row VALUES list is ~500 kB, and its token tuple many MB)."""
     from flightsrv.server import logs
 
-    for fn in (logs.redact_sql, logs._duck_tokens, logs.identifier_names, logs.literal_values):
+    for fn in (logs.redact_sql, logs._cached_tokens, logs.identifier_names,
+               logs.literal_values):
         fn.cache_clear()
     for k in range(3):
         big = "INSERT INTO ev VALUES " + ", ".join(f"({k}, 'x{i}')" for i in range(8_000))
         assert logs.redact_sql(big).startswith("INSERT INTO ev VALUES (?")
         logs.identifier_names(big)
         logs.literal_values(big)
-    for fn in (logs.redact_sql, logs._duck_tokens, logs.identifier_names, logs.literal_values):
+    for fn in (logs.redact_sql, logs._cached_tokens, logs.identifier_names,
+               logs.literal_values):
         assert fn.cache_chars() == 0  # too large to keep
     small = "INSERT INTO ev VALUES (1, 'x')"
     logs.redact_sql(small)

@@ -105,6 +105,10 @@ class Writes:
         snap = self.engine._pinner().pin(stmt.table)
         target = snap.schema
         resolved = self._resolve_columns(stmt, target)
+        if stmt.width is not None and stmt.width != len(resolved):
+            raise SqlError("INSERT has a different number of values than columns",
+                           statement=st._short(stmt.sql), table=stmt.table,
+                           columns=len(resolved), values=stmt.width)
         types = [duckdb_type(f.type) for f in target]
         if any(t is None for t in types):
             return None  # a type DuckDB cannot spell: the general path passes it through

@@ -33,6 +33,7 @@ import json
 import logging
 import re
 import sys
+import threading
 import traceback
 
 from flightsrv.runtime import text_cache
@@ -255,11 +256,28 @@ def _value_pattern(value: str) -> re.Pattern:
     return re.compile(head + re.escape(value) + tail)
 
 
-@text_cache(maxsize=512)
+_last_large: list = [None, None]  # (text, tokens) of the latest statement too large to cache
+_last_lock = threading.Lock()
+
+
 def _duck_tokens(sql: str) -> tuple[tuple[str, str], ...] | None:
     """(kind name, text with its trailing space) of each token DuckDB's own tokenizer
     (``duckdb.tokenize``, C++) finds in ``sql``; None for text it refuses. Shared by the
-    statement's redaction and the message's, which look at the same statement."""
+    statement's redaction and the message's, which look at the same statement: cached by
+    text, and a statement too large for that cache is kept alone until the next one (one
+    statement's worth of memory)."""
+    if len(sql) <= _TOKENS_KEY_CHARS:
+        return _cached_tokens(sql)
+    with _last_lock:
+        if _last_large[0] == sql:
+            return _last_large[1]
+    tokens = _tokens_of(sql)
+    with _last_lock:
+        _last_large[0], _last_large[1] = sql, tokens
+    return tokens
+
+
+def _tokens_of(sql: str) -> tuple[tuple[str, str], ...] | None:
     import duckdb
 
     try:
@@ -269,6 +287,10 @@ def _duck_tokens(sql: str) -> tuple[tuple[str, str], ...] | None:
     ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
     return tuple((getattr(kind, "name", str(kind)), sql[pos:end])
                  for (pos, kind), end in zip(tokens, ends))
+
+
+_TOKENS_KEY_CHARS = 64 << 10  # longer statements are not kept by the cache
+_cached_tokens = text_cache(maxsize=512, max_key_chars=_TOKENS_KEY_CHARS)(_tokens_of)
 
 
 @text_cache(maxsize=512)

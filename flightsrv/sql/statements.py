@@ -184,6 +184,7 @@ class InsertValues(Insert):
     direct: tuple[tuple[int, int], ...] = ()
     defaults: bool = False  # some position says DEFAULT
     nested: frozenset[int] = frozenset()  # parameters used inside an expression
+    width: int | None = None  # values per row, when every row has as many
 
 
 @dataclass(frozen=True)
@@ -390,7 +391,8 @@ def _insert_values(sql: str) -> InsertValues | None:
     return InsertValues(sql, stub, scan.params, text=sql, spliceable=False, table=scan.table,
                         columns=scan.columns, source=stub.expression, values=scan.values,
                         rows=scan.rows, bare=scan.bare, direct=scan.direct,
-                        defaults=scan.defaults, nested=scan.nested)
+                        defaults=scan.defaults, nested=scan.nested,
+                        width=scan.width)
 
 
 def _parse_statement(sql: str, fast: bool = True) -> Statement:

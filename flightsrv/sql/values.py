@@ -92,6 +92,7 @@ class ValuesScan(NamedTuple):
     direct: tuple[tuple[int, int], ...] = ()
     defaults: bool = False  # some position says DEFAULT
     nested: frozenset[int] = frozenset()  # parameters used inside an expression
+    width: int | None = None  # values per row, when every row has as many
 
 
 def scan_insert_values(sql: str, max_depth: int = 250) -> ValuesScan | None:
@@ -187,7 +188,7 @@ def scan_insert_values(sql: str, max_depth: int = 250) -> ValuesScan | None:
                           body)
     return ValuesScan(table, None if columns is None else tuple(columns), body,
                       rows, qmarks or numbered, bare, tuple(direct), defaults,
-                      frozenset(nested))
+                      frozenset(nested), widths[0] if len(set(widths)) == 1 else None)
 
 
 __all__ = ["KEYWORDS", "TYPE_WORDS", "ValuesScan", "scan_insert_values"]
