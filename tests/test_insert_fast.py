@@ -229,7 +229,7 @@ def test_statement_log_caches_do_not_keep_large_statements():
     (a 10,000-row VALUES list is ~500 kB, and its token tuple many MB)."""
     from flightsrv.server import logs
 
-    for fn in (logs.redact_sql, logs._cached_tokens, logs.identifier_names,
+    for fn in (logs.redact_sql, logs._tokens_of, logs.identifier_names,
                logs.literal_values):
         fn.cache_clear()
     for k in range(3):
@@ -237,9 +237,9 @@ def test_statement_log_caches_do_not_keep_large_statements():
         assert logs.redact_sql(big).startswith("INSERT INTO ev VALUES (?")
         logs.identifier_names(big)
         logs.literal_values(big)
-    for fn in (logs.redact_sql, logs._cached_tokens, logs.identifier_names,
+    for fn in (logs.redact_sql, logs._tokens_of, logs.identifier_names,
                logs.literal_values):
-        assert fn.cache_chars() == 0  # too large to keep
+        assert fn.cache_chars() == 0  # too large to keep (only the latest, alone)
     small = "INSERT INTO ev VALUES (1, 'x')"
     logs.redact_sql(small)
     assert logs.redact_sql.cache_chars() == len(small)
