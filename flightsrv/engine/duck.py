@@ -65,6 +65,7 @@ from flightsrv.engine.api import (
 from flightsrv.engine import maskext
 from flightsrv.engine.connection import CursorSource, open_locked, run_to_arrow
 from flightsrv.engine.context import StatementContext, table_pinner
+from flightsrv.engine.binds import _binds_natively, _native_params
 from flightsrv.engine.dml import Dml
 from flightsrv.engine.group_commit import GroupCommitter
 from flightsrv.engine.params import kind_name, parameter_schema, references, schema_key
@@ -603,6 +604,7 @@ class DuckEngine:
         if pruner is not None:
             info.row_groups_pruned += pruner.row_groups_pruned
             info.chunks_pruned += pruner.chunks_pruned
+            info.files_pruned += pruner.chunk_files_pruned
         return rel.file_list
 
     def _mask_function(self, ctx: _Ctx, snap, f) -> str | None:
@@ -862,6 +864,14 @@ class DuckEngine:
         ctx = _Ctx(session, cancel, info if info is not None else ExecInfo(
             kind=kind_name(stmt)), dict(extra or {}))
         ctx.info.kind = kind_name(stmt)
+        if isinstance(stmt, st.InsertValues):
+            if isinstance(params, pa.Table):
+                params = params.combine_chunks().to_batches()[0] if params.num_rows else None
+            n = self._writes.insert_values(stmt, params, ctx)
+            if n is not None:
+                ctx.info.rows = n
+                return n
+            stmt = st.parse_statement(sql, fast=False)  # the general path binds these
         total = 0
         for values in self._param_rows(stmt, params):
             tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
@@ -1118,53 +1128,3 @@ def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Stateme
     if values and stmt.spliceable and not all(map(_binds_natively, values)):
         return dataclasses.replace(stmt, spliceable=False)
     return stmt
-
-
-def _binds_natively(value: pa.Scalar) -> bool:
-    """Whether DuckDB gets ``value`` whole and typed as bound (:func:`_native_params`): an
-    untyped NULL, or a valid value of a type :func:`_native_type` names whose ``as_py()``
-    holds it (a date or timestamp outside Python's years 1 to 9999 has no Python object).
-    Everything else (decimals, nested values, timestamps in s/ms/ns, a NULL of a type)
-    binds as a typed literal: DuckDB would type the Python object by its value (``{'a': 5}``
-    as ``STRUCT(a INTEGER)`` when bound as BIGINT, ``Decimal('1.50')`` as DECIMAL(3,2))."""
-    if not value.is_valid:
-        return pa.types.is_null(value.type)
-    if _native_type(value.type) is None:
-        return False
-    try:
-        value.as_py()
-    except (OverflowError, ValueError):
-        return False
-    return True
-
-
-@functools.lru_cache(maxsize=64)
-def _native_type(t: pa.DataType) -> str | None:
-    """The DuckDB type name a bound value of Arrow type ``t`` reaches DuckDB as, for the
-    types whose Python objects DuckDB converts exactly (integers of every width, floats,
-    text, bytes, booleans, dates, microsecond times and timestamps); None for the rest.
-    (Names, not ``DuckDBPyType`` objects: those must not outlive the interpreter's
-    shutdown, nanobind reports each one still held as a leak.)"""
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or \
-            pa.types.is_string(t) or pa.types.is_large_string(t) or \
-            pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_date32(t) or \
-            (pa.types.is_time64(t) and t.unit == "us") or \
-            (pa.types.is_timestamp(t) and t.unit == "us"):
-        try:
-            return sqltypes.sql_type_name(t)
-        except SqlError:
-            return None
-    return None
-
-
-def _native_params(values: list[pa.Scalar]) -> list:
-    """Bound values as DuckDB takes them natively, each with the type it was bound with:
-    DuckDB types a plain Python ``int`` by its value (5 as INTEGER), so two BIGINT
-    parameters multiplied overflowed as INT32. An untyped NULL stays ``None``."""
-    from duckdb.value.constant import Value
-
-    out = []
-    for v in values:
-        t = _native_type(v.type) if v.is_valid else None
-        out.append(v.as_py() if t is None else Value(v.as_py(), duckdb.sqltype(t)))
-    return out

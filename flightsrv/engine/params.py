@@ -27,6 +27,8 @@ def parameter_schema(stmt: st.Statement, schema_of) -> pa.Schema:
     types: list[pa.DataType] = [pa.null()] * stmt.param_count
     if not stmt.param_count:
         return pa.schema([])
+    if isinstance(stmt, st.InsertValues):
+        return _values_parameter_schema(stmt, schema_of, types)
     try:
         columns: dict[str, pa.DataType | None] = {}
         tree = stmt.tree.copy()
@@ -72,6 +74,26 @@ def parameter_schema(stmt: st.Statement, schema_of) -> pa.Schema:
                     types[k] = t
     except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
         pass
+    return _announced(types)
+
+
+def _values_parameter_schema(stmt: st.InsertValues, schema_of, types: list) -> pa.Schema:
+    """:func:`parameter_schema` of the INSERT ... VALUES fast path: a parameter standing
+    alone in a VALUES position takes its target column's type (the scan recorded where)."""
+    try:
+        schema = schema_of(stmt.table)
+        names = list(stmt.columns) if stmt.columns is not None else schema.names
+        by_lower = {f.name.lower(): f.type for f in schema}
+        target = [by_lower.get(n.lower()) for n in names]
+        for number, pos in stmt.direct:
+            if 0 < number <= len(types) and pos < len(target) and target[pos] is not None:
+                types[number - 1] = target[pos]
+    except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
+        pass
+    return _announced(types)
+
+
+def _announced(types: list) -> pa.Schema:
     # the JDBC driver (18.x) writes milliseconds into timestamp/time parameter vectors
     # whatever their unit, so announce those in ms (ADBC sends its own types anyway)
     types = [pa.timestamp("ms", t.tz) if pa.types.is_timestamp(t)
@@ -81,6 +103,7 @@ def parameter_schema(stmt: st.Statement, schema_of) -> pa.Schema:
 
 def kind_name(stmt: st.Statement) -> str:
     return {st.Delete: "delete", st.Update: "update", st.Merge: "merge", st.Insert: "insert",
+            st.InsertValues: "insert",
             st.CreateTable: "create", st.CreateTableAs: "create", st.DropTable: "drop",
             st.SetSession: "set", st.Maintenance: "maintenance",
             st.AlterTable: "alter"}.get(type(stmt), "select")

@@ -338,6 +338,7 @@ class Pruner:
         self.schema = schema
         self.manifest = manifest
         self.files_pruned = 0
+        self.chunk_files_pruned = 0  # data files under the chunks pruned
         self.row_groups_pruned = 0
         self.chunks_pruned = 0
         self.chunks_kept = 0
@@ -636,6 +637,8 @@ class Pruner:
         keep = self._run(len(refs), [r.rows for r in refs], cols)
         self.chunks_pruned += len(refs) - len(keep)
         self.chunks_kept += len(keep)
+        # the data files under a pruned chunk were skipped by statistics too
+        self.chunk_files_pruned += sum(r.files for i, r in enumerate(refs) if i not in keep)
         return [r for i, r in enumerate(refs) if i in keep]
 
     def _group_cols(self, f: DataFile, md, groups: Sequence[int],

@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from flightsrv.engine import guard
 from flightsrv.engine import relations as rels
+from flightsrv.engine.binds import _binds_natively, _native_params
 from flightsrv.engine.api import Cancel, IngestMode, Role, Session
 from flightsrv.engine.context import QueryRunner, StatementContext
 from flightsrv.engine.stream import RowCounter, sql_error, stream_batches
@@ -23,7 +24,9 @@ from flightsrv.errors import (
     TableExists,
     TableNotFound,
 )
+from flightsrv.sql import names
 from flightsrv.sql import statements as st
+from flightsrv.sql.names import PublicNames
 from flightsrv.table.schema import write_defaults
 
 
@@ -34,11 +37,9 @@ class Writes:
     def __init__(self, engine: QueryRunner):
         self.engine = engine
 
-    def insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar],
-                ctx: StatementContext) -> int:
-        table = self.engine._table(stmt.table)
-        pinner = self.engine._pinner()
-        target = pinner.pin(stmt.table).schema
+    @staticmethod
+    def _resolve_columns(stmt: st.Insert, target: pa.Schema) -> list[str]:
+        """The INSERT's target columns as the table spells them."""
         columns = list(stmt.columns) if stmt.columns is not None else list(target.names)
         by_lower = {n.lower(): n for n in target.names}
         resolved = []
@@ -49,6 +50,14 @@ class Writes:
             resolved.append(by_lower[c.lower()])
         if len({c.lower() for c in resolved}) != len(resolved):
             raise SqlError("INSERT names a column twice", statement=st._short(stmt.sql))
+        return resolved
+
+    def insert(self, stmt: st.Insert, tree: exp.Expression, values: list[pa.Scalar],
+                ctx: StatementContext) -> int:
+        table = self.engine._table(stmt.table)
+        pinner = self.engine._pinner()
+        target = pinner.pin(stmt.table).schema
+        resolved = self._resolve_columns(stmt, target)
         defaults = write_defaults(pinner.pin(stmt.table).manifest.schema, target)
         if isinstance(tree.expression, exp.Values):
             # as DuckDB's own INSERT: each VALUES expression is cast to its column's type
@@ -68,6 +77,103 @@ class Writes:
             shaped.schema, counter.count(shaped)),
             expected_uuid=pinner.pin(stmt.table).manifest.table_uuid)
         return counter.rows
+
+    def insert_values(self, stmt: st.InsertValues, params: pa.RecordBatch | None,
+                      ctx: StatementContext) -> int | None:
+        """The fast path of ``INSERT INTO t [(cols)] VALUES ...`` (every parameter row of
+        ``params``): DuckDB's own INSERT of the statement's VALUES text (every token on the
+        allow-list of :mod:`flightsrv.sql.values`) into a temporary table typed, constrained
+        and defaulted like ``t``, in the database that can open no file; its rows are then
+        appended in one commit. So DuckDB alone decides each value's type, cast, NULL and
+        DEFAULT, exactly as its INSERT would. Parameters bind natively (one parameter row),
+        or as the columns of ``params`` scanned by ``INSERT ... SELECT`` (a one-row VALUES
+        without DEFAULT: one statement for every parameter row), or one execution per
+        parameter row. None when none of these carries the parameters exactly as the
+        general path would bind them (the caller then runs the general path)."""
+        from flightsrv.sql.plan import params_from_batch
+        from flightsrv.sql.types import duckdb_type, literal_sql, quote_ident
+
+        nparams = stmt.param_count
+        n_rows = 0 if not nparams else (params.num_rows if params is not None else 0)
+        if nparams and not n_rows:
+            raise SqlError("statement has parameters but none were bound",
+                           statement=st._short(stmt.sql), expected=nparams)
+        if nparams and params.num_columns < nparams:
+            raise SqlError("too few parameters", statement=st._short(stmt.sql),
+                           expected=nparams, got=params.num_columns)
+        table = self.engine._table(stmt.table)
+        snap = self.engine._pinner().pin(stmt.table)
+        target = snap.schema
+        resolved = self._resolve_columns(stmt, target)
+        if stmt.width is not None and stmt.width != len(resolved):
+            raise SqlError("INSERT has a different number of values than columns",
+                           statement=st._short(stmt.sql), table=stmt.table,
+                           columns=len(resolved), values=stmt.width)
+        types = [duckdb_type(f.type) for f in target]
+        if any(t is None for t in types):
+            return None  # a type DuckDB cannot spell: the general path passes it through
+        defaults = write_defaults(snap.manifest.schema, target)
+        cols = [quote_ident(c) for c in resolved]
+        # how the parameters reach DuckDB (see the docstring)
+        columns_route = nparams and stmt.rows == 1 and not stmt.defaults and not any(
+            pa.types.is_union(t) for t in params.schema.types[:nparams])
+        rows: list[list] = []
+        if nparams and not (columns_route and n_rows > 1):
+            rows = [params_from_batch(params, r) for r in range(n_rows)]
+            # a NULL of a type binds as an untyped NULL where the parameter is a whole
+            # VALUES position (the column's type decides); inside an expression it must
+            # keep its type, which only the columns route carries
+            if all(_binds_natively(v) or (not v.is_valid and k + 1 not in stmt.nested)
+                   for row in rows for k, v in enumerate(row[:nparams])):
+                rows = [_native_params([v if v.is_valid else pa.scalar(None)
+                                        for v in row[:nparams]]) for row in rows]
+                columns_route = False
+            elif not columns_route:
+                return None
+        temp = "__fsrv_insert"
+        spec = []
+        for f, typ in zip(target, types):
+            col = f"{quote_ident(f.name)} {typ}"
+            if not f.nullable:
+                col += " NOT NULL"
+            if f.name in defaults:
+                col += " DEFAULT " + literal_sql(pa.scalar(defaults[f.name], f.type))
+            spec.append(col)
+        into = f"INSERT INTO {temp} ({', '.join(cols)}) "
+        cur = self.engine._sandbox.cursor()
+        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+            else (lambda: None)
+        public = PublicNames([(temp, names.printed(stmt.table), False)])
+        try:
+            cur.execute(f"CREATE TEMP TABLE {temp} ({', '.join(spec)})")
+            try:
+                if not nparams:
+                    cur.execute(into + "VALUES " + stmt.values)
+                elif columns_route:
+                    source = pa.RecordBatch.from_arrays(
+                        params.columns[:nparams],
+                        names=[f"__fsrv_p{k}" for k in range(1, nparams + 1)])
+                    cur.register("__fsrv_params", source)
+                    exprs = _values_as_columns(stmt.values, nparams)
+                    cur.execute(into + f"SELECT {exprs} FROM __fsrv_params")
+                else:
+                    for row in rows:
+                        ctx.check(stmt.sql)
+                        cur.execute(into + "VALUES " + stmt.values, row)
+                result = cur.sql(f"SELECT * FROM {temp}").to_arrow_table()
+            except duckdb.Error as e:
+                ctx.check(stmt.sql)
+                raise sql_error(e, stmt.sql, public) from None
+        finally:
+            unhook()
+            try:
+                cur.execute(f"DROP TABLE IF EXISTS {temp}")
+            except duckdb.Error:
+                pass
+            cur.close()
+        ctx.check(stmt.sql)
+        self.append(table, result, expected_uuid=snap.manifest.table_uuid)
+        return result.num_rows
 
     @staticmethod
     def cast_values(tree: exp.Insert, fields: list[pa.Field], defaults: dict) -> exp.Insert:
@@ -367,6 +473,19 @@ class Writes:
 #: integers, is stored as DECIMAL(38,0), which holds every HUGEINT value; JSON and UUID as
 #: their text; ENUM as VARCHAR; a fixed-size ARRAY as a list: docs/TYPES.md.)
 _UNSTORABLE = frozenset({"UHUGEINT", "TIME WITH TIME ZONE", "BIT", "BIGNUM", "VARINT"})
+
+
+def _values_as_columns(values: str, nparams: int) -> str:
+    """The one row of a fast-path VALUES text (``($1, $2 + 1)``) as a select list over the
+    parameter columns (``"__fsrv_p1", "__fsrv_p2" + 1``): every ``$n`` outside a string
+    becomes its column (the text was scanned by :mod:`flightsrv.sql.values`, so a ``$``
+    outside a string is always a parameter)."""
+    import re
+
+    inner = values.strip()[1:-1]
+    return re.sub(r"'(?:[^']|'')*'|\$(\d+)",
+                  lambda m: m.group(0) if m.group(1) is None
+                  else f'"__fsrv_p{int(m.group(1))}"', inner)
 
 
 def _unstorable(t) -> str | None:

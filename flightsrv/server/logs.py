@@ -36,7 +36,11 @@ import json
 import logging
 import re
 import sys
+import threading
 import traceback
+from collections import OrderedDict
+
+from flightsrv.runtime import text_cache
 
 #: frames kept when flightsrv formats a traceback for its log or ``--debug``: an explicit
 #: limit, which a running server's ``sys.tracebacklimit = 0`` does not shorten (status.py)
@@ -80,12 +84,54 @@ def configure_json_logging(level: int = logging.INFO, stream=None) -> logging.Ha
     return handler
 
 
+def _statement_cache(maxsize: int):
+    """A cache of a function of one statement's text: :func:`~flightsrv.runtime.text_cache`
+    (bounded by entries and by text; it keeps no text over 64 KiB), plus the latest result
+    for the latest few longer texts (so the several log lines of one large statement, or of
+    a few running at once, compute it once, and memory holds at most ``_LARGE_KEPT`` such
+    statements: each at most ``max_statement_bytes``)."""
+
+    def decorate(fn):
+        cached = text_cache(maxsize=maxsize, max_key_chars=_LARGE)(fn)
+        large: OrderedDict = OrderedDict()  # the latest _LARGE_KEPT long texts
+        lock = threading.Lock()
+
+        @functools.wraps(fn)
+        def call(sql: str):
+            if len(sql) <= _LARGE:
+                return cached(sql)
+            with lock:
+                if sql in large:
+                    large.move_to_end(sql)
+                    return large[sql]
+            value = fn(sql)
+            with lock:
+                large[sql] = value
+                while len(large) > _LARGE_KEPT:
+                    large.popitem(last=False)
+            return value
+
+        def cache_clear() -> None:
+            cached.cache_clear()
+            with lock:
+                large.clear()
+
+        call.cache_clear = cache_clear
+        call.cache_chars = cached.cache_chars
+        return call
+
+    return decorate
+
+
+_LARGE = 64 << 10  # statements longer than this are not kept by the caches below
+_LARGE_KEPT = 4  # ... except the latest few
+
 #: token kinds of DuckDB's tokenizer whose text a redacted statement keeps; every other kind
 #: (string and numeric constants, comments, anything a later DuckDB adds) is left out
 _KEPT = frozenset({"keyword", "identifier", "operator"})
 
 
-@functools.lru_cache(maxsize=2048)
+@_statement_cache(2048)
 def redact_sql(sql: str) -> str:
     """``sql`` on one line with every literal replaced by ``?`` and comments left out.
 
@@ -260,11 +306,15 @@ def _value_pattern(value: str) -> re.Pattern:
     return re.compile(head + re.escape(value) + tail)
 
 
-@functools.lru_cache(maxsize=512)
 def _duck_tokens(sql: str) -> tuple[tuple[str, str], ...] | None:
     """(kind name, text with its trailing space) of each token DuckDB's own tokenizer
     (``duckdb.tokenize``, C++) finds in ``sql``; None for text it refuses. Shared by the
     statement's redaction and the message's, which look at the same statement."""
+    return _tokens_of(sql)
+
+
+@_statement_cache(512)
+def _tokens_of(sql: str) -> tuple[tuple[str, str], ...] | None:
     import duckdb
 
     try:
@@ -276,7 +326,7 @@ def _duck_tokens(sql: str) -> tuple[tuple[str, str], ...] | None:
                  for (pos, kind), end in zip(tokens, ends))
 
 
-@functools.lru_cache(maxsize=512)
+@_statement_cache(512)
 def identifier_names(sql: str) -> frozenset[str]:
     """The names ``sql`` spells as identifiers or keywords (lower case, unquoted): the
     double-quoted texts of a message that stay in the log (none for refused text)."""
@@ -290,7 +340,7 @@ def identifier_names(sql: str) -> frozenset[str]:
     return frozenset(out)
 
 
-@functools.lru_cache(maxsize=512)
+@_statement_cache(512)
 def literal_values(sql: str) -> tuple[str, ...]:
     """The values of ``sql``'s string and numeric literals as DuckDB would show them in a
     message: ``'it''s'`` is ``it's``, ``E'a\\nb'`` also ``a<newline>b``, ``$$x$$`` is

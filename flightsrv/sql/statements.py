@@ -59,7 +59,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from flightsrv.errors import LimitExceeded, SqlError
-from flightsrv.sql import binder, lexer, validate
+from flightsrv.sql import binder, lexer, validate, values
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql.diag import error, position, short
 from flightsrv.runtime import text_cache
@@ -168,6 +168,24 @@ class Insert(Statement):
     columns: tuple[str, ...] | None = None  # INSERT INTO t (a, b) ...
     source: exp.Expression | None = None  # SELECT / VALUES / set operation
     writes = True
+
+
+@dataclass(frozen=True)
+class InsertValues(Insert):
+    """``INSERT INTO t [(cols)] VALUES ...`` read by :func:`flightsrv.sql.values.
+    scan_insert_values`: no parse tree of the rows (``tree`` is the statement with one
+    ``VALUES (NULL)`` row, for what needs the target); the engine hands ``values`` (the rows'
+    text, every token on the allow-list) to DuckDB's own INSERT."""
+
+    values: str = ""
+    rows: int = 0
+    #: per position of a one-row VALUES that holds one parameter alone: its number
+    bare: tuple[int, ...] | None = None
+    #: (parameter number, position) of every parameter standing alone in a position
+    direct: tuple[tuple[int, int], ...] = ()
+    defaults: bool = False  # some position says DEFAULT
+    nested: frozenset[int] = frozenset()  # parameters used inside an expression
+    width: int | None = None  # values per row, when every row has as many
 
 
 @dataclass(frozen=True)
@@ -330,12 +348,14 @@ def number_placeholders(sql: str) -> tuple[str, int]:
 # -- parsing ---------------------------------------------------------------------------
 
 
-def parse_statement(sql: str) -> Statement:
-    """Parse and classify exactly one statement; SqlError on anything we do not run."""
+def parse_statement(sql: str, fast: bool = True) -> Statement:
+    """Parse and classify exactly one statement; SqlError on anything we do not run.
+    ``fast=False``: no :class:`InsertValues` (the engine's fallback when it cannot take
+    the fast path with the parameters it was given)."""
     if not sql or not sql.strip():
         raise SqlError("empty statement", statement=_short(sql or ""))
     try:
-        return _parse_statement(sql)
+        return _parse_statement(sql, fast)
     except RecursionError:
         raise LimitExceeded("statement is too deeply nested to plan", statement=_short(sql),
                             limit="max_nesting", value=MAX_NESTING) from None
@@ -363,7 +383,27 @@ _CLAUSES = {"Where": "an incomplete WHERE clause", "Having": "an incomplete HAVI
             "Join": "an incomplete JOIN", "Qualify": "an incomplete QUALIFY clause"}
 
 
-def _parse_statement(sql: str) -> Statement:
+def _insert_values(sql: str) -> InsertValues | None:
+    """The fast path of a plain INSERT ... VALUES (:mod:`flightsrv.sql.values`), or None."""
+    scan = values.scan_insert_values(sql, MAX_NESTING)
+    if scan is None:
+        return None
+    q = sqltypes.quote_ident
+    cols = f" ({', '.join(map(q, scan.columns))})" if scan.columns is not None else ""
+    stub = sqlglot.parse_one(f"INSERT INTO {q(scan.table)}{cols} VALUES (NULL)",
+                             read=DIALECT)
+    return InsertValues(sql, stub, scan.params, text=sql, spliceable=False, table=scan.table,
+                        columns=scan.columns, source=stub.expression, values=scan.values,
+                        rows=scan.rows, bare=scan.bare, direct=scan.direct,
+                        defaults=scan.defaults, nested=scan.nested,
+                        width=scan.width)
+
+
+def _parse_statement(sql: str, fast: bool = True) -> Statement:
+    if fast:
+        found = _insert_values(sql)
+        if found is not None:
+            return found
     text, nparams = number_placeholders(sql)
     special = _parse_special(sql, text)
     if special is not None:

@@ -557,8 +557,12 @@ class FileList(Sequence):
         """The files of the chunks ``keep`` allows, in list order. The tree is walked level
         by level: ``keep(refs)`` gets every reference of one level that survived so far
         and returns those that may hold wanted files (it may only drop references whose
-        summaries rule them out: an overlay entry replaces a file by one with the same
-        statistics, so summaries stay valid bounds). Only the kept chunks are read."""
+        summaries rule them out). Only the kept chunks are read. With an overlay, ``keep``
+        is not asked: an overlay entry (new deletes, a file removed) changes a chunk's files
+        without changing its summary, whose bounds may then be the value of a row deleted
+        since, and whether a chunk is skipped must never depend on a deleted row's value."""
+        if self.overlay:
+            keep = None
         leaves: list[tuple[int, tuple]] = []
         level: list[tuple[int, ChunkRef]] = []
         offset = 0
@@ -868,8 +872,11 @@ def _pack(chunks: ChunkStore, segs: list, layout: Layout,
             i += 1
             continue
         run = list(s)
-        while out and out[-1][0].level == 0 and out[-1][0].files + len(run) <= LEAF_MAX and (
-                out[-1][0].files <= len(run) or out[-1][0].files < SMALL_LEAF):
+        # the binary counter: a run absorbs the leaf before it while that leaf is not larger
+        # (so an entry is rewritten O(log LEAF_MAX) times, not once per append until its
+        # leaf holds SMALL_LEAF entries); a small leaf elsewhere is merged by _fold / below
+        while out and out[-1][0].level == 0 and out[-1][0].files + len(run) <= LEAF_MAX and \
+                out[-1][0].files <= len(run):
             run = logical(*out.pop()) + run
         nxt = segs[i + 1] if i + 1 < len(segs) else None
         if isinstance(nxt, tuple) and nxt[0].level == 0 and nxt[0].files < SMALL_LEAF and \

@@ -1,0 +1,245 @@
+"""The INSERT ... VALUES fast path (issue 35): the VALUES text goes to DuckDB's own INSERT
+without a front-end parse tree, and parameter batches (``executemany``) are one statement
+and one commit. Checked against plain DuckDB running the same statements (differential),
+and against the guard: whatever the fast path's allow-list does not take falls back to the
+general path, which refuses forbidden functions inside VALUES as before.
+"""
+
+from __future__ import annotations
+
+import decimal
+import warnings
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from flightsrv import Warehouse
+from flightsrv.errors import FlightsrvError, SqlError
+from flightsrv.sql import statements as st
+from flightsrv.sql.values import scan_insert_values
+
+DDL = ("CREATE TABLE ev (id BIGINT NOT NULL, ts TIMESTAMP, k VARCHAR, v DOUBLE, "
+       "d DECIMAL(10,2), l INTEGER[])")
+ADD = "ALTER TABLE ev ADD COLUMN w INTEGER DEFAULT 7"
+ORDER = "SELECT * FROM ev ORDER BY id, k NULLS FIRST, v NULLS FIRST"
+
+
+def _setup(path):
+    wh = Warehouse.open(str(path))
+    ref = duckdb.connect()
+    for sql in (DDL, ADD):
+        wh.sql(sql)
+        ref.execute(sql)
+    return wh, ref
+
+
+def _rows(table: pa.Table) -> list:
+    """Rows as tuples, NaN spelled out (NaN != NaN)."""
+    return [tuple("nan" if v != v else v for v in r.values()) for r in table.to_pylist()]
+
+
+def _same(wh, ref) -> None:
+    assert _rows(wh.sql(ORDER)) == _rows(ref.sql(ORDER).to_arrow_table())
+
+
+FAST = [
+    "INSERT INTO ev VALUES (1, '2026-01-01 00:00:00', 'a', 1.5, 2.555, [1, 2], 3)",
+    "INSERT INTO ev (id, k) VALUES (2, 'x'), (3, NULL), (4, 10)",
+    "insert into EV (K, ID) values ('lower', 5);",
+    "INSERT INTO ev (id, ts, v) VALUES (6, TIMESTAMP '2026-01-01' + INTERVAL 3 SECOND, "
+    "abs(-2.5) * 2), (7, CAST('2026-02-01' AS TIMESTAMP), 1e3)",
+    "INSERT INTO ev (id, d, w) VALUES (8, CAST('1.255' AS DECIMAL(10,3)), DEFAULT), "
+    "(9, '12.5'::DECIMAL(10,2), 1.5)",
+    "INSERT INTO ev (id, v, k) VALUES (10, 'NaN', 1.5), (11, 'inf', upper('q') || 'r')",
+    "INSERT INTO ev (id, l) VALUES (12, [1.5, NULL]), (13, [])",
+    "INSERT INTO ev (id, k) VALUES (14, CASE WHEN 1 < 2 THEN 'y' ELSE 'n' END)",
+]
+
+
+@pytest.mark.parametrize("sql", FAST, ids=range(len(FAST)))
+def test_fast_path_taken(sql):
+    stmt = st.parse_statement(sql)
+    assert isinstance(stmt, st.InsertValues), sql
+
+
+def test_fast_path_agrees_with_duckdb(tmp_path):
+    wh, ref = _setup(tmp_path / "wh")
+    for sql in FAST:
+        wh.sql(sql)
+        ref.execute(sql)
+    _same(wh, ref)
+
+
+ERRORS = [
+    "INSERT INTO ev (id, k) VALUES (NULL, 'x')",  # NOT NULL
+    "INSERT INTO ev (k) VALUES ('x')",  # NOT NULL, omitted
+    "INSERT INTO ev (id, v) VALUES (20, 'abc')",  # a cast that fails
+    "INSERT INTO ev (id) VALUES (21, 1)",  # more values than columns
+    "INSERT INTO ev (id, k) VALUES (22, 'a'), (23)",  # rows of different lengths
+    "INSERT INTO ev (id, d) VALUES (24, 123456789012.5)",  # out of the decimal's range
+]
+
+
+@pytest.mark.parametrize("sql", ERRORS, ids=range(len(ERRORS)))
+def test_fast_path_errors_agree_and_name_the_table(tmp_path, sql):
+    wh, ref = _setup(tmp_path / "wh")
+    assert isinstance(st.parse_statement(sql), st.InsertValues)
+    with pytest.raises(duckdb.Error):
+        ref.execute(sql)
+    before = wh.table("ev").head().version
+    with pytest.raises(FlightsrvError) as info:
+        wh.sql(sql)
+    text = str(info.value)
+    assert "__fsrv" not in text and "Traceback" not in text, text
+    assert "INSERT INTO ev" in text  # the statement is named
+    if "NOT NULL" in text:
+        assert "ev.id" in text
+    assert wh.table("ev").head().version == before
+
+
+def test_unknown_column_is_named(tmp_path):
+    wh, _ = _setup(tmp_path / "wh")
+    with pytest.raises(SqlError, match="nope"):
+        wh.sql("INSERT INTO ev (id, nope) VALUES (1, 2)")
+
+
+FORBIDDEN = [
+    "INSERT INTO ev (id, k) VALUES (1, read_text('/etc/hostname'))",
+    "INSERT INTO ev (id, k) VALUES (1, getenv('HOME'))",
+    "INSERT INTO ev (id, k) VALUES (1, current_setting('threads'))",
+    "INSERT INTO ev (id, k) VALUES (1, (SELECT content FROM read_text('/etc/hostname')))",
+    "INSERT INTO ev (id, k) VALUES (1, main.upper('x'))",
+    "INSERT INTO ev (id, k) VALUES (1, 'a' -- ')\n, read_text('/etc/hostname') --\n)",
+    "INSERT INTO ev (id, k) VALUES (1, 'a' /* ' */ || read_text('/x') /* ' */)",
+    "INSERT INTO ev (id, k) VALUES (1, \"read_text\"('/etc/hostname'))",
+    "INSERT INTO ev (id, k) VALUES (1, E'\\x41'), (2, read_text('/x'))",
+]
+
+
+@pytest.mark.parametrize("sql", FORBIDDEN, ids=range(len(FORBIDDEN)))
+def test_forbidden_inside_values_is_refused(tmp_path, sql):
+    """The fast path declines (a word off its allow-list, a comment, a quoted name), and the
+    general path's guard refuses, as for a SELECT; nothing is committed."""
+    assert scan_insert_values(sql) is None
+    wh, _ = _setup(tmp_path / "wh")
+    before = wh.table("ev").head().version
+    with pytest.raises(FlightsrvError):
+        wh.sql(sql)
+    assert wh.table("ev").head().version == before
+
+
+def _batch(rows: list[tuple], types: list[pa.DataType]) -> pa.RecordBatch:
+    cols = list(zip(*rows)) if rows else [[] for _ in types]
+    return pa.record_batch([pa.array(list(c), t) for c, t in zip(cols, types)],
+                           names=[str(i) for i in range(len(types))])
+
+
+BATCHES = [
+    ("INSERT INTO ev (id, k, v) VALUES (?, ?, ?)",
+     [(1, "a", 1.5), (2, None, None), (3, "10", -0.0)],
+     [pa.int64(), pa.string(), pa.float64()]),
+    # parameters in another order, casts by DuckDB (text -> timestamp, int -> varchar)
+    ("INSERT INTO ev (k, id, ts) VALUES ($2, $1, $3)",
+     [(4, 7, "2026-01-01 00:00:01"), (5, 8, None)], [pa.int32(), pa.int64(), pa.string()]),
+    # expressions around parameters
+    ("INSERT INTO ev (id, v, k) VALUES (? + 100, ? * 2, upper(?))",
+     [(1, 1.25, "x"), (2, None, "y")], [pa.int64(), pa.float64(), pa.string()]),
+    # a decimal parameter (not bound natively: read as a column of its exact type)
+    ("INSERT INTO ev (id, d) VALUES (?, ?)",
+     [(9, decimal.Decimal("1.255")), (10, None)], [pa.int64(), pa.decimal128(6, 3)]),
+    # a DEFAULT beside parameters (one execution per parameter row, one commit)
+    ("INSERT INTO ev (id, v, w) VALUES (?, ?, DEFAULT)",
+     [(15, 0.5), (16, None)], [pa.int64(), pa.float64()]),
+    # several VALUES rows per parameter row
+    ("INSERT INTO ev (id, k) VALUES (?, 'first'), (? + 1000, 'second')",
+     [(11, 11), (12, 12)], [pa.int64(), pa.int64()]),
+]
+
+
+@pytest.mark.parametrize("sql,rows,types", BATCHES, ids=range(len(BATCHES)))
+def test_parameter_batches_agree_with_duckdb(tmp_path, sql, rows, types):
+    wh, ref = _setup(tmp_path / "wh")
+    before = wh.table("ev").head().version
+    n = wh.engine.execute_update(sql, wh._session(), _batch(rows, types))
+    ref.executemany(sql, [list(r) for r in rows])
+    assert n == ref.sql("SELECT count(*) FROM ev").fetchall()[0][0]
+    _same(wh, ref)
+    # one statement, one commit, whatever the number of parameter rows
+    assert wh.table("ev").head().version == before + 1
+
+
+def test_parameter_batch_error_commits_nothing(tmp_path):
+    wh, _ = _setup(tmp_path / "wh")
+    before = wh.table("ev").head().version
+    with pytest.raises(FlightsrvError, match="ev.id"):
+        wh.engine.execute_update("INSERT INTO ev (id, k) VALUES (?, ?)", wh._session(),
+                                 _batch([(1, "a"), (None, "b")], [pa.int64(), pa.string()]))
+    assert wh.table("ev").head().version == before
+    assert wh.sql("SELECT count(*) AS n FROM ev").column("n").to_pylist() == [0]
+
+
+def test_adbc_executemany_and_large_values(tmp_path):
+    """Through a real server and the ADBC driver: ``executemany`` sends one DoPut with all
+    parameter rows (one commit); a 10,000-row VALUES list runs and is not kept by the
+    statement caches."""
+    from adbc_driver_flightsql import dbapi
+
+    from flightsrv.engine import DuckEngine
+    from flightsrv.engine.duck import _parse
+    from flightsrv.server.app import start_in_thread
+    from flightsrv.server.config import ServerConfig
+
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    wh.sql("CREATE TABLE ev (id BIGINT, k VARCHAR, v DOUBLE)")
+    server, port = start_in_thread(DuckEngine(wh), auth=None, config=ServerConfig())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            conn = dbapi.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+        cur = conn.cursor()
+        before = wh.table("ev").head().version
+        cur.executemany("INSERT INTO ev VALUES (?, ?, ?)",
+                        [(i, f"k{i % 3}", i / 2) for i in range(200)])
+        assert wh.table("ev").head().version == before + 1
+        big = "INSERT INTO ev VALUES " + ", ".join(
+            f"({1000 + i}, 'k{i % 3}', {i}.5)" for i in range(10_000))
+        cur.execute(big)
+        cur.fetchall()
+        cur.execute("SELECT count(*), sum(id), count(DISTINCT k) FROM ev")
+        assert cur.fetchall() == [(10_200, sum(range(200)) + sum(range(1000, 11_000)), 3)]
+        assert not any(big in key for key in _cached_texts(_parse))
+        cur.close()
+        conn.close()
+    finally:
+        server.shutdown()
+
+
+def _cached_texts(cached) -> list[str]:
+    """The texts a text_cache keeps (its closure's OrderedDict keys)."""
+    for cell in cached.__closure__ or ():
+        v = cell.cell_contents
+        if isinstance(v, dict):
+            return [a for key in v for a in key if isinstance(a, str)]
+    return []
+
+
+def test_statement_log_caches_do_not_keep_large_statements():
+    """The redacted statement log tokenizes each statement; its caches are bounded by text
+    (a 10,000-row VALUES list is ~500 kB, and its token tuple many MB)."""
+    from flightsrv.server import logs
+
+    for fn in (logs.redact_sql, logs._tokens_of, logs.identifier_names,
+               logs.literal_values):
+        fn.cache_clear()
+    for k in range(3):
+        big = "INSERT INTO ev VALUES " + ", ".join(f"({k}, 'x{i}')" for i in range(8_000))
+        assert logs.redact_sql(big).startswith("INSERT INTO ev VALUES (?")
+        logs.identifier_names(big)
+        logs.literal_values(big)
+    for fn in (logs.redact_sql, logs._tokens_of, logs.identifier_names,
+               logs.literal_values):
+        assert fn.cache_chars() == 0  # too large to keep (only the latest, alone)
+    small = "INSERT INTO ev VALUES (1, 'x')"
+    logs.redact_sql(small)
+    assert logs.redact_sql.cache_chars() == len(small)
