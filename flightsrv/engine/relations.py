@@ -252,7 +252,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         # a file with a column named file_row_number or file_index: DuckDB binds that name
         # to the column, not to the row's position, so every read that needs positions (the
         # hidden columns, a masked read) is the Arrow scan's
-        if native and (clean or masked_native or masks is not None) and \
+        # an inlined file (docs/PROTOCOL.md §18) has no object DuckDB could read: the Arrow
+        # scan decodes it from its entry
+        if native and f.inline is None and (clean or masked_native or masks is not None) and \
                 not (shadowed[f.schema_id] and (hidden or not clean)):
             reads = snapshot.projection(f, names)
             kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
@@ -267,7 +269,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                     kind = "arrow"
                 elif not clean:
                     kind = "masked" if masked_native else _cmask(snapshot, f, masks, fns)
-        if kind == "arrow" and remote and not hidden and open_scans and \
+        if kind == "arrow" and remote and not hidden and open_scans and f.inline is None and \
                 (f.dv is None or f.dv.cardinality == 0) and \
                 proj.identity(snapshot.projection(f, names)):
             kind = "dataset"  # no row to mask: pyarrow's dataset scanner reads it natively

@@ -196,6 +196,8 @@ def open_parquet(store, f: DataFile, *, table: str = "?",
                  version: int | None = None) -> pq.ParquetFile:
     """Open a data file of the manifest (of ``version``, named in errors), pinned to its
     recorded ETag. Decode its row groups with :func:`read_row_group`."""
+    if f.inline is not None:
+        return _open_inline(f, table, version)
     cache_key = (store.uri, f.path, f.etag)
     with _footers_lock:
         md = _footers.get(cache_key)
@@ -224,6 +226,25 @@ def open_parquet(store, f: DataFile, *, table: str = "?",
         with _footers_lock:
             _footers[cache_key] = pf.metadata
     return pf
+
+
+def _open_inline(f: DataFile, table: str, version: int | None) -> pq.ParquetFile:
+    """An inlined data file (docs/PROTOCOL.md §18): its Parquet bytes are in the entry."""
+    import base64
+    import binascii
+
+    try:
+        raw = base64.b64decode(f.inline, validate=True)
+    except (binascii.Error, ValueError):
+        raise CorruptObject("inlined data file is not valid base64", table=table,
+                            object=f.path, version=version) from None
+    if len(raw) != f.size:
+        raise CorruptObject("inlined data file size differs from its entry", table=table,
+                            object=f.path, version=version, expected=f.size, actual=len(raw))
+    try:
+        return pq.ParquetFile(pa.BufferReader(raw))
+    except (pa.ArrowException, OSError) as exc:
+        raise _undecodable(f, table, version, exc) from None
 
 
 def _undecodable(f: DataFile, table: str, version: int | None,
