@@ -891,8 +891,11 @@ def _pack(chunks: ChunkStore, segs: list, layout: Layout,
             i += 1
             continue
         run = list(s)
+        # a leaf holding inlined entries (PROTOCOL.md §18) is absorbed by the binary-counter
+        # rule only: absorbing every small one would rewrite all inlined bytes per append
         while out and out[-1][0].level == 0 and out[-1][0].files + len(run) <= LEAF_MAX and (
-                out[-1][0].files <= len(run) or out[-1][0].files < SMALL_LEAF):
+                out[-1][0].files <= len(run) or (out[-1][0].files < SMALL_LEAF
+                                                  and not out[-1][0].inline[0])):
             run = logical(*out.pop()) + run
         nxt = segs[i + 1] if i + 1 < len(segs) else None
         if isinstance(nxt, tuple) and nxt[0].level == 0 and nxt[0].files < SMALL_LEAF and \

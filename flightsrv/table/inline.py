@@ -32,6 +32,11 @@ from flightsrv.table.datafile import INLINE_PREFIX, DataFile
 from flightsrv.table.properties import value
 
 
+#: the most bytes one inlined append may hold whatever ``inline.max_bytes`` says: chunks are
+#: cached by count (``ChunkStore``), so an entry's size bounds the cache's bytes
+MAX_INLINE_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class InlineSettings:
     max_rows: int
@@ -41,7 +46,8 @@ class InlineSettings:
 
     @classmethod
     def of(cls, props: dict) -> "InlineSettings":
-        return cls(int(value(props, "inline.max_rows")), int(value(props, "inline.max_bytes")),
+        return cls(int(value(props, "inline.max_rows")),
+                   min(int(value(props, "inline.max_bytes")), MAX_INLINE_BYTES),
                    int(value(props, "inline.flush_rows")),
                    int(value(props, "inline.flush_files")))
 
