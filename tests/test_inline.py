@@ -307,3 +307,33 @@ def test_erasing_an_inlined_row_leaves_no_trace(backend, tmp_path, request):
     assert result.complete, result.to_dict()
     assert _stored_secret(t) == []
     assert sorted(t.to_table().column("id").to_pylist()) == list(range(10))
+
+
+def test_server_ingest_insert_delete_and_read_inlined_rows(tmp_path):
+    """Through a real Flight SQL client: ADBC bulk ingest and INSERT ... VALUES land
+    inlined, DELETE and SELECT see them as part of the table, time travel too."""
+    from _server_harness import WRITER, adbc, start
+
+    server, engine, wh, uri = start(tmp_path)
+    try:
+        t = wh.create_table("ev", SCHEMA, INLINE)
+        conn = adbc(uri, WRITER)
+        with conn.cursor() as cur:
+            assert cur.adbc_ingest("ev", _rows(0, 5, 0), mode="append") == 5
+            cur.execute(f"INSERT INTO ev VALUES {_values_sql(_rows(5, 3, 0))}")
+            assert t.head().inline == (2, 8) and not list(t.store.list("data/"))
+            v = t.head().version
+            cur.execute("DELETE FROM ev WHERE id IN (1, 6)")
+            assert cur.rowcount == 2
+            cur.execute("SELECT count(*), sum(id) FROM ev")
+            assert cur.fetchone() == (6, sum(range(8)) - 7)
+            cur.execute(f"SELECT count(*) FROM ev AT (VERSION => {v})")
+            assert cur.fetchone() == (8,)
+            cur.execute("OPTIMIZE ev")
+            cur.fetchall()
+        assert t.head().inline == (0, 0)
+        assert sorted(t.to_table().column("id").to_pylist()) == [0, 2, 3, 4, 5, 7]
+        conn.close()
+    finally:
+        server.shutdown()
+        engine.close()
