@@ -273,6 +273,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 (f.dv is None or f.dv.cardinality == 0) and \
                 proj.identity(snapshot.projection(f, names)):
             kind = "dataset"  # no row to mask: pyarrow's dataset scanner reads it natively
+        if f.inline is not None:
+            kind = "inline"  # the Arrow scan, read ahead into one table (a few rows each)
         kinds[id(f)] = kind
     groups: dict[int, list[int]] = {}
     if pruner:
@@ -282,9 +284,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         # (a file with deleted rows that the prefetch reads whatever its statistics keep,
         # under a listed-values filter, needs no footer: DuckDB's reader prunes its groups)
         listed = prefetch is not None and point_set(pruner)
-        by_group = {id(f) for f in candidates if kinds[id(f)] in ("arrow", "dataset") or (
-            kinds[id(f)] == "masked" and masked_max_groups is not None and not listed)} \
-            if open_scans else set()
+        by_group = {id(f) for f in candidates if kinds[id(f)] in ("arrow", "dataset", "inline")
+                    or (kinds[id(f)] == "masked" and masked_max_groups is not None
+                        and not listed)} if open_scans else set()
         before = len(candidates)
         if masked_max_groups is not None and not listed and sum(
                 kinds[id(f)] == "masked" for f in candidates) > FOOTERS_WITHOUT_PREFILTER:
@@ -320,7 +322,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     runs: list[tuple[str, int, list[DataFile]]] = []
     for f in candidates:
         kind = kinds[id(f)]
-        sid = f.schema_id if kind != "arrow" else -1
+        sid = f.schema_id if kind not in ("arrow", "inline") else -1
         if runs and runs[-1][0] == kind and runs[-1][1] == sid:
             runs[-1][2].append(f)
         else:
@@ -391,7 +393,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             by_path = {f.path: ordinal[id(f)] for f in run}
             for task in tasks:
                 task.ordinal = by_path[task.file.path]
-            rel.readers[name] = snapshot.scan(
+            # inlined files (PROTOCOL.md §18) hold a few rows each: read them now, in this
+            # thread, into one table (their decoded rows are cached)
+            read = snapshot.read_now if kind == "inline" else snapshot.scan
+            rel.readers[name] = read(
                 names, tasks=tasks, positions=POSITION_COLUMN if hidden else None,
                 file_col=FILE_COLUMN if hidden else None)
         cols = ", ".join(_ident(c) for c in names) + \
