@@ -28,6 +28,9 @@ columns the statement can touch, its pruning hints) into
     (:func:`~flightsrv.table.scan.native_reader`: parallel, coalesced ranged reads in C++
     through the store's native filesystem, deleted and pruned row groups left out), unless
     the DML planner needs the hidden columns;
+  - inlined files (docs/PROTOCOL.md §18: their Parquet bytes are in the manifest entry, no
+    object exists) are read by flightsrv's Arrow scan ahead of the statement, in its thread,
+    into one registered Arrow table (:meth:`Snapshot.read_now`, decoded files cached);
   - every other file (deleted rows without ``masked_native``, float statistics that cannot
     bound NaN, or the other files of an S3 warehouse) is read by flightsrv's masked Arrow scan
     (:meth:`Snapshot.scan`): deleted row groups are never read, the deletion vector is
