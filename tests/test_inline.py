@@ -353,3 +353,25 @@ def test_flush_expire_and_vacuum_reclaim_inlined_bytes(tmp_path):
     t.vacuum(grace=0)
     assert [m.key for m in t.store.list("") if b'"inline":"' in t.store.get(m.key)[0]] == []
     assert sorted(t.to_table().column("id").to_pylist()) == list(range(18))
+
+
+def test_partitioned_inlined_appends_split_and_flush_per_partition(tmp_path):
+    """A partitioned table inlines one entry per partition value of an append, each with
+    its partition value (pruned by it), and a flush writes one file per partition."""
+    wh = Warehouse.open(str(tmp_path / "wh"), Runtime.deterministic(9))
+    t = wh.create_table("t", SCHEMA, {**INLINE, "inline.flush_files": 1000},
+                        partition_by=["g"])
+    t.append(_rows(0, 10, 0))
+    t.append(_rows(10, 10, 0))
+    head = t.head()
+    assert head.inline[0] == 10 and all(f.partition for f in head.data_files)
+    gone = [i for i in range(20) if (i * 7) % 5 == 2 and i > 5]  # g = 2 AND id > 5
+    assert len(gone) == 3 and wh.sql("DELETE FROM t WHERE g = 2 AND id > 5") == 3
+    want = sorted(set(range(20)) - set(gone))
+    assert sorted(wh.sql("SELECT id FROM t").column(0).to_pylist()) == want
+    assert wh.sql("SELECT count(*) FROM t WHERE g = 2").column(0)[0].as_py() == 1
+    t.flush_inlined()
+    head = t.head()
+    assert head.inline == (0, 0) and len(head.data_files) == 5
+    assert {f.partition for f in head.data_files} == {(g,) for g in range(5)}
+    assert sorted(t.to_table().column("id").to_pylist()) == want
