@@ -375,3 +375,18 @@ def test_partitioned_inlined_appends_split_and_flush_per_partition(tmp_path):
     assert head.inline == (0, 0) and len(head.data_files) == 5
     assert {f.partition for f in head.data_files} == {(g,) for g in range(5)}
     assert sorted(t.to_table().column("id").to_pylist()) == want
+
+
+def test_cli_table_flush(tmp_path):
+    """``flightsrv table flush T``: the explicit way to flush from the command line."""
+    from test_cli import run
+
+    wh, t = _make(str(tmp_path / "wh"), **{"inline.flush_files": 1000})
+    t.append(_rows(0, 4, 0))
+    t.append(_rows(4, 4, 0))
+    proc = run("--warehouse", tmp_path / "wh", "table", "flush", "t", "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    values = {r["metric"]: r["value"] for r in map(json.loads, proc.stdout.splitlines())}
+    assert values["files_rewritten"] == 2 and values["files_added"] == 1
+    head = Warehouse.open(str(tmp_path / "wh")).table("t").head()
+    assert head.operation == "flush" and head.inline == (0, 0)
