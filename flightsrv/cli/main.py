@@ -33,9 +33,9 @@ Arrow Flight SQL by DuckDB.
   flightsrv serve                  run the Flight SQL server (seeds a demo table on first start)
   flightsrv sql ["SELECT ..."]     run SQL here or on a server (--server), or open a shell
   flightsrv table COMMAND ...      list | create | append | scan | head | delete | history |
-                                   describe | set-property | drop | stats | compact | expire |
-                                   vacuum | purge | publish | erasures | erasure-status |
-                                   upgrade
+                                   describe | set-property | drop | stats | compact | flush |
+                                   expire | vacuum | purge | publish | erasures |
+                                   erasure-status | upgrade
   flightsrv warehouse vacuum       delete files of failed creates (prefixes with no table)
   flightsrv store check [S3 URI]   can flightsrv commit safely on this store? (exit 0 yes, 1 no)
   flightsrv demo                   the table format in one minute

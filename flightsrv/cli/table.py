@@ -565,6 +565,12 @@ def cmd_compact(args) -> int:
     return 0
 
 
+def cmd_flush(args) -> int:
+    t = open_warehouse(args).table(args.table)
+    _print_result(t.flush_inlined(), args)
+    return 0
+
+
 def cmd_expire(args) -> int:
     if args.retain_last < 1:
         raise UsageError("--retain-last must be at least 1 (the head version is always kept)")
@@ -776,6 +782,11 @@ def add_parser(sub, command) -> None:
                    help="output file size, e.g. 128MiB (default: the table's target_file_size "
                         "property, else 256MiB)")
     p.add_argument("--dry-run", action="store_true", help="report the plan; write nothing")
+    output.add_output_options(p)
+
+    p = command(ts, "flush", "write the inlined rows of small appends as Parquet (one commit)",
+                cmd_flush)
+    name_arg(p)
     output.add_output_options(p)
 
     p = command(ts, "expire", "delete old versions' manifests (time travel stops there)",

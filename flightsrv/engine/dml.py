@@ -520,6 +520,8 @@ class Dml:
                 raise
             if m is not None:
                 ctx.info.commits.append((stmt.table, m.version))
+                if any(f.inline is not None for f in written):  # rows it inlined (§18)
+                    table.maybe_flush(m)
             return count
 
         return self._attempts(stmt, run)

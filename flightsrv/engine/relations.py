@@ -29,6 +29,9 @@ columns the statement can touch, its pruning hints) into
     (:func:`~flightsrv.table.scan.native_reader`: parallel, coalesced ranged reads in C++
     through the store's native filesystem, deleted and pruned row groups left out), unless
     the DML planner needs the hidden columns;
+  - inlined files (docs/PROTOCOL.md §18: their Parquet bytes are in the manifest entry, no
+    object exists) are read by flightsrv's Arrow scan ahead of the statement, in its thread,
+    into one registered Arrow table (:meth:`Snapshot.read_now`, decoded files cached);
   - every other file (deleted rows without ``masked_native``, float statistics that cannot
     bound NaN, or the other files of an S3 warehouse) is read by flightsrv's masked Arrow scan
     (:meth:`Snapshot.scan`): deleted row groups are never read, the deletion vector is
@@ -253,7 +256,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         # a file with a column named file_row_number or file_index: DuckDB binds that name
         # to the column, not to the row's position, so every read that needs positions (the
         # hidden columns, a masked read) is the Arrow scan's
-        if native and (clean or masked_native or masks is not None) and \
+        # an inlined file (docs/PROTOCOL.md §18) has no object DuckDB could read: the Arrow
+        # scan decodes it from its entry
+        if native and f.inline is None and (clean or masked_native or masks is not None) and \
                 not (shadowed[f.schema_id] and (hidden or not clean)):
             reads = snapshot.projection(f, names)
             kind = _native_kind(f, [(r, keys[r.name]) for r in reads])
@@ -268,10 +273,12 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                     kind = "arrow"
                 elif not clean:
                     kind = "masked" if masked_native else _cmask(snapshot, f, masks, fns)
-        if kind == "arrow" and remote and not hidden and open_scans and \
+        if kind == "arrow" and remote and not hidden and open_scans and f.inline is None and \
                 (f.dv is None or f.dv.cardinality == 0) and \
                 proj.identity(snapshot.projection(f, names)):
             kind = "dataset"  # no row to mask: pyarrow's dataset scanner reads it natively
+        if f.inline is not None:
+            kind = "inline"  # the Arrow scan, read ahead into one table (a few rows each)
         kinds[id(f)] = kind
     groups: dict[int, list[int]] = {}
     if pruner:
@@ -281,9 +288,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
         # (a file with deleted rows that the prefetch reads whatever its statistics keep,
         # under a listed-values filter, needs no footer: DuckDB's reader prunes its groups)
         listed = prefetch is not None and point_set(pruner)
-        by_group = {id(f) for f in candidates if kinds[id(f)] in ("arrow", "dataset") or (
-            kinds[id(f)] == "masked" and masked_max_groups is not None and not listed)} \
-            if open_scans else set()
+        by_group = {id(f) for f in candidates if kinds[id(f)] in ("arrow", "dataset", "inline")
+                    or (kinds[id(f)] == "masked" and masked_max_groups is not None
+                        and not listed)} if open_scans else set()
         before = len(candidates)
         if masked_max_groups is not None and not listed and sum(
                 kinds[id(f)] == "masked" for f in candidates) > FOOTERS_WITHOUT_PREFILTER:
@@ -319,7 +326,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     runs: list[tuple[str, int, list[DataFile]]] = []
     for f in candidates:
         kind = kinds[id(f)]
-        sid = f.schema_id if kind != "arrow" else -1
+        sid = f.schema_id if kind not in ("arrow", "inline") else -1
         if runs and runs[-1][0] == kind and runs[-1][1] == sid:
             runs[-1][2].append(f)
         else:
@@ -390,7 +397,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             by_path = {f.path: ordinal[id(f)] for f in run}
             for task in tasks:
                 task.ordinal = by_path[task.file.path]
-            rel.readers[name] = snapshot.scan(
+            # inlined files (PROTOCOL.md §18) hold a few rows each: read them now, in this
+            # thread, into one table (their decoded rows are cached)
+            read = snapshot.read_now if kind == "inline" else snapshot.scan
+            rel.readers[name] = read(
                 names, tasks=tasks, positions=POSITION_COLUMN if hidden else None,
                 file_col=FILE_COLUMN if hidden else None)
         cols = ", ".join(_ident(c) for c in names) + \

@@ -36,6 +36,7 @@ import orjson
 from cachetools import FIFOCache, LRUCache
 
 from flightsrv.errors import CorruptObject, ObjectNotFound
+from flightsrv.table.datafile import INLINE_FORMAT, INLINE_PREFIX
 from flightsrv.store.base import PutMode
 
 CHUNK_PREFIX = "chunks/"
@@ -69,6 +70,7 @@ class ChunkRef:
     stats: dict = field(default_factory=dict)  # field id -> {min, max, nulls, nans, t}
     parts: dict = field(default_factory=dict)  # spec id -> [{lo, hi, nulls, values?}]
     children: int = 0  # entries (leaf) or references (index) in the chunk
+    inline: tuple[int, int] = (0, 0)  # inlined files below and their physical rows (§18)
 
     @property
     def live_rows(self) -> int:
@@ -82,6 +84,8 @@ class ChunkRef:
             out["stats"] = self.stats
         if self.parts:
             out["parts"] = self.parts
+        if self.inline[0]:
+            out["inline"] = list(self.inline)
         return out
 
     @classmethod
@@ -90,7 +94,8 @@ class ChunkRef:
                    rows=int(d["rows"]), deleted_rows=int(d.get("deleted_rows", 0)),
                    bytes=int(d.get("bytes", 0)), added=tuple(d.get("added", (0, 0))),
                    stats=d.get("stats") or {}, parts=d.get("parts") or {},
-                   children=int(d.get("children", 0)))
+                   children=int(d.get("children", 0)),
+                   inline=tuple(int(x) for x in d.get("inline", (0, 0))))
 
 
 # -- statistics aggregation ------------------------------------------------------------
@@ -336,7 +341,7 @@ class ChunkStore:
 
         try:
             d = orjson.loads(raw)
-            if int(d.get("format_version", 0)) > CHUNK_FORMAT:
+            if int(d.get("format_version", 0)) > INLINE_FORMAT:
                 raise CorruptObject("manifest chunk format is newer than this reader",
                                     table=self.table, key=ref.path,
                                     format_version=d.get("format_version"))
@@ -405,8 +410,10 @@ class ChunkStore:
     def write_leaf(self, files: Sequence, layout) -> ChunkRef:
         from flightsrv.table.datafile import file_to_json
 
-        body = orjson.dumps({"format_version": CHUNK_FORMAT, "level": 0,
-                             "files": [file_to_json(f, 2) for f in files]})
+        inline = (sum(1 for f in files if f.inline is not None),
+                  sum(f.rows for f in files if f.inline is not None))
+        body = orjson.dumps({"format_version": INLINE_FORMAT if inline[0] else CHUNK_FORMAT,
+                             "level": 0, "files": [file_to_json(f, 2) for f in files]})
         key = self._key()
         self.store.put(key, body, mode=PutMode.CREATE)
         self.writes += 1
@@ -416,13 +423,14 @@ class ChunkStore:
             added=(min(f.added_version for f in files), max(f.added_version for f in files)),
             stats=aggregate_stats([(f.stats, lambda fid, s=f.schema_id: layout.field_type(s, fid))
                                    for f in files]),
-            parts=aggregate_parts(files, layout), children=len(files))
+            parts=aggregate_parts(files, layout), children=len(files), inline=inline)
         self._remember(key, tuple(files))
         return ref
 
     def write_index(self, refs: Sequence[ChunkRef], level: int) -> ChunkRef:
-        body = orjson.dumps({"format_version": CHUNK_FORMAT, "level": level,
-                             "chunks": [r.to_json() for r in refs]})
+        inline = (sum(r.inline[0] for r in refs), sum(r.inline[1] for r in refs))
+        body = orjson.dumps({"format_version": INLINE_FORMAT if inline[0] else CHUNK_FORMAT,
+                             "level": level, "chunks": [r.to_json() for r in refs]})
         key = self._key()
         self.store.put(key, body, mode=PutMode.CREATE)
         self.writes += 1
@@ -432,7 +440,7 @@ class ChunkStore:
             bytes=sum(r.bytes for r in refs),
             added=(min(r.added[0] for r in refs), max(r.added[1] for r in refs)),
             stats=aggregate_stats([(r.stats, lambda fid: None) for r in refs]),
-            parts=aggregate_parts([r.parts for r in refs]), children=len(refs))
+            parts=aggregate_parts([r.parts for r in refs]), children=len(refs), inline=inline)
         self._remember(key, tuple(refs))
         return ref
 
@@ -552,6 +560,21 @@ class FileList(Sequence):
     @property
     def live_rows(self) -> int:
         return self.rows - self.deleted_rows
+
+    @property
+    def inline(self) -> tuple[int, int]:
+        """(inlined files, their physical rows) of the list, from the references' summaries
+        (an overlay entry replaces an entry by one of the same path, so the same kind; a
+        removed inlined entry subtracts its ``was`` rows)."""
+        files = sum(r.inline[0] for r in self.refs)
+        rows = sum(r.inline[1] for r in self.refs)
+        for f in self.tail:
+            if f.inline is not None:
+                files, rows = files + 1, rows + f.rows
+        for p, o in self.overlay.items():
+            if o is None and p.startswith(INLINE_PREFIX):
+                files, rows = files - 1, rows - self.was.get(p, (0, 0))[0]
+        return files, rows
 
     def select(self, keep: Callable[[list[ChunkRef]], list[ChunkRef]] | None) -> list:
         """The files of the chunks ``keep`` allows, in list order. The tree is walked level

@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 from flightsrv.errors import CorruptObject
 
-FORMAT_VERSION = 2  # the newest format (flightsrv.table.manifest re-exports it)
+FORMAT_VERSION = 2  # the format new tables are created with (manifest re-exports it)
+#: format 3 is format 2 whose version reaches inlined data files (docs/PROTOCOL.md §18): a
+#: root (and a chunk) is written as 3 exactly when it holds or reaches an inlined entry, so
+#: readers that know only format 2 refuse it instead of failing on a missing object
+INLINE_FORMAT = 3
+INLINE_PREFIX = "inline/"
 
 
 class DVStorage(enum.StrEnum):
@@ -49,6 +54,13 @@ class DataFile:
     schema_id: int = 0  # the table schema the file was written with (format 2)
     spec_id: int = 0  # the partition spec its rows were split by
     partition: tuple = ()  # the partition values (JSON), one per field of that spec
+    #: an inlined file (format 3, docs/PROTOCOL.md §18): base64 of its Parquet bytes, held in
+    #: the entry itself; its ``path`` (under ``inline/``) names no object
+    inline: str | None = None
+
+    @property
+    def is_inline(self) -> bool:
+        return self.inline is not None
 
     @property
     def row_groups(self) -> int:
@@ -107,6 +119,8 @@ def file_to_json(f: DataFile, format_version: int = FORMAT_VERSION,
             out["spec_id"] = f.spec_id
         if f.partition:
             out["partition"] = list(f.partition)
+        if f.inline is not None:
+            out["inline"] = f.inline
     return out
 
 
@@ -127,6 +141,7 @@ def file_from_json(d: dict, format_version: int = FORMAT_VERSION,
         schema_id=int(d.get("schema_id", 0)) if format_version >= 2 else 0,
         spec_id=int(d.get("spec_id", 0)) if format_version >= 2 else 0,
         partition=tuple(d.get("partition", ())) if format_version >= 2 else (),
+        inline=d.get("inline") if format_version >= 2 else None,
     )
 
 

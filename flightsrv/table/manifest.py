@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from flightsrv.errors import CorruptObject
 from flightsrv.table.datafile import (  # noqa: F401 - re-exported
     FORMAT_VERSION,
+    INLINE_FORMAT,
+    INLINE_PREFIX,
     DataFile,
     DeletionVector,
     DVStorage,
@@ -36,7 +38,7 @@ from flightsrv.table.datafile import (  # noqa: F401 - re-exported
 )
 
 # FORMAT_VERSION (2) is what new tables are created with
-SUPPORTED_FORMATS = (1, 2)
+SUPPORTED_FORMATS = (1, 2)  # what a table is created with; format 3 is read (§18)
 POINTER_KEY = "_latest_manifest"
 UNPARTITIONED = {"spec_id": 0, "fields": []}
 
@@ -124,6 +126,16 @@ class Manifest:
         if hasattr(files, "live_rows"):
             return files.live_rows
         return sum(f.live_rows for f in files)
+
+    @property
+    def inline(self) -> tuple[int, int]:
+        """(inlined data files, their physical rows) of this version (docs/PROTOCOL.md §18),
+        from the chunk references' summaries alone."""
+        files = self.data_files
+        if hasattr(files, "inline"):
+            return files.inline
+        got = [f.rows for f in files if f.inline is not None]
+        return len(got), sum(got)
 
     def schema_by_id(self, schema_id: int) -> dict:
         if schema_id == self.schema_id:
@@ -221,6 +233,12 @@ class Manifest:
                 raise ValueError("a format-2 manifest is written with its chunk references")
             chunk_refs = refs
         overlay = files.overlay_json() if getattr(files, "overlay", None) else []
+        # format 3 exactly when the version reaches an inlined entry (§18): a reader that
+        # knows only format 2 refuses it instead of failing on an object that does not exist
+        inlined = sum(r.inline[0] for r in chunk_refs) - sum(
+            1 for o in overlay if o.get("removed") and o["path"].startswith(INLINE_PREFIX))
+        if inlined > 0:
+            d["format_version"] = INLINE_FORMAT
         d.update(schema=self.schema, schemas=list(self.schemas),
                  last_column_id=self.last_column_id, partition_spec=self.partition_spec,
                  partition_specs=list(self.partition_specs),
@@ -237,9 +255,9 @@ class Manifest:
         try:
             d = json.loads(raw)
             fv = d.get("format_version", 0)
-            if fv > FORMAT_VERSION:
+            if fv > INLINE_FORMAT:
                 raise CorruptObject("manifest format_version is newer than this reader",
-                                    key=key, format_version=fv, supported=FORMAT_VERSION)
+                                    key=key, format_version=fv, supported=INLINE_FORMAT)
             d.pop("created_at", None)
             if fv >= 2:
                 from flightsrv.table.chunks import ChunkRef, FileList
@@ -252,7 +270,7 @@ class Manifest:
                     operation=d["operation"], summary=d["summary"], schema=d["schema"],
                     properties=d["properties"],
                     data_files=FileList(chunks, refs, (), overlay, was),
-                    deletes=d.get("deletes") or {}, format_version=fv,
+                    deletes=d.get("deletes") or {}, format_version=2,
                     schemas=tuple(d.get("schemas") or ()),
                     partition_spec=d.get("partition_spec") or dict(UNPARTITIONED),
                     partition_specs=tuple(d.get("partition_specs") or ()),

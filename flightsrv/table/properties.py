@@ -234,6 +234,18 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
     Property("publish.formats", "formats", None,
              "publish every commit as these open formats (delta, iceberg or all), best "
              "effort, after the commit (docs/INTEROP.md)", choices=("delta", "iceberg")),
+    Property("inline.max_rows", "int", 0,
+             "appends of at most this many rows are inlined into the manifest chunks "
+             "instead of a Parquet file each (0: off; docs/PROTOCOL.md §18)", minimum=0),
+    Property("inline.max_bytes", "size", 64 * 1024,
+             "an append is inlined only while its encoded bytes stay at most this",
+             minimum=1),
+    Property("inline.flush_rows", "int", 10000,
+             "inlined rows are flushed into a Parquet file once a version holds more than "
+             "this many", minimum=1),
+    Property("inline.flush_files", "int", 64,
+             "inlined appends are flushed into a Parquet file once a version holds more "
+             "than this many", minimum=1),
     Property("publish.delta.checkpoint_interval", "int", 100,
              "the Delta mirror writes a checkpoint every this many versions", minimum=1),
 )}

@@ -196,6 +196,8 @@ def open_parquet(store, f: DataFile, *, table: str = "?",
                  version: int | None = None) -> pq.ParquetFile:
     """Open a data file of the manifest (of ``version``, named in errors), pinned to its
     recorded ETag. Decode its row groups with :func:`read_row_group`."""
+    if f.inline is not None:
+        return _open_inline(f, table, version)
     cache_key = (store.uri, f.path, f.etag)
     with _footers_lock:
         md = _footers.get(cache_key)
@@ -224,6 +226,53 @@ def open_parquet(store, f: DataFile, *, table: str = "?",
         with _footers_lock:
             _footers[cache_key] = pf.metadata
     return pf
+
+
+def _open_inline(f: DataFile, table: str, version: int | None) -> pq.ParquetFile:
+    """An inlined data file (docs/PROTOCOL.md §18): its Parquet bytes are in the entry."""
+    import base64
+    import binascii
+
+    try:
+        raw = base64.b64decode(f.inline, validate=True)
+    except (binascii.Error, ValueError):
+        raise CorruptObject("inlined data file is not valid base64", table=table,
+                            object=f.path, version=version) from None
+    if len(raw) != f.size:
+        raise CorruptObject("inlined data file size differs from its entry", table=table,
+                            object=f.path, version=version, expected=f.size, actual=len(raw))
+    try:
+        return pq.ParquetFile(pa.BufferReader(raw))
+    except (pa.ArrowException, OSError) as exc:
+        raise _undecodable(f, table, version, exc) from None
+
+
+#: decoded inlined files (every column, as written) by their bytes: an entry's bytes are
+#: its identity, so an entry never goes stale. Bounded by bytes.
+_INLINE_CACHE_BYTES = 64 << 20
+_inline_tables: LRUCache = LRUCache(maxsize=_INLINE_CACHE_BYTES,
+                                    getsizeof=lambda v: max(v[1], 64))
+
+
+def inline_row_group(f: DataFile, rg: int, columns: list[str] | None, *, table: str = "?",
+                     version: int | None = None) -> pa.Table:
+    """Row group ``rg`` of inlined file ``f`` (``columns``: physical names), from a cache of
+    decoded inlined files."""
+    with _footers_lock:
+        hit = _inline_tables.get(f.inline)
+    if hit is None:
+        pf = _open_inline(f, table, version)
+        groups = tuple(read_row_group(pf, f, g, None, table=table, version=version)
+                       for g in range(pf.metadata.num_row_groups))
+        hit = (groups, sum(t.nbytes for t in groups) + len(f.inline))
+        if hit[1] <= _INLINE_CACHE_BYTES // 8:
+            with _footers_lock:
+                _inline_tables[f.inline] = hit
+    if rg >= len(hit[0]):
+        raise CorruptObject("inlined data file has fewer row groups than its entry",
+                            table=table, object=f.path, version=version, row_group=rg)
+    t = hit[0][rg]
+    return t if columns is None else t.select(columns)
 
 
 def _undecodable(f: DataFile, table: str, version: int | None,
@@ -369,13 +418,19 @@ class Snapshot:
                      positions: str | None, file_col: str | None) -> list[pa.Table]:
         """Row groups ``rgs`` of one task's file, live rows only, read through one open of
         the file (opening costs about as much as decoding a small column of a row group)."""
-        pf = open_parquet(self.store, task.file, table=self.table.name, version=self.version)
+        inlined = task.file.inline is not None
+        pf = None if inlined else open_parquet(self.store, task.file, table=self.table.name,
+                                               version=self.version)
         reads = self.projection(task.file, columns)
         wanted = proj.read_columns(reads)
         out = []
         for rg in rgs:
-            t = read_row_group(pf, task.file, rg, wanted, table=self.table.name,
-                               version=self.version)
+            if inlined:
+                t = inline_row_group(task.file, rg, wanted, table=self.table.name,
+                                     version=self.version)
+            else:
+                t = read_row_group(pf, task.file, rg, wanted, table=self.table.name,
+                                   version=self.version)
             if reads:
                 t = pa.Table.from_arrays(proj.apply(t, reads), names=list(columns))
             start = task.file.row_group_offsets[rg]
@@ -483,6 +538,20 @@ class Snapshot:
             return t.cast(schema) if t.schema != schema else t
 
         parts = [fut.result() for fut in [_POOL.submit(read, *w) for w in work]]
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def read_now(self, columns: list[str] | None = None, *, tasks,
+                 positions: str | None = None, file_col: str | None = None) -> pa.Table:
+        """Like :meth:`scan` of ``tasks``, read whole in the calling thread (for a few small
+        files, such as inlined ones, where handing each to the pool costs more than it
+        reads)."""
+        reader = self.scan(columns, tasks=[], positions=positions, file_col=file_col)
+        schema = reader.schema
+        cols = list(self.schema.names) if columns is None else list(columns)
+        parts = [t for task in tasks
+                 for t in self._read_groups(task, task.row_groups, cols, positions, file_col)
+                 if t.num_rows]
+        parts = [t.cast(schema) if t.schema != schema else t for t in parts]
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
     def to_table(self, columns: list[str] | None = None) -> pa.Table:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
+import logging
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -21,11 +24,12 @@ import pyarrow as pa
 from flightsrv.errors import (
     ConfigurationError,
     CorruptObject,
+    FlightsrvError,
     SchemaMismatch,
     TableNotFound,
     VersionNotFound,
 )
-from flightsrv.table import types
+from flightsrv.table import inline, types
 from flightsrv.table.commit import TableLog, commit, require_table
 from flightsrv.table.manifest import Manifest
 from flightsrv.table.scan import Snapshot
@@ -37,6 +41,12 @@ if TYPE_CHECKING:
     from flightsrv.runtime import Runtime
     from flightsrv.store.base import ObjectStore
     from flightsrv.table.fingerprint import ErasureKey
+
+
+_log = logging.getLogger("flightsrv.table")
+#: (warehouse, table) of the flushes running in this process (one at a time per table)
+_FLUSHING: set = set()
+_FLUSHING_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -208,12 +218,21 @@ class Table:
         discard them all with :meth:`discard_keys`."""
         head = head or self.head()
         schema = schema_from_json(head.schema)
+        batches = self._conform(data, schema)
+        if inline.enabled(head):  # a small append goes into the manifest (PROTOCOL.md §18)
+            settings = inline.InlineSettings.of(head.properties)
+            small, rest = inline.take_small(batches, settings.max_rows)
+            if rest is None:
+                files = inline.write_inline(self, small, head, settings)
+                if files is not None:
+                    return files, sum(f.size for f in files), sum(f.rows for f in files)
+            batches = itertools.chain(small, rest or ())
         writer = DataFileWriter(self.store, WriteLayout.from_manifest(head), self.runtime,
                                 WriteOptions.from_properties(head.properties), head.version + 1)
         if keys is not None:
             writer.keys = keys
         try:
-            files = writer.write(self._conform(data, schema))
+            files = writer.write(batches)
         except BaseException:
             # nothing references the files written so far (or being written when interrupted):
             # remove them (best effort; vacuum would find them as orphans after its grace)
@@ -294,7 +313,38 @@ class Table:
             return dataclasses.replace(head, operation=operation, summary=summary,
                                        data_files=head.data_files + added)
 
-        return self.commit(mutate)
+        m = self.commit(mutate)
+        if any(f.inline is not None for f in files):
+            self.maybe_flush(m)
+        return m
+
+    def maybe_flush(self, m: Manifest | None) -> None:
+        """Flush the inlined rows when version ``m`` holds more than its properties allow
+        (after an inlined append committed). Best effort: the append is committed whatever
+        happens here, so a failure is logged, never raised, and a flush already running in
+        this process for the table is not started twice."""
+        if not inline.needs_flush(m):
+            return
+        key = (self.home.uri, self.name)
+        with _FLUSHING_LOCK:
+            if key in _FLUSHING:
+                return
+            _FLUSHING.add(key)
+        try:
+            self.flush_inlined()
+        except FlightsrvError as exc:
+            _log.warning("flushing inlined rows failed; the next append retries",
+                         extra={"table": self.name, "error": str(exc)})
+        finally:
+            with _FLUSHING_LOCK:
+                _FLUSHING.discard(key)
+
+    def flush_inlined(self, **kw):
+        """Turn inlined rows into Parquet data files in one commit
+        (``flightsrv.table.maintenance.flush``; SQL ``OPTIMIZE t`` flushes too)."""
+        from flightsrv.table.maintenance.flush import flush_inlined
+
+        return flush_inlined(self, **kw)
 
     # -- schema and partitioning (format 2; flightsrv.table.evolution) ---------------------
     def _evolve(self, change, *args, **kw) -> Manifest | None:

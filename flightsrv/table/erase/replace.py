@@ -77,6 +77,8 @@ def _metadata_from_footer(footer: bytes) -> pq.FileMetaData:
 
 
 def _rewrite_reason(store, f: DataFile) -> str | None:
+    if f.inline is not None:  # its bytes live in the manifest (PROTOCOL.md §18)
+        return "inlined rows: the survivors are written as a data file"
     if getattr(store, "equal_part_sizes", False):
         return "store needs equal part sizes"
     min_part = int(getattr(store, "min_part_size", 0) or 0)

@@ -72,6 +72,8 @@ def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, smal
             reasons[f.path] = "sort"
         elif f.rows and f.deleted_rows / f.rows > min_deleted:
             reasons[f.path] = "deletes"
+        elif f.inline is not None:  # inlined rows (PROTOCOL.md §18): OPTIMIZE flushes them
+            reasons[f.path] = "inline"
         elif f.size < small:
             reasons[f.path] = "small"
     if max_input_bytes is not None:
@@ -270,7 +272,8 @@ def compaction_options(table, props: dict, *, target_file_size=None,
 
 
 def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
-                  coalesced: dict | None = None, extra_summary: dict | None = None):
+                  coalesced: dict | None = None, extra_summary: dict | None = None,
+                  operation: str = "compact"):
     """The one compaction commit (used by ``compact`` and the Spark compaction): swap each
     group's inputs for its written outputs, carrying over deletes that landed after ``head``
     was read (or aborting a group whose input vanished), move coalesced DVs, keep every other
@@ -343,7 +346,7 @@ def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
                    "deleted_rows_purged": stats["deleted_rows_purged"],
                    "deletes_carried_over": carried, "dvs_coalesced": len(moved),
                    **(extra_summary or {})}
-        return dataclasses.replace(cur, operation="compact", summary=summary,
+        return dataclasses.replace(cur, operation=operation, summary=summary,
                                    data_files=tuple(files))
 
     m = table.commit(mutate)

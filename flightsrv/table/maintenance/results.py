@@ -111,6 +111,8 @@ class TableStats(_Result):
     oldest_retained_version: int | None
     recommendation: str  # "compact" | "expire" | "vacuum" | "nothing" (the first to run)
     reasons: list = field(default_factory=list)  # [{"action", "reason"}]
+    inlined_files: int = 0  # appends whose rows live in the manifest (PROTOCOL.md §18)
+    inlined_rows: int = 0
 
 
 @dataclass

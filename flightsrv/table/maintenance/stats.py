@@ -67,5 +67,6 @@ def table_stats(table) -> TableStats:
         dv_objects=len(dv_objects), orphan_objects=len(orphans), orphan_bytes=orphan_bytes,
         abandoned_uploads=len(uploads),
         version_count=len(versions), oldest_retained_version=versions[0] if versions else None,
-        recommendation=reasons[0]["action"] if reasons else "nothing", reasons=reasons)
+        recommendation=reasons[0]["action"] if reasons else "nothing", reasons=reasons,
+        inlined_files=head.inline[0], inlined_rows=head.inline[1])
 

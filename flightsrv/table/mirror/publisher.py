@@ -239,6 +239,7 @@ def publish(table, formats=FORMATS, *, progress=None) -> PublishResult:
         return result
     map_schema(head.schema, formats)  # refuse unsupported types before writing anything
     start = incarnation(table, head)
+    _refuse_inlined(table, start, head)
     if progress is not None:
         progress.total = None
         progress.unit = " versions"
@@ -260,6 +261,19 @@ def publish(table, formats=FORMATS, *, progress=None) -> PublishResult:
                                "formats": ",".join(formats),
                                "changed_files": result.changed_files})
     return result
+
+
+def _refuse_inlined(table, start: int, head: Manifest) -> None:
+    """A Delta or Iceberg reader cannot read inlined rows (docs/PROTOCOL.md §18.7): refuse,
+    before writing anything, to publish when a version to mirror reaches some."""
+    for v in range(start, head.version + 1):
+        m = table.log.try_load(v)
+        if m is not None and m.inline[0]:
+            raise ConfigurationError(
+                "a version to publish holds inlined rows, which Delta and Iceberg readers "
+                "cannot read: flush them (OPTIMIZE), then expire the versions before the "
+                "flush (expire_snapshots), and publish again", table=table.name, version=v,
+                inlined_files=m.inline[0])
 
 
 def mirrors_present(table) -> list[str]:
