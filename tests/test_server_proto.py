@@ -126,4 +126,4 @@ def test_like_pattern_takes_linear_time():
     for pattern in ("%" * 30 + "Z", "%a" * 5000 + "Z", "_%" * 100_000):
         assert not md.matches(md.like_pattern(pattern), "a" * 60 + "b")
     assert md.matches(md.like_pattern("%a%a%b"), "a" * 60 + "b")
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 10.0  # backtracking: minutes

@@ -75,7 +75,8 @@ def plan(sql, params=()):
 ])
 def test_classified(sql, kind):
     stmt = parse_statement(sql)
-    assert type(stmt) is kind
+    # a plain INSERT ... VALUES is the fast path's Insert (sql/values.py)
+    assert type(stmt) is kind or (kind is st.Insert and type(stmt) is st.InsertValues)
     assert stmt.writes == (kind not in (st.Query, st.SetSession))
 
 
@@ -216,7 +217,9 @@ def test_placeholders_numbered_in_text_order():
     ("SELECT ?+?,?||?", 4, "SELECT $1+$2,$3||$4"),
     ("SELECT ?::INT,?", 2, "SELECT $1::INT,$2"),
     ("SELECT 1 FROM t WHERE id IN (?,?,?)", 3, "SELECT 1 FROM t WHERE id IN ($1,$2,$3)"),
-    ("INSERT INTO t VALUES (?,?),(?,?)", 4, "INSERT INTO t VALUES ($1,$2),($3,$4)"),
+    # (a comment keeps it off the VALUES fast path, which hands `?` to DuckDB as it is)
+    ("INSERT INTO t /* x */ VALUES (?,?),(?,?)", 4,
+     "INSERT INTO t /* x */ VALUES ($1,$2),($3,$4)"),
     ("SELECT '$1,$2', $1", 1, "SELECT '$1,$2', $1"),
     ("SELECT $t$ $1,$2 $t$, $1", 1, "SELECT $t$ $1,$2 $t$, $1"),
     ("SELECT /* ?,? */ ?", 1, "SELECT /* ?,? */ $1"),

@@ -642,7 +642,7 @@ class DuckEngine:
         file's deletion mask, streamed as Arrow tables; None (compaction reads it itself)
         for a file without deleted rows, on S3, when no slot is free or DuckDB cannot read
         the file so. No statement expression runs here: only the mask sees the rows."""
-        if not rels.is_native(snap) or rels._is_clean(f):
+        if not rels.is_native(snap) or rels._is_clean(f) or f.inline is not None:
             return None
         slot = self._acquire_mask(snap, f)
         if slot is None:

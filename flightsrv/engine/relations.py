@@ -605,6 +605,8 @@ def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str 
     schema, in position order; None when DuckDB cannot read the file so (a column hides
     ``file_row_number``, a default DuckDB cannot spell). Only the mask is evaluated over
     the file's rows: no statistics decide a row, so float columns need no NaN record."""
+    if f.inline is not None:
+        return None  # its bytes are in the manifest entry (PROTOCOL.md §18): no file to read
     fields = snapshot.manifest.schema_by_id(f.schema_id)["fields"]
     if any(fl["name"].lower() in _VIRTUAL_COLUMNS for fl in fields):
         return None
