@@ -268,10 +268,12 @@ class AuthMiddleware(flight.ServerMiddleware):
 
 class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
     def __init__(self, config: AuthConfig, clock: Clock | None = None,
-                 on_failure: Callable[[str], None] | None = None):
+                 on_failure: Callable[[str], None] | None = None,
+                 token_key: bytes | None = None):
         self._config = config
         self._clock = clock or Clock()
-        self._issuer = TokenIssuer(self._clock, config.token_ttl_s)
+        # token_key: shared by the workers of one server (--workers), else random
+        self._issuer = TokenIssuer(self._clock, config.token_ttl_s, token_key)
         self._basic_cache: TTLCache = TTLCache(4096, 60,
                                                timer=lambda: self._clock.now_ms() / 1000.0)
         self._cache_lock = threading.Lock()
