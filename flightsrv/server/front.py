@@ -21,6 +21,8 @@ Contract:
   the front's one channel.
 - The caller's deadline is the forwarded call's deadline; a caller that cancels (or goes
   away) cancels the forwarded call.
+- While the worker is down (restarting), calls fail UNAVAILABLE at once; the front tries
+  to reach the worker again at most a second apart.
 - TLS, when configured, ends here; the worker's socket is a private unix socket.
 - At most ``max_calls`` calls are handled at once (threads), ``max_calls * 4`` are accepted
   (the rest wait for a thread); beyond that gRPC answers RESOURCE_EXHAUSTED.
@@ -47,6 +49,10 @@ _HOP_HEADERS = frozenset({"content-type", "user-agent", "te", "grpc-timeout", "g
                           "grpc-status-details-bin", PEER_HEADER})
 _NO_DEADLINE_S = 1e7  # grpcio's time_remaining() for a call without a deadline is huge
 _UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+# a restarted worker is reached within a second of binding its socket (gRPC's default
+# reconnect back-off grows to 120 s while the worker is down)
+_RECONNECT = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+              ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
 def forwardable(metadata) -> list[tuple[str, str | bytes]]:
@@ -96,7 +102,7 @@ def start(listen: str, worker: str, *, tls: tuple[bytes, bytes] | None = None,
     ``unix:PATH``). Returns ``(server, port)``; stop it with ``server.stop(grace)``."""
     import grpc
 
-    channel = grpc.insecure_channel(worker, options=_UNLIMITED)
+    channel = grpc.insecure_channel(worker, options=_UNLIMITED + _RECONNECT)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_calls,
                                                     thread_name_prefix="front"),
                          handlers=[Forwarder(channel)],

@@ -1,0 +1,209 @@
+"""``flightsrv serve --workers 2``: worker/front pairs sharing one port (server/workers.py,
+server/front.py), driven by real clients (ADBC, pyarrow.flight), each its own connection.
+
+One server for the module (starting 2 workers and 2 fronts takes seconds on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pytest
+from adbc_driver_flightsql import dbapi
+from pyarrow import flight
+
+from flightsrv.server import proto
+from flightsrv.server.auth import hash_password
+
+from test_serve_cli import free_port
+
+CONNECTIONS = 12  # all on one worker: 2 * 2**-12 (the kernel hashes each connection)
+
+
+class Workers:
+    """A ``serve --workers 2`` parent, its stderr collected."""
+
+    def __init__(self, warehouse: str, *args: str):
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "flightsrv.cli", "--warehouse", warehouse, "serve",
+               "--port", str(self.port), "--workers", "2", "--no-demo", *args]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.events: list[dict] = []
+        started = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                if line.startswith("flightsrv: serving"):
+                    started.set()
+                try:
+                    self.events.append(json.loads(line))
+                except ValueError:
+                    pass
+            started.set()
+
+        self._drain = threading.Thread(target=drain, daemon=True)
+        self._drain.start()
+        if not started.wait(120) or self.proc.poll() is not None:
+            self.kill()
+            raise AssertionError("server did not start:\n" + "".join(self.lines))
+
+    @property
+    def uri(self) -> str:
+        return f"grpc://127.0.0.1:{self.port}"
+
+    def worker_pids(self) -> dict[int, int]:
+        """index -> pid of the newest start of each worker."""
+        return {e["index"]: e["pid"] for e in list(self.events)
+                if e.get("event") == "worker_started"}
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def connect(uri, **db_kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return dbapi.connect(uri, db_kwargs=db_kwargs or None)
+
+
+@pytest.fixture(scope="module")
+def users(tmp_path_factory):
+    path = tmp_path_factory.mktemp("users") / "users"
+    path.write_text(f"alice:{hash_password('alice-pw', iterations=1000)}:writer\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, users):
+    srv = Workers(str(tmp_path_factory.mktemp("wh") / "wh"), "--users-file", str(users))
+    try:
+        with connect(srv.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:
+            cur.execute("CREATE TABLE t AS SELECT range AS id, range * 2 AS v FROM range(1000)")
+        yield srv
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(timeout=60) == 0  # every child drained and stopped
+    finally:
+        srv.kill()
+
+
+def _client_work(uri: str, i: int) -> tuple[int, int, int]:
+    """One connection: a query, one prepared statement run 20 times with parameters, an
+    ingest (DoPut), a DELETE. Returns (sum of the prepared results, ingested rows, deleted)."""
+    with connect(uri, username="alice", password="alice-pw") as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM t")
+        assert cur.fetchall()[0][0] >= 1000 - CONNECTIONS
+        total = 0
+        for k in range(20):  # same text: ADBC keeps one prepared handle on this connection
+            cur.execute("SELECT v FROM t WHERE id = ?", parameters=(100 + k,))
+            total += cur.fetchall()[0][0]
+        data = pa.table({"x": pa.array(range(i + 1), pa.int64())})
+        ingested = cur.adbc_ingest(f"ing_{i}", data, mode="create")
+        cur.execute(f"DELETE FROM t WHERE id = {500 + i}")
+        return total, ingested, cur.rowcount
+
+
+def test_connections_spread_over_workers_and_agree(server):
+    pids = server.worker_pids()
+    assert sorted(pids) == [0, 1]
+    before = {i: cpu_ticks(p) for i, p in pids.items()}
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: _client_work(server.uri, i), range(CONNECTIONS)))
+    want = sum(2 * (100 + k) for k in range(20))
+    assert results == [(want, i + 1, 1) for i in range(CONNECTIONS)]
+    # every worker sees every other's commits (the same warehouse)
+    for _ in range(4):
+        with connect(server.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:
+            cur.execute("SELECT count(*), sum(v) FROM t")
+            assert cur.fetchall() == [(1000 - CONNECTIONS, sum(2 * r for r in range(1000))
+                                       - sum(2 * (500 + i) for i in range(CONNECTIONS)))]
+            cur.execute(f"SELECT count(*) FROM ing_{CONNECTIONS - 1}")
+            assert cur.fetchall() == [(CONNECTIONS,)]
+    # both workers served (the kernel spread the connections over the two fronts)
+    assert all(cpu_ticks(p) > before[i] for i, p in pids.items())
+
+
+def test_a_login_token_verifies_on_every_worker(server):
+    """Handshake's bearer token comes back through the front (initial metadata) and is
+    accepted by whichever worker a later connection reaches (one shared HMAC key)."""
+    header = flight.connect(server.uri).authenticate_basic_token("alice", "alice-pw")
+    opts = flight.FlightCallOptions(headers=[header])
+    for _ in range(CONNECTIONS):
+        client = flight.connect(server.uri)
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+            proto.CommandStatementQuery(query="SELECT count(*) AS n FROM t"))), opts)
+        assert client.do_get(info.endpoints[0].ticket, opts).read_all().num_rows == 1
+        client.close()
+
+
+def test_cancel_and_deadline_pass_through_the_front(server):
+    header = flight.connect(server.uri).authenticate_basic_token("alice", "alice-pw")
+    opts = flight.FlightCallOptions(headers=[header])
+    client = flight.connect(server.uri)
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+        proto.CommandStatementQuery(query="SELECT range AS i FROM range(5000000)"))), opts)
+    reader = client.do_get(info.endpoints[0].ticket, opts)
+    rows = reader.read_chunk().data.num_rows
+    req = proto.CancelFlightInfoRequest(info=info.serialize())
+    action = flight.Action("CancelFlightInfo", req.SerializeToString())
+    (raw,) = list(client.do_action(action, opts))
+    assert proto.parse(proto.CancelFlightInfoResult, raw.body.to_pybytes()).status \
+        == proto.CancelStatus.CANCELLED
+    with pytest.raises(flight.FlightCancelledError, match="cancelled"):
+        while True:
+            rows += reader.read_chunk().data.num_rows
+    assert rows < 5_000_000
+    # the caller's deadline reaches the worker: a slow stream ends at it
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+        proto.CommandStatementQuery(
+            query="SELECT count(*) FROM range(100000000000) WHERE range % 7 = 3"))), opts)
+    slow = flight.FlightCallOptions(headers=[header], timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(flight.FlightTimedOutError):
+        reader = client.do_get(info.endpoints[0].ticket, slow)
+        while True:
+            reader.read_chunk()
+    assert time.monotonic() - started < 15
+    # an error's status and message come back as the worker said them
+    with pytest.raises(pa.ArrowKeyError, match="TableNotFound: no such table"):
+        client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+            proto.CommandStatementQuery(query="SELECT * FROM no_such_table"))), opts)
+    client.close()
+
+
+def test_a_killed_worker_is_restarted_and_new_connections_work(server):
+    old = server.worker_pids()[1]
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while server.worker_pids()[1] == old:
+        assert time.monotonic() < deadline, "worker 1 was not restarted"
+        time.sleep(0.2)
+    new = server.worker_pids()[1]
+    while not any(e.get("event") == "start" and e.get("pid") == new
+                  for e in list(server.events)):
+        assert time.monotonic() < deadline, "restarted worker did not serve"
+        time.sleep(0.2)
+    time.sleep(1.5)  # the front's reconnect back-off is at most 1 s (server/front.py)
+    counts = set()
+    for _ in range(CONNECTIONS):
+        with connect(server.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:
+            cur.execute("SELECT count(*) FROM t")
+            counts.add(cur.fetchall()[0][0])
+    assert len(counts) == 1
