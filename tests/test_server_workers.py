@@ -207,3 +207,27 @@ def test_a_killed_worker_is_restarted_and_new_connections_work(server):
             cur.execute("SELECT count(*) FROM t")
             counts.add(cur.fetchall()[0][0])
     assert len(counts) == 1
+
+
+def test_a_session_belongs_to_its_connection_not_to_its_front(server):
+    """Behind a front every call reaches the worker on the front's one channel; the worker
+    keys sessions by the client's own connection (x-flightsrv-peer), so one connection's
+    SET does not leak into another's of the same principal on the same front."""
+    slow = "SELECT count(*) FROM range(3000000000) WHERE range % 7 = 3"
+    conns = [connect(server.uri, username="alice", password="alice-pw") for _ in range(5)]
+    try:
+        curs = [c.cursor() for c in conns]
+        for cur in curs:  # every connection open (and so on its front) before the SET
+            cur.execute("SELECT 1")
+            cur.fetchall()
+        curs[0].execute("SET statement_timeout = '1'")
+        with pytest.raises(Exception, match="timed out|timeout"):
+            curs[0].execute(slow)
+            curs[0].fetchall()
+        # of 5 connections on 2 fronts, at least one shares connection 0's front
+        for cur in curs[1:]:
+            cur.execute("SELECT count(*) FROM range(20000000) WHERE range % 7 = 3")
+            assert cur.fetchall() == [(2857143,)]
+    finally:
+        for c in conns:
+            c.close()
