@@ -9,7 +9,8 @@ Contract:
     ``authorization: Bearer <token>``, which is how ADBC's username/password option logs in
     (it sends Basic on Handshake and then uses the returned bearer token).
   - ``Bearer <token>`` is either a token this server issued (HMAC-signed, expires after
-    ``token_ttl_s``; the key is random per process, so restarting logs everyone out) or a
+    ``token_ttl_s``; the key is random per server run, shared by the workers of ``--workers
+    N``, so restarting logs everyone out) or a
     static token from ``AuthConfig.tokens``.
 - The role decides what a caller may do: READER may query and read metadata; DML and
   ingest need WRITER (the engine raises PermissionDenied; the server pre-checks ingest).
