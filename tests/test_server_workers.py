@@ -15,6 +15,7 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
+import adbc_driver_manager
 import pyarrow as pa
 import pytest
 from adbc_driver_flightsql import dbapi
@@ -23,7 +24,7 @@ from pyarrow import flight
 from flightsrv.server import proto
 from flightsrv.server.auth import hash_password
 
-from test_serve_cli import free_port
+from test_serve_cli import TOKEN_HEADER, _self_signed, free_port, query
 
 CONNECTIONS = 12  # all on one worker: 2 * 2**-12 (the kernel hashes each connection)
 
@@ -231,3 +232,29 @@ def test_a_session_belongs_to_its_connection_not_to_its_front(server):
     finally:
         for c in conns:
             c.close()
+
+
+def test_tls_ends_at_the_fronts_and_roles_hold(tmp_path):
+    """--tls-cert with --workers 2: the fronts speak TLS, the workers check tokens/roles."""
+    cert, key = _self_signed(tmp_path)
+    srv = Workers(str(tmp_path / "wh"), "--auth-token", "w-secret:writer",
+                  "--auth-token", "r-secret:reader", "--tls-cert", str(cert),
+                  "--tls-key", str(key))
+    try:
+        uri = f"grpc+tls://localhost:{srv.port}"
+        tls = {"adbc.flight.sql.client_option.tls_root_certs": cert.read_text()}
+        writer = {TOKEN_HEADER: "Bearer w-secret", **tls}
+        reader = {TOKEN_HEADER: "Bearer r-secret", **tls}
+        query(uri, "CREATE TABLE t AS SELECT range AS id FROM range(100)", **writer)
+        for _ in range(4):
+            assert query(uri, "SELECT count(*) FROM t", **reader) == [(100,)]
+        with pytest.raises(adbc_driver_manager.Error, match="UNAUTHORIZED"):
+            query(uri, "DELETE FROM t", **reader)
+        with pytest.raises(adbc_driver_manager.Error, match="UNAUTHENTICATED"):
+            query(uri, "SELECT 1", **{TOKEN_HEADER: "Bearer nope"}, **tls)
+        with pytest.raises(adbc_driver_manager.Error):  # plaintext to a TLS port
+            query(f"grpc://127.0.0.1:{srv.port}", "SELECT 1", **{TOKEN_HEADER: "Bearer w-secret"})
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(timeout=60) == 0
+    finally:
+        srv.kill()
