@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,18 +25,18 @@ from pyarrow import flight
 from flightsrv.server import proto
 from flightsrv.server.auth import hash_password
 
-from test_serve_cli import TOKEN_HEADER, _self_signed, free_port, query
+from test_serve_cli import TOKEN_HEADER, _self_signed, query
 
 CONNECTIONS = 12  # all on one worker: 2 * 2**-12 (the kernel hashes each connection)
 
 
 class Workers:
-    """A ``serve --workers 2`` parent, its stderr collected."""
+    """A ``serve --workers 2 --port 0`` parent, its stderr collected; ``port`` is read from
+    its "serving" line (front 0 resolves port 0, the other fronts share it)."""
 
     def __init__(self, warehouse: str, *args: str):
-        self.port = free_port()
         cmd = [sys.executable, "-m", "flightsrv.cli", "--warehouse", warehouse, "serve",
-               "--port", str(self.port), "--workers", "2", "--no-demo", *args]
+               "--port", "0", "--workers", "2", "--no-demo", *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self.events: list[dict] = []
@@ -45,6 +46,7 @@ class Workers:
             for line in self.proc.stderr:
                 self.lines.append(line)
                 if line.startswith("flightsrv: serving"):
+                    self.port = int(re.search(r"://[^ ]+:(\d+) ", line).group(1))
                     started.set()
                 try:
                     self.events.append(json.loads(line))
@@ -62,10 +64,10 @@ class Workers:
     def uri(self) -> str:
         return f"grpc://127.0.0.1:{self.port}"
 
-    def worker_pids(self) -> dict[int, int]:
-        """index -> pid of the newest start of each worker."""
+    def worker_pids(self, role: str = "worker") -> dict[int, int]:
+        """index -> pid of the newest start of each worker (or front)."""
         return {e["index"]: e["pid"] for e in list(self.events)
-                if e.get("event") == "worker_started"}
+                if e.get("event") == f"{role}_started"}
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -202,6 +204,12 @@ def test_a_killed_worker_is_restarted_and_new_connections_work(server):
         assert time.monotonic() < deadline, "restarted worker did not serve"
         time.sleep(0.2)
     time.sleep(1.5)  # the front's reconnect back-off is at most 1 s (server/front.py)
+    # a killed front is started again on the same port (also when it was --port 0)
+    old_front = server.worker_pids("front")[1]
+    os.kill(old_front, signal.SIGKILL)
+    while server.worker_pids("front")[1] == old_front:
+        assert time.monotonic() < deadline + 60, "front 1 was not restarted"
+        time.sleep(0.2)
     counts = set()
     for _ in range(CONNECTIONS):
         with connect(server.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:

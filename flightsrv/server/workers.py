@@ -21,7 +21,8 @@ Contract:
   prepared handles, tickets and sessions are gone with it; new calls and connections
   work); one that keeps dying within 5 s of its start 5 times in a row stops the server.
 - SIGTERM/SIGINT: every child gets SIGTERM and drains as a single server does; one still
-  running ``--drain-timeout`` + 15 s later is killed. Exit status 0.
+  running ``--drain-timeout`` + 15 s later is killed. Exit status 0 (1 when a process kept
+  dying).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     tls = ["--tls-cert", cfg.tls_cert, "--tls-key", cfg.tls_key] if cfg.tls_cert else []
     children: list[_Child] = []
+    status = 0
     try:
         port = cfg.port
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
@@ -110,6 +112,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
                 "--worker", f"unix:{sock}", "--drain-timeout", str(cfg.drain_timeout_s), *tls])
             front.start(env)
             port = _read_port(front)
+            front.argv[front.argv.index("--listen") + 1] = f"{host}:{port}"  # for a restart
             children.append(front)
         for i in range(n):
             sock = os.path.join(sockdir, f"w{i}.sock")
@@ -124,7 +127,14 @@ def supervise(argv: list[str], cfg, on_start) -> int:
             for child in children:
                 if child.proc.poll() is None:
                     continue
-                _restart(child, env)
+                try:
+                    _restart(child, env)
+                except OSError as exc:
+                    log.error("server stopping: a process keeps failing", extra={"fields": {
+                        "event": "restart_failed", "error": str(exc)}})
+                    status = 1
+                    stop.set()
+                    break
     finally:
         log.info("shutting down", extra={"fields": {
             "event": "stop", "signal": ",".join(received), "workers": n}})
@@ -141,7 +151,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
         shutil.rmtree(sockdir, ignore_errors=True)
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return 0
+    return status
 
 
 def _read_port(front: _Child) -> int:
