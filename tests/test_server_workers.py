@@ -204,18 +204,22 @@ def test_a_killed_worker_is_restarted_and_new_connections_work(server):
         assert time.monotonic() < deadline, "restarted worker did not serve"
         time.sleep(0.2)
     time.sleep(1.5)  # the front's reconnect back-off is at most 1 s (server/front.py)
-    # a killed front is started again on the same port (also when it was --port 0)
-    old_front = server.worker_pids("front")[1]
+    # a killed front is started again on the public port (front 0 was started on --port 0)
+    old_front = server.worker_pids("front")[0]
     os.kill(old_front, signal.SIGKILL)
-    while server.worker_pids("front")[1] == old_front:
-        assert time.monotonic() < deadline + 60, "front 1 was not restarted"
+    while server.worker_pids("front")[0] == old_front:
+        assert time.monotonic() < deadline + 60, "front 0 was not restarted"
         time.sleep(0.2)
+    time.sleep(0.5)
+    pids = server.worker_pids()
+    before = {i: cpu_ticks(p) for i, p in pids.items()}
     counts = set()
     for _ in range(CONNECTIONS):
         with connect(server.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:
             cur.execute("SELECT count(*) FROM t")
             counts.add(cur.fetchall()[0][0])
     assert len(counts) == 1
+    assert all(cpu_ticks(p) > before[i] for i, p in pids.items())  # both fronts serve
 
 
 def test_a_session_belongs_to_its_connection_not_to_its_front(server):
