@@ -270,3 +270,16 @@ def test_tls_ends_at_the_fronts_and_roles_hold(tmp_path):
         assert srv.proc.wait(timeout=60) == 0
     finally:
         srv.kill()
+
+
+def test_worker_command_lines_split_the_machine():
+    from flightsrv.server.workers import worker_argv
+
+    first = worker_argv(["serve", "--metrics-port", "9000"], 2, 0, "/s/w0.sock", 31337,
+                        None, "50%")
+    assert first[-10:] == ["--workers", "1", "--worker-socket", "/s/w0.sock",
+                           "--public-port", "31337", "--threads",
+                           str(max(1, (os.cpu_count() or 1) // 2)), "--memory-limit", "25%"]
+    other = worker_argv(["serve"], 2, 1, "/s/w1.sock", 31337, 3, "4GiB")
+    assert "--threads" not in other and "--memory-limit" not in other  # given: kept as is
+    assert other[-2:] == ["--no-metrics", "--no-demo"]  # worker 0 alone serves /metrics

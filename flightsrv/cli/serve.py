@@ -212,7 +212,10 @@ def _forwarded(args):
     """A worker's Forwarded: the public port, and the token key its parent wrote on stdin."""
     from flightsrv.server.flight import Forwarded
 
-    key = bytes.fromhex(sys.stdin.readline().strip())
+    try:
+        key = bytes.fromhex(sys.stdin.readline().strip())
+    except ValueError:
+        key = b""
     if len(key) != 32:
         raise UsageError("--worker-socket is for workers that flightsrv serve --workers "
                          "starts (no token key on stdin)")
