@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,7 +26,7 @@ from pyarrow import flight
 from flightsrv.server import proto
 from flightsrv.server.auth import hash_password
 
-from test_serve_cli import TOKEN_HEADER, _self_signed, query
+from test_serve_cli import TOKEN_HEADER, _self_signed, free_port, query
 
 CONNECTIONS = 12  # all on one worker: 2 * 2**-12 (the kernel hashes each connection)
 
@@ -96,7 +97,10 @@ def users(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, users):
-    srv = Workers(str(tmp_path_factory.mktemp("wh") / "wh"), "--users-file", str(users))
+    metrics_port = free_port()
+    srv = Workers(str(tmp_path_factory.mktemp("wh") / "wh"), "--users-file", str(users),
+                  "--metrics-port", str(metrics_port))
+    srv.metrics_port = metrics_port
     try:
         with connect(srv.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:
             cur.execute("CREATE TABLE t AS SELECT range AS id, range * 2 AS v FROM range(1000)")
@@ -184,6 +188,9 @@ def test_cancel_and_deadline_pass_through_the_front(server):
         while True:
             reader.read_chunk()
     assert time.monotonic() - started < 15
+    # the other FlightService methods pass through as well
+    kinds = {a.type for a in client.list_actions(opts)}
+    assert {"CreatePreparedStatement", "CancelFlightInfo", "CloseSession"} <= kinds
     # an error's status and message come back as the worker said them
     with pytest.raises(pa.ArrowKeyError, match="TableNotFound: no such table"):
         client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
@@ -283,3 +290,22 @@ def test_worker_command_lines_split_the_machine():
     other = worker_argv(["serve"], 2, 1, "/s/w1.sock", 31337, 3, "4GiB")
     assert "--threads" not in other and "--memory-limit" not in other  # given: kept as is
     assert other[-2:] == ["--no-metrics", "--no-demo"]  # worker 0 alone serves /metrics
+
+
+def test_probes_and_metrics_are_worker_zeros(server):
+    base = f"http://127.0.0.1:{server.metrics_port}"
+    with urllib.request.urlopen(f"{base}/healthz") as r:
+        assert r.status == 200
+    with urllib.request.urlopen(f"{base}/readyz") as r:
+        assert r.status == 200
+    with urllib.request.urlopen(f"{base}/metrics") as r:
+        assert "flightsrv_requests_total" in r.read().decode()
+
+
+def test_a_front_drops_a_callers_own_peer_header():
+    """Only the front names the connection: a client cannot pick another's session."""
+    from flightsrv.server.front import PEER_HEADER, forwardable
+
+    sent = [(":authority", "x"), ("authorization", "Bearer t"), (PEER_HEADER, "ipv4:1.2.3.4:5"),
+            ("grpc-timeout", "1S"), ("x-custom-bin", b"\x00")]
+    assert forwardable(sent) == [("authorization", "Bearer t"), ("x-custom-bin", b"\x00")]
