@@ -11,8 +11,9 @@ without shared state (docs/ARCHITECTURE.md, "Using every core").
 Contract:
 
 - Only methods of ``arrow.flight.protocol.FlightService`` are forwarded; any other method is
-  UNIMPLEMENTED. Every method is forwarded as a byte stream both ways (a unary call is a
-  stream of one message on the wire), messages are never decoded.
+  UNIMPLEMENTED. Messages are never decoded: Handshake, DoPut and DoExchange are forwarded
+  as byte streams both ways, the methods that take one request as one request and a stream
+  of answers (a unary answer is a stream of one message on the wire).
 - The caller's metadata (``authorization``, cookies, Flight SQL headers) goes to the worker
   as sent, less gRPC's own headers; the worker's initial and trailing metadata (the bearer
   token a Handshake issues) and its status code and details come back as sent.
@@ -47,6 +48,10 @@ PEER_HEADER = "x-flightsrv-peer"
 _HOP_HEADERS = frozenset({"content-type", "user-agent", "te", "grpc-timeout", "grpc-encoding",
                           "grpc-accept-encoding", "grpc-status", "grpc-message",
                           "grpc-status-details-bin", PEER_HEADER})
+# methods whose caller sends one message: forwarded as unary-stream, which spares grpcio's
+# client a thread per call to feed the request stream (Handshake, DoPut, DoExchange stream)
+_ONE_REQUEST = frozenset({"GetFlightInfo", "PollFlightInfo", "GetSchema", "DoGet", "DoAction",
+                          "ListFlights", "ListActions"})
 _NO_DEADLINE_S = 1e7  # grpcio's time_remaining() for a call without a deadline is huge
 _UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 # a restarted worker is reached within a second of binding its socket (gRPC's default
@@ -74,17 +79,21 @@ class Forwarder:
         method = details.method
         if not method.startswith(SERVICE):
             return None  # UNIMPLEMENTED
+        if method[len(SERVICE):] in _ONE_REQUEST:
+            return self._grpc.unary_stream_rpc_method_handler(
+                lambda request, context: self._forward(
+                    self._channel.unary_stream(method), request, context))
         return self._grpc.stream_stream_rpc_method_handler(
-            lambda requests, context: self._forward(method, requests, context))
+            lambda requests, context: self._forward(
+                self._channel.stream_stream(method), requests, context))
 
-    def _forward(self, method, requests, context):
+    def _forward(self, stub, request, context):
         grpc = self._grpc
         metadata = forwardable(context.invocation_metadata())
         metadata.append((PEER_HEADER, context.peer()))
         remaining = context.time_remaining()
         timeout = None if remaining is None or remaining > _NO_DEADLINE_S else remaining
-        call = self._channel.stream_stream(method)(requests, metadata=metadata,
-                                                   timeout=timeout)
+        call = stub(request, metadata=metadata, timeout=timeout)
         context.add_callback(call.cancel)
         try:
             context.send_initial_metadata(forwardable(call.initial_metadata()))
