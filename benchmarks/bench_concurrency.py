@@ -19,6 +19,11 @@ same data files (for the masked aggregate: the clean files, i.e. what the query 
 no deletes at all). Figures per workload and number of clients: queries/s, p50 and p99
 latency, errors, and CPU seconds per statement (the server process's for flightsrv, the
 client processes' own for DuckDB). Ratio = flightsrv q/s / DuckDB q/s.
+
+Knobs: ``FLIGHTSRV_BENCH_CLIENTS`` (e.g. ``1,4,8``), ``FLIGHTSRV_BENCH_SECONDS`` per round,
+``FLIGHTSRV_BENCH_WORKERS`` (``serve --workers N``, default 1; the server's CPU is then the
+parent's and all its workers' and fronts') and ``FLIGHTSRV_BENCH_WORKLOADS`` (names from
+``WORKLOADS``, comma-separated, e.g. ``point``).
 """
 
 from __future__ import annotations
@@ -54,9 +59,25 @@ def _free_port() -> int:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its reaped children, from /proc (Linux)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    ticks = sum(int(x) for x in fields[11:15])
+    """utime + stime of a process, its live descendants (``--workers``) and their reaped
+    children, from /proc (Linux)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    tree, ticks = {pid}, 0
+    grew = True
+    while grew:
+        grew = False
+        for p, (ppid, _) in stats.items():
+            if ppid in tree and p not in tree:
+                tree.add(p)
+                grew = True
+    ticks = sum(stats[p][1] for p in tree if p in stats)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -162,23 +183,22 @@ def _prepare(ctx: Context, n: int) -> tuple[str, dict[str, list[str]]]:
     return uri, files
 
 
-def _serve(uri: str, port: int, log_path: str) -> subprocess.Popen:
+def _serve(uri: str, port: int, log_path: str, workers: int) -> subprocess.Popen:
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "flightsrv.cli", "--warehouse", uri, "serve",
-                             "--no-demo", "--port", str(port), "--log-statements", "off"],
+                             "--no-demo", "--port", str(port), "--log-statements", "off",
+                             "--workers", str(workers)],
                             stdout=subprocess.DEVNULL, stderr=log, text=True,
                             start_new_session=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("flightsrv serve exited before it listened")
-            time.sleep(0.1)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # the "serving" line: every worker is up
+        if "flightsrv: serving" in open(log_path).read():
+            return proc
+        if proc.poll() is not None:
+            raise RuntimeError("flightsrv serve exited before it listened")
+        time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("flightsrv serve did not listen within 60 s")
+    raise RuntimeError("flightsrv serve did not listen within 120 s")
 
 
 def run(ctx: Context) -> list[Row]:
@@ -186,15 +206,19 @@ def run(ctx: Context) -> list[Row]:
     counts = [int(x) for x in os.environ.get("FLIGHTSRV_BENCH_CLIENTS", "").split(",") if x] or (
         [1, 4, 16, 32] if ctx.full else [1, 4, 8])
     seconds = float(os.environ.get("FLIGHTSRV_BENCH_SECONDS", 10 if ctx.full else 3))
+    workers = int(os.environ.get("FLIGHTSRV_BENCH_WORKERS", "1"))
+    only = [w for w in os.environ.get("FLIGHTSRV_BENCH_WORKLOADS", "").split(",") if w]
+    workloads = {k: v for k, v in WORKLOADS.items() if not only or k in only}
     uri, files = _prepare(ctx, n)
     port = _free_port()
     log_path = os.path.join(ctx.workdir, "concurrency-server.log")
-    server = _serve(uri, port, log_path)
+    server = _serve(uri, port, log_path, workers)
+    setting = "server at default settings" + (f", --workers {workers}" if workers > 1 else "")
     target = f"grpc://127.0.0.1:{port}"
     rows: list[Row] = []
     found: dict[tuple[str, int], dict] = {}
     try:
-        for label, (sql, table) in WORKLOADS.items():
+        for label, (sql, table) in workloads.items():
             ours_sql = sql.format(t=table)
             file_list = ", ".join(f"'{p}'" for p in files["clean"])
             duck_sql = sql.format(t=f"read_parquet([{file_list}])")
@@ -213,7 +237,7 @@ def run(ctx: Context) -> list[Row]:
                        if ours["errors"] else "")
                 rows.append(Row(
                     f"{label}, {k} client process(es)", f"{n // 1_000_000}M rows x 5 cols, "
-                    f"{seconds:.0f} s, server at default settings",
+                    f"{seconds:.0f} s, {setting}",
                     f"{ours['qps']:.0f} q/s, p50 {ours['p50']:.1f} ms, p99 {ours['p99']:.1f} ms, "
                     f"server CPU {ours['cpu_per_stmt_ms']:.2f} ms/stmt",
                     f"DuckDB in process {duck['qps']:.0f} q/s, p50 {duck['p50']:.1f} ms, "
@@ -222,7 +246,7 @@ def run(ctx: Context) -> list[Row]:
                     f"{ours['cpu_per_stmt_ms'] / duck['cpu_per_stmt_ms']:.2f}x{err}"
                     + (f"; DuckDB errors {duck['errors']} ({duck['first_error']})"
                        if duck["errors"] else "")))
-        for k in counts:
+        for k in counts if len(workloads) == len(WORKLOADS) else ():
             clean, masked = found[("aggregate (clean)", k)], found[("aggregate (1% deleted)", k)]
             if clean["qps"]:
                 rows.append(Row(f"1%-deleted aggregate vs clean, {k} client(s)", "same run",
@@ -230,7 +254,7 @@ def run(ctx: Context) -> list[Row]:
                                 masked["qps"] / clean["qps"], ">= 0.8x" if k >= 16 else "",
                                 (masked["qps"] / clean["qps"] >= 0.8) if k >= 16 else None,
                                 "ratio = masked q/s / clean q/s"))
-        if 1 in counts and len(counts) > 1:
+        if 1 in counts and len(counts) > 1 and "point" in workloads:
             kmax = max(c for c in counts if c <= 8) if any(c > 1 for c in counts if c <= 8) \
                 else max(counts)
             p1, pk = found[("point", 1)], found[("point", kmax)]

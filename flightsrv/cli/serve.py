@@ -163,12 +163,16 @@ def cmd_serve(args) -> int:
 
     auth = resolve_auth(args)
     resolve_tls(args)
-    check_port(args.host, args.port)
+    worker = getattr(args, "worker_socket", None)
+    if worker is None:
+        check_port(args.host, args.port)
     try:
         cfg = ServerConfig.from_args(args)
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
     cfg = dataclasses.replace(cfg, auth_tokens=tuple(spec for spec, _ in _token_specs(args)))
+    if args.no_metrics:
+        cfg = dataclasses.replace(cfg, metrics_port=None)
     level = getattr(logging, (args.log_level or "info").upper())
     if level > logging.DEBUG:
         # gRPC's own log lines are unstructured and, for a bind failure, precede our one
@@ -179,14 +183,22 @@ def cmd_serve(args) -> int:
     scheme = "grpc+tls" if args.tls_cert else "grpc"
 
     def started(port: int, tables: list[str]) -> None:
+        if worker is not None:
+            return  # the parent prints the line once every worker is up
+        workers = f"{cfg.workers} workers; " if cfg.workers > 1 else ""
         sys.stderr.write(f"flightsrv: serving {wh.uri} on {scheme}://{args.host}:{port} "
-                         f"(tables: {', '.join(tables) or '-'}; Ctrl-C stops)\n")
+                         f"(tables: {', '.join(tables) or '-'}; {workers}Ctrl-C stops)\n")
         if auth is None and not is_loopback(args.host):
             warn(f"serving on {args.host} without --auth-token or --users-file: anyone who "
                  f"can reach port {port} can read and change every table")
         sys.stderr.flush()
 
     try:
+        if cfg.workers > 1:
+            return _supervise(cfg, level, wh, started)
+        if worker is not None:
+            return run(cfg, args.warehouse, level, warehouse=wh, auth=auth, on_start=started,
+                       worker=(worker, _forwarded(args)))
         return run(cfg, args.warehouse, level, warehouse=wh, auth=auth, on_start=started)
     except FlightsrvError:
         raise
@@ -194,3 +206,27 @@ def cmd_serve(args) -> int:
         raise ServerStartError(f"the server did not start on {args.host}:{args.port} "
                                f"({one_line(exc)}); is the port in use or the address not "
                                "one of this machine's?") from None
+
+
+def _forwarded(args):
+    """A worker's Forwarded: the public port, and the token key its parent wrote on stdin."""
+    from flightsrv.server.flight import Forwarded
+
+    try:
+        key = bytes.fromhex(sys.stdin.readline().strip())
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise UsageError("--worker-socket is for workers that flightsrv serve --workers "
+                         "starts (no token key on stdin)")
+    return Forwarded(public_port=args.public_port or 0, token_key=key)
+
+
+def _supervise(cfg, level, wh, started) -> int:
+    """``--workers N``: worker/front pairs under this process (server/workers.py)."""
+    from flightsrv.server.logs import configure_json_logging
+    from flightsrv.server.workers import supervise
+
+    configure_json_logging(level)
+    names = wh.list_tables() if wh.is_initialized() else []
+    return supervise(sys.argv[1:], cfg, lambda port: started(port, names))

@@ -31,7 +31,7 @@ from flightsrv.engine.api import Engine
 from flightsrv.errors import ConfigurationError, FlightsrvError
 from flightsrv.server.auth import AuthConfig, static_tokens
 from flightsrv.server.config import ServerConfig, resolve_temp_dir
-from flightsrv.server.flight import FlightSqlServer, TlsConfig
+from flightsrv.server.flight import FlightSqlServer, Forwarded, TlsConfig
 from flightsrv.server.logs import JsonFormatter, configure_json_logging  # noqa: F401
 from flightsrv.server.metrics import MetricsHttpServer, bearer_check
 
@@ -112,10 +112,13 @@ def report_tables(engine) -> list[str]:
 
 def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
         warehouse=None, auth: AuthConfig | None = None,
-        on_start: Callable[[int, list[str]], None] | None = None) -> int:
+        on_start: Callable[[int, list[str]], None] | None = None,
+        worker: tuple[str, Forwarded] | None = None) -> int:
     """``flightsrv serve``: see the module docstring. ``warehouse`` / ``auth``: already
     opened / resolved by the caller (the CLI); ``on_start(port, tables)`` runs once the port
-    is bound (default: print the "serving" line)."""
+    is bound (default: print the "serving" line). ``worker``: (unix socket path, Forwarded)
+    for one worker of ``--workers N`` (server/workers.py): it listens on that socket without
+    TLS, behind its front."""
     from flightsrv import Warehouse
     from flightsrv.demo import DEMO_TABLE, seed_demo
     from flightsrv.engine.duck import DuckEngine
@@ -128,7 +131,7 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
         auth = auth_from_config(cfg)
     elif auth.max_concurrent_logins != cfg.max_concurrent_logins:
         auth.max_concurrent_logins = cfg.max_concurrent_logins  # the CLI builds its own
-    tls = TlsConfig(cfg.tls_cert, cfg.tls_key) if cfg.tls_cert else None
+    tls = TlsConfig(cfg.tls_cert, cfg.tls_key) if cfg.tls_cert and worker is None else None
     seed = cfg.demo or (not cfg.no_demo and not warehouse_uri.startswith("s3://"))
     if seed:
         try:
@@ -162,9 +165,12 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
         paths = [(temp_dir, "<temp>")]
         if root:
             paths.append((root, "<warehouse>"))
+        extra = {}
+        if worker is not None:
+            extra = dict(location=f"grpc+unix://{worker[0]}", forwarded=worker[1])
         serve(engine, cfg.host, cfg.port, auth=auth, tls=tls, config=cfg,
               ready=_readiness(wh), scrub_paths=tuple(paths), log_level=log_level,
-              on_start=started)
+              on_start=started, **extra)
     finally:
         if own_temp:
             shutil.rmtree(temp_dir, ignore_errors=True)
@@ -216,9 +222,10 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
           config: ServerConfig | None = None,
           ready: Callable[[], tuple[bool, str]] | None = None,
           log_level: int = logging.INFO, on_start: Callable[[int], None] | None = None,
-          **kwargs) -> None:  # fmt: skip
+          location: str | None = None, **kwargs) -> None:  # fmt: skip
     """Serve until SIGINT/SIGTERM, then drain. Must run in the main thread (signals).
-    ``on_start(port)`` runs once the port is bound (the real port when ``port`` is 0)."""
+    ``on_start(port)`` runs once the port is bound (the real port when ``port`` is 0).
+    ``location``: listen there instead of ``host:port`` (a worker's unix socket)."""
     cfg = config or ServerConfig()
     authorize = None
     if cfg.metrics_auth:
@@ -228,8 +235,8 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
                                      "(/metrics accepts the server's bearer tokens)")
         authorize = bearer_check(tokens)
     configure_json_logging(log_level)
-    server = FlightSqlServer(engine, _location(host, port, tls), auth=auth, tls=tls,
-                             config=cfg, **kwargs)
+    server = FlightSqlServer(engine, location or _location(host, port, tls), auth=auth,
+                             tls=tls, config=cfg, **kwargs)
     if cfg.auto_maintenance:
         start_maintenance(server, engine, cfg)
     metrics_http = None

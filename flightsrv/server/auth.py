@@ -9,7 +9,8 @@ Contract:
     ``authorization: Bearer <token>``, which is how ADBC's username/password option logs in
     (it sends Basic on Handshake and then uses the returned bearer token).
   - ``Bearer <token>`` is either a token this server issued (HMAC-signed, expires after
-    ``token_ttl_s``; the key is random per process, so restarting logs everyone out) or a
+    ``token_ttl_s``; the key is random per server run, shared by the workers of ``--workers
+    N``, so restarting logs everyone out) or a
     static token from ``AuthConfig.tokens``.
 - The role decides what a caller may do: READER may query and read metadata; DML and
   ingest need WRITER (the engine raises PermissionDenied; the server pre-checks ingest).
@@ -268,10 +269,12 @@ class AuthMiddleware(flight.ServerMiddleware):
 
 class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
     def __init__(self, config: AuthConfig, clock: Clock | None = None,
-                 on_failure: Callable[[str], None] | None = None):
+                 on_failure: Callable[[str], None] | None = None,
+                 token_key: bytes | None = None):
         self._config = config
         self._clock = clock or Clock()
-        self._issuer = TokenIssuer(self._clock, config.token_ttl_s)
+        # token_key: shared by the workers of one server (--workers), else random
+        self._issuer = TokenIssuer(self._clock, config.token_ttl_s, token_key)
         self._basic_cache: TTLCache = TTLCache(4096, 60,
                                                timer=lambda: self._clock.now_ms() / 1000.0)
         self._cache_lock = threading.Lock()

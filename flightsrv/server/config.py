@@ -41,7 +41,9 @@ class ServerConfig:
     # one value DuckDB builds outside its buffer manager (repeat(), string_agg()) fails
     # its statement with Out of Memory instead of growing the process; "off" = no cap
     memory_headroom: str = "1GiB"
-    threads: int | None = None  # DuckDB threads; None = CPU count
+    threads: int | None = None  # DuckDB threads; None = CPU count (/ workers)
+    # server processes sharing the port (server/workers.py); 1 = one process, as before
+    workers: int = 1
     temp_dir: str | None = None  # DuckDB spill directory; None = a private temp dir
     max_statement_bytes: int = 1 * MiB
     max_message_bytes: int = 64 * MiB  # one DoPut message (record batch, parameters)
@@ -103,8 +105,9 @@ class ServerConfig:
         if self.log_statements not in ("full", "redacted", "off"):
             raise ConfigurationError("--log-statements is full|redacted|off",
                                      value=self.log_statements)
-        for name in ("max_statement_bytes", "max_message_bytes", "max_prepared_statements",
-                     "max_sessions", "max_concurrent_queries", "max_results",
+        for name in ("workers", "max_statement_bytes", "max_message_bytes",
+                     "max_prepared_statements", "max_sessions", "max_concurrent_queries",
+                     "max_results",
                      "max_queued_queries", "max_open_puts", "session_ttl_s",
                      "max_concurrent_logins"):
             if getattr(self, name) < 1:
@@ -198,6 +201,14 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                           "default: %(default)s)")
     res.add_argument("--threads", type=_positive_int, default=None,
                      help="DuckDB worker threads (default: CPU count)")
+    res.add_argument("--workers", type=_positive_int, default=d.workers,
+                     help="server processes sharing the port, each with its own DuckDB "
+                          "(default: %(default)s; more is opt-in: docs/SERVER.md, "
+                          "\"Several worker processes\")")
+    # one worker of --workers N, started by the parent (server/workers.py); not for users
+    res.add_argument("--worker-socket", default=None, help=argparse.SUPPRESS)
+    res.add_argument("--public-port", type=int, default=None, help=argparse.SUPPRESS)
+    res.add_argument("--no-metrics", action="store_true", help=argparse.SUPPRESS)
     res.add_argument("--temp-dir", default=None,
                      help="DuckDB spill directory, outside the warehouse (default: a private "
                           "directory under the system temp dir, removed on exit)")

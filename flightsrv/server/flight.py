@@ -171,6 +171,31 @@ class _Statement:
         return self.call.cancel
 
 
+PEER_KEY = "flightsrv_peer"
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """A worker behind a front (``flightsrv serve --workers N``, ``server/front.py``): calls
+    arrive on a private socket, the client's connection is named by the front's
+    ``x-flightsrv-peer`` header, connections are counted on ``public_port``, and bearer
+    tokens are signed with ``token_key``, shared by all workers of one server."""
+
+    public_port: int
+    token_key: bytes
+
+
+class _PeerMiddleware(flight.ServerMiddleware):
+    def __init__(self, peer: str | None):
+        self.peer = peer
+
+
+class _PeerMiddlewareFactory(flight.ServerMiddlewareFactory):
+    def start_call(self, info, headers):
+        values = headers.get("x-flightsrv-peer") or []
+        return _PeerMiddleware(values[0] if values else None)
+
+
 class FlightSqlServer(flight.FlightServerBase):
     """Arrow Flight SQL over an ``Engine``. Serving starts on construction."""
 
@@ -186,9 +211,11 @@ class FlightSqlServer(flight.FlightServerBase):
         read_only: bool = False,
         ticket_key: bytes | None = None,
         scrub_paths: tuple[tuple[str, str], ...] = (),
+        forwarded: Forwarded | None = None,
         **kwargs,
     ):
         self._engine = engine
+        self._forwarded = forwarded
         self.config = cfg = config or ServerConfig()
         self._runtime = runtime or Runtime()
         clock = self._runtime.clock
@@ -200,7 +227,8 @@ class FlightSqlServer(flight.FlightServerBase):
         # its principal's table is full (pyarrow tells no one about a closed connection)
         self._sessions: PerPrincipal[str, Session] = PerPrincipal(
             "sessions", "max_sessions", cfg.max_sessions, cfg.session_ttl_s, clock,
-            gone=lambda peer: not connection_open(peer, self.port))
+            gone=lambda peer: not connection_open(
+                peer, forwarded.public_port if forwarded else self.port))
         self._results: PerPrincipal[str, pa.Table] = PerPrincipal(
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
         self._slots = Concurrency(cfg.max_concurrent_queries, cfg.max_queued_queries,
@@ -230,7 +258,10 @@ class FlightSqlServer(flight.FlightServerBase):
         middleware = {}
         if auth is not None:
             middleware[MIDDLEWARE_KEY] = AuthMiddlewareFactory(
-                auth, clock, on_failure=lambda reason: self.metrics.auth_failures.inc())
+                auth, clock, on_failure=lambda reason: self.metrics.auth_failures.inc(),
+                token_key=forwarded.token_key if forwarded else None)
+        if forwarded is not None:
+            middleware[PEER_KEY] = _PeerMiddlewareFactory()
         # Handshake is answered even without auth: JDBC tools that send a user name by
         # default (DBeaver) then connect as anonymous instead of failing UNIMPLEMENTED
         kwargs.setdefault("auth_handler", HandshakeHandler())
@@ -284,9 +315,18 @@ class FlightSqlServer(flight.FlightServerBase):
 
     # == plumbing ============================================================================
 
+    def _peer(self, context) -> str:
+        """The caller's connection: its own peer address, or behind a front (``--workers``)
+        the one the front forwarded in ``x-flightsrv-peer`` (the front drops a caller's own)."""
+        if self._forwarded is not None:
+            mw = context.get_middleware(PEER_KEY)
+            if mw is not None and mw.peer:
+                return mw.peer
+        return context.peer()
+
     def _serve(self, method: str, context, fn, *args):
         """Run one RPC: draining check, log line, metrics, error mapping."""
-        rec = _Rpc(method, context.peer(), principal_of(context))
+        rec = _Rpc(method, self._peer(context), principal_of(context))
         me = threading.get_ident()
         self._rpcs[me] = rec
         start = time.perf_counter()
@@ -369,7 +409,7 @@ class FlightSqlServer(flight.FlightServerBase):
     def _session(self, context, principal: Principal, keep: bool = False) -> Session:
         """The caller's session on this connection. Only sessions that hold state (SET)
         are kept; others are fresh per call and count against no limit."""
-        key = context.peer()
+        key = self._peer(context)
         session = self._sessions.get(principal.user, key)
         if session is None:
             session = Session(session_id=self._runtime.ids.new_id(), user=principal.user,
@@ -858,7 +898,7 @@ class FlightSqlServer(flight.FlightServerBase):
         return [flight.Result(proto.pack(proto.ActionCancelQueryResult(result=status)))]
 
     def _act_close_session(self, context, principal, body):
-        self._sessions.pop(principal.user, context.peer())
+        self._sessions.pop(principal.user, self._peer(context))
         result = proto.CloseSessionResult(status=proto.CloseSessionStatus.CLOSED)
         return [flight.Result(result.SerializeToString())]
 

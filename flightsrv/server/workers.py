@@ -1,0 +1,196 @@
+"""``flightsrv serve --workers N`` (N > 1): a parent process supervising N worker/front pairs.
+
+Each worker is a complete ``flightsrv serve`` (its own DuckDB, manifest cache, sessions,
+tickets and per-principal limits) listening on a private unix socket in a 0700 directory;
+each front (``server/front.py``) shares the public port with the others (SO_REUSEPORT) and
+forwards every call of the connections the kernel gives it to its own worker. See
+docs/ARCHITECTURE.md, "Using every core".
+
+Contract:
+
+- The parent validates the options as a single server does (the CLI), then starts front 0
+  (which resolves ``--port 0``), the other fronts on the same port, then the workers, and
+  prints the "serving" line once every worker's socket exists.
+- Workers get the parent's command line with ``--workers 1`` and their socket; worker 0
+  alone serves ``--metrics-port`` (``/healthz``, ``/readyz``, ``/metrics`` describe worker 0
+  only) and seeds the demo table. Unless given, DuckDB threads are the CPU count / N each
+  and a ``--memory-limit`` in percent is divided by N, so N workers ask for what one did.
+- Bearer tokens issued by one worker verify on every worker: the parent makes one random
+  HMAC key and hands it to each worker on its stdin (never argv or the environment).
+- A worker or front that exits while the server runs is started again (its clients'
+  prepared handles, tickets and sessions are gone with it; new calls and connections
+  work); one that keeps dying within 5 s of its start 5 times in a row stops the server.
+- SIGTERM/SIGINT: every child gets SIGTERM and drains as a single server does; one still
+  running ``--drain-timeout`` + 15 s later is killed. Exit status 0 (1 when a process kept
+  dying).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger("flightsrv.server")
+
+_FAST_EXIT_S = 5.0
+_MAX_FAST_EXITS = 5
+
+
+@dataclass
+class _Child:
+    role: str  # "worker" | "front"
+    index: int
+    argv: list[str]
+    stdin: bytes | None = None
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    fast_exits: int = 0
+    restarts: int = field(default=0)
+
+    def start(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            self.argv, env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE if self.role == "front" else None, start_new_session=True)
+        if self.stdin is not None:
+            self.proc.stdin.write(self.stdin)
+        self.proc.stdin.close()
+        self.started = time.monotonic()
+        log.info(f"{self.role} started", extra={"fields": {
+            "event": f"{self.role}_started", "index": self.index, "pid": self.proc.pid,
+            "restarts": self.restarts}})
+
+
+def worker_argv(argv: list[str], n: int, index: int, socket_path: str, public_port: int,
+                threads: int | None, memory_limit: str) -> list[str]:
+    """The command line of worker ``index``: the parent's, with the worker's options last
+    (argparse takes the last value of an option)."""
+    out = [sys.executable, "-m", "flightsrv.cli", *argv, "--workers", "1",
+           "--worker-socket", socket_path, "--public-port", str(public_port)]
+    if threads is None:
+        out += ["--threads", str(max(1, (os.cpu_count() or 1) // n))]
+    if memory_limit.strip().endswith("%"):
+        pct = float(memory_limit.strip()[:-1]) / n
+        out += ["--memory-limit", f"{pct:g}%"]
+    if index > 0:
+        out += ["--no-metrics", "--no-demo"]
+    return out
+
+
+def supervise(argv: list[str], cfg, on_start) -> int:
+    """Run ``cfg.workers`` pairs until SIGTERM/SIGINT (see the module docstring). ``argv``:
+    the parent's command line after the program name; ``on_start(port)`` prints the line."""
+    n = cfg.workers
+    key = os.urandom(32).hex().encode() + b"\n"
+    sockdir = tempfile.mkdtemp(prefix="flightsrv-w")  # 0700
+    env = dict(os.environ)
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum, _frame):
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    tls = ["--tls-cert", cfg.tls_cert, "--tls-key", cfg.tls_key] if cfg.tls_cert else []
+    children: list[_Child] = []
+    status = 0
+    try:
+        port = cfg.port
+        host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+        for i in range(n):
+            sock = os.path.join(sockdir, f"w{i}.sock")
+            front = _Child("front", i, [
+                sys.executable, "-m", "flightsrv.server.front", "--listen", f"{host}:{port}",
+                "--worker", f"unix:{sock}", "--drain-timeout", str(cfg.drain_timeout_s), *tls])
+            front.start(env)
+            port = _read_port(front)
+            front.argv[front.argv.index("--listen") + 1] = f"{host}:{port}"  # for a restart
+            children.append(front)
+        for i in range(n):
+            sock = os.path.join(sockdir, f"w{i}.sock")
+            worker = _Child("worker", i, worker_argv(argv, n, i, sock, port, cfg.threads,
+                                                      cfg.memory_limit), stdin=key)
+            worker.start(env)
+            children.append(worker)
+        _wait_sockets(sockdir, n, children, stop)
+        if not stop.is_set():
+            on_start(port)
+        while not stop.wait(0.5):
+            for child in children:
+                if child.proc.poll() is None:
+                    continue
+                try:
+                    _restart(child, env)
+                except OSError as exc:
+                    log.error("server stopping: a process keeps failing", extra={"fields": {
+                        "event": "restart_failed", "error": str(exc)}})
+                    status = 1
+                    stop.set()
+                    break
+    finally:
+        log.info("shutting down", extra={"fields": {
+            "event": "stop", "signal": ",".join(received), "workers": n}})
+        for child in children:
+            if child.proc and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + cfg.drain_timeout_s + 15
+        for child in children:
+            try:
+                child.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait()
+        shutil.rmtree(sockdir, ignore_errors=True)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return status
+
+
+def _read_port(front: _Child) -> int:
+    line = front.proc.stdout.readline().decode().strip()
+    if not line.startswith("port "):
+        front.proc.wait()
+        raise OSError(f"front {front.index} did not start (exit status {front.proc.returncode})")
+    return int(line.split()[1])
+
+
+def _wait_sockets(sockdir: str, n: int, children: list[_Child], stop: threading.Event,
+                  timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not stop.is_set():
+        if all(os.path.exists(os.path.join(sockdir, f"w{i}.sock")) for i in range(n)):
+            return
+        for child in children:
+            if child.proc.poll() is not None:
+                raise OSError(f"{child.role} {child.index} exited while starting "
+                              f"(exit status {child.proc.returncode})")
+        if time.monotonic() > deadline:
+            raise OSError(f"workers did not start within {timeout_s:g} s")
+        time.sleep(0.1)
+
+
+def _restart(child: _Child, env: dict[str, str]) -> None:
+    code = child.proc.returncode
+    lived = time.monotonic() - child.started
+    child.fast_exits = child.fast_exits + 1 if lived < _FAST_EXIT_S else 0
+    log.warning(f"{child.role} exited; starting it again", extra={"fields": {
+        "event": f"{child.role}_exited", "index": child.index, "pid": child.proc.pid,
+        "exit_status": code, "lived_s": round(lived, 1)}})
+    if child.fast_exits >= _MAX_FAST_EXITS:
+        raise OSError(f"{child.role} {child.index} exited {child.fast_exits} times within "
+                      f"{_FAST_EXIT_S:g} s of its start (last exit status {code})")
+    if child.role == "front":
+        child.proc.stdout.close()
+    child.restarts += 1
+    child.start(env)
+    if child.role == "front":
+        _read_port(child)
+

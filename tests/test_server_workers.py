@@ -1,0 +1,311 @@
+"""``flightsrv serve --workers 2``: worker/front pairs sharing one port (server/workers.py,
+server/front.py), driven by real clients (ADBC, pyarrow.flight), each its own connection.
+
+One server for the module (starting 2 workers and 2 fronts takes seconds on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import adbc_driver_manager
+import pyarrow as pa
+import pytest
+from adbc_driver_flightsql import dbapi
+from pyarrow import flight
+
+from flightsrv.server import proto
+from flightsrv.server.auth import hash_password
+
+from test_serve_cli import TOKEN_HEADER, _self_signed, free_port, query
+
+CONNECTIONS = 12  # all on one worker: 2 * 2**-12 (the kernel hashes each connection)
+
+
+class Workers:
+    """A ``serve --workers 2 --port 0`` parent, its stderr collected; ``port`` is read from
+    its "serving" line (front 0 resolves port 0, the other fronts share it)."""
+
+    def __init__(self, warehouse: str, *args: str):
+        cmd = [sys.executable, "-m", "flightsrv.cli", "--warehouse", warehouse, "serve",
+               "--port", "0", "--workers", "2", "--no-demo", *args]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.events: list[dict] = []
+        started = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                if line.startswith("flightsrv: serving"):
+                    self.port = int(re.search(r"://[^ ]+:(\d+) ", line).group(1))
+                    started.set()
+                try:
+                    self.events.append(json.loads(line))
+                except ValueError:
+                    pass
+            started.set()
+
+        self._drain = threading.Thread(target=drain, daemon=True)
+        self._drain.start()
+        if not started.wait(120) or self.proc.poll() is not None:
+            self.kill()
+            raise AssertionError("server did not start:\n" + "".join(self.lines))
+
+    @property
+    def uri(self) -> str:
+        return f"grpc://127.0.0.1:{self.port}"
+
+    def worker_pids(self, role: str = "worker") -> dict[int, int]:
+        """index -> pid of the newest start of each worker (or front)."""
+        return {e["index"]: e["pid"] for e in list(self.events)
+                if e.get("event") == f"{role}_started"}
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def connect(uri, **db_kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return dbapi.connect(uri, db_kwargs=db_kwargs or None)
+
+
+@pytest.fixture(scope="module")
+def users(tmp_path_factory):
+    path = tmp_path_factory.mktemp("users") / "users"
+    path.write_text(f"alice:{hash_password('alice-pw', iterations=1000)}:writer\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, users):
+    metrics_port = free_port()
+    srv = Workers(str(tmp_path_factory.mktemp("wh") / "wh"), "--users-file", str(users),
+                  "--metrics-port", str(metrics_port))
+    srv.metrics_port = metrics_port
+    try:
+        with connect(srv.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:
+            cur.execute("CREATE TABLE t AS SELECT range AS id, range * 2 AS v FROM range(1000)")
+        yield srv
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(timeout=60) == 0  # every child drained and stopped
+    finally:
+        srv.kill()
+
+
+def _client_work(uri: str, i: int) -> tuple[int, int, int]:
+    """One connection: a query, one prepared statement run 20 times with parameters, an
+    ingest (DoPut), a DELETE. Returns (sum of the prepared results, ingested rows, deleted)."""
+    with connect(uri, username="alice", password="alice-pw") as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM t")
+        assert cur.fetchall()[0][0] >= 1000 - CONNECTIONS
+        total = 0
+        for k in range(20):  # same text: ADBC keeps one prepared handle on this connection
+            cur.execute("SELECT v FROM t WHERE id = ?", parameters=(100 + k,))
+            total += cur.fetchall()[0][0]
+        data = pa.table({"x": pa.array(range(i + 1), pa.int64())})
+        ingested = cur.adbc_ingest(f"ing_{i}", data, mode="create")
+        cur.execute(f"DELETE FROM t WHERE id = {500 + i}")
+        return total, ingested, cur.rowcount
+
+
+def test_connections_spread_over_workers_and_agree(server):
+    pids = server.worker_pids()
+    assert sorted(pids) == [0, 1]
+    before = {i: cpu_ticks(p) for i, p in pids.items()}
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: _client_work(server.uri, i), range(CONNECTIONS)))
+    want = sum(2 * (100 + k) for k in range(20))
+    assert results == [(want, i + 1, 1) for i in range(CONNECTIONS)]
+    # every worker sees every other's commits (the same warehouse)
+    for _ in range(4):
+        with connect(server.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:
+            cur.execute("SELECT count(*), sum(v) FROM t")
+            assert cur.fetchall() == [(1000 - CONNECTIONS, sum(2 * r for r in range(1000))
+                                       - sum(2 * (500 + i) for i in range(CONNECTIONS)))]
+            cur.execute(f"SELECT count(*) FROM ing_{CONNECTIONS - 1}")
+            assert cur.fetchall() == [(CONNECTIONS,)]
+    # both workers served (the kernel spread the connections over the two fronts)
+    assert all(cpu_ticks(p) > before[i] for i, p in pids.items())
+
+
+def test_a_login_token_verifies_on_every_worker(server):
+    """Handshake's bearer token comes back through the front (initial metadata) and is
+    accepted by whichever worker a later connection reaches (one shared HMAC key)."""
+    header = flight.connect(server.uri).authenticate_basic_token("alice", "alice-pw")
+    opts = flight.FlightCallOptions(headers=[header])
+    for _ in range(CONNECTIONS):
+        client = flight.connect(server.uri)
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+            proto.CommandStatementQuery(query="SELECT count(*) AS n FROM t"))), opts)
+        assert client.do_get(info.endpoints[0].ticket, opts).read_all().num_rows == 1
+        client.close()
+
+
+def test_cancel_and_deadline_pass_through_the_front(server):
+    header = flight.connect(server.uri).authenticate_basic_token("alice", "alice-pw")
+    opts = flight.FlightCallOptions(headers=[header])
+    client = flight.connect(server.uri)
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+        proto.CommandStatementQuery(query="SELECT range AS i FROM range(5000000)"))), opts)
+    reader = client.do_get(info.endpoints[0].ticket, opts)
+    rows = reader.read_chunk().data.num_rows
+    req = proto.CancelFlightInfoRequest(info=info.serialize())
+    action = flight.Action("CancelFlightInfo", req.SerializeToString())
+    (raw,) = list(client.do_action(action, opts))
+    assert proto.parse(proto.CancelFlightInfoResult, raw.body.to_pybytes()).status \
+        == proto.CancelStatus.CANCELLED
+    with pytest.raises(flight.FlightCancelledError, match="cancelled"):
+        while True:
+            rows += reader.read_chunk().data.num_rows
+    assert rows < 5_000_000
+    # the caller's deadline reaches the worker: a slow stream ends at it
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+        proto.CommandStatementQuery(
+            query="SELECT count(*) FROM range(100000000000) WHERE range % 7 = 3"))), opts)
+    slow = flight.FlightCallOptions(headers=[header], timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(flight.FlightTimedOutError):
+        reader = client.do_get(info.endpoints[0].ticket, slow)
+        while True:
+            reader.read_chunk()
+    assert time.monotonic() - started < 15
+    # the other FlightService methods pass through as well
+    kinds = {a.type for a in client.list_actions(opts)}
+    assert {"CreatePreparedStatement", "CancelFlightInfo", "CloseSession"} <= kinds
+    # an error's status and message come back as the worker said them
+    with pytest.raises(pa.ArrowKeyError, match="TableNotFound: no such table"):
+        client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+            proto.CommandStatementQuery(query="SELECT * FROM no_such_table"))), opts)
+    client.close()
+
+
+def test_a_killed_worker_is_restarted_and_new_connections_work(server):
+    old = server.worker_pids()[1]
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while server.worker_pids()[1] == old:
+        assert time.monotonic() < deadline, "worker 1 was not restarted"
+        time.sleep(0.2)
+    new = server.worker_pids()[1]
+    while not any(e.get("event") == "start" and e.get("pid") == new
+                  for e in list(server.events)):
+        assert time.monotonic() < deadline, "restarted worker did not serve"
+        time.sleep(0.2)
+    time.sleep(1.5)  # the front's reconnect back-off is at most 1 s (server/front.py)
+    # a killed front is started again on the public port (front 0 was started on --port 0)
+    old_front = server.worker_pids("front")[0]
+    os.kill(old_front, signal.SIGKILL)
+    while server.worker_pids("front")[0] == old_front:
+        assert time.monotonic() < deadline + 60, "front 0 was not restarted"
+        time.sleep(0.2)
+    time.sleep(0.5)
+    pids = server.worker_pids()
+    before = {i: cpu_ticks(p) for i, p in pids.items()}
+    counts = set()
+    for _ in range(CONNECTIONS):
+        with connect(server.uri, username="alice", password="alice-pw") as c, c.cursor() as cur:
+            cur.execute("SELECT count(*) FROM t")
+            counts.add(cur.fetchall()[0][0])
+    assert len(counts) == 1
+    assert all(cpu_ticks(p) > before[i] for i, p in pids.items())  # both fronts serve
+
+
+def test_a_session_belongs_to_its_connection_not_to_its_front(server):
+    """Behind a front every call reaches the worker on the front's one channel; the worker
+    keys sessions by the client's own connection (x-flightsrv-peer), so one connection's
+    SET does not leak into another's of the same principal on the same front."""
+    slow = "SELECT count(*) FROM range(3000000000) WHERE range % 7 = 3"
+    conns = [connect(server.uri, username="alice", password="alice-pw") for _ in range(5)]
+    try:
+        curs = [c.cursor() for c in conns]
+        for cur in curs:  # every connection open (and so on its front) before the SET
+            cur.execute("SELECT 1")
+            cur.fetchall()
+        curs[0].execute("SET statement_timeout = '1'")
+        with pytest.raises(Exception, match="timed out|timeout"):
+            curs[0].execute(slow)
+            curs[0].fetchall()
+        # of 5 connections on 2 fronts, at least one shares connection 0's front
+        for cur in curs[1:]:
+            cur.execute("SELECT count(*) FROM range(20000000) WHERE range % 7 = 3")
+            assert cur.fetchall() == [(2857143,)]
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_tls_ends_at_the_fronts_and_roles_hold(tmp_path):
+    """--tls-cert with --workers 2: the fronts speak TLS, the workers check tokens/roles."""
+    cert, key = _self_signed(tmp_path)
+    srv = Workers(str(tmp_path / "wh"), "--auth-token", "w-secret:writer",
+                  "--auth-token", "r-secret:reader", "--tls-cert", str(cert),
+                  "--tls-key", str(key))
+    try:
+        uri = f"grpc+tls://localhost:{srv.port}"
+        tls = {"adbc.flight.sql.client_option.tls_root_certs": cert.read_text()}
+        writer = {TOKEN_HEADER: "Bearer w-secret", **tls}
+        reader = {TOKEN_HEADER: "Bearer r-secret", **tls}
+        query(uri, "CREATE TABLE t AS SELECT range AS id FROM range(100)", **writer)
+        for _ in range(4):
+            assert query(uri, "SELECT count(*) FROM t", **reader) == [(100,)]
+        with pytest.raises(adbc_driver_manager.Error, match="UNAUTHORIZED"):
+            query(uri, "DELETE FROM t", **reader)
+        with pytest.raises(adbc_driver_manager.Error, match="UNAUTHENTICATED"):
+            query(uri, "SELECT 1", **{TOKEN_HEADER: "Bearer nope"}, **tls)
+        with pytest.raises(adbc_driver_manager.Error):  # plaintext to a TLS port
+            query(f"grpc://127.0.0.1:{srv.port}", "SELECT 1", **{TOKEN_HEADER: "Bearer w-secret"})
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(timeout=60) == 0
+    finally:
+        srv.kill()
+
+
+def test_worker_command_lines_split_the_machine():
+    from flightsrv.server.workers import worker_argv
+
+    first = worker_argv(["serve", "--metrics-port", "9000"], 2, 0, "/s/w0.sock", 31337,
+                        None, "50%")
+    assert first[-10:] == ["--workers", "1", "--worker-socket", "/s/w0.sock",
+                           "--public-port", "31337", "--threads",
+                           str(max(1, (os.cpu_count() or 1) // 2)), "--memory-limit", "25%"]
+    other = worker_argv(["serve"], 2, 1, "/s/w1.sock", 31337, 3, "4GiB")
+    assert "--threads" not in other and "--memory-limit" not in other  # given: kept as is
+    assert other[-2:] == ["--no-metrics", "--no-demo"]  # worker 0 alone serves /metrics
+
+
+def test_probes_and_metrics_are_worker_zeros(server):
+    base = f"http://127.0.0.1:{server.metrics_port}"
+    with urllib.request.urlopen(f"{base}/healthz") as r:
+        assert r.status == 200
+    with urllib.request.urlopen(f"{base}/readyz") as r:
+        assert r.status == 200
+    with urllib.request.urlopen(f"{base}/metrics") as r:
+        assert "flightsrv_requests_total" in r.read().decode()
+
+
+def test_a_front_drops_a_callers_own_peer_header():
+    """Only the front names the connection: a client cannot pick another's session."""
+    from flightsrv.server.front import PEER_HEADER, forwardable
+
+    sent = [(":authority", "x"), ("authorization", "Bearer t"), (PEER_HEADER, "ipv4:1.2.3.4:5"),
+            ("grpc-timeout", "1S"), ("x-custom-bin", b"\x00")]
+    assert forwardable(sent) == [("authorization", "Bearer t"), ("x-custom-bin", b"\x00")]
