@@ -289,7 +289,8 @@ def test_worker_command_lines_split_the_machine():
                            str(max(1, (os.cpu_count() or 1) // 2)), "--memory-limit", "25%"]
     other = worker_argv(["serve"], 2, 1, "/s/w1.sock", 31337, 3, "4GiB")
     assert "--threads" not in other and "--memory-limit" not in other  # given: kept as is
-    assert other[-2:] == ["--no-metrics", "--no-demo"]  # worker 0 alone serves /metrics
+    # worker 0 alone serves /metrics, seeds the demo and runs the background maintenance
+    assert other[-3:] == ["--no-metrics", "--no-demo", "--no-auto-maintenance"]
 
 
 def test_probes_and_metrics_are_worker_zeros(server):

@@ -79,8 +79,8 @@ def worker_argv(argv: list[str], n: int, index: int, socket_path: str, public_po
     if memory_limit.strip().endswith("%"):
         pct = float(memory_limit.strip()[:-1]) / n
         out += ["--memory-limit", f"{pct:g}%"]
-    if index > 0:
-        out += ["--no-metrics", "--no-demo"]
+    if index > 0:  # worker 0 alone serves /metrics, seeds the demo and maintains tables
+        out += ["--no-metrics", "--no-demo", "--no-auto-maintenance"]
     return out
 
 
