@@ -178,4 +178,9 @@ def run_cli(argv, *, cwd=None, env=None, timeout=120, input=None):
             out = f.read()
         with open(paths[2], encoding="utf-8", errors="replace") as f:
             err = f.read()
+    if code == -6 and err.startswith("terminate called without an active exception"):
+        # a fork artifact, seen twice in ~1,000 runs and never with the executable: a C++
+        # library's object copied from the launcher aborts at the child's exit. The caller
+        # runs the real executable instead (its answer is the one asserted)
+        return None
     return subprocess.CompletedProcess(["flightsrv", *argv], code, out, err)
