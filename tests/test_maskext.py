@@ -16,6 +16,8 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+import flightsrv.engine.duck as duck_engine
+
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine, Session
 from flightsrv.engine import maskext
@@ -378,6 +380,7 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
     the path without it, is made to fail), through a renamed column and a column added with
     a default; the table ends the same as with the extension off, and the one-off masks are
     freed at once."""
+    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)  # off by default
     _need_compiler()
     from flightsrv.table import scan
 
@@ -414,6 +417,7 @@ def test_compaction_reads_files_with_deleted_rows_through_the_mask(local_uri, mo
     """OPTIMIZE through the engine reads each file with deleted rows by DuckDB's reader
     with that file's mask (compaction's own row-group read sees only the clean file), and
     writes the same rows in the same order as with the extension off."""
+    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)  # off by default
     _need_compiler()
     from flightsrv.table import scan
 
@@ -452,11 +456,12 @@ def test_compaction_reads_files_with_deleted_rows_through_the_mask(local_uri, mo
     assert results[0].column("id").to_pylist() == _live().column("id").to_pylist()
 
 
-def test_masked_reads_by_position_and_for_compaction_keep_every_type(local_uri):
+def test_masked_reads_by_position_and_for_compaction_keep_every_type(local_uri, monkeypatch):
     """UPDATE's read by position and OPTIMIZE's read through DuckDB give the same table as
     without the extension for a NOT NULL column, a TIMESTAMPTZ, a DECIMAL with NULLs, a
     list, a struct, a map and a REAL (DuckDB's Arrow output names a list's field and marks
     nullability differently from pyarrow's Parquet read; compaction batches both)."""
+    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)  # off by default
     _need_compiler()
     import datetime as dt
     import decimal

@@ -146,6 +146,13 @@ def _prefetch(cur: duckdb.DuckDBPyConnection, text: str, tables: dict[str, pa.Ta
             cur.unregister(name)
 
 
+# UPDATE/MERGE's read by position and compaction's read of files with deletes through
+# DuckDB with a one-off mask: off. Under concurrent writers a read by position found fewer
+# rows than the statement matched (the check raised CorruptObject, nothing was written;
+# tests/test_dml.py::test_concurrent_writers_model_local, in 2 of the last 3 full runs). Both read with
+# Snapshot.take / the Arrow reader until the race is found.
+MASKED_POSITION_READS = False
+
 class DuckEngine:
     """Implements :class:`flightsrv.engine.api.Engine` for one warehouse."""
 
@@ -634,7 +641,8 @@ class DuckEngine:
     def _compaction_reader(self):
         """Compaction's reader of a file's live rows (``compact(read_live=...)``), or None
         without the deletion-mask extension."""
-        return self._read_live if self.mask_slots is not None else None
+        return self._read_live if self.mask_slots is not None and MASKED_POSITION_READS \
+            else None
 
     def _read_live(self, snap, f):
         """The live rows of data file ``f`` of ``snap`` for compaction, every column under
@@ -690,7 +698,7 @@ class DuckEngine:
         with a one-off mask that keeps only those positions (the reader decodes the other
         columns for the kept rows only, and in parallel); else, or for a file DuckDB cannot
         read so or when no slot is free, by ``Snapshot.take``."""
-        if self.mask_slots is None or not rels.is_native(snap):
+        if self.mask_slots is None or not rels.is_native(snap) or not MASKED_POSITION_READS:
             return snap.take(positions, files=files)
         names_ = list(snap.schema.names)
         schema = pa.schema([snap.schema.field(c) for c in names_])
