@@ -149,8 +149,8 @@ def _prefetch(cur: duckdb.DuckDBPyConnection, text: str, tables: dict[str, pa.Ta
 # UPDATE/MERGE's read by position and compaction's read of files with deletes through
 # DuckDB with a one-off mask: off. Under concurrent writers a read by position found fewer
 # rows than the statement matched (the check raised CorruptObject, nothing was written;
-# tests/test_dml.py::test_concurrent_writers_model_local, in 2 of the last 3 full runs). Both read with
-# Snapshot.take / the Arrow reader until the race is found.
+# tests/test_dml.py::test_concurrent_writers_model_local, in 2 of the last 3 full runs).
+# Both read with Snapshot.take / the Arrow reader until the race is found.
 MASKED_POSITION_READS = False
 
 class DuckEngine:
