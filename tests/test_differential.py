@@ -452,6 +452,17 @@ def _head(wh, name: str):
     return wh.table(name).head().version if wh.exists(name) else None
 
 
+def retyped_deleted_only(ref, ref_sql: str, ref_err) -> bool:
+    """DuckDB refused ``ALTER TABLE t ALTER COLUMN c TYPE x`` with a conversion error though
+    every live value of ``c`` casts to ``x``: the value it could not cast is a deleted row's."""
+    m = re.match(r"ALTER TABLE (\w+) ALTER COLUMN (\w+) TYPE (.+)$", ref_sql)
+    if m is None or not isinstance(ref_err, duckdb.ConversionException):
+        return False
+    name, col, typ = m.groups()
+    return ref.sql(f"SELECT count(*) FROM {name} WHERE {col} IS NOT NULL AND "
+                   f"TRY_CAST({col} AS {typ}) IS NULL").fetchall()[0][0] == 0
+
+
 def _holds_deleted_rows(wh, name: str) -> bool:
     """Some data file of the table's head has deleted rows (a DV or deleted row groups)."""
     if not wh.exists(name):
@@ -520,6 +531,14 @@ def compare(wh, ref, sql: str, run, versions: Versions | None = None) -> None:
             assert {n: _head(wh, n) for n in ("t", "c")} == before, \
                 f"a failed statement committed: {sql}"
             return
+    if ref_err is not None and err is None and retyped_deleted_only(ref, ref_sql, ref_err):
+        # DuckDB also checks the values of *deleted* rows it still stores (as flightsrv
+        # does), but flightsrv no longer stores a row whose whole file a delete dropped: the
+        # live rows take the type, so the reference is rebuilt from them and retyped
+        name = ref_sql.split()[2]
+        ref.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM {name}")
+        ref.execute(ref_sql)
+        ref_err = None
     if ref_err is not None:
         assert err is not None, f"DuckDB refused but flightsrv ran: {sql}: {ref_err}"
         assert {name: _head(wh, name) for name in ("t", "c")} == before, \
