@@ -181,3 +181,76 @@ def run_cli(argv, *, cwd=None, env=None, timeout=120, input=None):
         with open(paths[2], encoding="utf-8", errors="replace") as f:
             err = f.read()
     return subprocess.CompletedProcess(["flightsrv", *argv], code, out, err)
+
+
+# -- an HTTP forwarder in front of an S3 server --------------------------------------------
+
+
+class HttpForwarder:
+    """A threaded HTTP server on 127.0.0.1 that forwards every request to ``upstream``; it
+    also serves as an HTTP proxy (an absolute-URI request keeps its Host header). Subclasses
+    change what passes: ``answer`` may reply instead of the upstream (a (status, headers,
+    body) tuple), ``headers`` may drop or change request headers. A context manager."""
+
+    def __init__(self, upstream: str):
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        host, port = urlsplit(upstream).hostname, urlsplit(upstream).port
+        fwd = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _forward(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                u = urlsplit(self.path)
+                path = u.path + (f"?{u.query}" if u.query else "")
+                reply = fwd.answer(self.command, self.headers.get("Host", ""), path)
+                if reply is None:
+                    conn = http.client.HTTPConnection(host, port, timeout=30)
+                    try:
+                        conn.request(self.command, path, body=body,
+                                     headers=fwd.headers(dict(self.headers.items())))
+                        r = conn.getresponse()
+                        reply = (r.status, r.getheaders(), r.read())
+                    finally:
+                        conn.close()
+                status, headers, data = reply
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def answer(self, method: str, host: str, path: str):
+        """A reply in place of the upstream's, or None to forward the request."""
+        return None
+
+    def headers(self, headers: dict) -> dict:
+        """The request headers sent upstream."""
+        return headers
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

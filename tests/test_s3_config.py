@@ -6,14 +6,11 @@ answers 503 SlowDown first (retries), and a socket that never answers (timeouts)
 
 from __future__ import annotations
 
-import http.client
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import pytest
@@ -22,6 +19,7 @@ from flightsrv import Warehouse
 from flightsrv.errors import ConfigurationError, PermissionDenied, PreconditionFailed, StoreError
 from flightsrv.store import PutMode, open_store
 from flightsrv.store.s3 import client_config
+from support import HttpForwarder
 from tests.conftest import BUCKET
 
 AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
@@ -29,66 +27,23 @@ AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAUL
             "FLIGHTSRV_S3_CONNECT_TIMEOUT", "FLIGHTSRV_S3_READ_TIMEOUT")
 
 
-class _Forward:
+class _Forward(HttpForwarder):
     """An HTTP forwarder to ``upstream`` that also serves as an HTTP proxy (absolute-URI
     requests keep their Host header, so a virtual-hosted request reaches the server as sent).
     The first ``fail_first`` requests are answered 503 SlowDown instead."""
 
     def __init__(self, upstream: str, fail_first: int = 0):
-        host, port = urlsplit(upstream).hostname, urlsplit(upstream).port
+        super().__init__(upstream)
         self.seen: list[tuple[str, str, str]] = []  # (method, Host, path)
         self.fail_first = fail_first
-        fwd = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def _forward(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else None
-                u = urlsplit(self.path)
-                path = u.path + (f"?{u.query}" if u.query else "")
-                fwd.seen.append((self.command, self.headers.get("Host", ""), path))
-                if len(fwd.seen) <= fwd.fail_first:
-                    data = (b"<Error><Code>SlowDown</Code><Message>Please reduce your request "
-                            b"rate.</Message></Error>")
-                    self.send_response(503)
-                    self.send_header("Content-Type", "application/xml")
-                else:
-                    conn = http.client.HTTPConnection(host, port, timeout=30)
-                    try:
-                        conn.request(self.command, path, body=body,
-                                     headers=dict(self.headers.items()))
-                        r = conn.getresponse()
-                        data = r.read()
-                    finally:
-                        conn.close()
-                    self.send_response(r.status)
-                    for k, v in r.getheaders():
-                        if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                            self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, method, host, path):
+        self.seen.append((method, host, path))
+        if len(self.seen) <= self.fail_first:
+            return (503, [("Content-Type", "application/xml")],
+                    b"<Error><Code>SlowDown</Code><Message>Please reduce your request "
+                    b"rate.</Message></Error>")
+        return None
 
 
 @pytest.fixture

@@ -8,18 +8,15 @@ If-Match header was dropped still goes through (Versity would answer 403)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
 
 import boto3
 import pytest
 
+from support import HttpForwarder
 from tests.conftest import BUCKET
 
 CMD = [sys.executable, "-m", "flightsrv.cli"]
@@ -27,60 +24,18 @@ STRIPPED = {"if-match", "if-none-match"}
 RACE = ["--threads", "4", "--increments", "5"]
 
 
-class _Proxy:
+class _Proxy(HttpForwarder):
     """Forwards every request to ``upstream`` without its If-Match / If-None-Match headers
     (moto does not verify signatures, so the request still goes through)."""
 
     def __init__(self, upstream: str):
-        host, port = urlsplit(upstream).hostname, urlsplit(upstream).port
+        super().__init__(upstream)
         self.stripped = 0
-        proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def _forward(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else None
-                headers = {}
-                for k, v in self.headers.items():
-                    if k.lower() in STRIPPED:
-                        proxy.stripped += 1
-                        continue
-                    headers[k] = v
-                conn = http.client.HTTPConnection(host, port, timeout=30)
-                try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    r = conn.getresponse()
-                    data = r.read()
-                finally:
-                    conn.close()
-                self.send_response(r.status)
-                for k, v in r.getheaders():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    def headers(self, headers):
+        kept = {k: v for k, v in headers.items() if k.lower() not in STRIPPED}
+        self.stripped += len(headers) - len(kept)
+        return kept
 
 
 def _run(env, *args, timeout=120):
