@@ -42,7 +42,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class MotoProcess:
+class S3TestServer:
+    """What the test suite needs of any local S3 server it starts (moto, Versity Gateway):
+    its ``endpoint`` and the fixed test credentials, as an environment and a bucket."""
+
+    endpoint: str
+    ACCESS_KEY = SECRET_KEY = "testing"
+
+    def env(self) -> dict:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": self.SECRET_KEY, "AWS_REGION": "us-east-1",
+                "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def apply_env(self) -> None:
+        os.environ.update(self.env())
+        os.environ.pop("AWS_ENDPOINT_URL_S3", None)
+        os.environ.pop("AWS_PROFILE", None)
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                     aws_access_key_id=self.ACCESS_KEY, aws_secret_access_key=self.SECRET_KEY
+                     ).create_bucket(Bucket=name)
+
+
+class MotoProcess(S3TestServer):
     """Start ``serve`` in a subprocess; ``endpoint`` is its URL."""
 
     def __init__(self, port: int | None = None):
@@ -74,23 +99,6 @@ class MotoProcess:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-
-    def env(self) -> dict:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-                "AWS_DEFAULT_REGION": "us-east-1"}
-
-    def apply_env(self) -> None:
-        os.environ.update(self.env())
-        os.environ.pop("AWS_ENDPOINT_URL_S3", None)
-        os.environ.pop("AWS_PROFILE", None)
-
-    def create_bucket(self, name: str) -> None:
-        import boto3
-
-        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                     aws_access_key_id="testing", aws_secret_access_key="testing"
-                     ).create_bucket(Bucket=name)
 
 
 if __name__ == "__main__":

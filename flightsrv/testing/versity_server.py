@@ -22,12 +22,12 @@ import sys
 import tempfile
 import time
 
-from flightsrv.testing.moto_server import free_port
+from flightsrv.testing.moto_server import S3TestServer, free_port
 
 VERSION = "v1.8.0"
 MODULE = "github.com/versity/versitygw/cmd/versitygw"
-ACCESS_KEY = "testing"
-SECRET_KEY = "testing"
+ACCESS_KEY = S3TestServer.ACCESS_KEY
+SECRET_KEY = S3TestServer.SECRET_KEY
 
 
 class Unavailable(RuntimeError):
@@ -79,7 +79,7 @@ def build(timeout: float = 1800.0) -> str:
     return os.path.join(target, "versitygw")
 
 
-class VersityProcess:
+class VersityProcess(S3TestServer):
     """versitygw's posix backend over ``root`` (a directory; each subdirectory is a bucket) on
     127.0.0.1 and a free port, in a subprocess; ``endpoint`` is its URL."""
 
@@ -135,23 +135,6 @@ class VersityProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-    def env(self) -> dict:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-                "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": "us-east-1",
-                "AWS_DEFAULT_REGION": "us-east-1"}
-
-    def apply_env(self) -> None:
-        os.environ.update(self.env())
-        os.environ.pop("AWS_ENDPOINT_URL_S3", None)
-        os.environ.pop("AWS_PROFILE", None)
-
-    def create_bucket(self, name: str) -> None:
-        import boto3
-
-        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                     aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY
-                     ).create_bucket(Bucket=name)
 
 
 def main(argv: list[str]) -> int:
