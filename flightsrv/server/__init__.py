@@ -14,6 +14,7 @@
 - ``logs``      JSON log lines, statement redaction
 - ``config``    ``ServerConfig`` and the ``serve`` options
 - ``app``       ``run`` (flightsrv serve), ``serve`` (signals, drain), ``start_in_thread``
+- ``signals``   SIGINT/SIGTERM as a stop request (``app.serve`` and ``workers.supervise``)
 """
 
 from flightsrv.server.app import run, serve, start_in_thread

@@ -21,12 +21,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 
+from flightsrv.server.signals import StopOnSignals
 from flightsrv.engine.api import Engine
 from flightsrv.errors import ConfigurationError, FlightsrvError
 from flightsrv.server.auth import AuthConfig, static_tokens
@@ -250,14 +250,8 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
 
         metrics_http = MetricsHttpServer(server.metrics, ready_now, cfg.metrics_port,
                                          cfg.metrics_host, authorize)
-    stop = threading.Event()
-    received: list[str] = []
-
-    def on_signal(signum, _frame):
-        received.append(signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    signals = StopOnSignals()
+    stop, received = signals.stop, signals.received
     log.info("serving", extra={"fields": {
         "event": "start", "host": host, "port": server.port, "tls": tls is not None,
         "auth": auth is not None, "pid": os.getpid(),
@@ -285,8 +279,7 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
         close = getattr(engine, "close", None)
         if callable(close):
             close()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        signals.restore()
         log.info("stopped", extra={"fields": {"event": "stopped", "drained": drained}})
 
 

@@ -38,6 +38,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from flightsrv.server.signals import StopOnSignals
+
 log = logging.getLogger("flightsrv.server")
 
 _FAST_EXIT_S = 5.0
@@ -91,14 +93,8 @@ def supervise(argv: list[str], cfg, on_start) -> int:
     key = os.urandom(32).hex().encode() + b"\n"
     sockdir = tempfile.mkdtemp(prefix="flightsrv-w")  # 0700
     env = dict(os.environ)
-    stop = threading.Event()
-    received: list[str] = []
-
-    def on_signal(signum, _frame):
-        received.append(signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    signals = StopOnSignals()
+    stop, received = signals.stop, signals.received
     tls = ["--tls-cert", cfg.tls_cert, "--tls-key", cfg.tls_key] if cfg.tls_cert else []
     children: list[_Child] = []
     status = 0
@@ -149,8 +145,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
                 child.proc.kill()
                 child.proc.wait()
         shutil.rmtree(sockdir, ignore_errors=True)
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        signals.restore()
     return status
 
 
