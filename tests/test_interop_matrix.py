@@ -99,6 +99,19 @@ def _diff(got: list[dict], want: list[dict]) -> str:
     return ""
 
 
+def _check_every_version(matrix, out: dict, reader: str) -> None:
+    """Each retained version, as ``reader`` wrote it to Arrow files (``out``: name ->
+    {"arrow": path} or {"error": ...}), equals flightsrv's rows in both formats."""
+    for v in matrix.versions:
+        for fmt in ("delta", "iceberg"):
+            got = out[f"{fmt}-{v}"]
+            assert "error" not in got, (fmt, v, got.get("error"))
+            with pa.memory_map(got["arrow"]) as f:
+                rows = canonical(pa.ipc.open_file(f).read_all())
+            assert rows == matrix.want[v], f"{reader} {fmt} v{v} ({MATRIX_STEPS[v]}): " + \
+                _diff(rows, matrix.want[v])
+
+
 def test_deltalake_scan_reads_every_version(matrix):
     for v in matrix.versions:
         got = canonical(delta_rows(matrix.path, v))
@@ -183,14 +196,7 @@ def test_duckdb_delta_scan_and_iceberg_scan_read_every_version(matrix, duckdb155
               "endpoint": env["AWS_ENDPOINT_URL"].split("://", 1)[1],
               "region": env["AWS_REGION"]}
     out = duckdb_rows(duckdb155, queries, s3=s3)
-    for v in matrix.versions:
-        for fmt in ("delta", "iceberg"):
-            got = out[f"{fmt}-{v}"]
-            assert "error" not in got, (fmt, v, got.get("error"))
-            with pa.memory_map(got["arrow"]) as f:
-                rows = canonical(pa.ipc.open_file(f).read_all())
-            assert rows == matrix.want[v], f"DuckDB {fmt} v{v} ({MATRIX_STEPS[v]}): " + \
-                _diff(rows, matrix.want[v])
+    _check_every_version(matrix, out, "DuckDB")
     assert "error" in out["delta-expired"] and "error" in out["iceberg-expired"]
 
 
@@ -348,11 +354,4 @@ def test_spark_delta_and_iceberg_read_every_version(matrix, tmp_path):
                 "arrow": str(tmp_path / f"{fmt}-{v}.arrow")}
                for v in matrix.versions for fmt in ("delta", "iceberg")]
     out = spark_rows(python, queries)
-    for v in matrix.versions:
-        for fmt in ("delta", "iceberg"):
-            got = out[f"{fmt}-{v}"]
-            assert "error" not in got, (fmt, v, got.get("error"))
-            with pa.memory_map(got["arrow"]) as f:
-                rows = canonical(pa.ipc.open_file(f).read_all())
-            assert rows == matrix.want[v], f"Spark {fmt} v{v} ({MATRIX_STEPS[v]}): " + \
-                _diff(rows, matrix.want[v])
+    _check_every_version(matrix, out, "Spark")
