@@ -365,10 +365,15 @@ def run_statement(runner, sql: str, args) -> None:
             done.set()
 
     runner.arm()  # before the worker: a Ctrl-C from now on stops this statement
-    threading.Thread(target=work, name="flightsrv-statement", daemon=True).start()
+    worker = threading.Thread(target=work, name="flightsrv-statement", daemon=True)
+    worker.start()
     try:
         while not done.wait(0.1):
             pass
+        # let the worker end before anything closes or exits: a daemon thread still tearing
+        # down a DuckDB or Flight client object while the interpreter finalizes aborted the
+        # process at exit ("terminate called without an active exception", exit -6)
+        worker.join()
     except KeyboardInterrupt:
         runner.interrupt()
         _wait_ignoring_interrupts(done, STOP_WAIT_S)
