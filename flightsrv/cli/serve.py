@@ -219,7 +219,8 @@ def _forwarded(args):
     if len(key) != 32:
         raise UsageError("--worker-socket is for workers that flightsrv serve --workers "
                          "starts (no token key on stdin)")
-    return Forwarded(public_port=args.public_port or 0, token_key=key)
+    return Forwarded(public_port=args.public_port or 0, token_key=key,
+                     index=getattr(args, "worker_index", 0) or 0)
 
 
 def _supervise(cfg, level, wh, started) -> int:

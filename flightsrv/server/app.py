@@ -124,7 +124,8 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
     from flightsrv.engine.duck import DuckEngine
     from flightsrv.engine.relations import native_root
 
-    configure_json_logging(log_level)
+    configure_json_logging(log_level, static=None if worker is None
+                           else {"worker": worker[1].index})
     wh = warehouse if warehouse is not None else Warehouse.open(warehouse_uri)
     root = native_root(wh)
     if auth is None:
@@ -234,7 +235,8 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
             raise ConfigurationError("--metrics-auth needs at least one --auth-token "
                                      "(/metrics accepts the server's bearer tokens)")
         authorize = bearer_check(tokens)
-    configure_json_logging(log_level)
+    fwd = kwargs.get("forwarded")
+    configure_json_logging(log_level, static=None if fwd is None else {"worker": fwd.index})
     server = FlightSqlServer(engine, location or _location(host, port, tls), auth=auth,
                              tls=tls, config=cfg, **kwargs)
     if cfg.auto_maintenance:

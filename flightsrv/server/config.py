@@ -208,6 +208,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     # one worker of --workers N, started by the parent (server/workers.py); not for users
     res.add_argument("--worker-socket", default=None, help=argparse.SUPPRESS)
     res.add_argument("--public-port", type=int, default=None, help=argparse.SUPPRESS)
+    res.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     res.add_argument("--no-metrics", action="store_true", help=argparse.SUPPRESS)
     res.add_argument("--temp-dir", default=None,
                      help="DuckDB spill directory, outside the warehouse (default: a private "

@@ -183,6 +183,7 @@ class Forwarded:
 
     public_port: int
     token_key: bytes
+    index: int = 0  # which worker: every log line carries it as "worker"
 
 
 class _PeerMiddleware(flight.ServerMiddleware):

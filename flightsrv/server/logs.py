@@ -51,12 +51,20 @@ RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) 
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line. ``static``: fields every line carries (a worker of
+    ``serve --workers N`` adds ``{"worker": index}``)."""
+
+    def __init__(self, static: dict | None = None):
+        super().__init__()
+        self.static = dict(static or {})
+
     def format(self, record: logging.LogRecord) -> str:
         out = {
             "ts": _dt.datetime.fromtimestamp(record.created, tz=_dt.UTC).isoformat(),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **self.static,
         }
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
@@ -74,9 +82,10 @@ class JsonFormatter(logging.Formatter):
                        ).rstrip("\n")
 
 
-def configure_json_logging(level: int = logging.INFO, stream=None) -> logging.Handler:
+def configure_json_logging(level: int = logging.INFO, stream=None,
+                           static: dict | None = None) -> logging.Handler:
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter(static))
     root = logging.getLogger("flightsrv")
     root.handlers[:] = [handler]
     root.setLevel(level)

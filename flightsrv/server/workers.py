@@ -75,7 +75,8 @@ def worker_argv(argv: list[str], n: int, index: int, socket_path: str, public_po
     """The command line of worker ``index``: the parent's, with the worker's options last
     (argparse takes the last value of an option)."""
     out = [sys.executable, "-m", "flightsrv.cli", *argv, "--workers", "1",
-           "--worker-socket", socket_path, "--public-port", str(public_port)]
+           "--worker-socket", socket_path, "--public-port", str(public_port),
+           "--worker-index", str(index)]
     if threads is None:
         out += ["--threads", str(max(1, (os.cpu_count() or 1) // n))]
     if memory_limit.strip().endswith("%"):
