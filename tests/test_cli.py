@@ -30,9 +30,8 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
 def run(*args, cwd=None, env=None, timeout=120, stdin=None) -> subprocess.CompletedProcess:
-    """``flightsrv ARGS`` in its own process: the real executable, or with
-    FLIGHTSRV_TEST_CLI=fork a fork of a launcher that imported the CLI once
-    (``support.run_cli``)."""
+    """``flightsrv ARGS`` in its own process: a fork of a launcher that imported the CLI
+    once (``support.run_cli``), or with FLIGHTSRV_TEST_CLI=exec the real executable."""
     proc = run_cli(args, cwd=None if cwd is None else str(cwd), env=env, timeout=timeout,
                    input=stdin)
     if proc is None:
