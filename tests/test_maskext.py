@@ -380,7 +380,7 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
     the path without it, is made to fail), through a renamed column and a column added with
     a default; the table ends the same as with the extension off, and the one-off masks are
     freed at once."""
-    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)  # off by default
+    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)
     _need_compiler()
     from flightsrv.table import scan
 
@@ -413,11 +413,57 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
     assert results[0][1] == sum(1 for i in live if i % 97 == 0)
 
 
+def test_reads_by_position_of_two_engines_in_one_process_stay_apart(local_uri, monkeypatch):
+    """Every engine of a process shares the extension's slots: two engines (two
+    ``Warehouse`` objects, as two threads of one application open them) updating rows of
+    the same file at once each read their own rows by position. The one-off masks were
+    keyed by a per-engine counter, so the second engine's read found the first's mask: too
+    few rows (the check refused the UPDATE) or, with equal counts, other rows."""
+    import threading
+
+    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)
+    _need_compiler()
+    wh = Warehouse.open(local_uri)
+    _table(wh)
+    rounds = 12
+    mine = {0: [1, 2, 5], 1: [9, 13, 16, 22]}  # live rows of the first file, disjoint sets
+    errors: list = []
+    start = threading.Barrier(2)
+
+    def work(k: int) -> None:
+        e = DuckEngine(Warehouse.open(local_uri), mask_extension=True)
+        s = Session(f"s{k}")
+        try:
+            start.wait()
+            for _ in range(rounds):
+                ids = ", ".join(map(str, mine[k]))
+                n = e.execute_update(f"UPDATE t SET k = k + 100 WHERE id IN ({ids})", s)
+                assert n == len(mine[k]), n
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+        finally:
+            e.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in mine]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    got = {r["id"]: r["k"] for r in wh.sql("SELECT id, k FROM t WHERE id < 30").to_pylist()}
+    for k, ids in mine.items():
+        for i in ids:
+            assert got[i] == i % 10 + 100 * rounds, (i, got[i])
+    for i, v in got.items():
+        if not any(i in ids for ids in mine.values()):
+            assert v == i % 10, (i, v)  # no other row changed
+
+
 def test_compaction_reads_files_with_deleted_rows_through_the_mask(local_uri, monkeypatch):
     """OPTIMIZE through the engine reads each file with deleted rows by DuckDB's reader
     with that file's mask (compaction's own row-group read sees only the clean file), and
     writes the same rows in the same order as with the extension off."""
-    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)  # off by default
+    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)
     _need_compiler()
     from flightsrv.table import scan
 
@@ -461,7 +507,7 @@ def test_masked_reads_by_position_and_for_compaction_keep_every_type(local_uri, 
     without the extension for a NOT NULL column, a TIMESTAMPTZ, a DECIMAL with NULLs, a
     list, a struct, a map and a REAL (DuckDB's Arrow output names a list's field and marks
     nullability differently from pyarrow's Parquet read; compaction batches both)."""
-    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)  # off by default
+    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)
     _need_compiler()
     import datetime as dt
     import decimal

@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 
 import duckdb
 import numpy as np
@@ -147,11 +146,8 @@ def _prefetch(cur: duckdb.DuckDBPyConnection, text: str, tables: dict[str, pa.Ta
 
 
 # UPDATE/MERGE's read by position and compaction's read of files with deletes through
-# DuckDB with a one-off mask: off. Under concurrent writers a read by position found fewer
-# rows than the statement matched (the check raised CorruptObject, nothing was written;
-# tests/test_dml.py::test_concurrent_writers_model_local, in 2 of the last 3 full runs).
-# Both read with Snapshot.take / the Arrow reader until the race is found.
-MASKED_POSITION_READS = False
+# DuckDB with the mask extension (False: Snapshot.take and the Arrow reader, as without it)
+MASKED_POSITION_READS = True
 
 class DuckEngine:
     """Implements :class:`flightsrv.engine.api.Engine` for one warehouse."""
@@ -185,7 +181,6 @@ class DuckEngine:
         #: False or FLIGHTSRV_MASK_EXTENSION=off), unavailable (logged once), or the
         #: warehouse is not local
         self.mask_slots = None
-        self._take_ids = itertools.count()  # keys of the one-off masks of reads by position
         con = None
         if self.native_root is not None and masked_scans != "arrow":
             con, self.mask_slots = maskext.connect(mask_extension)
@@ -713,7 +708,9 @@ class DuckEngine:
                 dropped[pos] = False
                 return np.packbits(dropped, bitorder="little"), f.rows
 
-            slot = self.mask_slots.acquire(("take", next(self._take_ids), f.path), bitmap)
+            # the slots are the process's, shared by every engine: a one-off mask's key is
+            # unique in the process (a per-engine counter made two engines share one)
+            slot = self.mask_slots.acquire(("take", object()), bitmap)
             try:
                 text = None if slot is None else \
                     rels.take_sql(snap, f, names_, maskext.function(slot))
@@ -724,7 +721,7 @@ class DuckEngine:
                                                                  snap.version)
                     part = self._fetch(cur, ctx, text, sql)
                     if part.num_rows != len(pos):  # the positions came from this snapshot
-                        raise CorruptObject("a read by position found fewer rows than the "
+                        raise CorruptObject("a read by position found other rows than the "
                                             "statement matched", table=snap.table.name,
                                             object=f.path, version=snap.version,
                                             expected=len(pos), actual=part.num_rows)
