@@ -697,7 +697,7 @@ def _flight_sql(wh):
     return run
 
 
-SETTINGS = dict(deadline=None, derandomize=False, print_blob=True,
+SETTINGS = dict(deadline=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 
@@ -742,7 +742,7 @@ def test_python_api_agrees_with_duckdb_many(tmp_path_factory):
 
     @with_seed(chosen)
     @settings(max_examples=int(os.environ.get("FLIGHTSRV_DIFF_EXAMPLES", "1000")),
-              phases=phases, **SETTINGS)
+              phases=phases, derandomize=False, **SETTINGS)
     @given(case=CASES)
     def many(case):
         counted["cases"] += 1

@@ -164,7 +164,7 @@ def inserts(draw):
     return f"INSERT INTO {target} VALUES {', '.join(rows)}"
 
 
-@settings(max_examples=40, deadline=None, derandomize=False, print_blob=True,
+@settings(max_examples=40, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(sql=inserts())
 def test_random_insert_values_agree_with_duckdb(tmp_path_factory, sql):

@@ -175,7 +175,7 @@ def _differential(spark, tmp_path_factory, max_examples):
     root = str(tmp_path_factory.mktemp("diff") / "wh")
     wh = Warehouse.open(root)
 
-    @settings(max_examples=max_examples, deadline=None, derandomize=False,
+    @settings(max_examples=max_examples, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(layout=layouts(), wheres=st.lists(filters, min_size=1, max_size=4))
     def run(layout, wheres):
