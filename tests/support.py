@@ -25,7 +25,7 @@ class Hook:
 # Modules a test's worker process needs; the fork server imports them once.
 _PRELOAD = ["pyarrow", "pyarrow.parquet", "pyarrow.compute", "duckdb", "sqlglot",
             "flightsrv.store.s3", "flightsrv.store.local", "flightsrv.warehouse",
-            "flightsrv.engine.duck", "flightsrv.table.maintenance", "flightsrv.table.erase"]
+            "flightsrv.table.maintenance", "flightsrv.table.erase"]
 
 
 def worker_processes():
@@ -60,6 +60,17 @@ _LAUNCHER = r"""
 import json, os, sys
 sys.argv = ["flightsrv"]
 from flightsrv.cli import main
+# what commands import on first use: once here, not in every forked command (imports start
+# no threads; nothing here opens a database or a connection)
+import importlib
+for name in ("flightsrv.cli.render", "flightsrv.cli.sql", "flightsrv.cli.table",
+             "flightsrv.cli.warehouse", "flightsrv.cli.tools", "flightsrv.cli.store",
+             "flightsrv.warehouse", "flightsrv.engine.duck", "flightsrv.table.maintenance",
+             "pyarrow.compute", "pyarrow.parquet", "pyarrow.dataset"):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
 ctl = int(os.environ.pop("_FSRV_LAUNCHER_FD"))
 rfile = os.fdopen(ctl, "r", buffering=1)
 for line in rfile:

@@ -34,6 +34,7 @@ from flightsrv.table import fingerprint as fpr
 from flightsrv.table.manifest import manifest_key
 from flightsrv.table.writer import DataFileWriter, WriteOptions
 from flightsrv.cli.render import result_rows
+from support import run_cli
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 SECRET = "zz-alice@example.org"  # sorts last: it is the string column's max
@@ -85,13 +86,15 @@ def holders(store, needle: str) -> list[str]:
 
 
 def _cli(wh: pathlib.Path, *args) -> subprocess.CompletedProcess:
-    exe = shutil.which("flightsrv")
-    assert exe, "the flightsrv executable is not installed (pip install -e .)"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).parents[1]),
-                                         env.get("PYTHONPATH", "")])
-    p = subprocess.run([exe, "--warehouse", str(wh), *args], capture_output=True, text=True,
-                       env=env, timeout=120, check=False)
+    """``flightsrv --warehouse WH ARGS`` in its own process (``support.run_cli``: forked from
+    a launcher that imported the CLI, or the real executable with FLIGHTSRV_TEST_CLI=exec)."""
+    argv = ["--warehouse", str(wh), *args]
+    p = run_cli(argv, timeout=120)
+    if p is None:
+        exe = shutil.which("flightsrv")
+        assert exe, "the flightsrv executable is not installed (pip install -e .)"
+        p = subprocess.run([exe, *argv], capture_output=True, text=True, timeout=120,
+                           check=False)
     assert p.returncode == 0, p.stderr
     return p
 

@@ -26,7 +26,9 @@ Results are cached by text (the engine's relation names are deterministic per st
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import threading
 
 import duckdb
@@ -46,13 +48,33 @@ _EXPRESSIONS = frozenset({
     "PARAMETER", "POSITIONAL_REFERENCE", "DEFAULT", "TYPE",
 })
 
-# json_serialize_sql only parses (no catalog, no files); a cursor per call
-_parser = duckdb.connect(":memory:", config={"enable_external_access": "false"})
+# json_serialize_sql only parses (no catalog, no files); a cursor per call. The database is
+# opened on first use, not at import: a process that imports flightsrv and then forks (a
+# pre-forking server, a fork server, the test suite's CLI launcher) would hand its children
+# a database whose worker threads they do not have, and closing it there aborts the process
+_parser = None
 _parser_lock = threading.Lock()
+_orphans: list = []  # a forked child's copies of its parent's database: never closed here
+
+
+def _forked_child() -> None:
+    global _parser, _parser_lock
+    if _parser is not None:
+        _orphans.append(_parser)
+        # kept past interpreter exit too: its destructor would join threads of the parent
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_parser))
+        _parser = None
+    _parser_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked_child)
 
 
 def _parse(text: str) -> dict:
+    global _parser
     with _parser_lock:
+        if _parser is None:
+            _parser = duckdb.connect(":memory:", config={"enable_external_access": "false"})
         cur = _parser.cursor()
     try:
         raw = cur.execute("SELECT json_serialize_sql(?)", [text]).fetchone()[0]

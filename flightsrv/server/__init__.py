@@ -17,20 +17,24 @@
 - ``signals``   SIGINT/SIGTERM as a stop request (``app.serve`` and ``workers.supervise``)
 """
 
-from flightsrv.server.app import run, serve, start_in_thread
-from flightsrv.server.auth import AuthConfig, Principal, hash_password
-from flightsrv.server.config import ServerConfig, add_serve_arguments
-from flightsrv.server.flight import FlightSqlServer, TlsConfig
+import importlib
 
-__all__ = [
-    "AuthConfig",
-    "FlightSqlServer",
-    "Principal",
-    "ServerConfig",
-    "TlsConfig",
-    "add_serve_arguments",
-    "hash_password",
-    "run",
-    "serve",
-    "start_in_thread",
-]
+# Imported on first use (PEP 562): ``flightsrv.server.config`` alone, which every CLI start
+# needs for the ``serve`` options, does not load the Flight server, gRPC and the engine
+_EXPORTS = {
+    "run": "app", "serve": "app", "start_in_thread": "app",
+    "AuthConfig": "auth", "Principal": "auth", "hash_password": "auth",
+    "ServerConfig": "config", "add_serve_arguments": "config",
+    "FlightSqlServer": "flight", "TlsConfig": "flight",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
