@@ -311,14 +311,16 @@ def test_one_value_cannot_outgrow_the_memory_limit(tmp_path):
     """``repeat('x', 1500000000)`` peaked at 3.1 GB under --memory-limit 64MB: DuckDB's
     limit governs its buffer manager, not one string. ``serve`` caps its data memory at
     the limit plus --memory-headroom, so the statement fails naming the limit and the
-    server keeps serving."""
+    server keeps serving. (The headroom must hold the server itself: about 590 MB of data
+    mappings after its first statement here; with 512 MiB, gRPC once could not start the
+    next call's thread: RESOURCE_EXHAUSTED.)"""
     import json
     import subprocess
     import sys
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "flightsrv.cli", "serve", "--warehouse", str(tmp_path / "wh"),
-         "--port", "0", "--no-demo", "--memory-limit", "64MB", "--memory-headroom", "512MiB",
+         "--port", "0", "--no-demo", "--memory-limit", "64MB", "--memory-headroom", "1GiB",
          "--log-level", "info"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         port = None

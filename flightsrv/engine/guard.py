@@ -74,7 +74,8 @@ def _parse(text: str) -> dict:
     global _parser
     with _parser_lock:
         if _parser is None:
-            _parser = duckdb.connect(":memory:", config={"enable_external_access": "false"})
+            _parser = duckdb.connect(":memory:", config={"enable_external_access": "false",
+                                                         "threads": "1"})
         cur = _parser.cursor()
     try:
         raw = cur.execute("SELECT json_serialize_sql(?)", [text]).fetchone()[0]
