@@ -201,6 +201,15 @@ def _serve(uri: str, port: int, log_path: str, workers: int) -> subprocess.Popen
     raise RuntimeError("flightsrv serve did not listen within 120 s")
 
 
+def _stop(server: subprocess.Popen) -> None:
+    """SIGTERM to the server started by :func:`_serve` and its workers (one session)."""
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    server.wait(timeout=60)
+
+
 def run(ctx: Context) -> list[Row]:
     n = ctx.rows(1_000_000, 10_000_000)
     counts = [int(x) for x in os.environ.get("FLIGHTSRV_BENCH_CLIENTS", "").split(",") if x] or (
@@ -263,9 +272,5 @@ def run(ctx: Context) -> list[Row]:
                             note="q/s at k clients / q/s at 1 client (compare with DuckDB's "
                                  "rows above)"))
     finally:
-        try:
-            os.killpg(server.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        server.wait(timeout=60)
+        _stop(server)
     return rows

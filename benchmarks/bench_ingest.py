@@ -37,19 +37,17 @@ matrix: ``FLIGHTSRV_BENCH_METHODS`` (e.g. ``ingest``), ``FLIGHTSRV_BENCH_ROWS`` 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import multiprocessing as mp
 import os
 import resource
-import signal
 import statistics
-import subprocess
 import time
 import warnings
 
 import pyarrow as pa
 
-from benchmarks.bench_concurrency import _cpu_seconds, _free_port, _serve
+from benchmarks.bench_concurrency import _cpu_seconds, _free_port, _serve, _stop
+from benchmarks.bench_peers import DuckLake
 from benchmarks.harness import Context, Row
 
 NAME = "ingest"
@@ -260,11 +258,7 @@ def _writes(ctx: Context, seconds: float) -> list[Row]:
                                 "us/row", None, "<= 3x", None,
                                 "see the 10,000-row INSERT VALUES row's ratio"))
     finally:
-        try:
-            os.killpg(server.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        server.wait(timeout=60)
+        _stop(server)
     return rows_out
 
 
@@ -299,34 +293,14 @@ def _queries(n_rows: int) -> dict[str, str]:
     }
 
 
-class _Lake:
-    def __init__(self, d: str, inline: int):
-        from flightsrv.testing.interop import duckdb_venv
+class _Lake(DuckLake):
+    """The streaming-ingest DuckLake worker (``ducklake_ingest_worker.py``) over ``d``."""
 
-        script = os.path.join(os.path.dirname(__file__), "ducklake_ingest_worker.py")
-        self.proc = subprocess.Popen([duckdb_venv(), script], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+    def __init__(self, d: str, inline: int):
+        super().__init__("ducklake_ingest_worker.py")
         os.makedirs(d, exist_ok=True)
         self.dir = d
         self.call(cmd="setup", dir=d, inline=inline)
-
-    def call(self, **req) -> dict:
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        ans = json.loads(self.proc.stdout.readline())
-        if "error" in ans:
-            raise RuntimeError(f"DuckLake: {ans['error']}")
-        return ans
-
-    def close(self) -> None:
-        try:
-            self.call(cmd="quit")
-        except Exception:  # noqa: BLE001 - the quit has no answer
-            pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def _median_time(fn, repeat: int = 5) -> float:
@@ -447,11 +421,7 @@ def _read_round(ctx: Context, uri: str, n: int, peers: dict, delta_path: str | N
         cur.close()
         conn.close()
     finally:
-        try:
-            os.killpg(server.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        server.wait(timeout=60)
+        _stop(server)
     out = []
     for q in _queries(n_rows):
         ours_s, comp = times["flightsrv"][q], times["compacted"][q]

@@ -134,11 +134,11 @@ class WriteLog:
 class DuckLake:
     """The DuckLake worker process (see ``benchmarks/ducklake_worker.py``)."""
 
-    def __init__(self):
+    def __init__(self, worker: str = "ducklake_worker.py"):
         from flightsrv.testing.interop import duckdb_venv
 
         python = duckdb_venv()
-        script = os.path.join(os.path.dirname(__file__), "ducklake_worker.py")
+        script = os.path.join(os.path.dirname(__file__), worker)
         self.proc = subprocess.Popen([python, script], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
 

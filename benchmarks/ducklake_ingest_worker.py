@@ -17,23 +17,13 @@ No flightsrv import here: this file runs under another interpreter and DuckDB ve
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import statistics
 import sys
 import time
 
-import duckdb
-
-
-def _extension(name: str) -> str:
-    base = os.path.dirname(os.path.dirname(duckdb.__file__))
-    paths = glob.glob(os.path.join(base, f"duckdb_extension_{name}", "extensions", "*",
-                                   f"{name}.duckdb_extension"))
-    if not paths:
-        raise RuntimeError(f"no {name} extension wheel in this virtualenv")
-    return paths[0]
+from ducklake_worker import connect  # beside this file (sys.path[0])
 
 
 def insert_sql(start: int, rows: int) -> str:
@@ -43,9 +33,7 @@ def insert_sql(start: int, rows: int) -> str:
 
 
 def main() -> None:
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar=false")
-    con.execute(f"LOAD '{_extension('ducklake')}'")
+    con = connect()
     out = sys.stdout
     for line in sys.stdin:
         req = json.loads(line)

@@ -37,10 +37,17 @@ def _extension(name: str) -> str:
     return paths[0]
 
 
-def main() -> None:
+def connect():
+    """An in-memory DuckDB with the DuckLake extension of this virtualenv loaded (also used
+    by ``ducklake_ingest_worker.py``)."""
     con = duckdb.connect()
     con.execute("SET enable_progress_bar=false")
     con.execute(f"LOAD '{_extension('ducklake')}'")
+    return con
+
+
+def main() -> None:
+    con = connect()
     out = sys.stdout
     for line in sys.stdin:
         req = json.loads(line)
