@@ -514,8 +514,8 @@ def plan_dependent_error(ref, ref_sql: str, ref_err, got) -> bool:
         return collections.Counter(canon(ref.sql(
             f"SELECT * FROM {base} WHERE rowid IN ({', '.join(map(str, ids))})").to_arrow_table()))
 
-    have = collections.Counter(canon(got))
-    return not (rows(match) - have) and not (have - rows(match) - rows(fails))
+    have, must = collections.Counter(canon(got)), rows(match)
+    return not (must - have) and not (have - must - rows(fails))
 
 
 class ReferenceDied(Exception):

@@ -54,14 +54,13 @@ _EXPRESSIONS = frozenset({
 # a database whose worker threads they do not have, and closing it there aborts the process
 _parser = None
 _parser_lock = threading.Lock()
-_orphans: list = []  # a forked child's copies of its parent's database: never closed here
 
 
 def _forked_child() -> None:
     global _parser, _parser_lock
     if _parser is not None:
-        _orphans.append(_parser)
-        # kept past interpreter exit too: its destructor would join threads of the parent
+        # the parent's database is never closed here, not even at interpreter exit: its
+        # destructor would join threads of the parent (one leaked reference keeps it)
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(_parser))
         _parser = None
     _parser_lock = threading.Lock()
