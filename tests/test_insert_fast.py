@@ -71,6 +71,53 @@ def test_fast_path_agrees_with_duckdb(tmp_path):
     _same(wh, ref)
 
 
+CONSTANT_ROWS = [
+    # rows of constants only: read by one regular expression per row
+    "INSERT INTO ev (id, k, v) VALUES (1, 'a', 1.5), (2, 'it''s, (x)', -2e3)",
+    "INSERT INTO ev (id, ts) VALUES (3, TIMESTAMP '2026-01-01 00:00:01'), (4, NULL) ;",
+    "insert into ev (id, k) values (5,''),(6,'''')",
+    "INSERT INTO ev (id, v, k) VALUES (7, .5, null), (8, +1., 'a''''b')",
+    "INSERT INTO ev (id, k) VALUES\n  (9, TRUE),\n\t(10, false)",
+    "INSERT INTO ev (id, d) VALUES (11, 1.25e-1)",
+    # anything else: the token walk reads it (or refuses it)
+    "INSERT INTO ev (id, k) VALUES (12, 'a' 'b')",
+    "INSERT INTO ev (id, k) VALUES (13, 'a'), (14)",
+    "INSERT INTO ev (id, k) VALUES (15, 'a'), (16, 'b'",
+    "INSERT INTO ev (id, k) VALUES (17, 'a'),, (18, 'b')",
+    "INSERT INTO ev (id, k) VALUES (19, 'a') (20, 'b')",
+    "INSERT INTO ev (id, v) VALUES (21, 1.5.5), (22, 1x)",
+    "INSERT INTO ev (id, v) VALUES (23, --1\n 2)",
+    "INSERT INTO ev (id, k) VALUES (24, 'unterminated)",
+    "INSERT INTO ev (id, k) VALUES (25, 'x') -- a comment",
+    "INSERT INTO ev (id, k) VALUES (26, DATE'2026-01-01'), (27, ?)",
+    "INSERT INTO ev (id, k) VALUES (28, NULLS), (29, 'x')",
+    "INSERT INTO ev (id, k) VALUES (30, 'a'); DROP TABLE ev",
+    "INSERT INTO ev (id, k) VALUES (31, 'a'), (32, 'b'), (33, 'c', 'd')",
+]
+
+
+@pytest.mark.parametrize("sql", CONSTANT_ROWS, ids=range(len(CONSTANT_ROWS)))
+def test_constant_rows_are_read_as_the_token_walk_reads_them(sql):
+    """The regular-expression reading of rows of constants gives what the token walk
+    gives (the same rows, widths, text), and never takes what the walk refuses."""
+    from flightsrv.sql import values
+
+    assert values._scan(sql, 250, constants=True) == values._scan(sql, 250, constants=False)
+
+
+def test_constant_rows_agree_with_duckdb(tmp_path):
+    wh, ref = _setup(tmp_path / "wh")
+    from flightsrv.sql import values
+
+    for sql in CONSTANT_ROWS[:6]:
+        assert isinstance(st.parse_statement(sql), st.InsertValues), sql
+        body = sql[values._HEAD.match(sql).end():].rstrip().removesuffix(";")
+        assert values._scan_constants(body) is not None, sql  # read by the regex
+        wh.sql(sql)
+        ref.execute(sql)
+    _same(wh, ref)
+
+
 ERRORS = [
     "INSERT INTO ev (id, k) VALUES (NULL, 'x')",  # NOT NULL
     "INSERT INTO ev (k) VALUES ('x')",  # NOT NULL, omitted
