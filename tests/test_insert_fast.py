@@ -118,6 +118,46 @@ def test_constant_rows_agree_with_duckdb(tmp_path):
     _same(wh, ref)
 
 
+def test_long_constant_list_in_parts_agrees_with_duckdb(tmp_path, monkeypatch):
+    """A long list of constant rows runs in parts on several cursors at once: the rows
+    arrive in the statement's order and as DuckDB's one INSERT makes them, in one commit;
+    a value that fails in a later part fails the statement as DuckDB's would, naming it,
+    and commits nothing."""
+    import os
+
+    from flightsrv.engine import writes
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)  # four parts on any machine
+    monkeypatch.setattr(writes, "VALUES_PART_ROWS", 256)
+    wh, ref = _setup(tmp_path / "wh")
+    rows = ", ".join(f"({i}, '2026-01-01 00:00:{i % 60:02d}', 'k''{i % 7}', "
+                     f"{'NULL' if i % 5 == 0 else f'{i % 13}.25'}, {i}.125)"
+                     for i in range(1, 1201))
+    sql = "INSERT INTO ev (id, ts, k, v, d) VALUES " + rows  # l NULL, w its default
+    stmt = st.parse_statement(sql)
+    assert isinstance(stmt, st.InsertValues) and len(stmt.splits) >= 3
+    calls = []
+    real = writes.Writes._in_parts
+    monkeypatch.setattr(writes.Writes, "_in_parts",
+                        lambda self, runs, into: calls.append(len(runs)) or real(self, runs,
+                                                                                 into))
+    before = wh.table("ev").head().version
+    assert wh.sql(sql) == 1200
+    ref.execute(sql)
+    assert calls == [4]
+    assert wh.table("ev").head().version == before + 1
+    assert _rows(wh.sql("SELECT * FROM ev")) == _rows(ref.sql("SELECT * FROM ev")
+                                                      .to_arrow_table())  # same order
+    bad = sql.replace("(1100, '2026", "(1100, 'x2026")  # a cast that fails in part 4
+    with pytest.raises(duckdb.Error) as want:
+        ref.execute(bad)
+    with pytest.raises(FlightsrvError) as got:
+        wh.sql(bad)
+    assert "x2026" in str(want.value) and "x2026" in str(got.value)
+    assert "INSERT INTO ev" in str(got.value)
+    assert wh.table("ev").head().version == before + 1
+
+
 ERRORS = [
     "INSERT INTO ev (id, k) VALUES (NULL, 'x')",  # NOT NULL
     "INSERT INTO ev (k) VALUES ('x')",  # NOT NULL, omitted

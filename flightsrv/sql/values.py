@@ -100,6 +100,9 @@ class ValuesScan(NamedTuple):
     defaults: bool = False  # some position says DEFAULT
     nested: frozenset[int] = frozenset()  # parameters used inside an expression
     width: int | None = None  # values per row, when every row has as many
+    #: rows of constants only: the offsets in ``values`` of the comma before row
+    #: SPLIT_ROWS, 2 * SPLIT_ROWS, ... (where the list may be cut into lists of whole rows)
+    splits: tuple[int, ...] = ()
 
 
 #: one constant of a row of constants only (what :func:`_scan_constants` reads): a string,
@@ -120,9 +123,13 @@ def _row_of(width: int) -> re.Pattern:
                       re.IGNORECASE | re.ASCII)
 
 
-def _scan_constants(body: str) -> tuple[int, int] | None:
-    """(rows, values per row) when ``body`` is rows of constants only, each as wide as
-    the first (see :data:`_CONSTANT`); else None (the token walk reads it)."""
+#: rows between the offsets of :attr:`ValuesScan.splits`
+SPLIT_ROWS = 256
+
+
+def _scan_constants(body: str) -> tuple[int, int, tuple[int, ...]] | None:
+    """(rows, values per row, split offsets) when ``body`` is rows of constants only, each
+    as wide as the first (see :data:`_CONSTANT`); else None (the token walk reads it)."""
     first = _CONSTANT_ROW.match(body)
     if first is None:
         return None
@@ -132,7 +139,30 @@ def _scan_constants(body: str) -> tuple[int, int] | None:
     rest = _row_of(width).findall(body, first.end())
     if sum(map(len, rest)) != len(body.rstrip()) - first.end():
         return None
-    return 1 + len(rest), width
+    splits, pos = [], first.end()
+    for i, text in enumerate(rest, 2):  # row i starts where the text before it ends
+        if i % SPLIT_ROWS == 1:
+            splits.append(pos)
+        pos += len(text)
+    return 1 + len(rest), width, tuple(splits)
+
+
+def split_rows(values: str, rows: int, cuts: tuple[int, ...], parts: int) -> list[str]:
+    """``values`` (a scan's :attr:`~ValuesScan.values` of ``rows`` rows) cut at some of
+    its ``cuts`` (:attr:`~ValuesScan.splits`) into at most ``parts`` lists of whole rows
+    of about equal length, in order, each as it would follow ``VALUES`` (one list when it
+    has no cuts)."""
+    if parts < 2 or not cuts:
+        return [values]
+    # cut j comes before row (j + 1) * SPLIT_ROWS: take the one nearest to each k/parts
+    chosen = {cuts[min(len(cuts), max(1, round(k * rows / parts / SPLIT_ROWS))) - 1]
+              for k in range(1, parts)}
+    bounds = [0, *sorted(chosen), len(values)]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        text = values[a:b].lstrip()
+        out.append(text[1:].lstrip() if a else text)  # the separating comma
+    return out
 
 
 def scan_insert_values(sql: str, max_depth: int = 250) -> ValuesScan | None:
@@ -159,7 +189,7 @@ def _scan(sql: str, max_depth: int, constants: bool) -> ValuesScan | None:
         found = _scan_constants(body)
         if found is not None:
             return ValuesScan(table, columns, body, found[0], 0, None, (), False,
-                              frozenset(), found[1])
+                              frozenset(), found[1], found[2])
     toks = _TOKEN.findall(body)
     depth = 0
     rows = 0
@@ -242,4 +272,5 @@ def _scan(sql: str, max_depth: int, constants: bool) -> ValuesScan | None:
                       frozenset(nested), widths[0] if len(set(widths)) == 1 else None)
 
 
-__all__ = ["KEYWORDS", "TYPE_WORDS", "ValuesScan", "scan_insert_values"]
+__all__ = ["KEYWORDS", "SPLIT_ROWS", "TYPE_WORDS", "ValuesScan", "scan_insert_values",
+           "split_rows"]
