@@ -27,7 +27,8 @@ Rows of plain constants only (numbers, strings, ``NULL``/``TRUE``/``FALSE``, typ
 literals such as ``TIMESTAMP '...'``), as BI tools, sinks and ORMs write them, are
 recognised by one regular expression per row (:func:`_scan_constants`) instead of the
 token walk: the same answer (a subset of what the walk accepts, read the same way; a test
-compares the two), about ten times faster on a 10,000-row list.
+compares the two), several times faster (a 10,000-row list: ~12 ms against ~65–120 ms on
+the loaded 2-core machine). Only this reading records :attr:`ValuesScan.splits`.
 """
 
 from __future__ import annotations
