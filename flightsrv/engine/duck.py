@@ -204,6 +204,7 @@ class DuckEngine:
         self._references = StatementCache(REFERENCES_CACHE_BYTES)
 
     def close(self) -> None:
+        self._writes.close()
         self._cursors.close()
         self._sandbox.close()
         self._scratch.close()
