@@ -271,7 +271,7 @@ class DuckEngine:
         # execute_query binds it) the schema is the one those values give (``SELECT ? AS
         # v``); that one is not cached.
         bound = self._param_rows(stmt, params)[0] \
-            if params is not None and stmt.param_count and _params_type_results(stmt.tree) \
+            if params is not None and stmt.param_count and _params_type_results_of(sql) \
             else None
         key = schema_key(stmt, pinner, self._query_references(stmt)) \
             if bound is None else None
@@ -1188,6 +1188,12 @@ def _params_type_results(tree: exp.Expression) -> bool:
         else:
             return True
     return False
+
+
+#: :func:`_params_type_results` of a statement text's parsed tree (a pure function of it;
+#: GetFlightInfo asks it of every bound prepared query)
+_params_type_results_of = text_cache(maxsize=4096)(
+    lambda sql: _params_type_results(_parse(sql).tree))
 
 
 def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Statement:
