@@ -14,11 +14,13 @@ records the decisions as commits. Per request:
    (:mod:`flightsrv.engine.relations`: DuckDB's Parquet reader for clean local files and,
    per ``masked_scans``, for local files with deleted rows (removed inside DuckDB, by
    default when the reference has a prunable filter); the masked Arrow scan otherwise;
-   statistics pruning through :mod:`flightsrv.engine.prune`);
+   statistics pruning through :mod:`flightsrv.engine.prune`); a view over data files read
+   by path alone is kept on its cursor between queries and not created again while its
+   body text is the same (:class:`~flightsrv.engine.connection.ViewCursors`);
 5. run:
 
-   - SELECT: the user's own text with only the table references replaced, streamed with
-     ``to_arrow_reader(batch_size)``; nothing is materialised whole;
+   - SELECT: the user's own text with only the table references replaced, bound once with
+     its values and streamed (``run_to_arrow``); nothing is materialised whole;
    - DELETE / UPDATE / MERGE: :mod:`flightsrv.engine.dml` (DuckDB finds the rows through
      hidden file/position columns; the commit records them);
    - INSERT / CTAS: the source query as above, cast to the table's types by DuckDB, streamed
