@@ -114,11 +114,27 @@ def test_kept_cursors_are_bounded_in_number_and_bytes(engine, wh):
     for v in (0, 300, 600, 900, 0, 300, 600, 900):
         assert _point(engine, v) == [{"id": v, "grp": f"g{v % 5}"}]
         assert len(engine._views._idle) <= 2
-    engine._views.close()
-    engine._views.max_bytes = 10  # no view text fits: a cursor that holds one is closed
-    for v in (1, 700):
-        assert _point(engine, v) == [{"id": v, "grp": f"g{v % 5}"}]
-        assert all(k.size <= 10 for k in engine._views._idle)
+    small = DuckEngine(wh, mask_extension=False)
+    small._views.max_bytes = 10  # no view text fits: a cursor that holds one is closed
+    try:
+        for v in (1, 700, 1):
+            assert _point(small, v) == [{"id": v, "grp": f"g{v % 5}"}]
+            assert all(k.size <= 10 for k in small._views._idle)
+    finally:
+        small.close()
+    engine.close()  # a cursor handed back after close is closed, not kept
+    assert not engine._views._idle
+
+
+def test_concurrent_statements_share_the_kept_cursors(engine):
+    import concurrent.futures as cf
+
+    engine._views.max_cursors = 4
+    ids = [(t * 37 + k * 211) % N for t in range(8) for k in range(15)]
+    with cf.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda v: _point(engine, v), ids))
+    assert got == [[{"id": v, "grp": f"g{v % 5}"}] for v in ids]
+    assert len(engine._views._idle) <= 4
 
 
 def test_results_match_a_fresh_engine_whatever_was_kept(wh):

@@ -168,6 +168,7 @@ class ViewCursors:
         self._idle: collections.deque[KeptCursor] = collections.deque()
         self.max_cursors = max_cursors
         self.max_bytes = max_bytes
+        self._closed = False
 
     def take(self) -> KeptCursor:
         """The most recently kept idle cursor (its views the likeliest to match), or a new
@@ -185,7 +186,11 @@ class ViewCursors:
         ``first`` and the returned one until the statement ends."""
         if first.holds(views):
             return first
-        for other in list(self._idle):
+        try:
+            idle = list(self._idle)
+        except RuntimeError:  # a put ran (a finaliser) while it was copied: no match
+            idle = []
+        for other in idle:
             if other.holds(views):
                 try:
                     self._idle.remove(other)
@@ -202,8 +207,8 @@ class ViewCursors:
     def put(self, kept: KeptCursor) -> None:
         """Keep ``kept`` for a later statement when it holds only pure views within the byte
         bound and there is room; else close it."""
-        if not kept.keep or self.max_cursors <= 0 or kept.size > self.max_bytes or \
-                len(self._idle) >= self.max_cursors:
+        if not kept.keep or self._closed or self.max_cursors <= 0 or \
+                kept.size > self.max_bytes or len(self._idle) >= self.max_cursors:
             kept.cur.close()
             return
         self._idle.append(kept)
@@ -214,6 +219,9 @@ class ViewCursors:
                 break
 
     def close(self) -> None:
+        """Close the idle cursors; one that a running statement hands back later is closed
+        then."""
+        self._closed = True
         while True:
             try:
                 self._idle.pop().cur.close()
