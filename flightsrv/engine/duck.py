@@ -661,7 +661,7 @@ class DuckEngine:
             return None
         names_ = list(snap.schema.names)
         try:
-            text = rels.take_sql(snap, [f], names_, maskext.function(slot))
+            text = rels.take_sql(snap, f, names_, maskext.function(slot))
         except BaseException:
             self.mask_slots.release([slot])
             raise
@@ -676,7 +676,7 @@ class DuckEngine:
             try:
                 reader = run_to_arrow(cur, text, batch_size=self.batch_size, stream=True)
                 for batch in reader:
-                    t = pa.Table.from_batches([batch]).select(names_)
+                    t = pa.Table.from_batches([batch])
                     yield t.cast(schema) if t.schema != schema else t
             except duckdb.Error as e:
                 raise native_failure(e, natives) or CorruptObject(
@@ -698,72 +698,47 @@ class DuckEngine:
         ``positions`` (sorted int64 per data file path; live rows DuckDB found through the
         masked view), in ``files`` order and position order, as
         :meth:`~flightsrv.table.scan.Snapshot.take` returns them. With the deletion-mask
-        extension loaded and a local table, consecutive files of one written schema are
-        read by one ``read_parquet`` (one bind, the files' row groups in parallel) with a
-        one-off mask that keeps only those positions; else, or for a file DuckDB cannot read
-        so or when no slot is free, by ``Snapshot.take``."""
+        extension loaded and a local table, each file is read by DuckDB's Parquet reader
+        with a one-off mask that keeps only those positions (the reader decodes the other
+        columns for the kept rows only, and in parallel); else, or for a file DuckDB cannot
+        read so or when no slot is free, by ``Snapshot.take``."""
         if self.mask_slots is None or not rels.is_native(snap) or not MASKED_POSITION_READS:
             return snap.take(positions, files=files)
         names_ = list(snap.schema.names)
         schema = pa.schema([snap.schema.field(c) for c in names_])
-        wanted = [(f, positions[f.path]) for f in files
-                  if positions.get(f.path) is not None and len(positions[f.path])]
-        runs: list[list] = []  # consecutive files of one written schema (inlined: alone)
-        for f, pos in wanted:
-            last = runs[-1][-1][0] if runs else None
-            if last is not None and last.schema_id == f.schema_id and \
-                    last.inline is None and f.inline is None:
-                runs[-1].append((f, pos))
-            else:
-                runs.append([(f, pos)])
         parts = []
-        for run in runs:
-            part = self._take_run(cur, ctx, snap, run, names_, sql)
+        for f in files:
+            pos = positions.get(f.path)
+            if pos is None or len(pos) == 0:
+                continue
+
+            def bitmap(f=f, pos=pos):
+                dropped = np.ones(f.rows, dtype=bool)
+                dropped[pos] = False
+                return np.packbits(dropped, bitorder="little"), f.rows
+
+            # the slots are the process's, shared by every engine: a one-off mask's key is
+            # unique in the process (a per-engine counter made two engines share one)
+            slot = self.mask_slots.acquire(("take", object()), bitmap)
+            try:
+                text = None if slot is None else \
+                    rels.take_sql(snap, f, names_, maskext.function(slot))
+                if text is None:
+                    part = snap.take({f.path: pos}, files=[f])
+                else:
+                    ctx.natives[snap.store.local_path(f.path)] = (snap.table.name, f.path,
+                                                                 snap.version)
+                    part = self._fetch(cur, ctx, text, sql)
+                    if part.num_rows != len(pos):  # the positions came from this snapshot
+                        raise CorruptObject("a read by position found other rows than the "
+                                            "statement matched", table=snap.table.name,
+                                            object=f.path, version=snap.version,
+                                            expected=len(pos), actual=part.num_rows)
+            finally:
+                if slot is not None:
+                    self.mask_slots.drop(slot)
             parts.append(part.cast(schema) if part.schema != schema else part)
         return pa.concat_tables(parts) if parts else schema.empty_table()
-
-    def _take_run(self, cur, ctx: _Ctx, snap, run: list, names_: list[str],
-                  sql: str) -> pa.Table:
-        """The rows of ``run`` ((data file, sorted positions) of one written schema) in file
-        and position order, by one masked ``read_parquet`` (:meth:`_take`), or by
-        ``Snapshot.take`` when DuckDB cannot read the files so or no slot is free."""
-        files = [f for f, _ in run]
-
-        def bitmap(f, pos):
-            dropped = np.ones(f.rows, dtype=bool)
-            dropped[pos] = False
-            return np.packbits(dropped, bitorder="little"), f.rows
-
-        # the slots are the process's, shared by every engine: a one-off mask's key is
-        # unique in the process (a per-engine counter made two engines share one)
-        slot = self.mask_slots.acquire(
-            ("take", object()),
-            lambda: bitmap(*run[0]) if len(run) == 1 else [bitmap(f, pos) for f, pos in run])
-        try:
-            text = None if slot is None else \
-                rels.take_sql(snap, files, names_, maskext.function(slot))
-            if text is None:
-                return snap.take({f.path: pos for f, pos in run}, files=files)
-            for f in files:
-                ctx.natives[snap.store.local_path(f.path)] = (snap.table.name, f.path,
-                                                             snap.version)
-            got = self._fetch(cur, ctx, text, sql)
-        finally:
-            if slot is not None:
-                self.mask_slots.drop(slot)
-        want = sum(len(pos) for _, pos in run)
-        if got.num_rows != want:  # the positions came from this snapshot
-            raise CorruptObject("a read by position found other rows than the statement "
-                                "matched", table=snap.table.name,
-                                object=files[0].path if len(files) == 1 else
-                                f"{len(files)} files", version=snap.version,
-                                expected=want, actual=got.num_rows)
-        fi = got.column("__fsrv_fi").to_numpy().astype(np.int64, copy=False)
-        fr = got.column("__fsrv_fr").to_numpy().astype(np.int64, copy=False)
-        if len(fi) > 1 and not np.all((fi[1:] > fi[:-1]) |
-                                      ((fi[1:] == fi[:-1]) & (fr[1:] > fr[:-1]))):
-            got = got.take(pa.array(np.lexsort((fr, fi))))  # DuckDB kept no order here
-        return got.select(names_)
 
     @contextlib.contextmanager
     def _statement_cursor(self, ctx: _Ctx):

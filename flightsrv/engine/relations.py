@@ -606,37 +606,26 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
             f") AS __fsrv_m {BARRIER}")
 
 
-def take_sql(snapshot: Snapshot, files: list[DataFile], names: list[str],
-             fn: str) -> str | None:
-    """SQL reading, with DuckDB's Parquet reader, the rows of local files ``files`` (one
-    written schema) that the mask function ``fn`` keeps (for UPDATE/MERGE's read by
-    position, a mask whose every position is set but the wanted ones; called with
-    ``file_row_number`` for one file, with ``file_index, file_row_number`` for several),
-    columns ``names`` by field id under the current schema, then ``__fsrv_fi`` (the file's
-    index in ``files``) and ``__fsrv_fr`` (the row's position), in that order; None when
-    DuckDB cannot read a file so (a column hides ``file_row_number``, a default DuckDB
-    cannot spell). Only the mask is evaluated over the files' rows: no statistics decide a
-    row, so float columns need no NaN record."""
-    if any(f.inline is not None for f in files) or \
-            len({f.schema_id for f in files}) != 1:
-        return None  # an inlined file's bytes are in its entry (PROTOCOL.md §18): no file
-    fields = snapshot.manifest.schema_by_id(files[0].schema_id)["fields"]
+def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str | None:
+    """SQL reading, with DuckDB's Parquet reader, the rows of local file ``f`` that the
+    mask function ``fn`` keeps (for UPDATE/MERGE's read by position, a mask whose every
+    position is set but the wanted ones), columns ``names`` by field id under the current
+    schema, in position order; None when DuckDB cannot read the file so (a column hides
+    ``file_row_number``, a default DuckDB cannot spell). Only the mask is evaluated over
+    the file's rows: no statistics decide a row, so float columns need no NaN record."""
+    if f.inline is not None:
+        return None  # its bytes are in the manifest entry (PROTOCOL.md §18): no file to read
+    fields = snapshot.manifest.schema_by_id(f.schema_id)["fields"]
     if any(fl["name"].lower() in _VIRTUAL_COLUMNS for fl in fields):
         return None
     try:
-        cols = _select_sql(snapshot.projection(files[0], names))
+        cols = _select_sql(snapshot.projection(f, names))
     except SqlError:
         return None
-    paths = []
-    for f in files:
-        path = snapshot.store.local_path(f.path)
-        _check_file(path, f, snapshot.table.name, snapshot.version)
-        paths.append(_literal(path))
-    call = f"{fn}(file_row_number)" if len(files) == 1 else \
-        f"{fn}(file_index, file_row_number)"
-    return (f"SELECT {cols}, file_index AS __fsrv_fi, file_row_number AS __fsrv_fr FROM "
-            f"read_parquet([{', '.join(paths)}], hive_partitioning=false, "
-            f"union_by_name=false) WHERE {call}")
+    path = snapshot.store.local_path(f.path)
+    _check_file(path, f, snapshot.table.name, snapshot.version)
+    return (f"SELECT {cols} FROM read_parquet([{_literal(path)}], hive_partitioning=false, "
+            f"union_by_name=false) WHERE {fn}(file_row_number)")
 
 
 #: files with deleted rows read with the deletion-mask extension share one ``read_parquet``
