@@ -152,6 +152,16 @@ def test_the_extension_reads_files_with_deleted_rows(engines, local_uri, group_r
     assert not any(on.mask_slots._pins)  # released when the statement ended
 
 
+def test_no_free_slot_reads_the_files_by_the_arrow_scan(engines, monkeypatch):
+    """When no mask slot can be pinned (every slot pinned, or no room under the byte
+    bound), the group's files are read by the masked Arrow scan, with or without a filter
+    that prunes: the same rows."""
+    on, _, duck = engines
+    monkeypatch.setattr(on.mask_slots, "acquire", lambda key, bitmap: None)
+    for sql in QUERIES:
+        assert _rows(on, sql) == sorted(duck.execute(sql).fetchall()), sql
+
+
 def test_dml_finds_rows_through_the_masked_read(local_uri, group_rows):
     """DELETE and UPDATE over files that already have deleted rows give the same table with
     the extension on and off."""
