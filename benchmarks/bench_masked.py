@@ -35,7 +35,9 @@ Every contender reads at an explicit version (``AT (VERSION => v)``).
 
 Parallelism (:func:`_parallel`): the ``mask`` engine and the clean baseline again with
 DuckDB's ``threads`` set to 1 and to 2, the no-filter aggregate and the same aggregate over
-one file (``WHERE id < n/4``: one masked branch, where a barrier that serialised the scan
+one file (``WHERE id < n/4``: only the first file's masked branch reads rows at
+``--scale full``; at ``small`` the four 250k-row files share one branch), where a
+barrier that serialised the scan
 would show), interleaved; besides the wall times, the share of the busiest OS thread in the
 process's CPU time per query (Linux ``/proc/self/task``): about 0.5 when two threads share
 the scan, near 1.0 when one thread does it. A ``limit`` contender (2 threads) runs the
