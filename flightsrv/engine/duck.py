@@ -677,29 +677,38 @@ class DuckEngine:
             cur.register(name, obj)
         cur.execute(f"CREATE TEMP VIEW {relation} AS {rel.body}")
 
-    def _mask_function(self, ctx: _Ctx, snap, f) -> str | None:
-        """The mask function of data file ``f`` of ``snap``, its slot pinned for ``ctx``'s
-        statement; None when every slot is pinned (the file is then read by the Arrow scan)."""
-        slot = self._acquire_mask(snap, f)
+    def _mask_function(self, ctx: _Ctx, snap, files) -> str | None:
+        """The mask function of data files ``files`` of ``snap`` (one ``read_parquet`` list:
+        one file's mask, or several indexed by ``file_index``), its slot pinned for
+        ``ctx``'s statement; None when no slot is free (the files are then read by the
+        Arrow scan)."""
+        slot = self._acquire_mask(snap, files[0]) if len(files) == 1 else \
+            self.mask_slots.acquire(tuple(self._mask_key(snap, f) for f in files),
+                                    lambda: [self._bitmap(snap, f) for f in files])
         if slot is None:
             return None
         ctx.mask_slots.append(slot)
         return maskext.function(slot)
 
+    @staticmethod
+    def _mask_key(snap, f) -> tuple:
+        """The identity of data file ``f``'s deletion state (it never changes for a key)."""
+        dv = f.dv
+        return (snap.store.uri, f.path, f.rows, tuple(f.deleted_row_groups),
+                None if dv is None else (dv.storage, dv.path, dv.offset, dv.length, dv.data,
+                                         dv.cardinality))
+
+    @staticmethod
+    def _bitmap(snap, f):
+        """Data file ``f``'s deletion mask: (bitmap of deleted positions, rows)."""
+        ranges = [(f.row_group_offsets[g], f.row_group_rows(g)) for g in f.deleted_row_groups]
+        return maskext.bitmap_of(f.rows, snap.deleted_positions(f), ranges)
+
     def _acquire_mask(self, snap, f) -> int | None:
         """A pinned slot holding the deletion mask of data file ``f`` of ``snap`` (deletion
         vector and deleted row groups), or None when none is free."""
-        dv = f.dv
-        key = (snap.store.uri, f.path, f.rows, tuple(f.deleted_row_groups),
-               None if dv is None else (dv.storage, dv.path, dv.offset, dv.length, dv.data,
-                                        dv.cardinality))
-
-        def bitmap():
-            ranges = [(f.row_group_offsets[g], f.row_group_rows(g))
-                      for g in f.deleted_row_groups]
-            return maskext.bitmap_of(f.rows, snap.deleted_positions(f), ranges)
-
-        return self.mask_slots.acquire(key, bitmap)
+        return self.mask_slots.acquire(self._mask_key(snap, f),
+                                       lambda: self._bitmap(snap, f))
 
     def _compaction_reader(self):
         """Compaction's reader of a file's live rows (``compact(read_live=...)``), or None
