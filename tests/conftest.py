@@ -249,7 +249,12 @@ def spark(request):
     server.apply_env()
     import flightsrv.spark as fs
 
+    # the tests' Spark jobs are small and short: the C1 compiler alone and the serial
+    # collector use about a third less CPU than the JVM's defaults (test_spark.py: 67 s ->
+    # 43 s of CPU), and the suite runs on 2 cores
     s = fs.session("local[2]", "flightsrv-tests", conf={
-        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+        "spark.driver.extraJavaOptions":
+            "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"})
     yield s
     s.stop()
