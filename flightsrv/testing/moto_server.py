@@ -20,11 +20,13 @@ import time
 
 
 def serve(port: int, host: str = "127.0.0.1") -> None:
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-    from werkzeug.serving import make_server
+    from moto.moto_server.werkzeug_app import create_backend_app
+    from werkzeug.serving import WSGIRequestHandler, make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    app = DomainDispatcherApplication(create_backend_app)
+    # moto's S3 app itself: its dispatcher would match every request's host against every
+    # service moto knows (a quarter of the server's CPU, and this server only speaks S3)
+    app = create_backend_app("s3")
     lock = threading.Lock()
 
     def locked(environ, start_response):
@@ -32,7 +34,13 @@ def serve(port: int, host: str = "127.0.0.1") -> None:
             # read the whole body inside the lock so the handler sees a complete request
             return list(app(environ, start_response))
 
-    server = make_server(host, port, locked, threaded=True)
+    class KeepAlive(WSGIRequestHandler):
+        """HTTP/1.1: a client's pooled connection serves many requests (HTTP/1.0 made a
+        connection and a server thread per request)."""
+
+        protocol_version = "HTTP/1.1"
+
+    server = make_server(host, port, locked, threaded=True, request_handler=KeepAlive)
     server.serve_forever()
 
 
