@@ -195,7 +195,7 @@ def _writes(ctx: Context, seconds: float) -> list[Row]:
     Warehouse.open(uri).sql(DDL)
     port = _free_port()
     log_path = os.path.join(ctx.workdir, "ingest-server.log")
-    server = _serve(uri, port, log_path)
+    server = _serve(uri, port, log_path, 1)
     target = f"grpc://127.0.0.1:{port}"
     rows_out: list[Row] = []
     found: dict = {}
@@ -389,7 +389,7 @@ def _read_round(ctx: Context, uri: str, n: int, peers: dict, delta_path: str | N
     name = f"evc{n}"
     wh.create_table(name, SCHEMA).append(events(0, n_rows))  # the same rows, one commit
     port = _free_port()
-    server = _serve(uri, port, os.path.join(ctx.workdir, f"ingest-reads-{n}.log"))
+    server = _serve(uri, port, os.path.join(ctx.workdir, f"ingest-reads-{n}.log"), 1)
     times: dict[str, dict[str, float]] = {}
     try:
         with warnings.catch_warnings():
