@@ -204,11 +204,15 @@ def commit(
     max_attempts: int = MAX_ATTEMPTS,
     before_write: Callable[[], None] | None = None,
     fold: bool = False,
+    on_commit: Callable[[Manifest], None] | None = None,
 ) -> Manifest | None:
     """Run ``mutator`` against the head and commit its result as the next version.
 
     Returns the committed manifest, or ``None`` when the mutator declined (no-op).
     ``fold``: write every changed file entry into its chunk (no root overlay; erasures).
+    ``on_commit(m)``: called once the version has landed (its manifest created), before the
+    pointer (a hint) moves and the after-commit hooks run; it must not raise (the group
+    commit releases its waiters there).
     Raises ``CommitConflict`` naming the table and versions when retries run out.
     """
     head = tlog.head()
@@ -244,6 +248,8 @@ def commit(
             else:
                 head = tlog.head()
                 continue
+        if on_commit is not None:
+            on_commit(m)
         tlog.advance_pointer(m)
         telemetry.emit("commit", table=tlog.name, operation=m.operation, version=m.version,
                        attempts=attempt)
