@@ -115,6 +115,47 @@ def test_group_commit_releases_at_the_commit_point(tmp_path):
     engine.close()
 
 
+def test_group_commit_leaves_the_pointer_to_the_queued_group(tmp_path):
+    """A leader that hands over to a queued group skips its own pointer write (the queued
+    group's commit moves the pointer past it, PROTOCOL.md §6 step 5): one pointer write
+    fewer, and the pointer ends at the head."""
+    gate, armed, held, pointer_puts = threading.Event(), [], [], []
+
+    def hook(op, key):
+        if key.endswith("_latest_manifest"):
+            pointer_puts.append(key)
+        if armed and "/manifest/v" in key and not held:
+            held.append(key)
+            assert gate.wait(30)
+
+    wh = Warehouse(FaultyStore(open_store(str(tmp_path / "wh")),
+                               FaultPlan(before_write=hook)))
+    wh.create_table("g", SCHEMA)
+    engine = DuckEngine(wh)
+    engine.execute_update("INSERT INTO g VALUES (0, 'w0')", Session("s0"))  # moves it
+    pointer_puts.clear()
+    armed.append(True)
+    threads = [threading.Thread(target=engine.execute_update,
+                                args=(f"INSERT INTO g VALUES ({i}, 'w{i}')", Session(f"s{i}")))
+               for i in (1, 2)]
+    threads[0].start()
+    while not held:  # the first commit's root write is held
+        threads[0].join(0.01)
+    threads[1].start()
+    table = wh.table("g")
+    while engine.committer.waiting(table) < 1:
+        threads[0].join(0.01)
+    gate.set()
+    for t in threads:
+        t.join(30)
+    head = wh.table("g").head()
+    assert head.version == 3 and len(pointer_puts) == 1, pointer_puts
+    ptr, _ = wh.table("g").log.read_pointer()
+    assert ptr.version == head.version
+    assert sorted(wh.table("g").to_table()["id"].to_pylist()) == [0, 1, 2]
+    engine.close()
+
+
 def test_group_commit_without_contention_is_one_commit_each(tmp_path):
     wh = Warehouse.open(str(tmp_path / "wh"))
     engine = DuckEngine(wh)
