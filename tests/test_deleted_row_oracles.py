@@ -37,7 +37,9 @@ SCHEMA = pa.schema([("id", pa.int64()), ("email", pa.string()), ("score", pa.int
 
 def _warehouse(path: str) -> None:
     """Three files; the marker (id 2) holds the first file's largest email and score, and is
-    then deleted by a deletion vector (its bytes, and the file's statistics, remain)."""
+    then deleted by a deletion vector (its bytes, and the file's statistics, remain). A row
+    of the second file is deleted too, so that with the deletion-mask extension both files
+    are read by one ``read_parquet`` whose mask function is given each row's file index."""
     wh = Warehouse.open(path, Runtime.deterministic(7))
     t = wh.create_table("people", SCHEMA)
     for lo in (0, 100, 200):
@@ -47,6 +49,7 @@ def _warehouse(path: str) -> None:
                            "score": [MARKER_SCORE if i == 2 else i for i in ids]},
                           schema=SCHEMA))
     assert t.delete("id = 2") == 1
+    assert t.delete("id = 150") == 1
 
 
 def _writer_statements(g: str, s: int) -> list[str]:

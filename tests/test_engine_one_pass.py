@@ -35,8 +35,8 @@ class _NoSeam:
     def __init__(self, cur):
         self._cur = cur
 
-    def sql(self, text):
-        return self._cur.sql(text)
+    def sql(self, text, params=None):
+        return self._cur.sql(text, params=params) if params else self._cur.sql(text)
 
 
 @pytest.fixture()
@@ -73,6 +73,29 @@ def test_one_pass_errors_are_duckdbs(cur, text, seam):
                 out.read_all()
         assert type(ours.value) is type(public.value)
         assert str(ours.value).splitlines()[0] == str(public.value).splitlines()[0]
+
+
+#: statements with parameters ($1..$n, as the engine runs them) and their values
+WITH_VALUES = [
+    ("SELECT * FROM t WHERE a = $1", [3]),
+    ("SELECT a * $1 AS m, b FROM t WHERE b <> $2 ORDER BY a", [2, "v4"]),
+    ("SELECT $1::BIGINT * $1::BIGINT AS big", [3_000_000_000]),
+]
+
+
+@pytest.mark.parametrize("seam", [True, False])
+@pytest.mark.parametrize("text,values", WITH_VALUES)
+def test_one_pass_with_values_equals_the_public_relation(cur, text, values, seam):
+    """The engine hands a query's parameter values to the one-pass seam itself (one bind),
+    not through ``cur.sql(text, params=...)`` (which binds to describe, then again to run):
+    the same rows, names and types."""
+    runner = cur if seam else _NoSeam(cur)
+    want = cur.sql(text, params=values).to_arrow_table()
+    for stream in (False, True):
+        out = run_to_arrow(runner, text, batch_size=4, stream=stream, values=values)
+        got = out.read_all() if stream else out
+        assert got.schema == want.schema
+        assert got.to_pylist() == want.to_pylist()
 
 
 def test_more_than_one_statement_is_refused_not_split(cur):

@@ -71,6 +71,93 @@ def test_fast_path_agrees_with_duckdb(tmp_path):
     _same(wh, ref)
 
 
+CONSTANT_ROWS = [
+    # rows of constants only: read by one regular expression per row
+    "INSERT INTO ev (id, k, v) VALUES (1, 'a', 1.5), (2, 'it''s, (x)', -2e3)",
+    "INSERT INTO ev (id, ts) VALUES (3, TIMESTAMP '2026-01-01 00:00:01'), (4, NULL) ;",
+    "insert into ev (id, k) values (5,''),(6,'''')",
+    "INSERT INTO ev (id, v, k) VALUES (7, .5, null), (8, +1., 'a''''b')",
+    "INSERT INTO ev (id, k) VALUES\n  (9, TRUE),\n\t(10, false)",
+    "INSERT INTO ev (id, d) VALUES (11, 1.25e-1)",
+    # anything else: the token walk reads it (or refuses it)
+    "INSERT INTO ev (id, k) VALUES (12, 'a' 'b')",
+    "INSERT INTO ev (id, k) VALUES (13, 'a'), (14)",
+    "INSERT INTO ev (id, k) VALUES (15, 'a'), (16, 'b'",
+    "INSERT INTO ev (id, k) VALUES (17, 'a'),, (18, 'b')",
+    "INSERT INTO ev (id, k) VALUES (19, 'a') (20, 'b')",
+    "INSERT INTO ev (id, v) VALUES (21, 1.5.5), (22, 1x)",
+    "INSERT INTO ev (id, v) VALUES (23, --1\n 2)",
+    "INSERT INTO ev (id, k) VALUES (24, 'unterminated)",
+    "INSERT INTO ev (id, k) VALUES (25, 'x') -- a comment",
+    "INSERT INTO ev (id, k) VALUES (26, DATE'2026-01-01'), (27, ?)",
+    "INSERT INTO ev (id, k) VALUES (28, NULLS), (29, 'x')",
+    "INSERT INTO ev (id, k) VALUES (30, 'a'); DROP TABLE ev",
+    "INSERT INTO ev (id, k) VALUES (31, 'a'), (32, 'b'), (33, 'c', 'd')",
+]
+
+
+@pytest.mark.parametrize("sql", CONSTANT_ROWS, ids=range(len(CONSTANT_ROWS)))
+def test_constant_rows_are_read_as_the_token_walk_reads_them(sql):
+    """The regular-expression reading of rows of constants gives what the token walk
+    gives (the same rows, widths, text), and never takes what the walk refuses."""
+    from flightsrv.sql import values
+
+    assert values._scan(sql, 250, constants=True) == values._scan(sql, 250, constants=False)
+
+
+def test_constant_rows_agree_with_duckdb(tmp_path):
+    wh, ref = _setup(tmp_path / "wh")
+    from flightsrv.sql import values
+
+    for sql in CONSTANT_ROWS[:6]:
+        assert isinstance(st.parse_statement(sql), st.InsertValues), sql
+        body = sql[values._HEAD.match(sql).end():].rstrip().removesuffix(";")
+        assert values._scan_constants(body) is not None, sql  # read by the regex
+        wh.sql(sql)
+        ref.execute(sql)
+    _same(wh, ref)
+
+
+def test_long_constant_list_in_parts_agrees_with_duckdb(tmp_path, monkeypatch):
+    """A long list of constant rows runs in parts on several cursors at once: the rows
+    arrive in the statement's order and as DuckDB's one INSERT makes them, in one commit;
+    a value that fails in a later part fails the statement as DuckDB's would, naming it,
+    and commits nothing."""
+    import os
+
+    from flightsrv.engine import writes
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)  # four parts on any machine
+    monkeypatch.setattr(writes, "VALUES_PART_ROWS", 256)
+    wh, ref = _setup(tmp_path / "wh")
+    rows = ", ".join(f"({i}, '2026-01-01 00:00:{i % 60:02d}', 'k''{i % 7}', "
+                     f"{'NULL' if i % 5 == 0 else f'{i % 13}.25'}, {i}.125)"
+                     for i in range(1, 1201))
+    sql = "INSERT INTO ev (id, ts, k, v, d) VALUES " + rows  # l NULL, w its default
+    stmt = st.parse_statement(sql)
+    assert isinstance(stmt, st.InsertValues) and len(stmt.splits) >= 3
+    calls = []
+    real = writes.Writes._in_parts
+    monkeypatch.setattr(writes.Writes, "_in_parts",
+                        lambda self, runs, into: calls.append(len(runs)) or real(self, runs,
+                                                                                 into))
+    before = wh.table("ev").head().version
+    assert wh.sql(sql) == 1200
+    ref.execute(sql)
+    assert calls == [4]
+    assert wh.table("ev").head().version == before + 1
+    assert _rows(wh.sql("SELECT * FROM ev")) == _rows(ref.sql("SELECT * FROM ev")
+                                                      .to_arrow_table())  # same order
+    bad = sql.replace("(1100, '2026", "(1100, 'x2026")  # a cast that fails in part 4
+    with pytest.raises(duckdb.Error) as want:
+        ref.execute(bad)
+    with pytest.raises(FlightsrvError) as got:
+        wh.sql(bad)
+    assert "x2026" in str(want.value) and "x2026" in str(got.value)
+    assert "INSERT INTO ev" in str(got.value)
+    assert wh.table("ev").head().version == before + 1
+
+
 ERRORS = [
     "INSERT INTO ev (id, k) VALUES (NULL, 'x')",  # NOT NULL
     "INSERT INTO ev (k) VALUES ('x')",  # NOT NULL, omitted

@@ -161,11 +161,13 @@ def test_a_flooding_principal_does_not_stop_another(tmp_path):
 
 
 def test_idle_doput_streams_are_limited_per_principal(tmp_path):
-    """Idle parameter streams hold a server thread each: a principal gets max_open_puts."""
+    """Idle parameter streams hold a server thread each: a principal gets max_open_puts
+    open; one more waits for one of them to close, and past the deadline fails naming
+    the limit."""
     import pyarrow as pa
     from _server_harness import prepare, update
 
-    server, engine, wh, uri = start(tmp_path, max_open_puts=3)
+    server, engine, wh, uri = start(tmp_path, max_open_puts=3, query_timeout_s=1)
     make_table(wh, "t", batches=1, rows=10)
     client = flight.connect(uri)
     schema = pa.schema([("p", pa.int64())])
@@ -180,10 +182,13 @@ def test_idle_doput_streams_are_limited_per_principal(tmp_path):
             time.sleep(0.05)
         assert _metric(server, "flightsrv_puts_open") == 3
         writer, reader = client.do_put(bind, schema, opts(READER))
-        with pytest.raises(flight.FlightUnavailableError, match="limit=max_open_puts value=3"):
+        t0 = time.monotonic()
+        with pytest.raises(flight.FlightTimedOutError, match="limit=max_open_puts value=3"):
             writer.done_writing()
             reader.read()
             writer.close()
+        assert time.monotonic() - t0 >= 0.5  # it waited for a stream to close
+        assert _metric(server, "flightsrv_puts_queued") == 0
         # another principal is not affected
         assert update(client, "INSERT INTO t VALUES (99, 'x')", WRITER) == 1
         # closing one lets the next in
@@ -200,6 +205,55 @@ def test_idle_doput_streams_are_limited_per_principal(tmp_path):
     finally:
         for w, _ in idle:
             w.close()
+        client.close()
+        server.shutdown()
+        engine.close()
+
+
+def test_executemany_over_max_open_puts_waits_for_a_stream_to_close(tmp_path):
+    """Issue 35: a principal's DoPut over max_open_puts queues (as its statements do for a
+    slot) rather than being refused: an ADBC executemany waits while another stream of the
+    same principal is open, and runs once it closes."""
+    import pyarrow as pa
+    from _server_harness import adbc, prepare
+
+    server, engine, wh, uri = start(tmp_path, max_open_puts=1, query_timeout_s=30)
+    make_table(wh, "t", batches=1, rows=1)
+    client = flight.connect(uri)
+    handle = prepare(client, "SELECT ? AS v", WRITER)
+    bind = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
+    schema = pa.schema([("p", pa.int64())])
+    idle_writer, _ = client.do_put(bind, schema, opts(WRITER))  # holds the one stream
+    outcome: list = []
+
+    def many():
+        try:
+            with adbc(uri, WRITER) as conn, conn.cursor() as cur:
+                cur.executemany("INSERT INTO t VALUES (?, ?)",
+                                pa.table({"id": [10, 11, 12], "v": ["a", "b", "c"]}))
+            outcome.append("ok")
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=many)
+    try:
+        deadline = time.monotonic() + 10
+        while _metric(server, "flightsrv_puts_open") < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        thread.start()
+        while (_metric(server, "flightsrv_puts_queued") < 1 and not outcome
+               and time.monotonic() < deadline):
+            time.sleep(0.02)
+        assert not outcome, outcome  # not refused: waiting
+        assert _metric(server, "flightsrv_puts_queued") == 1
+        idle_writer.done_writing()
+        idle_writer.close()
+        thread.join(30)
+        assert outcome == ["ok"]
+        assert wh.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 4}]
+    finally:
+        idle_writer.close()
+        thread.join(30)
         client.close()
         server.shutdown()
         engine.close()
@@ -414,8 +468,9 @@ def test_huge_statements_are_not_kept_by_the_text_caches(served_patiently):
     _, uri = served_patiently
     with flight.connect(uri) as client:
         for n in range(2):
+            # 6,000 ten-digit ids: over 64 KiB of text with fewer tokens to parse
             sql = ("SELECT count(*) AS c FROM people WHERE id IN ("
-                   + ",".join(str(i * 7 + n) for i in range(15_000)) + ")")
+                   + ",".join(str(1_000_000_000 + i * 7 + n) for i in range(6_000)) + ")")
             assert len(sql) > 64 << 10
             fetch(client, query(sql), READER)
         for c in caches:

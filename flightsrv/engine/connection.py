@@ -27,6 +27,7 @@ registrations and its own open result), so there is no global lock around querie
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 
@@ -104,10 +105,135 @@ class CursorSource:
             con.close()
 
 
+#: idle cursors a :class:`ViewCursors` keeps (each with the views its last statements made)
+VIEW_CURSORS = 16
+#: bytes of view text one kept cursor may hold (a view over many files is long); a cursor
+#: whose statement left more is closed rather than kept
+VIEW_BYTES_PER_CURSOR = 256 << 10
+
+
+class KeptCursor:
+    """A cursor of the warehouse database and the views on it that outlive a statement:
+    ``views`` maps a view name to the exact body it was created with. Only *pure* views are
+    kept: a body over data files read by path and nothing else (no registered Arrow object,
+    no mask function), so the same body text reads the same rows on any later statement
+    (data files are write-once under unique keys). ``keep`` turns False as soon as a
+    statement registers anything else on it; the cursor is then closed, not kept."""
+
+    __slots__ = ("cur", "views", "keep")
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection):
+        self.cur = cur
+        self.views: dict[str, str] = {}
+        self.keep = True
+
+    def holds(self, views: tuple[tuple[str, str], ...]) -> bool:
+        """Whether every (name, body) of ``views`` is a view kept on this cursor."""
+        return all(self.views.get(name) == body for name, body in views)
+
+    def view(self, name: str, body: str) -> None:
+        """Make ``name`` the view ``body`` on this cursor; nothing to do when it already is."""
+        if self.views.get(name) == body:
+            return
+        self.views.pop(name, None)  # never a stale entry, should CREATE fail
+        self.cur.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {body}")
+        self.views[name] = body
+
+    def forget(self, name: str) -> None:
+        """Drop a kept view ``name`` (something other than a pure view takes the name now)
+        and stop keeping this cursor."""
+        self.keep = False
+        if self.views.pop(name, None) is not None:
+            self.cur.execute(f"DROP VIEW IF EXISTS {name}")
+
+    @property
+    def size(self) -> int:
+        return sum(len(k) + len(v) for k, v in self.views.items())
+
+
+class ViewCursors:
+    """Cursors kept between statements with their views (:class:`KeptCursor`), so a
+    statement over the same pinned files as an earlier one does not register its views
+    again (for a point query ``CREATE TEMP VIEW ... read_parquet(...)`` is about a fifth of
+    DuckDB's work). At most :data:`VIEW_CURSORS` idle cursors, each holding at most
+    :data:`VIEW_BYTES_PER_CURSOR` bytes of view text. A cursor is kept only after a
+    statement that ran to its end without error or cancellation (:meth:`put`).
+
+    The idle cursors are a deque (atomic appends and pops, no lock): :meth:`put` runs where
+    a result stream ends, which may be a garbage collector's finaliser on any thread."""
+
+    def __init__(self, source: CursorSource, max_cursors: int = VIEW_CURSORS,
+                 max_bytes: int = VIEW_BYTES_PER_CURSOR):
+        self._source = source
+        self._idle: collections.deque[KeptCursor] = collections.deque()
+        self.max_cursors = max_cursors
+        self.max_bytes = max_bytes
+        self._closed = False
+
+    def take(self) -> KeptCursor:
+        """The most recently kept idle cursor (its views the likeliest to match), or a new
+        one."""
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return KeptCursor(self._source.cursor())
+
+    def choose(self, first: KeptCursor, views: tuple[tuple[str, str], ...]) -> KeptCursor:
+        """The cursor to run a statement whose relations are the pure ``views`` on:
+        ``first`` (taken for it) when it holds them; else an idle cursor that does; else a
+        new one while there is room for it (``first`` keeps its views for a later
+        statement); else the longest idle one, its views replaced. The caller holds both
+        ``first`` and the returned one until the statement ends."""
+        if first.holds(views):
+            return first
+        try:
+            idle = list(self._idle)
+        except RuntimeError:  # a put ran (a finaliser) while it was copied: no match
+            idle = []
+        for other in idle:
+            if other.holds(views):
+                try:
+                    self._idle.remove(other)
+                except ValueError:  # another statement took it meanwhile
+                    continue
+                return other
+        if len(self._idle) + 2 <= self.max_cursors:
+            return KeptCursor(self._source.cursor())
+        try:
+            return self._idle.popleft()
+        except IndexError:
+            return first
+
+    def put(self, kept: KeptCursor) -> None:
+        """Keep ``kept`` for a later statement when it holds only pure views within the byte
+        bound and there is room; else close it."""
+        if not kept.keep or self._closed or self.max_cursors <= 0 or \
+                kept.size > self.max_bytes or len(self._idle) >= self.max_cursors:
+            kept.cur.close()
+            return
+        self._idle.append(kept)
+        while len(self._idle) > self.max_cursors:  # two puts raced past the bound
+            try:
+                self._idle.popleft().cur.close()
+            except IndexError:
+                break
+
+    def close(self) -> None:
+        """Close the idle cursors; one that a running statement hands back later is closed
+        then."""
+        self._closed = True
+        while True:
+            try:
+                self._idle.pop().cur.close()
+            except IndexError:
+                return
+
+
 def run_to_arrow(cur: duckdb.DuckDBPyConnection, text: str, *, batch_size: int,
-                 stream: bool):
-    """Run one statement ``text`` (no parameters) on ``cur``: an Arrow table, or with
-    ``stream`` a ``RecordBatchReader`` that DuckDB fills as it is read.
+                 stream: bool, values: list | None = None):
+    """Run one statement ``text`` on ``cur`` with its parameter ``values`` (DuckDB values
+    for ``$1``..``$n``, or None): an Arrow table, or with ``stream`` a ``RecordBatchReader``
+    that DuckDB fills as it is read.
 
     DuckDB 2.0's ``cur.sql(text)`` binds a statement twice, once to describe the relation
     and once to run it (for a ``read_parquet`` that is twice the footer and file checks:
@@ -117,7 +243,8 @@ def run_to_arrow(cur: duckdb.DuckDBPyConnection, text: str, *, batch_size: int,
     without that seam takes the public path."""
     submit = getattr(cur, "_submit", None)
     if submit is not None:
-        result = submit(text, None, "stream" if stream else "arrow", int(batch_size))
+        result = submit(text, values or None, "stream" if stream else "arrow",
+                        int(batch_size))
         return result.arrow_reader() if stream else result.arrow_table()
-    rel = cur.sql(text)
+    rel = cur.sql(text, params=values) if values else cur.sql(text)
     return rel.to_arrow_reader(batch_size) if stream else rel.to_arrow_table()

@@ -14,11 +14,13 @@ records the decisions as commits. Per request:
    (:mod:`flightsrv.engine.relations`: DuckDB's Parquet reader for clean local files and,
    per ``masked_scans``, for local files with deleted rows (removed inside DuckDB, by
    default when the reference has a prunable filter); the masked Arrow scan otherwise;
-   statistics pruning through :mod:`flightsrv.engine.prune`);
+   statistics pruning through :mod:`flightsrv.engine.prune`); a view over data files read
+   by path alone is kept on its cursor between queries and not created again while its
+   body text is the same (:class:`~flightsrv.engine.connection.ViewCursors`);
 5. run:
 
-   - SELECT: the user's own text with only the table references replaced, streamed with
-     ``to_arrow_reader(batch_size)``; nothing is materialised whole;
+   - SELECT: the user's own text with only the table references replaced, bound once with
+     its values and streamed (``run_to_arrow``); nothing is materialised whole;
    - DELETE / UPDATE / MERGE: :mod:`flightsrv.engine.dml` (DuckDB finds the rows through
      hidden file/position columns; the commit records them);
    - INSERT / CTAS: the source query as above, cast to the table's types by DuckDB, streamed
@@ -62,7 +64,12 @@ from flightsrv.engine.api import (
     StatementKind,
 )
 from flightsrv.engine import maskext
-from flightsrv.engine.connection import CursorSource, open_locked, run_to_arrow
+from flightsrv.engine.connection import (
+    CursorSource,
+    ViewCursors,
+    open_locked,
+    run_to_arrow,
+)
 from flightsrv.engine.context import StatementContext, table_pinner
 from flightsrv.engine.binds import _binds_natively, _native_params
 from flightsrv.engine.dml import Dml
@@ -187,6 +194,8 @@ class DuckEngine:
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  allowed_directory=self.native_root,
                                                  temp_directory=temp_directory, con=con))
+        #: cursors kept between queries with their views over pinned data files
+        self._views = ViewCursors(self._cursors)
         #: phase 2 of UPDATE/MERGE: a database that can open no file at all
         self._sandbox = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  temp_directory=temp_directory))
@@ -204,6 +213,8 @@ class DuckEngine:
         self._references = StatementCache(REFERENCES_CACHE_BYTES)
 
     def close(self) -> None:
+        self._writes.close()
+        self._views.close()
         self._cursors.close()
         self._sandbox.close()
         self._scratch.close()
@@ -263,7 +274,7 @@ class DuckEngine:
         # execute_query binds it) the schema is the one those values give (``SELECT ? AS
         # v``); that one is not cached.
         bound = self._param_rows(stmt, params)[0] \
-            if params is not None and stmt.param_count and _params_type_results(stmt.tree) \
+            if params is not None and stmt.param_count and _params_type_results_of(sql) \
             else None
         key = schema_key(stmt, pinner, self._query_references(stmt)) \
             if bound is None else None
@@ -480,35 +491,74 @@ class DuckEngine:
         ctx.names = PublicNames(qp.names)
         self._verify(qp, sql, ctx.extra)
         params = _native_params(values) if qp.needs_params and values else None
-        cur = self._cursors.cursor()
-        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
-            else (lambda: None)
+        # a query with only table references runs on a kept cursor, one that still holds
+        # views of the same bodies when there is one (ViewCursors); anything else on a
+        # fresh cursor, closed after it
+        first = self._views.take() if not ctx.extra and not qp.functions \
+            and check_types is None else None
+        cur = first.cur if first is not None else self._cursors.cursor()
+        running = [cur]  # every cursor this statement holds: a cancel interrupts them all
+        unhook = ctx.cancel.on_cancel(lambda: [c.interrupt() for c in list(running)]) \
+            if ctx.cancel is not None else (lambda: None)
+        kept = None
         try:
             for name, obj in ctx.extra.items():
                 cur.register(name, obj)
             for fn in qp.functions:
                 cur.register(fn.relation, self._function_relation(fn))
             try:
-                for scan in qp.scans:
-                    self._register(cur, ctx, scan)
-                rel = cur.sql(qp.sql, params=params) \
-                    if params is not None or check_types is not None else None
+                if first is None:
+                    for scan in qp.scans:
+                        self._register(cur, ctx, scan)
+                else:
+                    built = [(scan.relation, *self._relation(cur, ctx, scan))
+                             for scan in qp.scans]
+                    if all(pure for _, _, pure in built):
+                        views = tuple((name, rel.body) for name, rel, _ in built)
+                        kept = self._views.choose(first, views)
+                        if kept is not first:
+                            running.append(kept.cur)
+                            cur = kept.cur
+                        for name, body in views:
+                            kept.view(name, body)
+                    else:  # this cursor is closed after the statement, never kept
+                        for name, rel, _ in built:
+                            first.forget(name)
+                            self._install(cur, ctx, name, rel)
                 if check_types is not None:  # the result's DuckDB types, before it runs
+                    rel = cur.sql(qp.sql, params=params)
                     check_types(rel.columns, rel.types)
-                inner = rel.to_arrow_reader(self.batch_size) if params is not None else \
-                    run_to_arrow(cur, qp.sql, batch_size=self.batch_size, stream=True)
+                    inner = rel.to_arrow_reader(self.batch_size)
+                else:  # one bind, not cur.sql's two (describe, then run)
+                    inner = run_to_arrow(cur, qp.sql, batch_size=self.batch_size,
+                                         stream=True, values=params)
             except duckdb.Error as e:
                 ctx.check(sql)
                 raise (scan_failure(ctx.failures) or native_failure(e, ctx.natives)
                        or sql_error(e, sql, ctx.names)) from None
         except BaseException:
             unhook()
-            cur.close()
+            for c in running:
+                c.close()
             self._release_masks(ctx)
             raise
+        finish = None
+        if first is not None:
+            views_ = self._views
+
+            def finish(clean: bool) -> None:
+                for k in {id(first): first, id(kept): kept}.values():
+                    if k is None:
+                        continue
+                    if clean:
+                        views_.put(k)
+                    else:
+                        k.cur.close()
+
         batches = stream_batches(inner, cur, sql, ctx.failures, ctx.natives, ctx.cancel, unhook,
                                  ctx.info, ctx.names,
-                                 release=functools.partial(self._release_masks, ctx))
+                                 release=functools.partial(self._release_masks, ctx),
+                                 finish=finish)
         if self.min_batch_rows > 1:
             batches = coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
         schema = plain_schema(inner.schema)
@@ -575,6 +625,18 @@ class DuckEngine:
         evaluated over one). ``hidden``: add the file/position columns; ``data=False``: only
         the types matter (prepare), so Arrow scans are replaced by empty tables. Returns the
         file list the hidden file column indexes."""
+        rel, _ = self._relation(cur, ctx, scan, hidden=hidden, data=data)
+        self._install(cur, ctx, scan.relation, rel)
+        return rel.file_list
+
+    def _relation(self, cur: duckdb.DuckDBPyConnection, ctx: _Ctx, scan: sqlplan.Scan, *,
+                  hidden: bool = False, data: bool = True) -> tuple[rels.Relation, bool]:
+        """The relation of ``scan`` over its pinned snapshot (``rels.build``; statistics and
+        prefetch queries run on ``cur``, which keeps nothing of them), and whether it is
+        *pure*: a view body over data files read by path and nothing else (no registered
+        Arrow object, no mask function), so that body text alone says which rows it reads
+        and a view of it may be kept across statements (:class:`ViewCursors`)."""
+        slots = len(ctx.mask_slots)
         snap = scan.snapshot
         pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
@@ -590,14 +652,6 @@ class DuckEngine:
                          masks=functools.partial(self._mask_function, ctx)
                          if self.mask_slots is not None and data and native else None)
         ctx.natives.update(rel.files)
-        if rel.direct is not None:  # one prefetched table: it is the relation, no view
-            cur.register(scan.relation, rel.readers[rel.direct])
-        else:
-            for name, obj in rel.readers.items():
-                if isinstance(obj, pa.RecordBatchReader):
-                    obj = guarded(obj, ctx.failures)
-                cur.register(name, obj)
-            cur.execute(f"CREATE TEMP VIEW {scan.relation} AS {rel.body}")
         info = ctx.info
         info.tables.setdefault(scan.table, snap.version)
         info.files_scanned += rel.files_scanned
@@ -607,31 +661,54 @@ class DuckEngine:
             info.row_groups_pruned += pruner.row_groups_pruned
             info.chunks_pruned += pruner.chunks_pruned
             info.files_pruned += pruner.chunk_files_pruned
-        return rel.file_list
+        pure = rel.direct is None and not rel.readers and len(ctx.mask_slots) == slots
+        return rel, pure
 
-    def _mask_function(self, ctx: _Ctx, snap, f) -> str | None:
-        """The mask function of data file ``f`` of ``snap``, its slot pinned for ``ctx``'s
-        statement; None when every slot is pinned (the file is then read by the Arrow scan)."""
-        slot = self._acquire_mask(snap, f)
+    @staticmethod
+    def _install(cur: duckdb.DuckDBPyConnection, ctx: _Ctx, relation: str,
+                 rel: rels.Relation) -> None:
+        """Register ``rel`` on ``cur`` as ``relation`` for this statement only."""
+        if rel.direct is not None:  # one prefetched table: it is the relation, no view
+            cur.register(relation, rel.readers[rel.direct])
+            return
+        for name, obj in rel.readers.items():
+            if isinstance(obj, pa.RecordBatchReader):
+                obj = guarded(obj, ctx.failures)
+            cur.register(name, obj)
+        cur.execute(f"CREATE TEMP VIEW {relation} AS {rel.body}")
+
+    def _mask_function(self, ctx: _Ctx, snap, files) -> str | None:
+        """The mask function of data files ``files`` of ``snap`` (one ``read_parquet`` list:
+        one file's mask, or several indexed by ``file_index``), its slot pinned for
+        ``ctx``'s statement; None when no slot is free (the files are then read by the
+        Arrow scan)."""
+        slot = self._acquire_mask(snap, files[0]) if len(files) == 1 else \
+            self.mask_slots.acquire(tuple(self._mask_key(snap, f) for f in files),
+                                    lambda: [self._bitmap(snap, f) for f in files])
         if slot is None:
             return None
         ctx.mask_slots.append(slot)
         return maskext.function(slot)
 
+    @staticmethod
+    def _mask_key(snap, f) -> tuple:
+        """The identity of data file ``f``'s deletion state (it never changes for a key)."""
+        dv = f.dv
+        return (snap.store.uri, f.path, f.rows, tuple(f.deleted_row_groups),
+                None if dv is None else (dv.storage, dv.path, dv.offset, dv.length, dv.data,
+                                         dv.cardinality))
+
+    @staticmethod
+    def _bitmap(snap, f):
+        """Data file ``f``'s deletion mask: (bitmap of deleted positions, rows)."""
+        ranges = [(f.row_group_offsets[g], f.row_group_rows(g)) for g in f.deleted_row_groups]
+        return maskext.bitmap_of(f.rows, snap.deleted_positions(f), ranges)
+
     def _acquire_mask(self, snap, f) -> int | None:
         """A pinned slot holding the deletion mask of data file ``f`` of ``snap`` (deletion
         vector and deleted row groups), or None when none is free."""
-        dv = f.dv
-        key = (snap.store.uri, f.path, f.rows, tuple(f.deleted_row_groups),
-               None if dv is None else (dv.storage, dv.path, dv.offset, dv.length, dv.data,
-                                        dv.cardinality))
-
-        def bitmap():
-            ranges = [(f.row_group_offsets[g], f.row_group_rows(g))
-                      for g in f.deleted_row_groups]
-            return maskext.bitmap_of(f.rows, snap.deleted_positions(f), ranges)
-
-        return self.mask_slots.acquire(key, bitmap)
+        return self.mask_slots.acquire(self._mask_key(snap, f),
+                                       lambda: self._bitmap(snap, f))
 
     def _compaction_reader(self):
         """Compaction's reader of a file's live rows (``compact(read_live=...)``), or None
@@ -1123,6 +1200,12 @@ def _params_type_results(tree: exp.Expression) -> bool:
         else:
             return True
     return False
+
+
+#: :func:`_params_type_results` of a statement text's parsed tree (a pure function of it;
+#: GetFlightInfo asks it of every bound prepared query)
+_params_type_results_of = text_cache(maxsize=4096)(
+    lambda sql: _params_type_results(_parse(sql).tree))
 
 
 def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Statement:

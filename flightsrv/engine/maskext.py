@@ -2,9 +2,13 @@
 
 ``native/fsrv_mask.c`` is a DuckDB extension written against DuckDB's C extension API
 (v1.2.0 headers vendored in ``native/``, which DuckDB 2.0.1 accepts). It registers
-:data:`SLOTS` scalar functions ``__fsrv_live_<k>(BIGINT) -> BOOLEAN``: true unless the
-position is set in slot ``k``'s bitmap of deleted positions. Nothing else: no table
-function, no setting, no file or network access, and no SQL function that writes a slot.
+:data:`SLOTS` scalar functions ``__fsrv_live_<k>``: ``(BIGINT position) -> BOOLEAN``, true
+unless the position is set in slot ``k``'s bitmap of deleted positions, and
+``(UBIGINT file_index, BIGINT position) -> BOOLEAN`` for a slot holding the bitmaps of the
+files of one ``read_parquet`` list (false for a file index it holds none for). A vector of
+consecutive positions is read eight rows per bitmap byte, 64 rows with no deleted row as one
+run of trues. Nothing else: no table function, no setting, no file or network access, and
+no SQL function that writes a slot.
 
 Build (:func:`path`): at first use, with the system C compiler (``$CC`` or ``cc``), into a
 private cache directory (``$FLIGHTSRV_CACHE_DIR`` or ``~/.cache/flightsrv``, ``maskext/``,
@@ -23,12 +27,13 @@ engine logs it once and reads files with deleted rows as before (the masked Arro
 ``FLIGHTSRV_MASK_EXTENSION=off`` (or the engine's ``mask_extension=False``) forces that.
 
 Slots (:class:`Slots`): the server hands bitmaps over through the exported C symbol
-``fsrv_mask_set`` (ctypes), never through SQL text. A slot holds the mask of one deletion
-state of one file (keyed by the file and its deletion vector's identity, which never change
-for a key); a statement pins the slots it reads until it ends, and only unpinned slots are
-rewritten, least recently used first. When every slot is pinned, the statement's file is
-read by the Arrow scan instead. User SQL cannot call ``__fsrv_live_<k>``: it is not on the
-allow-list (:mod:`flightsrv.sql.allowed_functions`), and the guard refuses every other name.
+``fsrv_mask_set_files`` (ctypes), never through SQL text. A slot holds the masks of one
+deletion state of one file or of a few small files read together (keyed by the files and
+their deletion vectors' identities, which never change for a key); a statement pins the
+slots it reads until it ends, and only unpinned slots are rewritten, least recently used
+first. When every slot is pinned, the statement's files are read by the Arrow scan instead.
+User SQL cannot call ``__fsrv_live_<k>``: it is not on the allow-list
+(:mod:`flightsrv.sql.allowed_functions`), and the guard refuses every other name.
 """
 
 from __future__ import annotations
@@ -177,9 +182,9 @@ class Slots:
     Thread-safe."""
 
     def __init__(self, lib: ctypes.CDLL, count: int, max_bytes: int = MAX_BYTES):
-        self._set = lib.fsrv_mask_set
-        self._set.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint64,
-                              ctypes.c_uint64]
+        self._set = lib.fsrv_mask_set_files
+        self._set.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p,
+                              ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
         self._set.restype = ctypes.c_int
         self._lock = threading.Lock()
         self._by_key: OrderedDict = OrderedDict()  # key -> slot, least recently used first
@@ -192,13 +197,15 @@ class Slots:
 
     def _evict(self, slot: int) -> None:
         del self._by_key[self._key_of.pop(slot)]
-        self._set(slot, None, 0, 0)  # frees the bitmap
+        self._set(slot, 0, None, 0, None, None)  # frees the bitmaps
         self.held_bytes -= self._bytes[slot]
         self._bytes[slot] = 0
 
     def acquire(self, key, bitmap) -> int | None:
-        """A pinned slot holding the mask ``key`` (``bitmap()`` -> (uint8 array, nbits) is
-        called only when it is not loaded), or None when every slot is pinned or the
+        """A pinned slot holding the mask ``key`` (``bitmap()`` is called only when it is
+        not loaded: (uint8 array, nbits) for one file, read by ``__fsrv_live_<k>(position)``,
+        or a list of them for the files of one ``read_parquet`` list, read by
+        ``__fsrv_live_<k>(file_index, position)``), or None when every slot is pinned or the
         unpinned ones do not free enough bytes for it."""
         with self._lock:
             slot = self._by_key.get(key)
@@ -206,8 +213,14 @@ class Slots:
                 self._by_key.move_to_end(key)
                 self._pins[slot] += 1
                 return slot
-            bits, nbits = bitmap()
-            bits = np.ascontiguousarray(bits, dtype=np.uint8)
+            masks = bitmap()
+            if isinstance(masks, tuple):
+                masks = [masks]
+            parts = [np.ascontiguousarray(b, dtype=np.uint8) for b, _ in masks]
+            nbits = np.array([int(n) for _, n in masks], dtype=np.uint64)
+            offsets = np.zeros(len(parts) + 1, dtype=np.uint64)
+            np.cumsum([p.nbytes for p in parts], out=offsets[1:])
+            bits = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
             if bits.nbytes > self._max_bytes:
                 return None
             unpinned = [s for s in self._by_key.values() if self._pins[s] == 0]  # LRU first
@@ -222,7 +235,8 @@ class Slots:
                 self._evict(s)
                 self._free.append(s)
             slot = self._free.pop()
-            rc = self._set(slot, bits.ctypes.data, bits.nbytes, nbits)
+            rc = self._set(slot, len(parts), bits.ctypes.data, bits.nbytes,
+                           offsets.ctypes.data, nbits.ctypes.data)
             if rc != 0:
                 self._free.append(slot)
                 raise MemoryError(f"mask slot {slot} could not be written ({rc})")

@@ -21,8 +21,9 @@ columns the statement can touch, its pruning hints) into
     live rows (:func:`_prefetched_part`), so the statement's database never holds a deleted
     row;
   - on a local warehouse with ``masks`` (the deletion-mask extension loaded), the other
-    files with deleted rows are read by ``read_parquet`` too, one branch per file, the rows
-    its mask function rejects on ``file_row_number`` removed below the same barrier
+    files with deleted rows are read by ``read_parquet`` too, one branch per group of
+    files (small files share one, :data:`MASK_GROUP_ROWS`), the rows its mask function
+    rejects on ``file_row_number`` (and ``file_index``) removed below the same barrier
     (:func:`_cmask_part`);
   - on an S3 warehouse, a file with no deletion vector whose written schema needs no
     renames or casts for the statement's columns is read by pyarrow's dataset scanner
@@ -220,10 +221,12 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     (a function running engine SQL on the statement's cursor): read those files ahead of the
     statement instead (:func:`_prefetched_part`; ``prefetch(sql, tables)`` registers
     ``tables`` by name for the query), so no barrier is needed;
-    ``masks(snapshot, f) -> str | None`` (the deletion-mask extension, :mod:`.maskext`):
-    the name of a pinned mask function of file ``f``, or None when no slot is free; a file
-    with deleted rows that none of the above reads by DuckDB is then read by DuckDB with
-    that mask (:func:`_cmask_part`) rather than by the Arrow scan;
+    ``masks(snapshot, files) -> str | None`` (the deletion-mask extension, :mod:`.maskext`):
+    the name of a pinned mask function of ``files`` (called with ``file_row_number`` for one
+    file, with ``file_index, file_row_number`` for several), or None when no slot is free;
+    a file with deleted rows that none of the above reads by DuckDB is then read by DuckDB
+    with its group's mask (:func:`_pin_masks`, :func:`_cmask_part`) rather than by the
+    Arrow scan;
     ``open_scans=False`` registers
     empty stand-ins (for typing a prepared statement without reading data); ``files``
     restricts the relation to some of the snapshot's files. The hidden file column is the
@@ -243,7 +246,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     kinds: dict[int, str] = {}
     spellable: dict[int, bool] = {}  # schema id -> DuckDB can spell its projection
     shadowed: dict[int, bool] = {}  # schema id -> a column hides a virtual column we read
-    fns: dict[int, str] = {}  # id(file) -> its pinned mask function (kind "cmask")
+    fns: dict[int, tuple[str, int]] = {}  # id(file) -> (mask function, group) of a "cmask"
     if not open_scans:
         masks = None
     for f in candidates:
@@ -272,7 +275,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 if not spellable[f.schema_id]:
                     kind = "arrow"
                 elif not clean:
-                    kind = "masked" if masked_native else _cmask(snapshot, f, masks, fns)
+                    kind = "masked" if masked_native else \
+                        ("cmask" if masks is not None else "arrow")
         if kind == "arrow" and remote and not hidden and open_scans and f.inline is None and \
                 (f.dv is None or f.dv.cardinality == 0) and \
                 proj.identity(snapshot.projection(f, names)):
@@ -309,10 +313,12 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 live = f.row_groups - len(f.deleted_row_groups)
                 n = len(groups.get(id(f), ()))
                 if n > masked_max_groups or n >= live:  # not selective: the keep mask wins
-                    kinds[id(f)] = _cmask(snapshot, f, masks, fns) if masks is not None \
-                        else "arrow"
+                    kinds[id(f)] = "cmask" if masks is not None else "arrow"
                     if kinds[id(f)] == "arrow" and id(f) not in groups:
                         groups[id(f)] = list(range(f.row_groups))
+    if masks is not None:
+        _pin_masks(snapshot, candidates, kinds, masks, fns,
+                   groups if pruner else None)
     rel.file_list = tuple(candidates)
     rel.files_scanned = len(candidates)
     rel.rows_masked = sum(f.deleted_rows for f in candidates)
@@ -327,6 +333,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     for f in candidates:
         kind = kinds[id(f)]
         sid = f.schema_id if kind not in ("arrow", "inline") else -1
+        if kind == "cmask":  # one read_parquet per group of files sharing a mask slot
+            sid = (sid, fns[id(f)][1])
         if runs and runs[-1][0] == kind and runs[-1][1] == sid:
             runs[-1][2].append(f)
         else:
@@ -620,46 +628,93 @@ def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str 
             f"union_by_name=false) WHERE {fn}(file_row_number)")
 
 
-def _cmask(snapshot: Snapshot, f: DataFile, masks, fns: dict) -> str:
-    """"cmask" when ``f``'s mask function is pinned (``fns``), "arrow" when no slot is free."""
-    fn = masks(snapshot, f)
-    if fn is None:
-        return "arrow"
-    fns[id(f)] = fn
-    return "cmask"
+#: files with deleted rows read with the deletion-mask extension share one ``read_parquet``
+#: (and one mask slot, the function given each row's ``file_index``) while their rows add up
+#: to at most this many; a larger file has a ``read_parquet`` of its own. Binding each
+#: ``read_parquet`` costs about 0.4 ms of CPU (twice per statement: the view, the statement),
+#: and the two-argument mask costs about 1.2 ns per row more than the one-argument one
+#: (DuckDB flattens the constant ``file_index`` vector for it): measured on 1M and 10M rows
+#: in 4 files, benchmarks/RESULTS.md (2026-11-27, eleventh session)
+MASK_GROUP_ROWS = 2_000_000
+
+
+def _pin_masks(snapshot: Snapshot, candidates: list[DataFile], kinds: dict, masks,
+               fns: dict, groups: dict | None) -> None:
+    """Pin the mask functions of the ``"cmask"`` files of ``candidates``: consecutive such
+    files that share a written schema are grouped while their rows add up to at most
+    :data:`MASK_GROUP_ROWS`, and each group gets one function (``masks(snapshot, files)``;
+    ``fns[id(f)] = (function, group number)``). A group whose function cannot be pinned (no
+    slot free) is read by the Arrow scan (``kinds`` set to ``"arrow"``; with ``groups``, the
+    pruner's kept row groups, all of its row groups)."""
+    run: list[DataFile] = []
+    rows = 0
+    number = 0
+
+    def close() -> None:
+        nonlocal number
+        if not run:
+            return
+        fn = masks(snapshot, list(run))
+        number += 1
+        for f in run:
+            if fn is None:
+                kinds[id(f)] = "arrow"
+                if groups is not None and id(f) not in groups:
+                    groups[id(f)] = list(range(f.row_groups))
+            else:
+                fns[id(f)] = (fn, number)
+        run.clear()
+
+    for f in candidates:
+        if kinds[id(f)] != "cmask":
+            close()
+            rows = 0
+            continue
+        if run and (run[-1].schema_id != f.schema_id or rows + f.rows > MASK_GROUP_ROWS):
+            close()
+            rows = 0
+        run.append(f)
+        rows += f.rows
+    close()
 
 
 def _cmask_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidden: bool,
                 ordinal: dict, rel: Relation, pruner, fns: dict) -> str:
-    """One ``SELECT`` per file of a run of local files with deleted rows, read by DuckDB's
-    Parquet reader, each file's deleted rows (deletion vector and deleted row groups)
-    removed by its mask function of the deletion-mask extension (:mod:`.maskext`), which
-    DuckDB evaluates per vector on ``file_row_number``.
+    """One ``SELECT`` reading a group of local files with deleted rows (one written schema,
+    one mask slot: :func:`_pin_masks`) with DuckDB's Parquet reader, their deleted rows
+    (deletion vectors and deleted row groups) removed by the group's mask function of the
+    deletion-mask extension (:mod:`.maskext`), which DuckDB evaluates per vector on
+    ``file_row_number`` (and, for a group of several files, ``file_index``).
 
     The mask and the reference's pruning hints as row conditions (which cannot fail on a
     row's value, :func:`_term_sql`) are the only conditions inside, below the barrier
     :data:`BARRIER`: DuckDB pushes no filter through it, so the statement's own expressions
     (a failing CAST, ``error()``) are evaluated only on rows the mask kept; it is a streaming
-    operator, so DuckDB still reads the file with all its threads."""
+    operator, so DuckDB still reads the files with all its threads."""
     table = snapshot.table.name
     cols = _select_sql(snapshot.projection(run[0], names))
     conds = [c for _, c in _row_conditions(pruner, snapshot.schema, names)]
     out_cols = ", ".join(_ident(c) for c in names)
     if hidden:
         out_cols += f", {FILE_COLUMN}, {POSITION_COLUMN}"
-    parts = []
+    paths = []
     for f in run:
         path = snapshot.store.local_path(f.path)
         _check_file(path, f, table, snapshot.version)
         rel.files[path] = (table, f.path, snapshot.version)
-        extra = (f", CAST({ordinal[id(f)]} AS INTEGER) AS {FILE_COLUMN}"
-                 f", file_row_number AS {POSITION_COLUMN}") if hidden else ""
-        inner = (f"SELECT {cols}{extra}, file_row_number AS __fsrv_fr FROM read_parquet("
-                 f"[{_literal(path)}], hive_partitioning=false, union_by_name=false)")
-        where = " AND ".join([f"{fns[id(f)]}(__fsrv_t.__fsrv_fr)"] + conds)
-        parts.append(f"SELECT {out_cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t "
-                     f"WHERE {where}) AS __fsrv_m {BARRIER}")
-    return "\nUNION ALL\n".join(parts)
+        paths.append(_literal(path))
+    fn = fns[id(run[0])][0]
+    extra = (f", CAST(file_index + {ordinal[id(run[0])]} AS INTEGER) AS {FILE_COLUMN}"
+             f", file_row_number AS {POSITION_COLUMN}") if hidden else ""
+    if len(run) == 1:
+        pos, call = "", f"{fn}(__fsrv_t.__fsrv_fr)"
+    else:
+        pos, call = ", file_index AS __fsrv_fi", f"{fn}(__fsrv_t.__fsrv_fi, __fsrv_t.__fsrv_fr)"
+    inner = (f"SELECT {cols}{extra}{pos}, file_row_number AS __fsrv_fr FROM read_parquet("
+             f"[{', '.join(paths)}], hive_partitioning=false, union_by_name=false)")
+    where = " AND ".join([call] + conds)
+    return (f"SELECT {out_cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t "
+            f"WHERE {where}) AS __fsrv_m {BARRIER}")
 
 
 def _prefetch_conditions(pruner, schema: pa.Schema, names, name: str

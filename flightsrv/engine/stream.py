@@ -91,8 +91,11 @@ def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
             sql: str, failures: list, natives: dict, cancel: Cancel | None = None,
             unhook=lambda: None, info: ExecInfo | None = None,
             names: PublicNames | None = None,
-            release=lambda: None) -> Iterator[pa.RecordBatch]:
-    """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done."""
+            release=lambda: None, finish=None) -> Iterator[pa.RecordBatch]:
+    """Batches of ``inner``; keeps ``cur`` (and its registered scans) alive until done.
+    ``finish(clean)`` instead of closing ``cur`` at the end: ``clean`` when the result was
+    read to its end with no error and no cancellation (the cursor may then serve again)."""
+    clean = False
     try:
         while True:
             if cancel is not None:
@@ -100,6 +103,7 @@ def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
             try:
                 batch = inner.read_next_batch()
             except StopIteration:
+                clean = True
                 return
             except (duckdb.Error, pa.ArrowException, OSError) as e:
                 if cancel is not None:
@@ -118,11 +122,20 @@ def stream_batches(inner: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection,
             yield batch
     finally:
         unhook()
+        # after unhook (under the token's lock): a cancel that came before it is seen
+        # here, one after it no longer reaches this cursor's interrupt()
+        clean = clean and (cancel is None or not cancel.cancelled)
         try:
             inner.close()
+        except BaseException:
+            clean = False
+            raise
         finally:
             try:
-                cur.close()
+                if finish is None:
+                    cur.close()
+                else:
+                    finish(clean)
             finally:
                 release()  # after the cursor: nothing of the statement runs any more
 

@@ -6,6 +6,10 @@ committer."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import duckdb
 import pyarrow as pa
 import sqlglot
@@ -27,7 +31,14 @@ from flightsrv.errors import (
 from flightsrv.sql import names
 from flightsrv.sql import statements as st
 from flightsrv.sql.names import PublicNames
+from flightsrv.sql.values import split_rows
 from flightsrv.table.schema import write_defaults
+
+#: a VALUES list of rows of constants is run in at most this many parts at once, one per
+#: core, each of at least VALUES_PART_ROWS rows (below that, a part's own statements cost
+#: more than the core saves)
+VALUES_PARTS = 4
+VALUES_PART_ROWS = 512
 
 
 class Writes:
@@ -36,6 +47,9 @@ class Writes:
 
     def __init__(self, engine: QueryRunner):
         self.engine = engine
+        #: threads for the parts of a long VALUES list (:meth:`_in_parts`), made on first use
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     @staticmethod
     def _resolve_columns(stmt: st.Insert, target: pa.Schema) -> list[str]:
@@ -140,40 +154,98 @@ class Writes:
                 col += " DEFAULT " + literal_sql(pa.scalar(defaults[f.name], f.type))
             spec.append(col)
         into = f"INSERT INTO {temp} ({', '.join(cols)}) "
-        cur = self.engine._sandbox.cursor()
-        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
-            else (lambda: None)
+        create = f"CREATE TEMP TABLE {temp} ({', '.join(spec)})"
         public = PublicNames([(temp, names.printed(stmt.table), False)])
-        try:
-            cur.execute(f"CREATE TEMP TABLE {temp} ({', '.join(spec)})")
+
+        def into_temp(run) -> pa.Table:
+            """``run(cursor)`` inserts into a new temporary table; its rows."""
+            cur = self.engine._sandbox.cursor()
+            unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+                else (lambda: None)
             try:
-                if not nparams:
-                    cur.execute(into + "VALUES " + stmt.values)
-                elif columns_route:
-                    source = pa.RecordBatch.from_arrays(
-                        params.columns[:nparams],
-                        names=[f"__fsrv_p{k}" for k in range(1, nparams + 1)])
-                    cur.register("__fsrv_params", source)
-                    exprs = _values_as_columns(stmt.values, nparams)
-                    cur.execute(into + f"SELECT {exprs} FROM __fsrv_params")
-                else:
-                    for row in rows:
-                        ctx.check(stmt.sql)
-                        cur.execute(into + "VALUES " + stmt.values, row)
-                result = cur.sql(f"SELECT * FROM {temp}").to_arrow_table()
-            except duckdb.Error as e:
-                ctx.check(stmt.sql)
-                raise sql_error(e, stmt.sql, public) from None
-        finally:
-            unhook()
-            try:
-                cur.execute(f"DROP TABLE IF EXISTS {temp}")
-            except duckdb.Error:
-                pass
-            cur.close()
+                cur.execute(create)
+                try:
+                    run(cur)
+                    return cur.sql(f"SELECT * FROM {temp}").to_arrow_table()
+                except duckdb.Error as e:
+                    ctx.check(stmt.sql)
+                    raise sql_error(e, stmt.sql, public) from None
+            finally:
+                unhook()
+                try:
+                    cur.execute(f"DROP TABLE IF EXISTS {temp}")
+                except duckdb.Error:
+                    pass
+                cur.close()
+
+        if not nparams:
+            parts = min(VALUES_PARTS, os.cpu_count() or 1, stmt.rows // VALUES_PART_ROWS)
+            texts = split_rows(stmt.values, stmt.rows, stmt.splits, parts)
+            result = self._in_parts([
+                lambda cur, text=text: cur.execute(into + "VALUES " + text) for text in texts],
+                into_temp)
+        elif columns_route:
+            source = pa.RecordBatch.from_arrays(
+                params.columns[:nparams],
+                names=[f"__fsrv_p{k}" for k in range(1, nparams + 1)])
+            exprs = _values_as_columns(stmt.values, nparams)
+
+            def by_columns(cur):
+                cur.register("__fsrv_params", source)
+                cur.execute(into + f"SELECT {exprs} FROM __fsrv_params")
+            result = into_temp(by_columns)
+        else:
+            def by_rows(cur):
+                for row in rows:
+                    ctx.check(stmt.sql)
+                    cur.execute(into + "VALUES " + stmt.values, row)
+            result = into_temp(by_rows)
         ctx.check(stmt.sql)
         self.append(table, result, expected_uuid=snap.manifest.table_uuid)
         return result.num_rows
+
+    def _in_parts(self, runs: list, into_temp) -> pa.Table:
+        """The rows of ``into_temp(run)`` for each of ``runs`` (lists of whole rows of one
+        VALUES), in order: the first on this thread, the others on the engine's small
+        pool, each on its own cursor (DuckDB parses and binds one statement on one core;
+        two halves can use two free cores). A part the pool has
+        not started by the time this thread wants it runs here; after a part fails, the
+        parts after it that have not started never run. The error raised is the one of
+        the first part that failed, as one statement would have raised it."""
+        if len(runs) == 1:
+            return into_temp(runs[0])
+        pool = self._values_pool()
+        futures = [pool.submit(into_temp, run) for run in runs[1:]]
+        results: list = [None] * len(runs)
+        failures: list = [None] * len(runs)
+        for i, run in enumerate(runs):
+            try:
+                if i == 0:
+                    results[0] = into_temp(run)
+                elif futures[i - 1].cancel():  # not started: here, unless one failed
+                    if not any(failures[:i]):
+                        results[i] = into_temp(run)
+                else:
+                    results[i] = futures[i - 1].result()
+            except BaseException as exc:  # noqa: BLE001 - the first one is raised below
+                failures[i] = exc
+        first = next((e for e in failures if e is not None), None)
+        if first is not None:
+            raise first
+        return pa.concat_tables(results)
+
+    def _values_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=VALUES_PARTS - 1,
+                                                thread_name_prefix="flightsrv-values")
+            return self._pool
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     @staticmethod
     def cast_values(tree: exp.Insert, fields: list[pa.Field], defaults: dict) -> exp.Insert:

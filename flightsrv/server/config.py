@@ -236,7 +236,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                           "(default: %(default)s)")
     lim.add_argument("--max-open-puts", type=_positive_int, default=d.max_open_puts,
                      help="DoPut streams (uploads, parameter streams) open at once per "
-                          "principal (default: %(default)s)")
+                          "principal; more wait in a queue until one closes or their "
+                          "deadline passes (default: %(default)s)")
     lim.add_argument("--session-ttl", dest="session_ttl_s", type=_positive_int,
                      default=d.session_ttl_s, metavar="SECONDS",
                      help="idle time after which a session's SET values are dropped "

@@ -20,7 +20,9 @@ and streams the answer. The guarantees it keeps:
   released when its principal's table is full, and any idle one after ``session_ttl_s``.
 - **Admission**: every statement, and every prepare, holds one of its principal's
   ``max_concurrent_queries`` slots, waiting for one in a FIFO queue (``limits``) within
-  its deadline; a principal holds at most ``max_open_puts`` DoPut streams.
+  its deadline; a principal holds at most ``max_open_puts`` DoPut streams open, and a
+  stream over that waits for one to close in the same kind of FIFO queue (within the
+  statement deadline, ``max_queued_queries`` waiting at most).
 - **Every statement** gets a ``Cancel`` (``calls``): tripped at ``--query-timeout`` or the
   session's ``statement_timeout`` (DEADLINE_EXCEEDED), when the client cancels the call or
   goes away, or by CancelFlightInfo / CancelQuery of its ticket (CANCELLED).
@@ -68,7 +70,7 @@ from flightsrv.server.auth import (
 )
 from flightsrv.server.calls import Call, CallTracker, client_gone, connection_open
 from flightsrv.server.config import ServerConfig
-from flightsrv.server.limits import Concurrency, OpenCount, PerPrincipal
+from flightsrv.server.limits import Concurrency, PerPrincipal
 from flightsrv.server.logs import StatementText
 from flightsrv.server.metrics import Metrics
 from flightsrv.server.status import (
@@ -234,7 +236,11 @@ class FlightSqlServer(flight.FlightServerBase):
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
         self._slots = Concurrency(cfg.max_concurrent_queries, cfg.max_queued_queries,
                                   on_wait=lambda s: self.metrics.queue_wait.observe(s))
-        self._puts = OpenCount("DoPut streams", "max_open_puts", cfg.max_open_puts)
+        # a DoPut stream over max_open_puts waits for one of its principal's to close
+        # (executemany from many writers queues like their statements do), within the
+        # statement deadline
+        self._puts = Concurrency(cfg.max_open_puts, cfg.max_queued_queries,
+                                 what="DoPut stream", limit_name="max_open_puts", busy="open")
         self._calls = CallTracker()
         self._active = 0  # RPCs and streams in progress (for draining)
         self._active_lock = threading.Condition()
@@ -255,6 +261,7 @@ class FlightSqlServer(flight.FlightServerBase):
             "queries_in_flight": lambda: self._slots.count(),
             "queries_queued": lambda: self._slots.queued(),
             "puts_open": lambda: self._puts.count(),
+            "puts_queued": lambda: self._puts.queued(),
         })
         middleware = {}
         if auth is not None:
@@ -790,9 +797,15 @@ class FlightSqlServer(flight.FlightServerBase):
         handler = self._PUT.get(type(cmd))
         if handler is None:
             raise invalid(f"{proto.arrow_name(cmd)} is not valid for DoPut")
-        # an open stream holds a server thread while the client sends (or idles)
-        with self._puts.held(principal.user):
+        # an open stream holds a server thread while the client sends (or idles): one over
+        # the principal's max_open_puts waits for another to close, up to the deadline
+        timeout = self._timeout_s(self._session(context, principal))
+        until = time.monotonic() + timeout if timeout else None
+        self._puts.acquire(principal.user, until, gone=lambda: client_gone(context))
+        try:
             handler(self, context, principal, cmd, reader, writer)
+        finally:
+            self._puts.release(principal.user)
 
     def _put_statement_update(self, context, principal, cmd, reader, writer):
         self._no_transaction(cmd)

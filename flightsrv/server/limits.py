@@ -21,9 +21,9 @@ Contract:
   A released slot goes straight to the head of the same principal's queue. Principals
   never share slots or queues, so one principal's flood delays nobody else; there is no
   cross-principal pool to schedule. ``slot(user)`` is the context-manager form.
-- ``OpenCount(what, limit_name, limit)``: ``held(user)`` counts one open thing of the
-  principal (a DoPut stream) for the ``with`` block, or raises ``ResourceLimit`` when
-  ``limit`` are open already.
+  ``Concurrency(..., what=..., limit_name=...)`` names another thing (the server's open
+  DoPut streams, ``max_open_puts``: a stream over the limit waits in the same way, so
+  ``executemany`` from many writers of one principal queues instead of being refused).
 - All methods are thread-safe.
 """
 
@@ -113,8 +113,13 @@ class PerPrincipal(Generic[K, V]):
 
 class Concurrency:
     def __init__(self, limit: int, max_queued: int = 256, poll_s: float = 0.1,
-                 on_wait: Callable[[float], None] | None = None):
+                 on_wait: Callable[[float], None] | None = None, *,
+                 what: str = "statement", limit_name: str = "max_concurrent_queries",
+                 queue_limit_name: str = "max_queued_queries", busy: str = "running"):
         self._limit, self._max_queued, self._poll_s = limit, max_queued, poll_s
+        #: what waits ("statement", "DoPut stream") and the limits named in its errors
+        self._what, self._limit_name = what, limit_name
+        self._queue_limit_name, self._busy = queue_limit_name, busy
         self._on_wait = on_wait  # seconds a statement waited in the queue (metrics)
         self._running: dict[str, int] = {}
         self._queues: dict[str, deque[threading.Event]] = {}
@@ -139,9 +144,9 @@ class Concurrency:
                 self._running[user] = n + 1
                 granted.set()
             elif queue is not None and len(queue) >= self._max_queued:
-                raise ResourceLimit("too many statements waiting for a slot for this "
+                raise ResourceLimit(f"too many {self._what}s waiting for a slot for this "
                                     "principal; retry when some finished", user=user,
-                                    limit="max_queued_queries", value=self._max_queued)
+                                    limit=self._queue_limit_name, value=self._max_queued)
             else:
                 self._queues.setdefault(user, deque()).append(granted)
         if granted.is_set():
@@ -157,13 +162,13 @@ class Concurrency:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     raise QueryCancelled(
-                        "statement timed out waiting for a slot: this principal's "
-                        "statements were all running", reason="timeout", user=user,
-                        limit="max_concurrent_queries", value=self._limit,
+                        f"{self._what} timed out waiting for a slot: this principal's "
+                        f"{self._what}s were all {self._busy}", reason="timeout", user=user,
+                        limit=self._limit_name, value=self._limit,
                         waited_ms=round((time.monotonic() - start) * 1000))
                 if gone():
-                    raise QueryCancelled("statement was cancelled while waiting for a slot",
-                                         reason="cancelled")
+                    raise QueryCancelled(f"{self._what} was cancelled while waiting for a "
+                                         "slot", reason="cancelled")
         except BaseException:
             with self._lock:
                 if granted.is_set():  # handed a slot just as we gave up: pass it on
@@ -202,32 +207,3 @@ class Concurrency:
     def queued(self) -> int:
         with self._lock:
             return sum(len(q) for q in self._queues.values())
-
-
-class OpenCount:
-    def __init__(self, what: str, limit_name: str, limit: int):
-        self._what, self._limit_name, self._limit = what, limit_name, limit
-        self._open: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def held(self, user: str) -> Iterator[None]:
-        with self._lock:
-            n = self._open.get(user, 0)
-            if n >= self._limit:
-                raise ResourceLimit(f"too many {self._what} open at once for this principal",
-                                    user=user, limit=self._limit_name, value=self._limit)
-            self._open[user] = n + 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                n = self._open.get(user, 0) - 1
-                if n <= 0:
-                    self._open.pop(user, None)
-                else:
-                    self._open[user] = n
-
-    def count(self) -> int:
-        with self._lock:
-            return sum(self._open.values())

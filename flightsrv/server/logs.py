@@ -331,8 +331,16 @@ def _tokens_of(sql: str) -> tuple[tuple[str, str], ...] | None:
     except Exception:  # noqa: BLE001 - the callers say what refused text means
         return None
     ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
-    return tuple((getattr(kind, "name", str(kind)), sql[pos:end])
-                 for (pos, kind), end in zip(tokens, ends))
+    # the kind's name looked up once per kind, not per token (an enum's name is a
+    # property: on a 10,000-row INSERT's 200,000 tokens it was most of the time)
+    names: dict = {}
+    out = []
+    for (pos, kind), end in zip(tokens, ends):
+        name = names.get(kind)
+        if name is None:
+            name = names[kind] = getattr(kind, "name", str(kind))
+        out.append((name, sql[pos:end]))
+    return tuple(out)
 
 
 @_statement_cache(512)

@@ -186,6 +186,9 @@ class InsertValues(Insert):
     defaults: bool = False  # some position says DEFAULT
     nested: frozenset[int] = frozenset()  # parameters used inside an expression
     width: int | None = None  # values per row, when every row has as many
+    #: rows of constants only: where ``values`` may be cut into lists of whole rows
+    #: (:func:`flightsrv.sql.values.split_rows`)
+    splits: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -396,7 +399,7 @@ def _insert_values(sql: str) -> InsertValues | None:
                         columns=scan.columns, source=stub.expression, values=scan.values,
                         rows=scan.rows, bare=scan.bare, direct=scan.direct,
                         defaults=scan.defaults, nested=scan.nested,
-                        width=scan.width)
+                        width=scan.width, splits=scan.splits)
 
 
 def _parse_statement(sql: str, fast: bool = True) -> Statement:

@@ -22,10 +22,18 @@ Anything else (a subquery, a column or relation name, a quoted identifier, a com
 dotted name, ``ON CONFLICT``, ``RETURNING``, dollar-quoted or E'' strings, ...) returns
 None and the statement takes the general path, which parses it and checks it in full.
 So the fast path can only ever run constants, casts, operators and allowed functions.
+
+Rows of plain constants only (numbers, strings, ``NULL``/``TRUE``/``FALSE``, typed string
+literals such as ``TIMESTAMP '...'``), as BI tools, sinks and ORMs write them, are
+recognised by one regular expression per row (:func:`_scan_constants`) instead of the
+token walk: the same answer (a subset of what the walk accepts, read the same way; a test
+compares the two), several times faster (a 10,000-row list: ~12 ms against ~65–120 ms on
+the loaded 2-core machine). Only this reading records :attr:`ValuesScan.splits`.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -93,6 +101,69 @@ class ValuesScan(NamedTuple):
     defaults: bool = False  # some position says DEFAULT
     nested: frozenset[int] = frozenset()  # parameters used inside an expression
     width: int | None = None  # values per row, when every row has as many
+    #: rows of constants only: the offsets in ``values`` of the comma before row
+    #: SPLIT_ROWS, 2 * SPLIT_ROWS, ... (where the list may be cut into lists of whole rows)
+    splits: tuple[int, ...] = ()
+
+
+#: one constant of a row of constants only (what :func:`_scan_constants` reads): a string,
+#: a number with an optional sign, NULL/TRUE/FALSE, or a string typed by a type word
+_CONSTANT = (r"""(?:(?:DATE|TIME|TIMESTAMP|TIMESTAMPTZ)\s+)?'[^']*(?:''[^']*)*'"""
+             r"""|[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"""
+             r"""|(?:NULL|TRUE|FALSE)(?!\w)""")
+_CONSTANT_ROW = re.compile(rf"\(\s*(?:{_CONSTANT})(?:\s*,\s*(?:{_CONSTANT}))*\s*\)",
+                           re.IGNORECASE | re.ASCII)
+_CONSTANTS = re.compile(_CONSTANT, re.IGNORECASE | re.ASCII)
+
+
+@functools.lru_cache(maxsize=64)
+def _row_of(width: int) -> re.Pattern:
+    """A row of ``width`` constants, after the first row: the separating comma included."""
+    one = rf"\s*(?:{_CONSTANT})\s*"
+    return re.compile(rf"\s*,\s*\({one}(?:,{one}){{{width - 1}}}\)",
+                      re.IGNORECASE | re.ASCII)
+
+
+#: rows between the offsets of :attr:`ValuesScan.splits`
+SPLIT_ROWS = 256
+
+
+def _scan_constants(body: str) -> tuple[int, int, tuple[int, ...]] | None:
+    """(rows, values per row, split offsets) when ``body`` is rows of constants only, each
+    as wide as the first (see :data:`_CONSTANT`); else None (the token walk reads it)."""
+    first = _CONSTANT_ROW.match(body)
+    if first is None:
+        return None
+    width = len(_CONSTANTS.findall(first.group(0)))
+    # the further rows: matches that do not overlap and, together, are as long as the
+    # rest of the text cover all of it, one after the other
+    rest = _row_of(width).findall(body, first.end())
+    if sum(map(len, rest)) != len(body.rstrip()) - first.end():
+        return None
+    splits, pos = [], first.end()
+    for i, text in enumerate(rest, 2):  # row i starts where the text before it ends
+        if i % SPLIT_ROWS == 1:
+            splits.append(pos)
+        pos += len(text)
+    return 1 + len(rest), width, tuple(splits)
+
+
+def split_rows(values: str, rows: int, cuts: tuple[int, ...], parts: int) -> list[str]:
+    """``values`` (a scan's :attr:`~ValuesScan.values` of ``rows`` rows) cut at some of
+    its ``cuts`` (:attr:`~ValuesScan.splits`) into at most ``parts`` lists of whole rows
+    of about equal length, in order, each as it would follow ``VALUES`` (one list when it
+    has no cuts)."""
+    if parts < 2 or not cuts:
+        return [values]
+    # cut j comes before row (j + 1) * SPLIT_ROWS: take the one nearest to each k/parts
+    chosen = {cuts[min(len(cuts), max(1, round(k * rows / parts / SPLIT_ROWS))) - 1]
+              for k in range(1, parts)}
+    bounds = [0, *sorted(chosen), len(values)]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        text = values[a:b].lstrip()
+        out.append(text[1:].lstrip() if a else text)  # the separating comma
+    return out
 
 
 def scan_insert_values(sql: str, max_depth: int = 250) -> ValuesScan | None:
@@ -100,6 +171,12 @@ def scan_insert_values(sql: str, max_depth: int = 250) -> ValuesScan | None:
     statement is anything else or holds anything off the allow-list. ``?`` and ``$n`` must
     not be mixed, nor brackets nest deeper than ``max_depth`` (None: the general path
     explains why)."""
+    return _scan(sql, max_depth, constants=True)
+
+
+def _scan(sql: str, max_depth: int, constants: bool) -> ValuesScan | None:
+    """:func:`scan_insert_values`; ``constants=False``: always by the token walk (tests
+    compare the two readings)."""
     m = _HEAD.match(sql)
     if m is None or _ODD_SPACE.search(sql):
         return None
@@ -109,6 +186,11 @@ def scan_insert_values(sql: str, max_depth: int = 250) -> ValuesScan | None:
     body = sql[m.end():].rstrip()
     if body.endswith(";"):
         body = body[:-1]
+    if constants:
+        found = _scan_constants(body)
+        if found is not None:
+            return ValuesScan(table, columns, body, found[0], 0, None, (), False,
+                              frozenset(), found[1], found[2])
     toks = _TOKEN.findall(body)
     depth = 0
     rows = 0
@@ -191,4 +273,5 @@ def scan_insert_values(sql: str, max_depth: int = 250) -> ValuesScan | None:
                       frozenset(nested), widths[0] if len(set(widths)) == 1 else None)
 
 
-__all__ = ["KEYWORDS", "TYPE_WORDS", "ValuesScan", "scan_insert_values"]
+__all__ = ["KEYWORDS", "SPLIT_ROWS", "TYPE_WORDS", "ValuesScan", "scan_insert_values",
+           "split_rows"]
