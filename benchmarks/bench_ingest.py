@@ -26,7 +26,8 @@ Beside them, in the same run: the same rows in one commit (compacted), DuckLake 
 process (``DATA_INLINING_ROW_LIMIT`` 10 and 0, same rows and commits) and deltalake
 (``write_deltalake`` appends, read with its ``QueryBuilder``). Peers run in process, ours
 through the server, so the peers have no RPC in their times. Also: the metadata bytes
-(chunks, root manifest, pointer) each commit writes, over the last commits before N.
+(chunks, root manifest, pointer) each commit writes, averaged over the last 256 commits
+before N (one period of the chunk tree's binary counter).
 
 Writers' time per round: ``FLIGHTSRV_BENCH_SECONDS`` (default 2 small, 5 full). A smaller
 matrix: ``FLIGHTSRV_BENCH_METHODS`` (e.g. ``ingest``), ``FLIGHTSRV_BENCH_ROWS`` (``1,100``),
@@ -344,7 +345,10 @@ def _reads(ctx: Context) -> list[Row]:
     try:
         for n in checkpoints:
             before = dict(counting.bytes)
-            tail_from = max(done, n - 100)
+            # the bytes a commit writes repeat with a period of 256 commits (the binary
+            # counter of PROTOCOL.md §14.2 writes a full leaf every 256th): average over one
+            # whole period, not over a window that may or may not hold that leaf
+            tail_from = max(done, n - 256)
             for c in range(done, n):
                 if c == tail_from:
                     before = dict(counting.bytes)

@@ -81,3 +81,42 @@ def test_chunk_pruning_does_not_depend_on_a_deleted_value(tmp_path):
         info = result.info
         infos.append((info.files_scanned, info.files_pruned, info.chunks_pruned))
     assert infos[0] == infos[1]
+
+
+def _root_bytes(t) -> int:
+    m = t.head()
+    return len(t.store.get(f"manifest/v{m.version:020d}.json")[0])
+
+
+def _leaves_then_appends(tmp_path, name: str, leaves: int) -> tuple[list[int], object]:
+    """``leaves`` commits of one full leaf each, then 16 one-file appends; the root's size
+    after each of those appends."""
+    from flightsrv.table import chunks as C
+
+    wh = Warehouse.open(str(tmp_path / name))
+    t = wh.create_table("t", pa.schema([("id", pa.int64()), ("k", pa.string())]))
+    n = 0
+    for _ in range(leaves):
+        t.commit_files([_entry(i) for i in range(n, n + C.LEAF_MAX)])
+        n += C.LEAF_MAX
+    sizes = []
+    for i in range(n, n + 16):
+        t.commit_files([_entry(i)])
+        sizes.append(_root_bytes(t))
+    assert [f.path for f in t.head().data_files] == [_entry(i).path for i in range(n + 16)]
+    return sizes, t
+
+
+def test_root_does_not_grow_with_full_leaves(tmp_path):
+    """A stream of small appends fills a full leaf every 256 commits; the root of the next
+    commits must not carry a summarised reference per full leaf (the old shape kept up to
+    16 of them, ~330 bytes each here, so the root grew for 4,096 commits): full leaves move
+    into index chunks and the counter's tail references carry no summaries (§14.2)."""
+    from flightsrv.table import chunks as C
+
+    small, _ = _leaves_then_appends(tmp_path, "small", 3)
+    big, t = _leaves_then_appends(tmp_path, "big", 20)
+    assert max(big) <= max(small) + 64, (small, big)
+    refs = t.head().data_files.refs
+    assert not any(r.stats or r.parts for r in refs if r.level == 0 and r.files <= C.TAIL_LEAF)
+    assert sum(1 for r in refs if r.level == 0 and r.files > C.TAIL_LEAF) <= C.ROOT_SETTLED

@@ -72,6 +72,90 @@ def test_concurrent_inserts_share_one_commit(tmp_path):
     engine.close()
 
 
+def test_group_commit_releases_at_the_commit_point(tmp_path):
+    """A group's callers return, and the next group commits, as soon as its version lands:
+    nobody waits for the previous leader's pointer write (a hint; issue 35's tail). The first
+    INSERT's pointer write is held; a second INSERT commits and returns meanwhile, and the
+    pointer still only moves forward."""
+    gate, armed, held = threading.Event(), [], []
+
+    def hold_first_pointer(op, key):
+        if armed and key.endswith("_latest_manifest") and not held:
+            held.append(key)
+            assert gate.wait(30)
+
+    plan = FaultPlan(before_write=hold_first_pointer, key_pattern="_latest_manifest")
+    wh = Warehouse(FaultyStore(open_store(str(tmp_path / "wh")), plan))
+    wh.create_table("g", SCHEMA)
+    armed.append(True)
+    engine = DuckEngine(wh)
+    done = {}
+
+    def insert(i):
+        done[i] = engine.execute_update(f"INSERT INTO g VALUES ({i}, 'w{i}')", Session(f"s{i}"))
+
+    first = threading.Thread(target=insert, args=(1,))
+    first.start()
+    while not held:  # the first version landed; its pointer write is in flight
+        first.join(0.01)
+    second = threading.Thread(target=insert, args=(2,))
+    second.start()
+    second.join(30)
+    try:
+        assert not second.is_alive() and done.get(2) == 1 and 1 not in done
+        table = wh.table("g")
+        assert sorted(table.to_table()["id"].to_pylist()) == [1, 2]
+    finally:
+        gate.set()
+        first.join(30)
+    assert done == {1: 1, 2: 1}
+    ptr, _ = wh.table("g").log.read_pointer()
+    assert ptr.version == wh.table("g").head().version
+    assert engine.committer.commits == 2
+    engine.close()
+
+
+def test_group_commit_leaves_the_pointer_to_the_queued_group(tmp_path):
+    """A leader that hands over to a queued group skips its own pointer write (the queued
+    group's commit moves the pointer past it, PROTOCOL.md §6 step 5): one pointer write
+    fewer, and the pointer ends at the head."""
+    gate, armed, held, pointer_puts = threading.Event(), [], [], []
+
+    def hook(op, key):
+        if key.endswith("_latest_manifest"):
+            pointer_puts.append(key)
+        if armed and "/manifest/v" in key and not held:
+            held.append(key)
+            assert gate.wait(30)
+
+    wh = Warehouse(FaultyStore(open_store(str(tmp_path / "wh")),
+                               FaultPlan(before_write=hook)))
+    wh.create_table("g", SCHEMA)
+    engine = DuckEngine(wh)
+    engine.execute_update("INSERT INTO g VALUES (0, 'w0')", Session("s0"))  # moves it
+    pointer_puts.clear()
+    armed.append(True)
+    threads = [threading.Thread(target=engine.execute_update,
+                                args=(f"INSERT INTO g VALUES ({i}, 'w{i}')", Session(f"s{i}")))
+               for i in (1, 2)]
+    threads[0].start()
+    while not held:  # the first commit's root write is held
+        threads[0].join(0.01)
+    threads[1].start()
+    table = wh.table("g")
+    while engine.committer.waiting(table) < 1:
+        threads[0].join(0.01)
+    gate.set()
+    for t in threads:
+        t.join(30)
+    head = wh.table("g").head()
+    assert head.version == 3 and len(pointer_puts) == 1, pointer_puts
+    ptr, _ = wh.table("g").log.read_pointer()
+    assert ptr.version == head.version
+    assert sorted(wh.table("g").to_table()["id"].to_pylist()) == [0, 1, 2]
+    engine.close()
+
+
 def test_group_commit_without_contention_is_one_commit_each(tmp_path):
     wh = Warehouse.open(str(tmp_path / "wh"))
     engine = DuckEngine(wh)

@@ -8,7 +8,10 @@ one ``Table.commit_files`` call, which is one mutator through the one commit loo
 while the leader's write is in flight queue up; when it finishes, the first of them becomes
 the next leader and commits the whole queue. So with N writers racing on one table the
 store sees far fewer conditional manifest writes than N, and none of them loses its place
-by retrying against the others.
+by retrying against the others. A group is released (its members return, the next leader
+starts) the moment its version lands; the leader itself then moves the pointer, a hint that
+the next commit's head read rolls forward past, unless it handed over to a queued group and
+the pointer is within ``POINTER_LAG`` versions: that group's commit moves it further.
 
 Contract:
 
@@ -48,6 +51,13 @@ class _Queue:
     lock: threading.Lock = field(default_factory=threading.Lock)
     waiting: list = field(default_factory=list)
     busy: bool = False  # a leader is committing
+    pointer_at: int | None = None  # the last version whose pointer write was not skipped
+    owed: Any = None  # a landed version whose pointer write was left to a later group
+
+
+#: a leader handing over to a queued group leaves the pointer write to it, while the pointer
+#: stays within this many versions of this process's commits (the pointer is a hint, §3)
+POINTER_LAG = 4
 
 
 class GroupCommitter:
@@ -112,7 +122,46 @@ class GroupCommitter:
             first = q.waiting[0]
             group = [s for s in q.waiting if s.schema_key == first.schema_key][: self.max_group]
             q.waiting = [s for s in q.waiting if s not in group]
-        manifest, error = None, None
+        released = False
+
+        owed = None
+
+        def release(manifest, error) -> bool:
+            """Hand the result to the group and the lead to the next submission: as soon
+            as the version has landed (the pointer is a hint and the after-commit hooks
+            are best effort, so waiters never wait for them), or when the commit failed.
+            The next leader is woken first: it commits while the members wake up. Returns
+            whether this leader moves the pointer: not when a queued group takes over and
+            the pointer is within POINTER_LAG versions (that group's commit moves it past
+            this one; a failed group with nobody after it moves it to what was left)."""
+            nonlocal released, owed
+            released = True
+            if manifest is not None:
+                with self._lock:
+                    self.commits += 1
+            advance = True
+            with q.lock:
+                nxt = q.waiting[0] if q.waiting else None
+                if nxt is None:
+                    q.busy = False
+                else:
+                    nxt.lead = True
+                if manifest is not None:
+                    if nxt is not None and q.pointer_at is not None and \
+                            manifest.version - q.pointer_at < POINTER_LAG:
+                        advance = False
+                        q.owed = manifest
+                    else:
+                        q.pointer_at, q.owed = manifest.version, None
+                elif nxt is None:
+                    owed, q.owed = q.owed, None
+            if nxt is not None:
+                nxt.wake.set()  # wake it as the next leader
+            for s in group:
+                s.manifest, s.error, s.finished = manifest, error, True
+                s.wake.set()
+            return advance
+
         try:
             files = [f for s in group for f in s.files]
             extra = {"bytes_added": sum(s.nbytes for s in group)}
@@ -120,21 +169,15 @@ class GroupCommitter:
                 extra["group_commit"] = len(group)
             manifest = table.commit_files(files, operation="append", extra=extra,
                                           expected_schema=first.schema,
-                                          expected_uuid=first.table_uuid)
-            self.commits += 1
+                                          expected_uuid=first.table_uuid,
+                                          on_commit=lambda m: release(m, None))
+            if not released:  # committed without the callback (no version made)
+                release(manifest, None)
         except BaseException as exc:  # noqa: BLE001 - handed to every member of the group
-            error = exc
-        with q.lock:
-            nxt = q.waiting[0] if q.waiting else None
-            if nxt is None:
-                q.busy = False
-            else:
-                nxt.lead = True
-        for s in group:
-            s.manifest, s.error, s.finished = manifest, error, True
-            s.wake.set()
-        if nxt is not None:
-            nxt.wake.set()  # wake it as the next leader
+            if not released:
+                release(None, exc)
+        if owed is not None:  # a skipped pointer write no later group will make
+            table.log.advance_pointer(owed)
 
 
 __all__ = ["GroupCommitter"]

@@ -46,6 +46,10 @@ FANOUT = 64  # references per index chunk
 ROOT_LEAVES = 16  # leaf references the root may hold
 ROOT_INDEX = 32  # references of each higher level the root may hold
 SMALL_LEAF = LEAF_MAX // 4  # a leaf this small is merged into a neighbouring rewrite
+#: a leaf of at most this many entries is the binary counter's tail: its reference carries no
+#: statistics or partition summary (it is rewritten soon; a reader reads it, one small GET)
+TAIL_LEAF = LEAF_MAX // 2
+ROOT_SETTLED = 2  # settled leaves the root holds before they move into an index chunk
 _VALUES_MAX = 32  # distinct partition values a chunk summary lists (bucket pruning)
 
 #: what chunk summaries need from the version being written: ``field_type(schema_id,
@@ -78,8 +82,9 @@ class ChunkRef:
 
     def to_json(self) -> dict:
         out = {"path": self.path, "level": self.level, "files": self.files, "rows": self.rows,
-               "deleted_rows": self.deleted_rows, "bytes": self.bytes,
-               "added": list(self.added), "children": self.children}
+               "bytes": self.bytes, "added": list(self.added), "children": self.children}
+        if self.deleted_rows:
+            out["deleted_rows"] = self.deleted_rows
         if self.stats:
             out["stats"] = self.stats
         if self.parts:
@@ -417,13 +422,15 @@ class ChunkStore:
         key = self._key()
         self.store.put(key, body, mode=PutMode.CREATE)
         self.writes += 1
+        summarised = len(files) > TAIL_LEAF  # a tail leaf's reference has no summary (§14.2)
         ref = ChunkRef(
             path=key, level=0, files=len(files), rows=sum(f.rows for f in files),
             deleted_rows=sum(f.deleted_rows for f in files), bytes=sum(f.size for f in files),
             added=(min(f.added_version for f in files), max(f.added_version for f in files)),
             stats=aggregate_stats([(f.stats, lambda fid, s=f.schema_id: layout.field_type(s, fid))
-                                   for f in files]),
-            parts=aggregate_parts(files, layout), children=len(files), inline=inline)
+                                   for f in files]) if summarised else {},
+            parts=aggregate_parts(files, layout) if summarised else {}, children=len(files),
+            inline=inline)
         self._remember(key, tuple(files))
         return ref
 
@@ -916,10 +923,25 @@ def _pack(chunks: ChunkStore, segs: list, layout: Layout,
     return [r for r, _ in out], overlay, absorbed
 
 
+def _settled(refs: list[ChunkRef]) -> tuple[int, int]:
+    """``[lo, hi)``: the root's settled leaf references, those before the binary counter's
+    tail (the trailing leaves of at most TAIL_LEAF entries, which a later append may still
+    absorb; a larger leaf never is)."""
+    lo = next((k for k, r in enumerate(refs) if r.level == 0), len(refs))
+    hi = len(refs)
+    while hi > lo and refs[hi - 1].files <= TAIL_LEAF:
+        hi -= 1
+    return lo, hi
+
+
 def _normalize(chunks: ChunkStore, refs: list[ChunkRef]) -> list[ChunkRef]:
     """Restore the root shape: levels non-increasing left to right (a run of lower-level
-    references before a higher one is packed into index chunks of its own), and at most
-    ROOT_LEAVES / ROOT_INDEX references per level (the oldest excess moves down)."""
+    references before a higher one is packed into index chunks of its own); settled leaves
+    join the level-1 index before them while it has room, or move into a new one when there
+    are more than ROOT_SETTLED of them (so the root of a table fed by small appends holds
+    its index references and the counter's tail, not a summarised reference per full leaf);
+    and at most ROOT_LEAVES / ROOT_INDEX references per level (the oldest excess moves
+    down)."""
     while True:
         for i in range(len(refs) - 1):
             if refs[i].level < refs[i + 1].level:
@@ -930,6 +952,17 @@ def _normalize(chunks: ChunkStore, refs: list[ChunkRef]) -> list[ChunkRef]:
                 refs = refs[:j] + packed + refs[i + 1:]
                 break
         else:
+            lo, hi = _settled(refs)
+            prev = refs[lo - 1] if lo > 0 else None
+            if hi > lo and prev is not None and prev.level == 1 and prev.children < FANOUT:
+                take = refs[lo:lo + min(FANOUT - prev.children, hi - lo)]
+                joined = chunks.write_index(list(chunks.load(prev)) + take, 1)
+                refs = refs[:lo - 1] + [joined] + refs[lo + len(take):]
+                continue
+            if hi - lo > ROOT_SETTLED:
+                packed = [chunks.write_index(p, 1) for p in _split(refs[lo:hi], FANOUT)]
+                refs = refs[:lo] + packed + refs[hi:]
+                continue
             for lvl in sorted({r.level for r in refs}):
                 at = [k for k, r in enumerate(refs) if r.level == lvl]
                 cap = ROOT_LEAVES if lvl == 0 else ROOT_INDEX

@@ -204,11 +204,16 @@ def commit(
     max_attempts: int = MAX_ATTEMPTS,
     before_write: Callable[[], None] | None = None,
     fold: bool = False,
+    on_commit: Callable[[Manifest], bool | None] | None = None,
 ) -> Manifest | None:
     """Run ``mutator`` against the head and commit its result as the next version.
 
     Returns the committed manifest, or ``None`` when the mutator declined (no-op).
     ``fold``: write every changed file entry into its chunk (no root overlay; erasures).
+    ``on_commit(m)``: called once the version has landed (its manifest created), before the
+    pointer (a hint) moves and the after-commit hooks run; it must not raise (the group
+    commit releases its waiters there). It returns False when a later commit, already under
+    way, is to move the pointer instead (the pointer may lag, §3).
     Raises ``CommitConflict`` naming the table and versions when retries run out.
     """
     head = tlog.head()
@@ -244,7 +249,8 @@ def commit(
             else:
                 head = tlog.head()
                 continue
-        tlog.advance_pointer(m)
+        if on_commit is None or on_commit(m) is not False:
+            tlog.advance_pointer(m)
         telemetry.emit("commit", table=tlog.name, operation=m.operation, version=m.version,
                        attempts=attempt)
         log.info("commit", extra={"table": tlog.name, "version": m.version,

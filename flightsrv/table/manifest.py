@@ -239,11 +239,21 @@ class Manifest:
             1 for o in overlay if o.get("removed") and o["path"].startswith(INLINE_PREFIX))
         if inlined > 0:
             d["format_version"] = INLINE_FORMAT
-        d.update(schema=self.schema, schemas=list(self.schemas),
-                 last_column_id=self.last_column_id, partition_spec=self.partition_spec,
-                 partition_specs=list(self.partition_specs),
-                 last_partition_id=self.last_partition_id, properties=self.properties,
-                 chunks=[r.to_json() for r in chunk_refs], deletes=self.deletes)
+        # a root is written by every commit: fields at their defaults are left out (readers
+        # default them, §14.1), and so is the ISO copy of created_at_ms (readers ignore it)
+        del d["created_at"]
+        d.update(schema=self.schema, last_column_id=self.last_column_id,
+                 properties=self.properties, chunks=[r.to_json() for r in chunk_refs])
+        if self.schemas:
+            d["schemas"] = list(self.schemas)
+        if self.partition_spec != UNPARTITIONED or self.partition_specs:
+            d["partition_spec"] = self.partition_spec
+        if self.partition_specs:
+            d["partition_specs"] = list(self.partition_specs)
+        if self.last_partition_id != 999:
+            d["last_partition_id"] = self.last_partition_id
+        if self.deletes:
+            d["deletes"] = self.deletes
         if overlay:
             d["overlay"] = overlay
         return json.dumps(d, separators=(",", ":"), sort_keys=False).encode()
@@ -298,7 +308,7 @@ class Pointer:
     def to_json(self) -> bytes:
         return json.dumps({"format_version": self.format_version, "version": self.version,
                            "manifest": manifest_key(self.version), "table_uuid": self.table_uuid,
-                           "commit_id": self.commit_id}).encode()
+                           "commit_id": self.commit_id}, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes, *, key: str = POINTER_KEY) -> "Pointer":

@@ -291,7 +291,7 @@ class Table:
 
     def commit_files(self, files, *, operation: str = "append", extra: dict | None = None,
                      expected_schema: dict | None = None,
-                     expected_uuid: str | None = None) -> Manifest:
+                     expected_uuid: str | None = None, on_commit=None) -> Manifest:
         """Commit already-written data files (appends commute, so this rebases freely).
 
         ``expected_schema``: the schema JSON the files were written with. Format 2: the
@@ -300,7 +300,7 @@ class Table:
         §14.3). Format 1: the head's schema must be the same. ``expected_uuid``: the
         ``table_uuid`` of the table the files were written for; if the table was dropped
         and created again or replaced meanwhile, nothing is committed (the rows were meant
-        for a table that no longer exists)."""
+        for a table that no longer exists). ``on_commit``: see ``flightsrv.table.commit``."""
         schema_json = expected_schema
 
         def mutate(head):
@@ -313,7 +313,7 @@ class Table:
             return dataclasses.replace(head, operation=operation, summary=summary,
                                        data_files=head.data_files + added)
 
-        m = self.commit(mutate)
+        m = self.commit(mutate, on_commit=on_commit)
         if any(f.inline is not None for f in files):
             self.maybe_flush(m)
         return m
