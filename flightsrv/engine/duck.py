@@ -104,7 +104,7 @@ from flightsrv.sql import types as sqltypes
 from flightsrv.sql import names
 from flightsrv.sql.diag import caret_block
 from flightsrv.sql.names import PublicNames
-from flightsrv.runtime import text_cache
+from flightsrv.runtime import one_statement, text_cache
 
 DEFAULT_BATCH_SIZE = 122_880  # DuckDB's row-group size; a multiple of its 2048-row vectors
 #: default read path of local files with deleted rows (see DuckEngine.masked_scans):
@@ -250,7 +250,8 @@ class DuckEngine:
                 params: pa.RecordBatch | None = None, *,
                 cancel: Cancel | None = None) -> Prepared:
         try:
-            return self._prepare(sql, session, params, cancel=cancel)
+            with one_statement():  # each pass over the text once, even when none is cached
+                return self._prepare(sql, session, params, cancel=cancel)
         except (SqlError, TableNotFound) as e:
             raise self._helped(e, sql) from None
 
@@ -336,7 +337,8 @@ class DuckEngine:
         """Run a statement that returns rows. ``extra``: relations bound by name for this
         statement only (the Python API's Arrow sources; the server never passes any)."""
         try:
-            return self._execute_query(sql, session, params, cancel=cancel, extra=extra)
+            with one_statement():  # each pass over the text once, even when none is cached
+                return self._execute_query(sql, session, params, cancel=cancel, extra=extra)
         except (SqlError, TableNotFound) as e:
             raise self._helped(e, sql, extra) from None
 
@@ -367,14 +369,15 @@ class DuckEngine:
         pinner = self._pinner()
         # the same text over the same pinned versions, parameters of the same types: the
         # kept plan with this execution's pins and values (checked and run as any other)
-        qp = self._kept_plan(stmt, pinner, rows[0]) if not ctx.extra else None
+        key = self._plan_key(stmt, pinner, rows[0]) if not ctx.extra else None
+        qp = self._kept_plan(key, pinner, rows[0])
         if qp is not None:
             reader = self._start(sql, qp, rows[0], ctx)
         else:
             tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count)
             # bind_params copied the tree when it bound values: plan that copy in place
             reader = self._run_query(stmt, tree, "query", pinner, rows[0], ctx,
-                                     owned=stmt.param_count > 0, keep=True)
+                                     owned=stmt.param_count > 0, keep=key)
         return QueryResult(reader.schema, reader, ctx.info)
 
     # -- the plan cache: (text, pinned versions, parameter types) -> plan ----------------------
@@ -401,11 +404,10 @@ class DuckEngine:
         return (stmt.sql, lossy, tuple(pins),
                 tuple((str(v.type), v.is_valid) for v in values))
 
-    def _kept_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner,
+    def _kept_plan(self, key: tuple | None, pinner: sqlplan.Pinner,
                    values: list[pa.Scalar]) -> sqlplan.QueryPlan | None:
-        """The plan kept for ``stmt`` at these pins and parameter types, rebuilt with this
+        """The plan kept under ``key`` (:meth:`_plan_key`, None: none), rebuilt with this
         execution's snapshots and values (pruning hints rebound), or None."""
-        key = self._plan_key(stmt, pinner, values)
         kept = self._plans.get(key) if key is not None else None
         if kept is None:
             return None
@@ -422,16 +424,14 @@ class DuckEngine:
                                     None if columns is None else list(columns), tuple(prune)))
         return sqlplan.QueryPlan(None, out, text)
 
-    def _keep_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner,
-                   values: list[pa.Scalar], qp: sqlplan.QueryPlan) -> None:
-        """Keep ``qp`` (just planned for ``stmt`` on ``pinner``) when it is a function of
-        the plan key alone: the user's text with the references spliced (so the text DuckDB
-        runs binds the values natively and does not hold them), no metadata functions, every
-        pruning hint's parameter operands known, and pins that are exactly the key's."""
+    def _keep_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner, key: tuple,
+                   qp: sqlplan.QueryPlan) -> None:
+        """Keep ``qp`` (just planned for ``stmt`` on ``pinner``) under ``key`` (its
+        :meth:`_plan_key`, computed before planning) when it is a function of the plan key
+        alone: the user's text with the references spliced (so the text DuckDB runs binds
+        the values natively and does not hold them), no metadata functions, every pruning
+        hint's parameter operands known, and pins that are exactly the key's."""
         if qp.text is None or qp.functions:
-            return
-        key = self._plan_key(stmt, pinner, values)
-        if key is None:
             return
         pins = {id(snap): pin for pin, snap in pinner.pins.items()}
         if set(pinner.pins) != {p[:3] for p in key[2]}:
@@ -474,15 +474,16 @@ class DuckEngine:
     def _run_query(self, stmt: st.Statement, bound: exp.Expression, part: str,
                    pinner: sqlplan.Pinner, values: list[pa.Scalar],
                    ctx: _Ctx, *, check_types=None, owned: bool = False,
-                   keep: bool = False) -> pa.RecordBatchReader:
+                   keep: tuple | None = None) -> pa.RecordBatchReader:
         """Plan, verify, register and start a query; the returned reader owns the cursor.
         ``ctx.cancel`` interrupts DuckDB (``interrupt()``) while the query runs or streams.
-        ``owned``: see :meth:`_plan`; ``keep``: keep the plan (:meth:`_keep_plan`)."""
+        ``owned``: see :meth:`_plan`; ``keep``: the plan key (:meth:`_plan_key`) to keep
+        the plan under (:meth:`_keep_plan`), None: not kept."""
         sql = stmt.sql
         qp = self._plan(_literal_if_lossy(stmt, values), bound, part, pinner,
                         frozenset(ctx.extra), owned=owned)
-        if keep:
-            self._keep_plan(stmt, pinner, values, qp)
+        if keep is not None:
+            self._keep_plan(stmt, pinner, keep, qp)
         return self._start(sql, qp, values, ctx, check_types=check_types)
 
     def _start(self, sql: str, qp: sqlplan.QueryPlan, values: list[pa.Scalar], ctx: _Ctx,
@@ -930,8 +931,9 @@ class DuckEngine:
                        cancel: Cancel | None = None, info: ExecInfo | None = None,
                        extra: dict[str, pa.Table] | None = None) -> int:
         try:
-            return self._execute_update(sql, session, params, cancel=cancel, info=info,
-                                        extra=extra)
+            with one_statement():  # each pass over the text once, even when none is cached
+                return self._execute_update(sql, session, params, cancel=cancel, info=info,
+                                            extra=extra)
         except (SqlError, TableNotFound) as e:
             raise self._helped(e, sql, extra) from None
 

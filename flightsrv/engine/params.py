@@ -120,7 +120,10 @@ def references(stmt: st.Statement) -> tuple | None:
         if any(True for _ in tree.find_all(exp.HistoricalData)
                for p in _.find_all(exp.Placeholder)):
             return None
-        bound = binder.bind(tree.copy(), stmt.sql)
+        # a query's binding was made while parsing (the same bind: the binder only reads
+        # the tree, so no copy); any other statement's skipped its target
+        bound = stmt.binding if isinstance(stmt, st.Query) and stmt.binding is not None \
+            else binder.bind(tree, stmt.sql)
         if bound.functions or bound.extras:
             return None
         return tuple((ref.name, *sqlplan._time_travel(ref, stmt.sql)) for ref in bound.tables)

@@ -303,8 +303,9 @@ def _check_nesting(types, sql: str) -> None:
 
 @text_cache(maxsize=256)
 def _tokenize(text: str) -> tuple:
-    """sqlglot's DuckDB tokens of ``text``, cached: classifying and parsing one statement
-    read them three times (a 1,000-value IN list costs milliseconds per pass)."""
+    """sqlglot's DuckDB tokens of ``text``, cached: classifying, parsing and planning one
+    statement read them four times (a 1,000-value IN list costs milliseconds per pass); a
+    text too long to cache is still tokenized once per statement (``one_statement``)."""
     return tuple(lexer.tokenize(text))
 
 
