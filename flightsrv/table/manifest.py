@@ -240,8 +240,7 @@ class Manifest:
         if inlined > 0:
             d["format_version"] = INLINE_FORMAT
         # a root is written by every commit: fields at their defaults are left out (readers
-        # default them, §14.1), and so is the ISO copy of created_at_ms (readers ignore it)
-        del d["created_at"]
+        # default them, §14.1); every field of §4 without a default stays, ``created_at`` too
         d.update(schema=self.schema, last_column_id=self.last_column_id,
                  properties=self.properties, chunks=[r.to_json() for r in chunk_refs])
         if self.schemas:
