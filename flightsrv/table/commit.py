@@ -64,6 +64,9 @@ class TableLog:
         self._cache: LRUCache[int, Manifest] = LRUCache(maxsize=cache_size)
         self._lock = threading.Lock()  # guards ``_cache`` and ``_uuid``
         self._uuid: str | None = None
+        #: the pointer this log read last and its ETag (any thread's read): the first
+        #: compare-and-swap of :meth:`advance_pointer` is made against it, with no GET
+        self._seen_pointer: tuple[Pointer, str] | None = None
         #: callables ``hook(manifest)`` run after each commit of this log (best effort)
         self.after_commit: list[Callable[[Manifest], None]] = []
 
@@ -82,7 +85,10 @@ class TableLog:
             raw, meta = self.store.get(POINTER_KEY)
         except ObjectNotFound:
             return None, None
-        return Pointer.from_json(raw, key=f"{self.name}/{POINTER_KEY}"), meta.etag
+        ptr = Pointer.from_json(raw, key=f"{self.name}/{POINTER_KEY}")
+        if meta.etag:
+            self._seen_pointer = (ptr, meta.etag)
+        return ptr, meta.etag
 
     def _cached(self, version: int) -> Manifest | None:
         with self._lock:
@@ -177,6 +183,21 @@ class TableLog:
         """Move the pointer forward to ``m`` by CAS; never backward. Best effort: a failure
         here leaves a lagging hint, which readers correct by rolling forward."""
         body = Pointer(m.version, m.table_uuid, m.commit_id, m.format_version).to_json()
+        seen = self._seen_pointer
+        if seen is not None and seen[0].version < m.version and \
+                seen[0].table_uuid == m.table_uuid:
+            # the pointer as last read (by the commit's own head, usually): if it is still
+            # that object, it is behind m, and the swap moves it forward without a GET first
+            try:
+                self.store.put(POINTER_KEY, body, mode=PutMode.IF_MATCH, etag=seen[1])
+                return
+            except PreconditionFailed:
+                pass  # moved or rewritten since: read it, as below
+            except StoreError as exc:
+                log.warning("pointer update failed", extra={"table": self.name,
+                                                            "version": m.version,
+                                                            "error": str(exc)})
+                return
         for _ in range(8):
             try:
                 ptr, etag = self.read_pointer()
