@@ -45,7 +45,9 @@ def _eight_writers(backend, tmp_path, request, per_writer: int):
 @pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_eight_writer_processes_append(backend, tmp_path, request):
-    _eight_writers(backend, tmp_path, request, per_writer=8)
+    # on S3 every conflict is several requests to one locked test server: 5 appends a
+    # writer (40 racing commits) race as hard, at two thirds of the CPU
+    _eight_writers(backend, tmp_path, request, per_writer=8 if backend == "local" else 5)
 
 
 @pytest.mark.slow
