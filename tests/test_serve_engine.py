@@ -22,20 +22,28 @@ from flightsrv.store.faults import FaultPlan, FaultyStore
 SCHEMA = pa.schema([("id", pa.int64()), ("who", pa.string())])
 
 
-def test_concurrent_inserts_share_one_commit(tmp_path):
-    """The first INSERT's manifest write is held until three more INSERTs queue behind it;
-    those three then land in one version together."""
+def _holding_first_write(tmp_path, matches, pattern):
+    """A warehouse with table ``g`` whose first write (after the table's creation) of a key
+    that ``matches`` waits until ``gate`` is set; ``held`` then names that key."""
     gate, armed, held = threading.Event(), [], []
 
-    def hold_first_manifest(op, key):
-        if armed and "/manifest/v" in key and not held:
+    def hold_first(op, key):
+        if armed and matches(key) and not held:
             held.append(key)
             assert gate.wait(30)
 
-    plan = FaultPlan(before_write=hold_first_manifest, key_pattern="manifest/v")
+    plan = FaultPlan(before_write=hold_first, key_pattern=pattern)
     wh = Warehouse(FaultyStore(open_store(str(tmp_path / "wh")), plan))
     wh.create_table("g", SCHEMA)
     armed.append(True)
+    return wh, gate, held
+
+
+def test_concurrent_inserts_share_one_commit(tmp_path):
+    """The first INSERT's manifest write is held until three more INSERTs queue behind it;
+    those three then land in one version together."""
+    wh, gate, held = _holding_first_write(tmp_path, lambda key: "/manifest/v" in key,
+                                          "manifest/v")
     engine = DuckEngine(wh)
     errors, counts = [], {}
 
@@ -77,17 +85,8 @@ def test_group_commit_releases_at_the_commit_point(tmp_path):
     nobody waits for the previous leader's pointer write (a hint; issue 35's tail). The first
     INSERT's pointer write is held; a second INSERT commits and returns meanwhile, and the
     pointer still only moves forward."""
-    gate, armed, held = threading.Event(), [], []
-
-    def hold_first_pointer(op, key):
-        if armed and key.endswith("_latest_manifest") and not held:
-            held.append(key)
-            assert gate.wait(30)
-
-    plan = FaultPlan(before_write=hold_first_pointer, key_pattern="_latest_manifest")
-    wh = Warehouse(FaultyStore(open_store(str(tmp_path / "wh")), plan))
-    wh.create_table("g", SCHEMA)
-    armed.append(True)
+    wh, gate, held = _holding_first_write(tmp_path, lambda key: key.endswith(
+        "_latest_manifest"), "_latest_manifest")
     engine = DuckEngine(wh)
     done = {}
 
