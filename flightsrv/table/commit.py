@@ -182,14 +182,21 @@ class TableLog:
     def advance_pointer(self, m: Manifest) -> None:
         """Move the pointer forward to ``m`` by CAS; never backward. Best effort: a failure
         here leaves a lagging hint, which readers correct by rolling forward."""
-        body = Pointer(m.version, m.table_uuid, m.commit_id, m.format_version).to_json()
+        new = Pointer(m.version, m.table_uuid, m.commit_id, m.format_version)
+        body = new.to_json()
+
+        def swapped(meta) -> None:  # the pointer is now ``new``, under the ETag it got
+            if getattr(meta, "etag", None):
+                self._seen_pointer = (new, meta.etag)
+
         seen = self._seen_pointer
         if seen is not None and seen[0].version < m.version and \
                 seen[0].table_uuid == m.table_uuid:
             # the pointer as last read (by the commit's own head, usually): if it is still
             # that object, it is behind m, and the swap moves it forward without a GET first
             try:
-                self.store.put(POINTER_KEY, body, mode=PutMode.IF_MATCH, etag=seen[1])
+                swapped(self.store.put(POINTER_KEY, body, mode=PutMode.IF_MATCH,
+                                       etag=seen[1]))
                 return
             except PreconditionFailed:
                 pass  # moved or rewritten since: read it, as below
@@ -202,11 +209,11 @@ class TableLog:
             try:
                 ptr, etag = self.read_pointer()
                 if ptr is None:
-                    self.store.put(POINTER_KEY, body, mode=PutMode.CREATE)
+                    swapped(self.store.put(POINTER_KEY, body, mode=PutMode.CREATE))
                     return
                 if ptr.version >= m.version and ptr.table_uuid == m.table_uuid:
                     return
-                self.store.put(POINTER_KEY, body, mode=PutMode.IF_MATCH, etag=etag)
+                swapped(self.store.put(POINTER_KEY, body, mode=PutMode.IF_MATCH, etag=etag))
                 return
             except PreconditionFailed:
                 continue
