@@ -189,25 +189,15 @@ class TableLog:
             if getattr(meta, "etag", None):
                 self._seen_pointer = (new, meta.etag)
 
+        # the first swap is against the pointer as last read (by the commit's own head,
+        # usually): if it is still that object, it is behind m and moves forward with no GET
         seen = self._seen_pointer
-        if seen is not None and seen[0].version < m.version and \
-                seen[0].table_uuid == m.table_uuid:
-            # the pointer as last read (by the commit's own head, usually): if it is still
-            # that object, it is behind m, and the swap moves it forward without a GET first
-            try:
-                swapped(self.store.put(POINTER_KEY, body, mode=PutMode.IF_MATCH,
-                                       etag=seen[1]))
-                return
-            except PreconditionFailed:
-                pass  # moved or rewritten since: read it, as below
-            except StoreError as exc:
-                log.warning("pointer update failed", extra={"table": self.name,
-                                                            "version": m.version,
-                                                            "error": str(exc)})
-                return
+        known = seen if seen is not None and seen[0].version < m.version and \
+            seen[0].table_uuid == m.table_uuid else None
         for _ in range(8):
             try:
-                ptr, etag = self.read_pointer()
+                ptr, etag = known if known is not None else self.read_pointer()
+                known = None  # moved or rewritten since: read it on the next try
                 if ptr is None:
                     swapped(self.store.put(POINTER_KEY, body, mode=PutMode.CREATE))
                     return
