@@ -4,12 +4,12 @@ Lock-down, in this order (FIELD_NOTES, DuckDB 2.0 section):
 
 1. ``SET enable_progress_bar=false`` (rejected inside ``connect(config=...)``);
    for a local warehouse, ``SET allowed_directories=[<warehouse root>/]`` and
-   ``SET parquet_metadata_cache=true`` (data files are write-once under unique keys, so a
+   ``SET GLOBAL parquet_metadata_cache=true`` (data files are write-once under unique keys, so a
    cached footer never goes stale): the engine's own ``read_parquet`` of pinned data files
    (:mod:`flightsrv.engine.native`) keeps working after step 2, and nothing outside that
    directory is readable. User SQL never reaches files: the SQL front end refuses every file
    function (``read_*``, ``glob``, ``parquet_*``), COPY, ATTACH and EXPORT;
-2. ``SET python_enable_replacements=false`` (an unknown table name never reads a Python
+2. ``SET GLOBAL python_enable_replacements=false`` (an unknown table name never reads a Python
    variable), then ``SET enable_external_access=false``: no file, network or extension access, so
    ``read_csv``, ``read_text``, ``glob``, ``COPY ... TO``, ``ATTACH``, ``INSTALL`` and
    ``read_parquet`` of any path all fail; registered Arrow objects still work;
@@ -37,7 +37,7 @@ LOCKDOWN = (
     "SET enable_progress_bar=false",
     # a table name that is not a registered relation must never resolve to a Python
     # variable of the calling frame (DuckDB's Python replacement scan)
-    "SET python_enable_replacements=false",
+    "SET GLOBAL python_enable_replacements=false",  # for every cursor, not this session
     "SET enable_external_access=false",
     "SET lock_configuration=true",
 )
@@ -75,7 +75,9 @@ def open_locked(threads: int | None = None, memory_limit: str | None = None,
     if allowed_directory is not None:
         root = os.path.join(os.path.abspath(allowed_directory), "")  # trailing "/": no siblings
         con.execute("SET allowed_directories=?", [[root]])
-        con.execute("SET parquet_metadata_cache=true")
+        # GLOBAL: a plain SET is the root connection's session alone, and every statement
+        # runs on a cursor (a session of its own), which would re-read each footer
+        con.execute("SET GLOBAL parquet_metadata_cache=true")
         # local files: read the pages a query needs rather than prefetching every projected
         # column chunk whole (measured on 10M rows: a point query 4.2 -> 2.3 ms, SELECT *
         # 503 -> 440 ms, the aggregate 17.7 -> 16.2 ms; benchmarks/RESULTS.md)
