@@ -138,8 +138,9 @@ class Server:
     def __init__(self, path, store=None, uri=None, **config):
         self.wh = Warehouse.open(uri) if uri else Warehouse(store or LocalStore(str(path)))
         self.engine = DuckEngine(self.wh)
+        # no interval tick and no commit-driven wake: the tests tick the worker themselves
         cfg = ServerConfig(**{"maintenance_interval_s": 3600, "maintenance_yield_s": 0,
-                              **config})
+                              "maintenance_wake_commits": 0, **config})
         self.server, port = start_in_thread(self.engine, config=cfg, auto_maintenance=True)
         self.uri = f"grpc://127.0.0.1:{port}"
         self.http = MetricsHttpServer(self.server.metrics, lambda: (True, "ready"), 0)
@@ -348,6 +349,28 @@ def test_worker_finds_writes_of_other_processes(served, tmp_path):
     assert sorted(other.to_table()["id"].to_pylist()) == list(range(160))
 
 
+def test_commits_wake_the_worker_before_the_interval(served):
+    """A stream of small commits is compacted while its files are few: 16 commits to a
+    table wake the worker (an hour's interval never would); 3 more do not."""
+    srv = served(maintenance_wake_commits=16)
+    sched = srv.server.maintenance
+    ticks0 = sched.ticks
+    insert_commits(srv, 16)  # CREATE TABLE and 16 INSERTs: 16 small files
+
+    def compacted():
+        return sched.ticks > ticks0 and srv.wh.table("t").head().operation == "compact"
+
+    deadline = time.monotonic() + 60
+    while not compacted() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert compacted(), "16 commits did not wake the worker"
+    before = sched.ticks
+    srv.sql(*[f"INSERT INTO t VALUES ({1000 + i}, 'x')" for i in range(3)])
+    time.sleep(1.0)
+    assert sched.ticks == before  # 3 commits: no early tick
+    assert srv.sql("SELECT count(*) FROM t") == [(163,)]
+
+
 def test_worker_yields_to_running_statements(served):
     srv = served(maintenance_yield_s=30)
     insert_commits(srv, 16)
@@ -401,6 +424,7 @@ def test_serve_flags_in_help_and_off_switch(tmp_path):
     assert "--no-auto-maintenance" in text and "(default: the worker runs)" in text
     assert re.search(r"--maintenance-interval SECONDS .*\(default: 5\.0\)", text)
     assert "(default: 32MiB)" in text
+    assert re.search(r"--maintenance-wake-commits N .*\(default: 16\)", text)
     started = {}
     for flags in ((), ("--no-auto-maintenance",)):
         srv = Served(str(tmp_path / "wh"), "--no-demo", "--maintenance-interval", "0.5", *flags)
@@ -410,4 +434,5 @@ def test_serve_flags_in_help_and_off_switch(tmp_path):
             srv.kill()
         started[flags] = [e for e in srv.events if e.get("event") == "maintenance_start"]
     assert started[()][0]["interval_s"] == 0.5 and started[()][0]["bytes_per_s"] == 32 << 20
+    assert started[()][0]["wake_commits"] == 16
     assert started[("--no-auto-maintenance",)] == []

@@ -81,6 +81,7 @@ class ServerConfig:
     maintenance_interval_s: float = 5.0  # seconds between the worker's ticks
     maintenance_rate: str = "32MiB"  # bytes read + written per second, on average
     maintenance_yield_s: float = 10.0  # longest wait for no statement running, per task
+    maintenance_wake_commits: int = 16  # commits to one table that wake the worker early
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerConfig:
@@ -119,6 +120,9 @@ class ServerConfig:
                                      "--maintenance-yield >= 0",
                                      interval=self.maintenance_interval_s,
                                      yield_s=self.maintenance_yield_s)
+        if self.maintenance_wake_commits < 0:
+            raise ConfigurationError("--maintenance-wake-commits must be >= 0 (0: never)",
+                                     value=self.maintenance_wake_commits)
         if self.maintenance_bytes_per_s < 1:
             raise ConfigurationError("--maintenance-rate must be at least 1 byte per second",
                                      value=self.maintenance_rate)
@@ -273,6 +277,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                      default=d.maintenance_yield_s, metavar="SECONDS",
                      help="how long a maintenance task waits for no statement to be "
                           "running before it runs anyway (default: %(default)s)")
+    mnt.add_argument("--maintenance-wake-commits", dest="maintenance_wake_commits", type=int,
+                     default=d.maintenance_wake_commits, metavar="N",
+                     help="a table that received N commits wakes the worker before the "
+                          "interval ends, at most twice a second; 0: only the interval "
+                          "(default: %(default)s)")
     demo = p.add_argument_group("demo table")
     demo.add_argument("--no-demo", action="store_true", help="do not seed the demo table")
     demo.add_argument("--demo", action="store_true", help="seed the demo table even on S3")

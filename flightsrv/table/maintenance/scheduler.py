@@ -11,6 +11,11 @@ Contract:
   order of the warehouse listing, so writes of other processes (Spark jobs, other
   servers) are found within ``ceil(tables / sweep_tables)`` ticks. A table whose head
   version is the one it last looked at is not examined again.
+- **Woken by commits.** A table that received ``wake_commits`` commits of this process
+  since the last tick wakes the worker before the interval ends (0: never), but a tick
+  so started begins at least ``min_gap_s`` after the previous one ended: a stream of small
+  commits is compacted while its files are few (reads open every file), and the worker
+  still ticks at most ``1 / min_gap_s`` times a second, its I/O still under the bucket.
 - **Bounded I/O.** A token bucket of ``bytes_per_s``: a task starts only when the bucket
   is not in debt; what a run read and wrote is charged after it (so the long-run rate is
   at most ``bytes_per_s``, and one run is at most a table's ``auto_compact.max_bytes`` of
@@ -50,6 +55,8 @@ DEFAULT_BYTES_PER_S = 32 * 1024 ** 2
 DEFAULT_YIELD_S = 10.0
 DEFAULT_SWEEP_TABLES = 16
 DEFAULT_MAX_RUNS_PER_TICK = 8
+DEFAULT_WAKE_COMMITS = 16  # the default auto_compact.min_small_files
+DEFAULT_MIN_GAP_S = 0.5
 THREAD_NAME = "flightsrv-maintenance"
 
 
@@ -74,6 +81,8 @@ class MaintenanceScheduler:
                  sweep_tables: int = DEFAULT_SWEEP_TABLES,
                  max_runs_per_tick: int = DEFAULT_MAX_RUNS_PER_TICK,
                  failure_backoff_ticks: int = 3,
+                 wake_commits: int = DEFAULT_WAKE_COMMITS,
+                 min_gap_s: float = DEFAULT_MIN_GAP_S,
                  on_run: Callable[[RunRecord], None] | None = None,
                  on_tick: Callable[[int], None] | None = None,
                  monotonic: Callable[[], float] = time.monotonic):
@@ -88,6 +97,10 @@ class MaintenanceScheduler:
         self.sweep_tables = max(0, int(sweep_tables))
         self.max_runs_per_tick = max(1, int(max_runs_per_tick))
         self.failure_backoff_ticks = max(0, int(failure_backoff_ticks))
+        self.wake_commits = max(0, int(wake_commits))
+        self.min_gap_s = max(0.0, float(min_gap_s))
+        self._now = False  # tick_now(): the next tick skips min_gap_s
+        self._last_tick_end = monotonic() - self.min_gap_s
         self.on_run = on_run
         self.on_tick = on_tick
         self._mono = monotonic
@@ -95,7 +108,8 @@ class MaintenanceScheduler:
         self._stop = threading.Event()
         self._cond = threading.Condition()
         self.ticks = 0
-        self._dirty: OrderedDict[str, None] = OrderedDict()  # bounded by the table count
+        # table -> commits since the last tick; bounded by the table count
+        self._dirty: OrderedDict[str, int] = OrderedDict()
         self._dirty_lock = threading.Lock()
         self._seen: dict[str, int] = {}  # table -> head version last examined
         self._backoff: dict[str, int] = {}  # table -> tick before which it is skipped
@@ -110,11 +124,16 @@ class MaintenanceScheduler:
         if event != "commit" or threading.current_thread().name == THREAD_NAME:
             return
         name = fields.get("table")
+        # a commit that may leave work (a small file, a DV object) counts toward an early
+        # wake; CREATE and DROP leave none
+        work = fields.get("operation") not in ("create", "drop")
         if isinstance(name, str):
             with self._dirty_lock:
-                self._dirty[name] = None
+                n = self._dirty[name] = self._dirty.get(name, 0) + work
                 while len(self._dirty) > 10_000:  # names of tables; a bound all the same
                     self._dirty.popitem(last=False)
+            if work and n == self.wake_commits:
+                self._wake.set()
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> MaintenanceScheduler:
@@ -122,7 +141,8 @@ class MaintenanceScheduler:
         self._thread.start()
         log.info("auto maintenance started", extra={"fields": {
             "event": "maintenance_start", "interval_s": self.interval_s,
-            "bytes_per_s": self.bytes_per_s, "yield_s": self.yield_s}})
+            "bytes_per_s": self.bytes_per_s, "yield_s": self.yield_s,
+            "wake_commits": self.wake_commits, "min_gap_s": self.min_gap_s}})
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -134,6 +154,7 @@ class MaintenanceScheduler:
 
     def tick_now(self) -> None:
         """Start the next tick now instead of at the end of the interval."""
+        self._now = True
         self._wake.set()
 
     def wait_ticks(self, n: int = 1, timeout: float = 60.0) -> bool:
@@ -152,6 +173,10 @@ class MaintenanceScheduler:
         while not self._stop.is_set():
             self._wake.wait(self.interval_s)
             self._wake.clear()
+            now, self._now = self._now, False
+            gap = self._last_tick_end + self.min_gap_s - self._mono()
+            if not now and gap > 0 and self._stop.wait(gap):
+                break
             if self._stop.is_set():
                 break
             try:
@@ -160,6 +185,7 @@ class MaintenanceScheduler:
                 log.warning("auto maintenance tick failed", extra={"fields": {
                     "event": "maintenance_tick_failed", "error_class": type(exc).__name__,
                     "error": str(exc)}})
+            self._last_tick_end = self._mono()
 
     # -- one tick -------------------------------------------------------------------------
     def _candidates(self) -> list[str]:
