@@ -137,6 +137,10 @@ def _client_work(uri: str, i: int) -> tuple[int, int, int]:
 def test_connections_spread_over_workers_and_agree(server):
     pids = server.worker_pids()
     assert sorted(pids) == [0, 1]
+    # each worker's start line names its socket and the port its clients reach
+    starts = [e for e in list(server.events) if e.get("event") == "start" and "worker" in e]
+    assert {e["worker"] for e in starts} >= {0, 1}
+    assert all(e["port"] == server.port and e["socket"].endswith(".sock") for e in starts)
     since = len(server.events)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda i: _client_work(server.uri, i), range(CONNECTIONS)))

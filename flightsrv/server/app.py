@@ -255,8 +255,12 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
                                          cfg.metrics_host, authorize)
     signals = StopOnSignals()
     stop, received = signals.stop, signals.received
+    # a worker listens on a unix socket (no port of its own): its line names the socket and
+    # the port its clients reach, the front's
+    where = {"host": host, "port": server.port} if fwd is None else \
+        {"socket": (location or "").split("://", 1)[-1], "port": fwd.public_port}
     log.info("serving", extra={"fields": {
-        "event": "start", "host": host, "port": server.port, "tls": tls is not None,
+        "event": "start", **where, "tls": tls is not None,
         "auth": auth is not None, "pid": os.getpid(),
         "metrics_port": metrics_http.port if metrics_http else None}})  # fmt: skip
     if on_start is not None:
