@@ -11,15 +11,17 @@ VARCHAR)`` seeded with ``SEED`` rows (``writer = -1``, ``val = 3 * id``) that no
 connection, run for ``FLIGHTSRV_BENCH_SECONDS`` (default 30); they start together once all
 have connected:
 
-- **optimizers** (2, or 1 under 8 clients): ``OPTIMIZE soak`` every ``OPTIMIZE_EVERY`` s;
-- **writers** (about half the rest): writer ``w`` owns the keys ``(w + 1) * 10**7 + n`` and
-  runs a random mix of ``INSERT INTO soak VALUES`` (3 rows), ``adbc_ingest`` append (5 rows),
-  ``DELETE FROM soak WHERE id = ?`` and ``UPDATE soak SET val = ? WHERE id = ?`` on one of
-  its live keys. It records which statements were acknowledged and checks its own writes:
-  a DELETE or UPDATE must report 1 row, a key re-read after an acknowledged delete is gone,
-  after an update shows the new value, after an insert is there once; and every
-  ``OWN_SCAN_EVERY`` statements ``SELECT id, val FROM soak WHERE writer = ?`` must equal its
-  model exactly (read-your-writes, during OPTIMIZE and automatic compaction);
+- **optimizers** (2, or 1 under 8 clients): ``OPTIMIZE soak`` every ``OPTIMIZE_EVERY`` s
+  (3, or ``FLIGHTSRV_BENCH_OPTIMIZE_EVERY``);
+- **writers** (about half the rest, or ``FLIGHTSRV_BENCH_WRITERS``): writer ``w`` owns the
+  keys ``(w + 1) * 10**7 + n`` and runs a random mix of ``INSERT INTO soak VALUES`` (3
+  rows), ``adbc_ingest`` append (5 rows), ``DELETE FROM soak WHERE id = ?`` and ``UPDATE
+  soak SET val = ? WHERE id = ?`` on one of its live keys. It records which statements were
+  acknowledged and checks its own writes: a DELETE or UPDATE must report 1 row, a key
+  re-read after an acknowledged delete is gone, after an update shows the new value, after
+  an insert is there once; and every ``OWN_SCAN_EVERY`` statements ``SELECT id, val FROM
+  soak WHERE writer = ?`` must equal its model exactly (read-your-writes, during OPTIMIZE
+  and automatic compaction);
 - **readers** (the rest): a point query ``WHERE id = ?`` on a seed row (exactly that row),
   a range scan of 200 seed ids (exactly those rows), and ``SELECT count(*), sum(val)
   FILTER (WHERE writer = -1), count(*) FILTER (WHERE writer = -1) FROM soak``: the seed part
@@ -62,7 +64,7 @@ from benchmarks.harness import Context, Row
 
 NAME = "soak"
 SEED = 20_000
-OPTIMIZE_EVERY = 3.0
+OPTIMIZE_EVERY = float(os.environ.get("FLIGHTSRV_BENCH_OPTIMIZE_EVERY", "3"))
 OWN_SCAN_EVERY = 5
 RANGE = 200
 KEY_SPAN = 10_000_000
@@ -88,6 +90,7 @@ class _Client:
         self.errors: dict[str, int] = collections.Counter()
         self.messages: list[str] = []
         self.violations: list[str] = []
+        self.spans: list[tuple[float, float]] = []  # wall-clock (start, end) of each statement
 
     def run(self, kind: str, sql: str, params=None, fetch: bool = True):
         """Run one statement, time it under ``kind``; returns (ok, rows or rowcount)."""
@@ -101,8 +104,14 @@ class _Client:
         except Exception as exc:  # counted: an error at default settings is a finding
             self.error(kind, exc)
             return False, None
-        self.lat[kind].append(time.perf_counter() - t0)
+        self.took(kind, t0)
         return True, out
+
+    def took(self, kind: str, t0: float) -> None:
+        dt = time.perf_counter() - t0
+        self.lat[kind].append(dt)
+        now = time.time()
+        self.spans.append((now - dt, now))
 
     def ingest(self, kind: str, table) -> bool:
         t0 = time.perf_counter()
@@ -111,7 +120,7 @@ class _Client:
         except Exception as exc:
             self.error(kind, exc)
             return False
-        self.lat[kind].append(time.perf_counter() - t0)
+        self.took(kind, t0)
         return True
 
     def error(self, kind: str, exc: Exception) -> None:
@@ -135,7 +144,7 @@ class _Client:
         except Exception:
             pass
         return {"lat": dict(self.lat), "errors": dict(self.errors), "messages": self.messages,
-                "violations": self.violations, **extra}
+                "violations": self.violations, "spans": self.spans, **extra}
 
 
 def _wait_start(ready, go, start_at) -> float:
@@ -388,6 +397,23 @@ def _time_travel(target: str) -> tuple[int, int, list[str]]:
     return checked, len(hist or []), bad
 
 
+def _in_flight(spans: list[tuple[float, float]], limit: int) -> tuple[int, float]:
+    """The most statements in flight at once (as the clients saw them, from the call to the
+    last batch) and the seconds during which more than ``limit`` were."""
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    most = n = 0
+    over, since = 0.0, None
+    for t, d in events:
+        n += d
+        most = max(most, n)
+        if n > limit and since is None:
+            since = t
+        elif n <= limit and since is not None:
+            over += t - since
+            since = None
+    return most, over
+
+
 def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000 if xs else float("nan")
 
@@ -396,7 +422,8 @@ def run(ctx: Context) -> list[Row]:
     clients = int(os.environ.get("FLIGHTSRV_BENCH_CLIENTS", "32").split(",")[-1])
     seconds = float(os.environ.get("FLIGHTSRV_BENCH_SECONDS", "30"))
     n_opt = 2 if clients >= 8 else 1
-    n_writers = max(1, (clients - n_opt) // 2)
+    n_writers = min(clients - n_opt, int(os.environ.get("FLIGHTSRV_BENCH_WRITERS", 0))
+                    or max(1, (clients - n_opt) // 2))
     n_readers = max(0, clients - n_opt - n_writers)
     uri = ctx.tempdir("soak")
     _seed(uri)
@@ -457,8 +484,9 @@ def run(ctx: Context) -> list[Row]:
     # -- the report ------------------------------------------------------------------------
     lat: dict[str, list[float]] = collections.defaultdict(list)
     errors: collections.Counter = collections.Counter()
-    messages, violations, crashed = [], [], []
+    messages, violations, crashed, spans = [], [], [], []
     for r in results:
+        spans += r.get("spans", [])
         for k, xs in r["lat"].items():
             lat[k].extend(xs)
         errors.update(r["errors"])
@@ -493,6 +521,7 @@ def run(ctx: Context) -> list[Row]:
                     for k in ("duplicated", "wrong_value", "phantom", "seed_damaged",
                               "unsure_bad"))
     total = sum(len(xs) for xs in lat.values())
+    most, over = _in_flight(spans, 16)
     workload = (f"{clients} clients ({n_readers} readers, {n_writers} writers, {n_opt} OPTIMIZE) "
                 f"of one principal, {seconds:.0f} s, server at default settings")
     rows_out: list[Row] = []
@@ -522,7 +551,8 @@ def run(ctx: Context) -> list[Row]:
         f"OPTIMIZE {dict(opt) or 0}, server maintenance runs {dict(maint) or 0}", "-", None,
         note=f"server CPU {cpu:.1f} s over {elapsed:.0f} s ({cpu / elapsed:.2f} cores), "
              f"{cpu / max(1, total) * 1000:.1f} ms/statement; server-logged failed statements "
-             f"{dict(srv_errors) or 0}"))
+             f"{dict(srv_errors) or 0}; statements in flight (client side) at most {most}, "
+             f"more than the default --max-concurrent-queries 16 for {over:.0f} s"))
     sys.stderr.write(json.dumps({"errors": dict(errors), "messages": messages[:10],
                                  "violations": violations[:10], "verify_server": verify_srv,
                                  "verify_direct": verify_dir, "time_travel_bad": tt_bad,
