@@ -116,11 +116,13 @@ class _Client:
     def ingest(self, kind: str, table) -> bool:
         t0 = time.perf_counter()
         try:
-            self.cur.adbc_ingest("soak", table, mode="append")
+            n = self.cur.adbc_ingest("soak", table, mode="append")
         except Exception as exc:
             self.error(kind, exc)
             return False
         self.took(kind, t0)
+        if n not in (-1, table.num_rows):  # -1: the driver does not know
+            self.violate(f"ingest of {table.num_rows} rows reported {n}")
         return True
 
     def error(self, kind: str, exc: Exception) -> None:
@@ -251,6 +253,8 @@ def _writer(target, seconds, ready, go, start_at, out, idx, w, counters) -> None
             ok, n = c.run("insert", sql, fetch=False)
             if ok:
                 bump(ins_acked, 3)
+                if n != 3:
+                    c.violate(f"writer {w} INSERT of 3 rows reported {n}")
                 live.update(zip(ks, vals))
                 check_key(ks[-1], vals[-1])
             else:
@@ -499,13 +503,18 @@ def run(ctx: Context) -> list[Row]:
         opt.update(r.get("optimize", {}))
     maint = collections.Counter()
     srv_errors = collections.Counter()
+    warned: list[str] = []  # warning/error lines and anything not JSON (a traceback)
     for line in open(log_path):
-        if not line.startswith("{"):
-            continue
         try:
-            ev = json.loads(line)
+            ev = json.loads(line) if line.startswith("{") else None
         except ValueError:
+            ev = None
+        if ev is None:
+            if line.strip() and not line.startswith("flightsrv: serving"):
+                warned.append(line.strip()[:200])
             continue
+        if ev.get("level") in ("warning", "error", "critical"):
+            warned.append(f"{ev.get('event')}: {ev.get('msg')}")
         if ev.get("event") == "maintenance_run":
             maint[f"{ev.get('task')} {ev.get('status')}"] += 1
         elif ev.get("event") == "maintenance_failed":
@@ -551,10 +560,13 @@ def run(ctx: Context) -> list[Row]:
         f"OPTIMIZE {dict(opt) or 0}, server maintenance runs {dict(maint) or 0}", "-", None,
         note=f"server CPU {cpu:.1f} s over {elapsed:.0f} s ({cpu / elapsed:.2f} cores), "
              f"{cpu / max(1, total) * 1000:.1f} ms/statement; server-logged failed statements "
-             f"{dict(srv_errors) or 0}; statements in flight (client side) at most {most}, "
-             f"more than the default --max-concurrent-queries 16 for {over:.0f} s"))
+             f"{dict(srv_errors) or 0}; server log warnings {len(warned)}"
+             + (f" (first: {' | '.join(warned[:3])})" if warned else "")
+             + f"; statements in flight (client side) at most {most}, more than the default "
+             f"--max-concurrent-queries 16 for {over:.0f} s"))
     sys.stderr.write(json.dumps({"errors": dict(errors), "messages": messages[:10],
                                  "violations": violations[:10], "verify_server": verify_srv,
                                  "verify_direct": verify_dir, "time_travel_bad": tt_bad,
-                                 "crashed": crashed[:2]}, default=str) + "\n")
+                                 "crashed": crashed[:2], "server_warnings": warned[:10]},
+                                default=str) + "\n")
     return rows_out
