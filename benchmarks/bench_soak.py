@@ -21,8 +21,12 @@ have connected:
   re-read after an acknowledged delete is gone, after an update shows the new value, after
   an insert is there once; and every ``OWN_SCAN_EVERY`` statements ``SELECT id, val FROM
   soak WHERE writer = ?`` must equal its model exactly (read-your-writes, during OPTIMIZE
-  and automatic compaction);
-- **readers** (the rest): a point query ``WHERE id = ?`` on a seed row (exactly that row),
+  and automatic compaction). Every writer also increments ``HOT`` shared rows (``UPDATE soak
+  SET val = val + 1 WHERE id = ?``, ids -1..-4, ``writer = -2``): concurrent updates of one
+  row, whose conflicts the server must re-run, not lose or surface;
+- **readers** (the rest): the hot rows (each between the increments acknowledged before the
+  query and those started before it ended, and never lower than this reader saw before), a
+  point query ``WHERE id = ?`` on a seed row (exactly that row),
   a range scan of 200 seed ids (exactly those rows), and ``SELECT count(*), sum(val)
   FILTER (WHERE writer = -1), count(*) FILTER (WHERE writer = -1) FROM soak``: the seed part
   exact, and the total count between the floor and the ceiling the writers' shared
@@ -37,7 +41,8 @@ At the end (after the clients stop): one pass over ``SELECT id, writer, val FROM
 through the server and once more through ``Warehouse.open(...).table("soak")`` after the
 server stopped, against the writers' models: every acknowledged insert present exactly once
 with its last acknowledged value (lost, duplicated, wrong value), every acknowledged delete
-absent (resurrected), no row nobody wrote (phantom), the seed intact; and time travel to a
+absent (resurrected), no row nobody wrote (phantom), the seed intact, each hot row equal to
+its acknowledged increments (a shortfall counts as lost updates); and time travel to a
 few versions of ``flightsrv_history('soak')``: ``count(*) AT (VERSION => v)`` equals that
 version's ``live_rows`` and the seed is whole there. Figures: statements by kind, q/s and
 p50/p99 per kind, errors, invariant violations, OPTIMIZE runs, the server's own maintenance
@@ -64,6 +69,7 @@ from benchmarks.harness import Context, Row
 
 NAME = "soak"
 SEED = 20_000
+HOT = 4  # rows every writer increments: ids -1..-HOT, writer = -2, val = increments so far
 OPTIMIZE_EVERY = float(os.environ.get("FLIGHTSRV_BENCH_OPTIMIZE_EVERY", "3"))
 OWN_SCAN_EVERY = 5
 RANGE = 200
@@ -181,10 +187,24 @@ def _reader(target, seconds, ready, go, start_at, out, idx, counters) -> None:
     seed_sum = 3 * SEED * (SEED - 1) // 2
     _wait_start(ready, go, start_at)
     deadline = time.time() + seconds
-    ins_acked, ins_started, del_acked, del_started = counters
+    ins_acked, ins_started, del_acked, del_started, hot_started, hot_acked, _ = counters
+    seen = [0] * HOT  # hot values this reader saw last: they never go down
     while time.time() < deadline:
         r = rng.random()
-        if r < 0.5:
+        if r < 0.1:
+            floor = list(hot_acked)
+            ok, rows = c.run("hot read", "SELECT id, val FROM soak WHERE writer = -2 ORDER BY id "
+                             "DESC")
+            ceil = list(hot_started)
+            if ok:
+                got = [v for _, v in rows]
+                if [k for k, _ in rows] != [-h - 1 for h in range(HOT)]:
+                    c.violate(f"hot rows: ids {[k for k, _ in rows]}")
+                elif any(not max(floor[h], seen[h]) <= got[h] <= ceil[h] for h in range(HOT)):
+                    c.violate(f"hot rows: {got} outside [{floor} (or last seen {seen}), {ceil}]")
+                else:
+                    seen = got
+        elif r < 0.5:
             k = rng.randrange(SEED)
             ok, rows = c.run("point", "SELECT id, writer, val FROM soak WHERE id = ?", (k,))
             if ok and rows != [(k, -1, 3 * k)]:
@@ -196,12 +216,12 @@ def _reader(target, seconds, ready, go, start_at, out, idx, counters) -> None:
             if ok and rows != [(k, 3 * k) for k in range(lo, lo + RANGE)]:
                 c.violate(f"range {lo}..{lo + RANGE - 1}: {len(rows)} rows, not the seed's")
         else:
-            floor0 = SEED + sum(ins_acked) - 0
+            floor0 = SEED + HOT + sum(ins_acked)
             ceil_del = sum(del_acked)
             ok, rows = c.run("aggregate", "SELECT count(*), sum(val) FILTER (WHERE writer = -1),"
                              " count(*) FILTER (WHERE writer = -1) FROM soak")
             floor = floor0 - sum(del_started)
-            ceil = SEED + sum(ins_started) - ceil_del
+            ceil = SEED + HOT + sum(ins_started) - ceil_del
             if ok:
                 total, s, n = rows[0]
                 if (n, s) != (SEED, seed_sum):
@@ -221,7 +241,7 @@ def _writer(target, seconds, ready, go, start_at, out, idx, w, counters) -> None
     live: dict[int, int] = {}  # acknowledged state of this writer's keys
     deleted: set[int] = set()
     unsure: dict[int, set] = {}  # key -> values it may hold (None: absent) after a failed stmt
-    ins_acked, ins_started, del_acked, del_started = counters
+    ins_acked, ins_started, del_acked, del_started, hot_started, hot_acked, hot_failed = counters
     stmts = 0
     _wait_start(ready, go, start_at)
     deadline = time.time() + seconds
@@ -232,9 +252,9 @@ def _writer(target, seconds, ready, go, start_at, out, idx, w, counters) -> None
         nxt += n
         return ks
 
-    def bump(arr, n):
+    def bump(arr, n, at=None):
         with arr.get_lock():
-            arr[w] += n
+            arr[w if at is None else at] += n
 
     def check_key(k, want):  # want: a value, or None for "absent"
         ok, rows = c.run("read-own", "SELECT val FROM soak WHERE id = ?", (k,))
@@ -260,7 +280,18 @@ def _writer(target, seconds, ready, go, start_at, out, idx, w, counters) -> None
             else:
                 for k, v in zip(ks, vals):
                     unsure[k] = {None, v}
-        elif r < 0.5:
+        elif r < 0.4:  # a row every writer updates: conflicts, re-runs, lost updates
+            h = rng.randrange(HOT)
+            bump(hot_started, 1, h)
+            ok, n = c.run("hot update", "UPDATE soak SET val = val + 1 WHERE id = ?", (-h - 1,),
+                          fetch=False)
+            if ok:
+                bump(hot_acked, 1, h)
+                if n != 1:
+                    c.violate(f"writer {w} hot UPDATE id={-h - 1} reported {n} rows")
+            else:
+                bump(hot_failed, 1, h)
+        elif r < 0.55:
             ks = fresh(5)
             vals = [rng.randrange(10**6) for _ in ks]
             tbl = pa.table({"id": pa.array(ks, pa.int64()), "writer": pa.array([w] * 5, pa.int64()),
@@ -345,15 +376,18 @@ def _seed(uri: str) -> None:
 
     from flightsrv import Warehouse
 
-    ids = list(range(SEED))
-    data = pa.table({"id": pa.array(ids, pa.int64()), "writer": pa.array([-1] * SEED, pa.int64()),
-                     "val": pa.array([3 * i for i in ids], pa.int64()),
+    ids = list(range(SEED)) + [-h - 1 for h in range(HOT)]
+    data = pa.table({"id": pa.array(ids, pa.int64()),
+                     "writer": pa.array([-1] * SEED + [-2] * HOT, pa.int64()),
+                     "val": pa.array([3 * i for i in range(SEED)] + [0] * HOT, pa.int64()),
                      "pad": pa.array([f"seed-{i}" for i in ids], pa.string())})
     Warehouse.open(uri).create_table("soak", data.schema).append(data)
 
 
-def _verify(rows: list[tuple], writers: list[dict]) -> dict:
-    """Compare ``(id, writer, val)`` rows with the writers' models."""
+def _verify(rows: list[tuple], writers: list[dict], hot_acked: list[int],
+            hot_failed: list[int]) -> dict:
+    """Compare ``(id, writer, val)`` rows with the writers' models and the hot rows with
+    the increments acknowledged (and failed: each may or may not have landed)."""
     count = collections.Counter(r[0] for r in rows)
     val = {r[0]: r[2] for r in rows}
     res = dict.fromkeys(("lost", "resurrected", "wrong_value", "unsure_bad", "acked_live",
@@ -361,7 +395,16 @@ def _verify(rows: list[tuple], writers: list[dict]) -> dict:
     res["duplicated"] = sum(1 for n in count.values() if n > 1)
     seed_ok = sum(1 for k in range(SEED) if count.get(k) == 1 and val[k] == 3 * k)
     res["seed_damaged"] = SEED - seed_ok
-    known = set(range(SEED))
+    known = set(range(SEED)) | {-h - 1 for h in range(HOT)}
+    res["hot_increments_acked"] = sum(hot_acked)
+    res["hot_lost_updates"] = res["hot_extra_updates"] = res["hot_rows_bad"] = 0
+    for h in range(HOT):
+        k = -h - 1
+        if count.get(k) != 1:
+            res["hot_rows_bad"] += 1
+            continue
+        res["hot_lost_updates"] += max(0, hot_acked[h] - val[k])
+        res["hot_extra_updates"] += max(0, val[k] - hot_acked[h] - hot_failed[h])
     for w in writers:
         known |= set(w["live"]) | set(w["deleted"]) | set(w["unsure"])
         for k, v in w["live"].items():
@@ -436,7 +479,8 @@ def run(ctx: Context) -> list[Row]:
     server = _serve(uri, port, log_path)
     target = f"grpc://127.0.0.1:{port}"
     mpc = mp.get_context("spawn")
-    counters = tuple(mpc.Array("q", n_writers) for _ in range(4))
+    counters = tuple(mpc.Array("q", n_writers) for _ in range(4)) + tuple(
+        mpc.Array("q", HOT) for _ in range(3))  # hot rows: started, acknowledged, failed
     ready, out, go = mpc.Queue(), mpc.Queue(), mpc.Event()
     start_at = mpc.Value("d", 0.0)
     procs = []
@@ -473,7 +517,7 @@ def run(ctx: Context) -> list[Row]:
         c = _Client(target)
         ok, rows = c.run("final", "SELECT id, writer, val FROM soak")
         if ok:
-            verify_srv = _verify(rows, writers)
+            verify_srv = _verify(rows, writers, list(counters[5]), list(counters[6]))
         final_err = c.messages
         c.report()
         tt_checked, versions, tt_bad = _time_travel(target)
@@ -486,7 +530,8 @@ def run(ctx: Context) -> list[Row]:
 
     direct = Warehouse.open(uri).table("soak").to_table(columns=["id", "writer", "val"])
     verify_dir = _verify(list(zip(*(direct.column(n).to_pylist()
-                                     for n in ("id", "writer", "val")))), writers)
+                                     for n in ("id", "writer", "val")))), writers,
+                         list(counters[5]), list(counters[6]))
 
     # -- the report ------------------------------------------------------------------------
     lat: dict[str, list[float]] = collections.defaultdict(list)
@@ -527,11 +572,12 @@ def run(ctx: Context) -> list[Row]:
         elif ev.get("event") == "statement" and str(ev.get("status")).lower() != "ok":
             srv_errors[ev.get("status")] += 1
     n_err = sum(errors.values()) + len(crashed)
-    lost = verify_srv.get("lost", -1) + verify_dir.get("lost", 0)
+    lost = verify_srv.get("lost", -1) + verify_dir.get("lost", 0) \
+        + verify_srv.get("hot_lost_updates", 0) + verify_dir.get("hot_lost_updates", 0)
     res = verify_srv.get("resurrected", -1) + verify_dir.get("resurrected", 0)
     bad_other = sum(v.get(k, 0) for v in (verify_srv, verify_dir)
                     for k in ("duplicated", "wrong_value", "phantom", "seed_damaged",
-                              "unsure_bad"))
+                              "unsure_bad", "hot_extra_updates", "hot_rows_bad"))
     total = sum(len(xs) for xs in lat.values())
     most, over = _in_flight(spans, 16)
     workload = (f"{clients} clients ({n_readers} readers, {n_writers} writers, {n_opt} OPTIMIZE) "
