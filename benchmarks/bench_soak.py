@@ -23,7 +23,8 @@ have connected:
   soak WHERE writer = ?`` must equal its model exactly (read-your-writes, during OPTIMIZE
   and automatic compaction). Every writer also increments ``HOT`` shared rows (``UPDATE soak
   SET val = val + 1 WHERE id = ?``, ids -1..-4, ``writer = -2``): concurrent updates of one
-  row, whose conflicts the server must re-run, not lose or surface;
+  row, whose conflicts the server must re-run, not lose or surface (a share ``HOT_SHARE``
+  of its statements, 0.1, or ``FLIGHTSRV_BENCH_HOT_SHARE``);
 - **readers** (the rest): the hot rows (each between the increments acknowledged before the
   query and those started before it ended, and never lower than this reader saw before), a
   point query ``WHERE id = ?`` on a seed row (exactly that row),
@@ -70,6 +71,7 @@ from benchmarks.harness import Context, Row
 NAME = "soak"
 SEED = 20_000
 HOT = 4  # rows every writer increments: ids -1..-HOT, writer = -2, val = increments so far
+HOT_SHARE = float(os.environ.get("FLIGHTSRV_BENCH_HOT_SHARE", "0.1"))  # of writer statements
 OPTIMIZE_EVERY = float(os.environ.get("FLIGHTSRV_BENCH_OPTIMIZE_EVERY", "3"))
 OWN_SCAN_EVERY = 5
 RANGE = 200
@@ -264,6 +266,19 @@ def _writer(target, seconds, ready, go, start_at, out, idx, w, counters) -> None
     while time.time() < deadline:
         stmts += 1
         r = rng.random()
+        if r < HOT_SHARE:  # a row every writer updates: conflicts, re-runs, lost updates
+            h = rng.randrange(HOT)
+            bump(hot_started, 1, h)
+            ok, n = c.run("hot update", "UPDATE soak SET val = val + 1 WHERE id = ?", (-h - 1,),
+                          fetch=False)
+            if ok:
+                bump(hot_acked, 1, h)
+                if n != 1:
+                    c.violate(f"writer {w} hot UPDATE id={-h - 1} reported {n} rows")
+            else:
+                bump(hot_failed, 1, h)
+            continue
+        r = rng.random()
         if not live or r < 0.3:
             ks = fresh(3)
             vals = [rng.randrange(10**6) for _ in ks]
@@ -280,18 +295,7 @@ def _writer(target, seconds, ready, go, start_at, out, idx, w, counters) -> None
             else:
                 for k, v in zip(ks, vals):
                     unsure[k] = {None, v}
-        elif r < 0.4:  # a row every writer updates: conflicts, re-runs, lost updates
-            h = rng.randrange(HOT)
-            bump(hot_started, 1, h)
-            ok, n = c.run("hot update", "UPDATE soak SET val = val + 1 WHERE id = ?", (-h - 1,),
-                          fetch=False)
-            if ok:
-                bump(hot_acked, 1, h)
-                if n != 1:
-                    c.violate(f"writer {w} hot UPDATE id={-h - 1} reported {n} rows")
-            else:
-                bump(hot_failed, 1, h)
-        elif r < 0.55:
+        elif r < 0.5:
             ks = fresh(5)
             vals = [rng.randrange(10**6) for _ in ks]
             tbl = pa.table({"id": pa.array(ks, pa.int64()), "writer": pa.array([w] * 5, pa.int64()),
