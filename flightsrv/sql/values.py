@@ -148,6 +148,24 @@ def _scan_constants(body: str) -> tuple[int, int, tuple[int, ...]] | None:
     return 1 + len(rest), width, tuple(splits)
 
 
+def constant_rows_span(sql: str) -> tuple[int, int] | None:
+    """Where the rows of an INSERT ... VALUES of rows of constants only (each as wide as the
+    first: what :func:`scan_insert_values` reads by its regular expression) lie in ``sql``:
+    ``(start, end)`` with ``sql[:start]`` the head (``INSERT INTO t [(cols)] VALUES`` and
+    the space after it), ``sql[start:end]`` the rows, ``sql[end:]`` whitespace and at most
+    one ``;``. None for any other text. (The statement log's redaction reads such a list
+    by the same expression instead of tokenizing 200,000 constants.)"""
+    m = _HEAD.match(sql)
+    if m is None or _ODD_SPACE.search(sql):
+        return None
+    body = sql[m.end():].rstrip()
+    if body.endswith(";"):
+        body = body[:-1]
+    if _scan_constants(body) is None:
+        return None
+    return m.end(), m.end() + len(body.rstrip())
+
+
 def split_rows(values: str, rows: int, cuts: tuple[int, ...], parts: int) -> list[str]:
     """``values`` (a scan's :attr:`~ValuesScan.values` of ``rows`` rows) cut at some of
     its ``cuts`` (:attr:`~ValuesScan.splits`) into at most ``parts`` lists of whole rows
@@ -273,5 +291,5 @@ def _scan(sql: str, max_depth: int, constants: bool) -> ValuesScan | None:
                       frozenset(nested), widths[0] if len(set(widths)) == 1 else None)
 
 
-__all__ = ["KEYWORDS", "SPLIT_ROWS", "TYPE_WORDS", "ValuesScan", "scan_insert_values",
-           "split_rows"]
+__all__ = ["KEYWORDS", "SPLIT_ROWS", "TYPE_WORDS", "ValuesScan", "constant_rows_span",
+           "scan_insert_values", "split_rows"]
