@@ -129,6 +129,7 @@ def test_long_constant_list_in_parts_agrees_with_duckdb(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "cpu_count", lambda: 4)  # four parts on any machine
     monkeypatch.setattr(writes, "VALUES_PART_ROWS", 256)
+    monkeypatch.setattr(writes, "VALUES_CHUNK_ROWS", 256)
     wh, ref = _setup(tmp_path / "wh")
     rows = ", ".join(f"({i}, '2026-01-01 00:00:{i % 60:02d}', 'k''{i % 7}', "
                      f"{'NULL' if i % 5 == 0 else f'{i % 13}.25'}, {i}.125)"
@@ -155,6 +156,43 @@ def test_long_constant_list_in_parts_agrees_with_duckdb(tmp_path, monkeypatch):
         wh.sql(bad)
     assert "x2026" in str(want.value) and "x2026" in str(got.value)
     assert "INSERT INTO ev" in str(got.value)
+    assert wh.table("ev").head().version == before + 1
+
+
+def test_long_constant_list_runs_as_shorter_inserts(tmp_path, monkeypatch):
+    """A long list of constant rows reaches DuckDB as INSERTs of about VALUES_CHUNK_ROWS
+    rows each, in order, on one cursor when there is one part (DuckDB's CPU for one list
+    grows faster than its rows): the same rows as DuckDB's one INSERT, one commit; a value
+    that fails in a later INSERT fails the statement as DuckDB's would and commits
+    nothing."""
+    import os
+
+    from flightsrv.engine import writes
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one part
+    monkeypatch.setattr(writes, "VALUES_CHUNK_ROWS", 256)
+    texts: list = []
+    real = writes.split_rows
+    monkeypatch.setattr(writes, "split_rows", lambda *a: texts.extend(real(*a)) or real(*a))
+    wh, ref = _setup(tmp_path / "wh")
+    rows = ", ".join(f"({i}, TIMESTAMP '2026-01-01 00:00:{i % 60:02d}', 'k{i % 7}', "
+                     f"{'NULL' if i % 5 == 0 else f'{i % 13}.25'}, {i}.125)"
+                     for i in range(1, 1201))
+    sql = "INSERT INTO ev (id, ts, k, v, d) VALUES " + rows
+    before = wh.table("ev").head().version
+    assert wh.sql(sql) == 1200
+    ref.execute(sql)
+    assert len(texts) == 5 and all(t.count("TIMESTAMP") <= 256 for t in texts)
+    assert "".join(texts).count("TIMESTAMP") == 1200
+    assert wh.table("ev").head().version == before + 1
+    assert _rows(wh.sql("SELECT * FROM ev")) == _rows(ref.sql("SELECT * FROM ev")
+                                                      .to_arrow_table())  # same order
+    bad = sql.replace("(1000, TIMESTAMP '2026", "(1000, TIMESTAMP 'x2026")
+    with pytest.raises(duckdb.Error) as want:
+        ref.execute(bad)
+    with pytest.raises(FlightsrvError) as got:
+        wh.sql(bad)
+    assert "x2026" in str(want.value) and "x2026" in str(got.value)
     assert wh.table("ev").head().version == before + 1
 
 
