@@ -221,11 +221,11 @@ class Writes:
         return result.num_rows
 
     def _in_parts(self, runs: list, into_temp) -> pa.Table:
-        """The rows of ``into_temp(run)`` for each of ``runs`` (lists of whole rows of one
-        VALUES), in order: the first on this thread, the others on the engine's small
-        pool, each on its own cursor (DuckDB parses and binds one statement on one core;
-        two halves can use two free cores). A part the pool has
-        not started by the time this thread wants it runs here; after a part fails, the
+        """The rows of ``into_temp(run)`` for each of ``runs`` (each INSERTs consecutive
+        lists of whole rows of one VALUES, in order), in order: the first on this thread,
+        the others on the engine's small pool, each on its own cursor (DuckDB parses and
+        binds one statement on one core; two halves can use two free cores). A part the
+        pool has not started by the time this thread wants it runs here; after a part fails, the
         parts after it that have not started never run. The error raised is the one of
         the first part that failed, as one statement would have raised it."""
         if len(runs) == 1:
