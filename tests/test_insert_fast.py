@@ -383,6 +383,7 @@ def _constant_rows_statement(rnd, rows: int) -> str:
             str(rnd.randint(-10**6, 10**6)), f"{rnd.choice(['-', '+', ''])}{rnd.random()}",
             "1.", ".5", "1e5", "1.5E-3", "-2.5e+10", "NULL", "null", "TRUE", "false",
             "'x'", "''", "'it''s'", "'a -- b /* c */'", "'two\nlines'", "'  spaced  '",
+            "'café 日本'", "'ü'",
             f"TIMESTAMP{rnd.choice([' ', '  ', chr(10)])}'2026-01-01 00:00:01'",
             "date '2026-01-02'", "TIMESTAMPTZ '2026-01-01 00:00:00+00'", "Time '12:00'"])
 

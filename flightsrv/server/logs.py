@@ -379,7 +379,12 @@ def _tokens_of(sql: str) -> tuple[tuple[str, str], ...] | None:
         tokens = duckdb.tokenize(sql)
     except Exception:  # noqa: BLE001 - the callers say what refused text means
         return None
-    ends = [pos for pos, _ in tokens[1:]] + [len(sql)]
+    # the tokenizer's offsets count UTF-8 bytes: past a character beyond ASCII they are
+    # not the text's indexes (slicing the str there shifted every later token, and a
+    # constant's text showed as a keyword's)
+    data = sql.encode("utf-8", "surrogatepass")
+    ascii_only = len(data) == len(sql)
+    ends = [pos for pos, _ in tokens[1:]] + [len(data)]
     # the kind's name looked up once per kind, not per token (an enum's name is a
     # property: on a 10,000-row INSERT's 200,000 tokens it was most of the time)
     names: dict = {}
@@ -388,7 +393,8 @@ def _tokens_of(sql: str) -> tuple[tuple[str, str], ...] | None:
         name = names.get(kind)
         if name is None:
             name = names[kind] = getattr(kind, "name", str(kind))
-        out.append((name, sql[pos:end]))
+        out.append((name, sql[pos:end] if ascii_only
+                    else data[pos:end].decode("utf-8", "surrogatepass")))
     return tuple(out)
 
 
