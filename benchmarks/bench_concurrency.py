@@ -183,10 +183,13 @@ def _prepare(ctx: Context, n: int) -> tuple[str, dict[str, list[str]]]:
     return uri, files
 
 
-def _serve(uri: str, port: int, log_path: str, workers: int) -> subprocess.Popen:
+def _serve(uri: str, port: int, log_path: str, workers: int,
+           log_statements: str | None = "off") -> subprocess.Popen:
+    """``log_statements``: the ``--log-statements`` mode; None: the server's default."""
     log = open(log_path, "w")
+    mode = [] if log_statements is None else ["--log-statements", log_statements]
     proc = subprocess.Popen([sys.executable, "-m", "flightsrv.cli", "--warehouse", uri, "serve",
-                             "--no-demo", "--port", str(port), "--log-statements", "off",
+                             "--no-demo", "--port", str(port), *mode,
                              "--workers", str(workers)],
                             stdout=subprocess.DEVNULL, stderr=log, text=True,
                             start_new_session=True)

@@ -3,10 +3,10 @@
 Table ``ev (id BIGINT, ts TIMESTAMP, k VARCHAR, v DOUBLE)``; row ``i`` is
 ``(i, 2026-01-01 + i s, 'k' || i % 5, (i % 1000) / 10)`` (:func:`events`).
 
-**Writes** (``flightsrv serve`` in its own process at default settings on a local
-warehouse, so its CPU time can be read from ``/proc``; each writer its own process with its
-own ADBC connection, appending for a fixed time): 1 / 4 / 16 writers x appends of 1 / 100 /
-10,000 rows, by
+**Writes** (``flightsrv serve`` in its own process at default settings, the redacted
+statement log included, on a local warehouse, so its CPU time can be read from ``/proc``;
+each writer its own process with its own ADBC connection, appending for a fixed time):
+1 / 4 / 16 writers x appends of 1 / 100 / 10,000 rows, by
 
 - **ingest**: ``cursor.adbc_ingest`` of an Arrow batch (Flight SQL DoPut ingest);
 - **INSERT VALUES**: ``INSERT INTO ev VALUES (...), ...`` as text (string literals for the
@@ -196,7 +196,7 @@ def _writes(ctx: Context, seconds: float) -> list[Row]:
     Warehouse.open(uri).sql(DDL)
     port = _free_port()
     log_path = os.path.join(ctx.workdir, "ingest-server.log")
-    server = _serve(uri, port, log_path, 1)
+    server = _serve(uri, port, log_path, 1, log_statements=None)  # default: redacted
     target = f"grpc://127.0.0.1:{port}"
     rows_out: list[Row] = []
     found: dict = {}

@@ -102,3 +102,14 @@ def test_redacted_statement_text_keeps_no_constant(spelling):
     assert shown.startswith('SELECT "user col", count(*) FROM people WHERE email = ')
     assert "id IN (?, ?, ?, -?) AND z = $1 GROUP BY ?" in shown
     assert "\n" not in shown
+
+
+def test_redacted_statement_text_past_non_ascii_keeps_no_constant():
+    """DuckDB's tokenizer counts UTF-8 bytes: a character beyond ASCII before a constant
+    must not shift the reading (the constant showed, cut, where a keyword was)."""
+    from flightsrv.server.logs import StatementText
+
+    sql = ("SELECT 'café 日本', 1234567 FROM people WHERE email = 'mallory@example.org' "
+           "AND note = 'ü' AND id = 9876543210")
+    shown = StatementText("redacted")(sql)
+    assert shown == "SELECT ?, ? FROM people WHERE email = ? AND note = ? AND id = ?"
