@@ -66,6 +66,7 @@ import traceback
 import warnings
 
 from benchmarks.bench_concurrency import _cpu_seconds, _free_port, _stop
+from benchmarks.bench_concurrency import _serve as _serve_with
 from benchmarks.harness import Context, Row
 
 NAME = "soak"
@@ -359,20 +360,8 @@ def _client_main(role, args) -> None:
 
 
 def _serve(uri: str, port: int, log_path: str) -> subprocess.Popen:
-    log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "flightsrv.cli", "--warehouse", uri, "serve",
-                             "--no-demo", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=log, text=True,
-                            start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if "flightsrv: serving" in open(log_path).read():
-            return proc
-        if proc.poll() is not None:
-            raise RuntimeError("flightsrv serve exited before it listened")
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("flightsrv serve did not listen within 120 s")
+    """``flightsrv serve`` at its default settings (one worker, the default statement log)."""
+    return _serve_with(uri, port, log_path, 1, log_statements=None)
 
 
 def _seed(uri: str) -> None:
