@@ -639,7 +639,8 @@ class DuckEngine:
         and a view of it may be kept across statements (:class:`ViewCursors`)."""
         slots = len(ctx.mask_slots)
         snap = scan.snapshot
-        pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
+        pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest, snapshot=snap) \
+            if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
         selective = self.masked_scans in ("filtered", "prefetch")
         masked_native = self.masked_scans == "duckdb" or (selective and rels.pushable(pruner)) \
