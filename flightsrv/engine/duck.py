@@ -562,8 +562,9 @@ class DuckEngine:
                                  finish=finish)
         if self.min_batch_rows > 1:
             batches = coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
-        schema = plain_schema(inner.schema)
-        if schema != inner.schema:  # an ENUM column: its values, not a dictionary
+        raw = inner.schema
+        schema = plain_schema(raw)
+        if schema is not raw:  # an ENUM column: its values, not a dictionary
             batches = decoded(batches, schema)
         public = ctx.names.schema(schema)
         if public is not schema:  # DuckDB's names for the user's own statement
