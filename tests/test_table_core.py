@@ -275,3 +275,29 @@ def test_the_pointer_swap_after_a_commit_needs_no_read_of_its_own(tmp_path):
     t.append(pa.table({"a": [4]}))
     assert Warehouse.open(uri).table("t").log.read_pointer()[0].version == t.head().version
     assert sorted(Warehouse.open(uri).table("t").to_table()["a"].to_pylist()) == [1, 2, 3, 4]
+
+
+def test_a_version_pins_one_snapshot_object_and_a_commit_a_new_one(local_uri):
+    """Statements that pin the same version share its Snapshot (what it derived from the
+    manifest is computed once per version); a commit makes a new one; both caches are
+    bounded."""
+    from flightsrv.table.scan import SNAPSHOT_DERIVED_ENTRIES
+    from flightsrv.table.table import SNAPSHOTS_KEPT
+
+    t = Warehouse.open(local_uri, Runtime.deterministic(7)).create_table("t", SCHEMA)
+    t.append(rows(0, 10))
+    first = t.snapshot()
+    assert t.snapshot() is first and t.snapshot(version=first.version) is first
+    t.append(rows(10, 20))
+    after = t.snapshot()
+    assert after is not first and after.version == first.version + 1
+    assert after.manifest.live_rows == 20 and first.manifest.live_rows == 10
+    for i in range(SNAPSHOTS_KEPT):
+        t.append(rows(20 + i, 21 + i))
+        t.snapshot()
+    assert t.snapshot(version=first.version) is not first  # evicted: at most SNAPSHOTS_KEPT
+    assert len(t._snapshots) <= SNAPSHOTS_KEPT
+    for i in range(SNAPSHOT_DERIVED_ENTRIES + 5):
+        assert after.derived(("k", i), lambda i=i: i) == i
+    assert after.derived(("k", 0), lambda: "again") == "again"  # the oldest went first
+    assert len(after._derived) <= SNAPSHOT_DERIVED_ENTRIES

@@ -562,8 +562,9 @@ class DuckEngine:
                                  finish=finish)
         if self.min_batch_rows > 1:
             batches = coalesce(batches, self.min_batch_rows, MAX_COALESCE_BYTES)
-        schema = plain_schema(inner.schema)
-        if schema != inner.schema:  # an ENUM column: its values, not a dictionary
+        raw = inner.schema
+        schema = plain_schema(raw)
+        if schema is not raw:  # an ENUM column: its values, not a dictionary
             batches = decoded(batches, schema)
         public = ctx.names.schema(schema)
         if public is not schema:  # DuckDB's names for the user's own statement
@@ -639,7 +640,8 @@ class DuckEngine:
         and a view of it may be kept across statements (:class:`ViewCursors`)."""
         slots = len(ctx.mask_slots)
         snap = scan.snapshot
-        pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest) if scan.prune else None
+        pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest, snapshot=snap) \
+            if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
         selective = self.masked_scans in ("filtered", "prefetch")
         masked_native = self.masked_scans == "duckdb" or (selective and rels.pushable(pruner)) \

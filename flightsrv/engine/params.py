@@ -131,6 +131,12 @@ def references(stmt: st.Statement) -> tuple | None:
         return None
 
 
+def _schema_text(snap) -> str:
+    """The pinned version's schema as canonical JSON (kept with the snapshot)."""
+    return snap.derived(("schema json",),
+                        lambda: json.dumps(snap.manifest.schema, sort_keys=True))
+
+
 def schema_key(stmt: st.Statement, pinner: sqlplan.Pinner,
                refs: tuple | None = None) -> tuple | None:
     """(text, (table, uuid, schema JSON) per reference) for a query whose result schema and
@@ -147,11 +153,10 @@ def schema_key(stmt: st.Statement, pinner: sqlplan.Pinner,
         parts = []
         for name, version, as_of in refs:
             snap = pinner.pin(name, version, as_of)
-            m = snap.manifest
-            parts.append((name, m.table_uuid, json.dumps(m.schema, sort_keys=True)))
+            parts.append((name, snap.manifest.table_uuid, _schema_text(snap)))
             if version is not None or as_of is not None:
-                head = pinner.pin(name).manifest
-                parts.append((name, head.table_uuid, json.dumps(head.schema, sort_keys=True)))
+                head = pinner.pin(name)
+                parts.append((name, head.manifest.table_uuid, _schema_text(head)))
         return stmt.sql, tuple(parts)
     except Exception:  # noqa: BLE001 - see docstring
         return None

@@ -77,6 +77,9 @@ STATS_RELATION = "__fsrv_stats"
 IN_LIST_EXACT = 16
 #: more candidate files than this: prune by manifest statistics before reading footers
 FILE_PREFILTER = 64
+#: the decoded statistics of at most this many files are kept with their snapshot per
+#: statistics query (a point query's candidate files; more are decoded each time)
+KEPT_FILE_STATS = 1024
 #: IN lists longer than this are not hashed into buckets (each constant is one cast query)
 BUCKET_LIST_MAX = 256
 _NAN = float("nan")
@@ -329,14 +332,18 @@ def _exact_class(sql_type: str, column: pa.DataType) -> bool:
 class Pruner:
     """Prunes the units of one table reference for its ``terms``, running the statistics
     query on ``cursor`` (the statement's own DuckDB cursor, so settings such as the time
-    zone are the statement's)."""
+    zone are the statement's). ``snapshot``: the pinned snapshot ``schema`` and ``manifest``
+    are from; the files' decoded statistics are then kept with it (``Snapshot.derived``),
+    since they are a function of the version's file entries alone."""
 
-    def __init__(self, cursor, terms: Sequence[Any], schema: pa.Schema, manifest=None):
+    def __init__(self, cursor, terms: Sequence[Any], schema: pa.Schema, manifest=None, *,
+                 snapshot=None):
         names = {f.name for f in schema}
         self.terms = [t for t in terms if t.column in names]
         self.cursor = cursor
         self.schema = schema
         self.manifest = manifest
+        self._snapshot = snapshot
         self.files_pruned = 0
         self.chunk_files_pruned = 0  # data files under the chunks pruned
         self.row_groups_pruned = 0
@@ -503,6 +510,14 @@ class Pruner:
     # -- units -----------------------------------------------------------------------------
 
     def _file_cols(self, files: Sequence[DataFile]) -> dict:
+        """The statistics columns (as :meth:`_run` takes them) of ``files``, one unit each:
+        their manifest statistics and partition values."""
+        if self._snapshot is None or len(files) > KEPT_FILE_STATS:
+            return self._decode_file_cols(files)
+        key = ("file stats", tuple(self.columns), tuple(f.path for f in files))
+        return self._snapshot.derived(key, lambda: self._decode_file_cols(files))
+
+    def _decode_file_cols(self, files: Sequence[DataFile]) -> dict:
         m = self.manifest
         from flightsrv.table import partition as P
         from flightsrv.table.schema import type_from_json

@@ -104,10 +104,13 @@ def native_root(warehouse) -> str | None:
 
 def is_native(snapshot) -> bool:
     """Whether ``snapshot`` can be read natively (its table lives on a local store)."""
-    try:
-        return snapshot.store.local_path("probe") is not None
-    except (AttributeError, ValueError):
-        return False
+    def local() -> bool:
+        try:
+            return snapshot.store.local_path("probe") is not None
+        except (AttributeError, ValueError):
+            return False
+
+    return snapshot.derived(("native",), local)
 
 
 @dataclass
@@ -241,15 +244,17 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     rel = Relation("")
     manifest = snapshot.manifest
     remote = not is_native(snapshot)  # S3: files without deleted rows need no Python
-    keys = {c: (str(manifest.field_id(c)) if manifest.field_id(c) is not None else c)
-            for c in names}
+    keys = snapshot.derived(("stats keys", tuple(names)), lambda: {
+        c: (str(manifest.field_id(c)) if manifest.field_id(c) is not None else c)
+        for c in names})
     kinds: dict[int, str] = {}
     spellable: dict[int, bool] = {}  # schema id -> DuckDB can spell its projection
     shadowed: dict[int, bool] = {}  # schema id -> a column hides a virtual column we read
     fns: dict[int, tuple[str, int]] = {}  # id(file) -> (mask function, group) of a "cmask"
     if not open_scans:
         masks = None
-    for f in candidates:
+
+    def kind_of(f: DataFile) -> str:
         kind = "arrow"
         clean = _is_clean(f)
         if f.schema_id not in shadowed:
@@ -283,6 +288,16 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
             kind = "dataset"  # no row to mask: pyarrow's dataset scanner reads it natively
         if f.inline is not None:
             kind = "inline"  # the Arrow scan, read ahead into one table (a few rows each)
+        return kind
+
+    # how each file is read is a function of its (immutable) entry in the pinned version
+    # and of these arguments: kept with the snapshot, by path, for the next statement
+    known = snapshot.derived(("kinds", tuple(names), native, masked_native,
+                              masks is not None, hidden, open_scans), dict)
+    for f in candidates:
+        kind = known.get(f.path)
+        if kind is None:
+            kind = known[f.path] = kind_of(f)
         kinds[id(f)] = kind
     groups: dict[int, list[int]] = {}
     if pruner:
@@ -375,7 +390,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                 _check_file(path, f, table, snapshot.version)
                 rel.files[path] = (table, f.path, snapshot.version)
                 paths.append(_literal(path))
-            cols = _select_sql(snapshot.projection(run[0], names))
+            cols = snapshot.derived(("select", run[0].schema_id, tuple(names)),
+                                    lambda: _select_sql(snapshot.projection(run[0], names)))
             if hidden:
                 first = ordinal[id(run[0])]
                 cols += (f", CAST(file_index + {first} AS INTEGER) AS {FILE_COLUMN}"

@@ -193,10 +193,26 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _has_dictionary(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return True
+    if pa.types.is_map(t):
+        return _has_dictionary(t.key_type) or _has_dictionary(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_dictionary(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_has_dictionary(f.type) for f in t)
+    return False
+
+
 def plain_schema(schema: pa.Schema) -> pa.Schema:
     """A result schema without dictionary types: a result streams as plain values, because
     clients read a dictionary-encoded column badly or not at all (pyarrow's and ADBC's Flight
-    clients refuse the stream, the JDBC driver shows the indices)."""
+    clients refuse the stream, the JDBC driver shows the indices). ``schema`` itself (the
+    same object) when it has none: a caller asks ``is not``, since comparing two schemas
+    costs more than the rest of a point query's streaming setup."""
+    if not any(_has_dictionary(t) for t in schema.types):
+        return schema
     return pa.schema([f.with_type(_plain_type(f.type)) for f in schema],
                      metadata=schema.metadata)
 

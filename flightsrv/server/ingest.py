@@ -107,7 +107,12 @@ def read_params(reader, max_bytes: int) -> pa.RecordBatch | None:
     stream = limited(reader, max_bytes)
     if len(stream.schema) == 0:
         return None
-    table = pa.Table.from_batches(list(stream), schema=stream.schema)
+    batches = list(stream)
+    if len(batches) == 1 and not any(pa.types.is_union(t) for t in stream.schema.types):
+        # the usual bind: one batch (checked against max_bytes as it was read), its columns
+        # as they came, under plain fields of their names (as below)
+        return pa.RecordBatch.from_arrays(batches[0].columns, names=stream.schema.names)
+    table = pa.Table.from_batches(batches, schema=stream.schema)
     if table.nbytes > max_bytes:
         raise _too_big(table.combine_chunks().to_batches()[0], max_bytes)
     columns = []

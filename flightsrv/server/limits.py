@@ -136,20 +136,20 @@ class Concurrency:
     def acquire(self, user: str, deadline: float | None = None,
                 gone: Callable[[], bool] = lambda: False) -> float:
         """Take one of ``user``'s slots, waiting in its queue; returns the seconds waited."""
-        granted = threading.Event()
         with self._lock:
             queue = self._queues.get(user)
             n = self._running.get(user, 0)
             if n < self._limit and not queue:
                 self._running[user] = n + 1
-                granted.set()
+                granted = None  # a free slot: no event to wait on
             elif queue is not None and len(queue) >= self._max_queued:
                 raise ResourceLimit(f"too many {self._what}s waiting for a slot for this "
                                     "principal; retry when some finished", user=user,
                                     limit=self._queue_limit_name, value=self._max_queued)
             else:
+                granted = threading.Event()
                 self._queues.setdefault(user, deque()).append(granted)
-        if granted.is_set():
+        if granted is None:
             if self._on_wait is not None:
                 self._on_wait(0.0)
             return 0.0

@@ -123,6 +123,7 @@ class Metrics:
                                  registry=r)
         for name, fn in (gauges or {}).items():
             Gauge(p + name, name.replace("_", " "), registry=r).set_function(fn)
+        self._children: dict = {}  # (id(metric), labels) -> its child (see _child)
         self._unsubscribe = telemetry.subscribe(self._on_event)
 
     def _on_event(self, event: str, fields: dict) -> None:
@@ -148,14 +149,24 @@ class Metrics:
     def maintenance_tick(self, _n: int = 0) -> None:
         self.mnt_ticks.inc()
 
+    def _child(self, metric, *labels):
+        """``metric.labels(*labels)``, remembered: the labels of the per-call metrics are
+        RPC names, statement kinds and status names, a small fixed set, and prometheus'
+        own lookup (a lock and label checks) cost more than the increment."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def rpc(self, rpc: str, status: str) -> None:
-        self.requests.labels(rpc, status).inc()
+        self._child(self.requests, rpc, status).inc()
 
     def statement(self, kind: str, status: str, seconds: float, info: ExecInfo | None,
                   returned_rows: int = 0, returned_bytes: int = 0,
                   affected: int = 0) -> None:
-        self.statements.labels(kind, status).inc()
-        self.latency.labels(kind).observe(seconds)
+        self._child(self.statements, kind, status).inc()
+        self._child(self.latency, kind).observe(seconds)
         if returned_rows:
             self.rows_returned.inc(returned_rows)
         if returned_bytes:

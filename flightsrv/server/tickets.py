@@ -10,7 +10,9 @@ Contract:
   (``x``, ms since the epoch) and carries a random nonce (``n``), so two identical
   queries get distinct tickets and cancelling one never touches the other.
 - ``Ticket.kind``: ``query`` (``sql`` + ``params``, run lazily by DoGet; redeemable until
-  it expires), ``result`` (the id of a result kept server-side by ``results.ResultStore``,
+  it expires; one row of parameters of plain scalar types is carried as JSON values with
+  their Arrow type names, which read back to the very same batch, anything else as an
+  Arrow IPC stream), ``result`` (the id of a result kept server-side by ``results.ResultStore``,
   single use), ``count`` (an update already executed: an empty result), ``metadata``
   (a packed metadata command).
 - ``TicketCodec.open(raw, user)`` checks, in this order, and raises:
@@ -28,6 +30,7 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -42,6 +45,34 @@ MAGIC = b"FSQT2"
 _SIG = 32
 KINDS = {"q": "query", "r": "result", "c": "count", "m": "metadata"}
 _CODES = {v: k for k, v in KINDS.items()}
+
+
+#: the parameter types a ticket carries as JSON values (:func:`_plain_values`): each reads
+#: back exactly (an integer as itself, a float by its shortest round-tripping repr)
+_PLAIN_TYPES = {str(t): t for t in (
+    pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
+    pa.uint64(), pa.float32(), pa.float64(), pa.bool_(), pa.string(), pa.large_string(),
+    pa.null())}
+
+
+def _plain_values(params: pa.RecordBatch) -> list | None:
+    """``[[name, type, value], ...]`` of a one-row batch whose columns are all of
+    :data:`_PLAIN_TYPES` (nullable, no metadata, finite floats), which
+    ``pa.record_batch([pa.array([value], type)], names=...)`` rebuilds equal to it; None
+    for any other batch (it travels as Arrow IPC). Encoding one scalar as IPC and reading
+    it back cost more than the rest of the ticket."""
+    if params.num_rows != 1 or params.schema.metadata:
+        return None
+    out = []
+    for f, column in zip(params.schema, params.columns):
+        name = str(f.type)
+        if name not in _PLAIN_TYPES or not f.nullable or f.metadata:
+            return None
+        v = column[0].as_py()
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        out.append([f.name, name, v])
+    return out
 
 
 class MalformedTicket(errors.ConfigurationError):
@@ -88,10 +119,14 @@ class TicketCodec:
         if sql is not None:
             body["s"] = sql
         if params is not None and params.num_columns:
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, params.schema) as w:
-                w.write_batch(params)
-            body["p"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
+            values = _plain_values(params)
+            if values is not None:
+                body["v"] = values
+            else:
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, params.schema) as w:
+                    w.write_batch(params)
+                body["p"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
         if result_id is not None:
             body["r"] = result_id
         if command is not None:
@@ -131,7 +166,11 @@ class TicketCodec:
             body = json.loads(data[len(MAGIC):])
             kind = KINDS[body["k"]]
             params = None
-            if "p" in body:
+            if "v" in body:
+                params = pa.record_batch(
+                    [pa.array([v], _PLAIN_TYPES[t]) for _, t, v in body["v"]],
+                    names=[str(n) for n, _, _ in body["v"]])
+            elif "p" in body:
                 reader = pa.ipc.open_stream(base64.b64decode(body["p"]))
                 params = reader.read_next_batch()
             command = base64.b64decode(body["c"]) if "c" in body else None

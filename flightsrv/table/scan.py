@@ -321,9 +321,22 @@ class FileTask:
     ordinal: int = 0  # the file's index in the caller's file list (the hidden file column)
 
 
+#: what one :class:`Snapshot` keeps of what it derived from its (immutable) manifest:
+#: this many projections and :data:`SNAPSHOT_DERIVED_ENTRIES` :meth:`Snapshot.derived`
+#: values; the least recently used go first
+SNAPSHOT_PROJECTIONS = 256
+SNAPSHOT_DERIVED_ENTRIES = 64
+_MISSING = object()
+
+
 class Snapshot:
     """One pinned version of a table. ``physical``: every stored row, deleted or not (deletion
-    vectors and deleted row groups are ignored; a splice erases those rows too)."""
+    vectors and deleted row groups are ignored; a splice erases those rows too).
+
+    A snapshot never changes: ``Table.snapshot`` hands the same object to every statement
+    that pins the same version, so what it derives from its manifest (the schema, each
+    file's projection, :meth:`derived` values) is computed once per version, not once per
+    statement."""
 
     def __init__(self, table, manifest: Manifest, *, physical: bool = False):
         self.table = table
@@ -331,15 +344,35 @@ class Snapshot:
         self.version = manifest.version
         self.schema = schema_from_json(manifest.schema)
         self.physical = physical
-        self._projections: dict = {}
+        self._projections: LRUCache = LRUCache(maxsize=SNAPSHOT_PROJECTIONS)
+        self._derived: LRUCache = LRUCache(maxsize=SNAPSHOT_DERIVED_ENTRIES)
+        self._memo_lock = threading.Lock()
 
     def projection(self, f: DataFile, columns) -> tuple:
         """How to read ``columns`` of ``f`` (see :mod:`flightsrv.table.projection`)."""
         key = (f.schema_id, tuple(columns))
-        p = self._projections.get(key)
+        with self._memo_lock:
+            p = self._projections.get(key)
         if p is None:
-            p = self._projections[key] = proj.projection(self.manifest, f.schema_id, columns)
+            p = proj.projection(self.manifest, f.schema_id, columns)
+            with self._memo_lock:
+                self._projections[key] = p
         return p
+
+    def derived(self, key: tuple, make):
+        """``make()``, kept under ``key`` for this snapshot's life: for values that are a
+        function of the pinned manifest and ``key`` alone (the caller's key names everything
+        else they depend on); at most :data:`SNAPSHOT_DERIVED_ENTRIES` are kept. The value is
+        shared by every statement that pins this version: never change it, except to fill
+        in more of what is a function of the key (a dict of per-file facts)."""
+        with self._memo_lock:
+            hit = self._derived.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit
+        value = make()
+        with self._memo_lock:
+            self._derived[key] = value
+        return value
 
     def files(self, keep_chunks=None) -> list[DataFile]:
         """The version's data files, in order; ``keep_chunks(refs) -> refs`` may skip whole

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 
 _log = logging.getLogger("flightsrv.table")
+#: versions of one table whose Snapshot objects are kept for reuse (``Table._pinned``)
+SNAPSHOTS_KEPT = 4
 #: (warehouse, table) of the flushes running in this process (one at a time per table)
 _FLUSHING: set = set()
 _FLUSHING_LOCK = threading.Lock()
@@ -72,6 +74,10 @@ class Table:
         self.store = PrefixedStore(self._checked, name)
         self.log = TableLog(self.store, name, self.runtime)
         self.log.after_commit.append(self._publish_after_commit)
+        #: version -> the Snapshot handed out for it (the newest few): a statement that pins
+        #: a version pinned before gets the same object, with what it already derived
+        self._snapshots: dict[int, Snapshot] = {}
+        self._snapshots_lock = threading.Lock()
 
     @property
     def warehouse_uri(self) -> str:
@@ -114,7 +120,7 @@ class Table:
         elif as_of is not None:
             m = self._version_as_of(parse_timestamp_ms(as_of))
         else:
-            return Snapshot(self, head)
+            return self._pinned(head)
         if m.dropped:
             raise VersionNotFound("the table was dropped at that version", table=self.name,
                                   version=m.version)
@@ -124,7 +130,23 @@ class Table:
             raise VersionNotFound("that version belongs to a dropped table of the same name "
                                   "(dropped, or replaced by CREATE OR REPLACE)",
                                   table=self.name, version=m.version)
-        return Snapshot(self, m)
+        return self._pinned(m)
+
+    def _pinned(self, m: Manifest) -> Snapshot:
+        """The snapshot of manifest ``m``: the one handed out before for this very manifest
+        object (the log's cache returns one object per version), else a new one, kept for
+        the last :data:`SNAPSHOTS_KEPT` versions that needed one (the oldest goes first)."""
+        with self._snapshots_lock:
+            snap = self._snapshots.get(m.version)
+            if snap is not None and snap.manifest is m:
+                return snap
+        snap = Snapshot(self, m)
+        with self._snapshots_lock:
+            self._snapshots.pop(m.version, None)
+            self._snapshots[m.version] = snap  # newest last
+            while len(self._snapshots) > SNAPSHOTS_KEPT:
+                del self._snapshots[next(iter(self._snapshots))]
+        return snap
 
     def _version_as_of(self, ts_ms: int) -> Manifest:
         versions = self.log.versions()
