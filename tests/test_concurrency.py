@@ -11,7 +11,6 @@ from flightsrv import Warehouse
 from flightsrv.runtime import Runtime
 from flightsrv.store import open_store
 from flightsrv.store.faults import FaultPlan, FaultyStore
-from flightsrv.store.s3 import S3Store
 from flightsrv.table.manifest import version_of_key
 from support import worker_processes
 
@@ -81,49 +80,33 @@ def _referenced(t) -> set[str]:
     return refs
 
 
-def _store_opener(uri: str):
-    """``open_store`` for this test's warehouses: a new store each time, but on S3 one boto3
-    client for all of them (making a client costs about 0.1 s of CPU, 36 of them a third of
-    the S3 variant's own CPU; a client holds no object state, only connections)."""
-    if not uri.startswith("s3://"):
-        return open_store
-    client = open_store(uri).client
-
-    def opened(u: str):
-        bucket, _, prefix = u.removeprefix("s3://").partition("/")
-        return S3Store(bucket, prefix, client=client)
-
-    return opened
-
-
 @pytest.mark.usefixtures("s3_backend")
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_crash_at_every_step_leaves_a_consistent_table(backend, tmp_path, request):
     """A writer killed before or after each of its writes never corrupts the table."""
     env = request.getfixturevalue("subprocess_env") if backend == "s3" else {}
     ctx = worker_processes()
-    base = str(tmp_path / "wh") if backend == "local" else request.getfixturevalue("s3_uri")
-    store_of = _store_opener(base)
     # append: data file, manifest chunk, manifest root, pointer; delete (inline DV, kept in
     # the root's overlay): root, pointer = 6 writes
     for step in range(1, 7):
         for mode in ("before", "after"):
-            uri = f"{base}-{step}{mode}"
-            t = Warehouse(store_of(uri)).create_table("t", SCHEMA)
+            uri = (str(tmp_path / f"wh{step}{mode}") if backend == "local"
+                   else request.getfixturevalue("s3_uri") + f"-{step}{mode}")
+            t = Warehouse.open(uri).create_table("t", SCHEMA)
             t.append(pa.table({"writer": [0, 0], "seq": [0, 1]}, schema=SCHEMA))
             p = ctx.Process(target=_crash_worker, args=(
                 uri, env, step if mode == "before" else None, step if mode == "after" else None))
             p.start()
             p.join(120)
             assert p.exitcode in (98, 99), f"step {step} {mode}: exit {p.exitcode}"
-            fresh = Warehouse(store_of(uri)).table("t")
+            fresh = Warehouse.open(uri).table("t")
             got = sorted(fresh.to_table()["seq"].to_pylist())
             # the table is at some committed version, and its contents are that version's
             assert got in ([0, 1], [0, 1, 10, 11, 12], [1, 10, 11, 12]), (step, mode, got)
             versions = fresh.log.versions()
             assert versions == list(range(len(versions)))
             refs = _referenced(fresh)
-            store = store_of(uri)
+            store = open_store(uri)
             leftovers = [m.key for m in store.list("t/")
                          if m.key[2:] not in refs and version_of_key(m.key) is None
                          and not m.key.endswith("_latest_manifest")]
