@@ -32,27 +32,14 @@ import uuid
 
 import pytest
 
+from _s3_models import share_loader
+
 from flightsrv.testing.moto_server import MotoProcess
 
 
-def _share_botocore_data_loader() -> None:
-    """Every botocore session of this test process reads the service models through one
-    loader. A process that opens a store builds one S3 client, so a new session per client
-    costs it nothing; the suite builds hundreds (every ``Warehouse.open`` of an S3 URI), and
-    each new session parsed botocore's S3 model and endpoint rules again: ~0.1 s of CPU a
-    client, ~0.01 s with the loader shared. The loader caches immutable JSON only (one
-    session's clients share it the same way); sessions, credentials and configuration stay
-    per client, so what a store is configured with is read from the environment as before."""
-    import functools
-
-    import botocore.loaders
-    import botocore.session
-
-    botocore.session.create_loader = functools.lru_cache(maxsize=None)(
-        botocore.loaders.create_loader)
-
-
-_share_botocore_data_loader()
+# one botocore loader for every S3 client of this process (tests/_s3_models.py: a new
+# client parsed botocore's S3 model again, ~0.1-0.3 s of CPU per Warehouse.open of an S3 URI)
+share_loader()
 
 BUCKET = "flightsrv-test"
 S3_MODES = ("default", "moto", "versity", "both")
