@@ -32,7 +32,14 @@ import uuid
 
 import pytest
 
+from _s3_models import share_loader
+
 from flightsrv.testing.moto_server import MotoProcess
+
+
+# one botocore loader for every S3 client of this process (tests/_s3_models.py: a new
+# client parsed botocore's S3 model again, ~0.1-0.3 s of CPU per Warehouse.open of an S3 URI)
+share_loader()
 
 BUCKET = "flightsrv-test"
 S3_MODES = ("default", "moto", "versity", "both")

@@ -23,9 +23,11 @@ class Hook:
 
 
 # Modules a test's worker process needs; the fork server imports them once.
+# (tests._s3_warm: botocore's models parsed once there, not in each worker that opens an S3
+# store; importable when pytest runs from the repository root, as README command 2 does)
 _PRELOAD = ["pyarrow", "pyarrow.parquet", "pyarrow.compute", "duckdb", "sqlglot",
             "flightsrv.store.s3", "flightsrv.store.local", "flightsrv.warehouse",
-            "flightsrv.table.maintenance", "flightsrv.table.erase"]
+            "flightsrv.table.maintenance", "flightsrv.table.erase", "tests._s3_warm"]
 
 
 def worker_processes():
