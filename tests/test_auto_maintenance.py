@@ -78,6 +78,37 @@ def test_budget_takes_the_smallest_files_first(local_uri):
     assert sorted(t.to_table()["id"].to_pylist()) == list(range(40)) + list(range(1000, 3000))
 
 
+def test_runs_are_size_tiered_so_a_merged_file_is_not_rewritten_by_every_run(local_uri):
+    """A file earlier runs merged (still "small") waits while the newer small files add up
+    to less than half its size; the newer ones merge among themselves (the old rule took
+    every small file in every run, so a stream of tiny commits rewrote the growing merged
+    file again and again)."""
+    t = small_table(local_uri, 0)
+    t.append(pa.table({"id": list(range(10_000, 30_000)),
+                       "v": [f"an earlier run's merged rows {i}" for i in range(20_000)]},
+                      schema=SCHEMA))
+    (big,) = t.head().data_files
+    for i in range(16):
+        t.append(batch(i * 10))
+    tiny = sum(f.size for f in t.head().data_files if f.path != big.path)
+    assert big.size > 2 * tiny  # the premise: the merged file is a tier of its own
+    (out,) = t.maintain()
+    assert out.files_rewritten == 16 and out.files_added == 1
+    assert big.path in {f.path for f in t.head().data_files} and len(t.head().data_files) == 2
+    assert sorted(t.to_table()["id"].to_pylist()) == list(range(160)) + list(range(10_000,
+                                                                                   30_000))
+
+
+def test_tier_takes_files_of_about_one_size():
+    from flightsrv.table.maintenance.auto import tier
+
+    assert tier([100] * 16, 1 << 20) == [100] * 16
+    assert tier([100] * 16 + [10_000], 1 << 20) == [100] * 16  # 10,000 > 2 x 1,600
+    assert tier([100] * 16 + [3_000], 1 << 20) == [100] * 16 + [3_000]  # <= 2 x 1,600
+    assert tier([100, 100, 100], 250) == [100, 100]  # the budget
+    assert tier([5, 1_000], 1 << 20) == [5]  # one file: nothing to merge
+
+
 def test_writer_maintain_true_compacts_at_the_threshold(local_uri):
     t = small_table(local_uri, 15)
     assert t.append(batch(150), maintain=False) is not None

@@ -280,7 +280,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     mnt.add_argument("--maintenance-wake-commits", dest="maintenance_wake_commits", type=int,
                      default=d.maintenance_wake_commits, metavar="N",
                      help="a table that received N commits wakes the worker before the "
-                          "interval ends, at most twice a second; 0: only the interval "
+                          "interval ends, at most five times a second; 0: only the interval "
                           "(default: %(default)s)")
     demo = p.add_argument_group("demo table")
     demo.add_argument("--no-demo", action="store_true", help="do not seed the demo table")

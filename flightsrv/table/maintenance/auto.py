@@ -106,33 +106,58 @@ def _outcome(task: str, table, reason: str, r) -> TaskOutcome:
                                 "deletes_carried_over": r.deletes_carried_over})
 
 
+#: size tiers of automatic compaction: a small file joins a run only while it is at most
+#: this many times the bytes of the smaller files already taken (see :func:`tier`)
+TIER_FACTOR = 2
+
+
+def tier(sizes: list[int], budget: int) -> list[int]:
+    """The sizes one automatic compaction takes from ``sizes`` (small files): smallest
+    first, each while it is at most :data:`TIER_FACTOR` times the sum of those taken before
+    it and the sum stays within ``budget``. Files of about one size merge together; a file
+    that earlier runs merged waits until the newer ones add up to half its size, so each
+    byte is rewritten about log(rows) times rather than at every run (the merged file of a
+    stream of tiny commits was rewritten by each run), and a read meets a few tiers of
+    files plus fewer than ``min_small_files`` new ones."""
+    taken: list[int] = []
+    total = 0
+    for size in sorted(sizes):
+        if total + size > budget or (taken and size > TIER_FACTOR * total):
+            break
+        taken.append(size)
+        total += size
+    return taken
+
+
 class CompactSmallFiles:
-    """Bin-pack small files (the ``OPTIMIZE`` code path), at most ``auto_compact.max_bytes``
-    of input per run, smallest first. Delete-heavy files are left to ``OPTIMIZE`` (only
-    fully deleted files go along, which costs no write); DVs are left to
+    """Bin-pack small files (the ``OPTIMIZE`` code path), size-tiered (:func:`tier`), at
+    most ``auto_compact.max_bytes`` of input per run. Delete-heavy files are left to
+    ``OPTIMIZE`` (only fully deleted files go along, which costs no write); DVs are left to
     :class:`CoalesceDeletionVectors`."""
 
     name = "compact_small_files"
 
+    @staticmethod
+    def _small(head: Manifest, policy: AutoPolicy) -> list[int]:
+        return [f.size for f in head.data_files if f.size < policy.small_file_bytes]
+
     def due(self, table, head: Manifest, policy: AutoPolicy) -> str | None:
-        small = [f.size for f in head.data_files if f.size < policy.small_file_bytes]
+        small = self._small(head, policy)
         if len(small) < policy.min_small_files:
             return None
-        # the files one run would take (smallest first, within the budget) must be 2+
-        taken, budget = 0, policy.max_bytes
-        for size in sorted(small):
-            if size > budget or taken >= 2:
-                break
-            budget -= size
-            taken += 1
-        if taken < 2:
+        if len(tier(small, policy.max_bytes)) < 2:  # a run must merge 2+ files
             return None
         return (f"{len(small)} small files (under {policy.small_file_bytes} bytes; "
                 f"threshold {policy.min_small_files})")
 
     def run(self, table, policy: AutoPolicy) -> TaskOutcome:
-        r = table.compact(min_deleted_fraction=1.0, small_file_threshold=policy.small_file_bytes,
-                          max_input_bytes=policy.max_bytes, coalesce_dvs=False,
+        # the tier of the head as it is now (the head ``due`` saw may have moved): the
+        # compaction takes files under the largest one's size + 1, smallest first, within
+        # the tier's bytes, which are exactly the tier's files
+        taken = tier(self._small(table.log.head(), policy), policy.max_bytes)
+        threshold, budget = (max(taken) + 1, sum(taken)) if len(taken) >= 2 else (0, 0)
+        r = table.compact(min_deleted_fraction=1.0, small_file_threshold=threshold,
+                          max_input_bytes=budget, coalesce_dvs=False,
                           extra_summary=_summary(self.name), report_overdue=False)
         return _outcome(self.name, table, "small files", r)
 

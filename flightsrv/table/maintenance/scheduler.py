@@ -56,7 +56,7 @@ DEFAULT_YIELD_S = 10.0
 DEFAULT_SWEEP_TABLES = 16
 DEFAULT_MAX_RUNS_PER_TICK = 8
 DEFAULT_WAKE_COMMITS = 16  # the default auto_compact.min_small_files
-DEFAULT_MIN_GAP_S = 0.5
+DEFAULT_MIN_GAP_S = 0.2
 THREAD_NAME = "flightsrv-maintenance"
 
 
