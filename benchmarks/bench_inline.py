@@ -144,38 +144,31 @@ def run(ctx: Context) -> list[Row]:
             low = {k: v[1] for k, v in got.items()}
             label = "count(*)" if q == "count" else "5-group aggregate"
             base = m.get("lake")
-            rows.append(Row(
-                f"{label} after small commits, inlining on", work,
-                f"{m['on'] * 1000:.1f} ms",
-                f"DuckLake+inlining {base * 1000:.1f} ms" if base else "DuckLake unavailable",
-                round(base / m["on"], 2) if base else None, ">= 1x (<= DuckLake time)",
-                (m["on"] <= base) if base else None,
-                f"median of 15, interleaved (min: ours {low['on'] * 1000:.1f}, DuckLake "
-                f"{low.get('lake', 0) * 1000:.1f} ms); inline off {m['off'] * 1000:.1f} ms; one "
-                f"file {m['compacted'] * 1000:.1f} ms; {on['data_files']} data files + "
+
+            def vs_lake(what: str, key: str, note: str) -> Row:
+                """One contender's median against DuckLake+inlining's (same runs)."""
+                return Row(
+                    f"{label} after small commits, {what}", work, f"{m[key] * 1000:.1f} ms",
+                    f"DuckLake+inlining {base * 1000:.1f} ms" if base else
+                    "DuckLake unavailable", round(base / m[key], 2) if base else None,
+                    ">= 1x (<= DuckLake time)", (m[key] <= base) if base else None,
+                    f"median of 15, interleaved (min: ours {low[key] * 1000:.1f}, DuckLake "
+                    f"{low.get('lake', 0) * 1000:.1f} ms); {note}; one file "
+                    f"{m['compacted'] * 1000:.1f} ms (min {low['compacted'] * 1000:.1f})")
+
+            rows.append(vs_lake(
+                "inlining on", "on",
+                f"inline off {m['off'] * 1000:.1f} ms; {on['data_files']} data files + "
                 f"{on['inlined']} inlined appends (off: {off['data_files']} files; DuckLake: "
                 f"{lake.files if lake else '-'} files)"))
-            rows.append(Row(
-                f"{label} after small commits, default settings", work,
-                f"{m['defaults'] * 1000:.1f} ms",
-                f"DuckLake+inlining {base * 1000:.1f} ms" if base else "DuckLake unavailable",
-                round(base / m["defaults"], 2) if base else None,
-                ">= 1x (<= DuckLake time)", (m["defaults"] <= base) if base else None,
-                f"median of 15, same interleaved runs (min: ours {low['defaults'] * 1000:.1f}, "
-                f"DuckLake {low.get('lake', 0) * 1000:.1f} ms); no inlining, the server's "
-                f"maintenance worker at its defaults ran "
-                f"during the commits: {dflt['live_files']} live data files at the end; one "
-                f"file {m['compacted'] * 1000:.1f} ms"))
-            rows.append(Row(
-                f"{label} after small commits, default settings, after the worker's next "
-                "tick", work, f"{m['settled'] * 1000:.1f} ms",
-                f"DuckLake+inlining {base * 1000:.1f} ms" if base else "DuckLake unavailable",
-                round(base / m["settled"], 2) if base else None,
-                ">= 1x (<= DuckLake time)", (m["settled"] <= base) if base else None,
-                f"median of 15, same interleaved runs (min: ours {low['settled'] * 1000:.1f} "
-                f"ms); as above, the worker finishing one more tick after the last commit: "
-                f"{settled['live_files']} live data files; one file "
-                f"{m['compacted'] * 1000:.1f} ms (min {low['compacted'] * 1000:.1f})"))
+            rows.append(vs_lake(
+                "default settings", "defaults",
+                "no inlining, the server's maintenance worker at its defaults ran during the "
+                f"commits: {dflt['live_files']} live data files at the end"))
+            rows.append(vs_lake(
+                "default settings, after the worker's next tick", "settled",
+                "as above, the worker finishing one more tick after the last commit: "
+                f"{settled['live_files']} live data files"))
     finally:
         if lake is not None:
             lake.close()
