@@ -200,6 +200,43 @@ def test_dictionary_only_where_it_pays(local_uri):
     assert dictionary_columns(data.slice(0, 100), schema) is True  # too few rows to tell
 
 
+def test_auto_compression_keeps_zstd_only_where_it_shrinks_a_column(local_uri):
+    """The default codec (``compression=auto``) writes a column ZSTD shrinks (sorted ids,
+    repeated strings, nested leaves) with ZSTD and a nearly incompressible one (random
+    doubles) with Snappy, which DuckDB reads without a decode; ``compression=zstd`` keeps
+    ZSTD everywhere, and a first batch too small to tell writes ZSTD. Rows do not depend on
+    it."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    n = 20_000
+    schema = pa.schema([("id", pa.int64()), ("cat", pa.string()), ("x", pa.float64()),
+                        ("tags", pa.list_(pa.string()))])
+    rng = np.random.default_rng(3)
+    data = pa.table({"id": pa.array(range(n), pa.int64()),
+                     "cat": [f"c{i % 5}" for i in range(n)],
+                     "x": pa.array(rng.random(n)),
+                     "tags": [[f"t{i % 3}"] for i in range(n)]}, schema=schema)
+    wh = Warehouse.open(local_uri)
+
+    def codecs(t):
+        raw, _ = t.store.get(t.head().data_files[-1].path)
+        md = pq.read_metadata(pa.BufferReader(raw))
+        return {md.schema.column(i).path: md.row_group(0).column(i).compression
+                for i in range(md.num_columns)}
+
+    auto = wh.create_table("auto", schema)
+    auto.append(data)
+    assert codecs(auto) == {"id": "ZSTD", "cat": "ZSTD", "x": "SNAPPY",
+                            "tags.list.element": "ZSTD"}
+    assert auto.to_table().sort_by("id").equals(data)
+    auto.append(data.slice(0, 100))
+    assert set(codecs(auto).values()) == {"ZSTD"}
+    fixed = wh.create_table("fixed", schema, {"compression": "zstd"})
+    fixed.append(data)
+    assert set(codecs(fixed).values()) == {"ZSTD"}
+
+
 def test_bad_predicates_are_clear(wh):
     t = wh.create_table("t", SCHEMA)
     t.append(rows(0, 10))

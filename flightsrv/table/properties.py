@@ -199,8 +199,10 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
     Property("data_page_bytes", "size", 128 * 1024,
              "uncompressed bytes per Parquet data page (a point read decodes one page per "
              "column, not the row group's)", minimum=4096),
-    Property("compression", "choice", "zstd", "Parquet codec of new data files",
-             choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")),
+    Property("compression", "choice", "auto",
+             "Parquet codec of new data files (auto: ZSTD for each column it shrinks by more "
+             "than a fifth in a sample of the first rows, Snappy for the others)",
+             choices=("auto", "zstd", "snappy", "gzip", "brotli", "lz4", "none")),
     Property("delete_mode", "choice", "dv",
              "how DELETE removes rows: deletion vectors, or splice (physical erasure)",
              choices=("dv", "splice")),
