@@ -493,6 +493,65 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
     assert results[0][1] == sum(1 for i in live if i % 97 == 0)
 
 
+def test_reads_by_position_of_several_files_are_one_duckdb_statement(local_uri, monkeypatch):
+    """UPDATE's read by position reads the matched rows of every file of one written schema
+    with one DuckDB statement (one-off masks of the files in one slot, so that DuckDB reads
+    the files in parallel; a file of one row group read alone keeps one thread busy), the
+    same rows in the same order as one read per file (``TAKE_GROUP_ROWS`` 1); a grouped
+    read that returns rows out of order is put back in order, and one whose counts differ
+    from the positions asked for raises naming the file."""
+    monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)
+    _need_compiler()
+    from flightsrv.engine import relations
+    from flightsrv.errors import CorruptObject
+    from flightsrv.table import scan
+
+    takes = []
+    real_take, real_group = relations.take_sql, relations.take_group_sql
+    monkeypatch.setattr(relations, "take_sql",
+                        lambda *a: takes.append(1) or real_take(*a))
+    monkeypatch.setattr(relations, "take_group_sql",
+                        lambda snap, files, *a: takes.append(len(files)) or
+                        real_group(snap, files, *a))
+    monkeypatch.setattr(scan.Snapshot, "take", lambda *a, **k: pytest.fail("take"))
+    results = []
+    for group in (duck_engine.TAKE_GROUP_ROWS, 1):
+        monkeypatch.setattr(duck_engine, "TAKE_GROUP_ROWS", group)
+        takes.clear()
+        wh = Warehouse.open(os.path.join(local_uri, str(group)))
+        _table(wh)
+        e = DuckEngine(wh, mask_extension=True)
+        try:
+            s = Session("s")
+            n = e.execute_update("UPDATE t SET v = v || 'u' WHERE k = 4 OR id = 11999", s)
+            results.append((n, _rows(e, "SELECT * FROM t")))
+        finally:
+            e.close()
+        assert takes == ([4] if group > 1 else [1, 1, 1, 1]), takes
+    assert results[0] == results[1]
+    assert results[0][0] == sum(1 for i in range(TOTAL)
+                                if not _deleted(i) and (i % 10 == 4 or i == 11999))
+
+    class F:
+        def __init__(self, path):
+            self.path = path
+
+    class Snap:
+        class table:
+            name = "t"
+        version = 3
+
+    run = [F("a"), F("b")]
+    positions = {"a": [1, 5], "b": [2]}
+    part = pa.table({"x": [20, 11, 15], "__fsrv_fi": pa.array([1, 0, 0], pa.uint64()),
+                     "__fsrv_fr": [2, 1, 5]})
+    got = DuckEngine._took(Snap, run, positions, part)
+    assert got.column_names == ["x"] and got.column("x").to_pylist() == [11, 15, 20]
+    with pytest.raises(CorruptObject) as err:
+        DuckEngine._took(Snap, run, {"a": [1, 5], "b": [2, 3]}, part)
+    assert "b" in str(err.value)
+
+
 def test_reads_by_position_of_two_engines_in_one_process_stay_apart(local_uri, monkeypatch):
     """Every engine of a process shares the extension's slots: two engines (two
     ``Warehouse`` objects, as two threads of one application open them) updating rows of

@@ -155,6 +155,10 @@ def _prefetch(cur: duckdb.DuckDBPyConnection, text: str, tables: dict[str, pa.Ta
 # UPDATE/MERGE's read by position and compaction's read of files with deletes through
 # DuckDB with the mask extension (False: Snapshot.take and the Arrow reader, as without it)
 MASKED_POSITION_READS = True
+#: UPDATE/MERGE's read by position reads consecutive files of one written schema in one
+#: DuckDB statement while their rows add up to at most this many (one-off masks of
+#: rows / 8 bytes each, in one slot)
+TAKE_GROUP_ROWS = 64_000_000
 
 class DuckEngine:
     """Implements :class:`flightsrv.engine.api.Engine` for one warehouse."""
@@ -769,28 +773,63 @@ class DuckEngine:
         ``positions`` (sorted int64 per data file path; live rows DuckDB found through the
         masked view), in ``files`` order and position order, as
         :meth:`~flightsrv.table.scan.Snapshot.take` returns them. With the deletion-mask
-        extension loaded and a local table, each file is read by DuckDB's Parquet reader
-        with a one-off mask that keeps only those positions (the reader decodes the other
-        columns for the kept rows only, and in parallel); else, or for a file DuckDB cannot
-        read so or when no slot is free, by ``Snapshot.take``."""
+        extension loaded and a local table, consecutive files of one written schema are read
+        by one DuckDB statement (:meth:`_take_run`) whose Parquet reader applies one-off
+        masks keeping only those positions (pushed into the scan: the other columns are
+        decoded only around kept rows, and the files in parallel); else, or for a file
+        DuckDB cannot read so or when no slot is free, by ``Snapshot.take``."""
         if self.mask_slots is None or not rels.is_native(snap) or not MASKED_POSITION_READS:
             return snap.take(positions, files=files)
         names_ = list(snap.schema.names)
         schema = pa.schema([snap.schema.field(c) for c in names_])
+        wanted = [f for f in files if positions.get(f.path) is not None
+                  and len(positions[f.path])]
         parts = []
-        for f in files:
-            pos = positions.get(f.path)
-            if pos is None or len(pos) == 0:
-                continue
+        run: list = []
+        rows = 0
+        for f in wanted + [None]:
+            if run and (f is None or f.schema_id != run[0].schema_id
+                        or rows + f.rows > TAKE_GROUP_ROWS):
+                parts += self._take_run(cur, ctx, snap, run, positions, names_, sql)
+                run, rows = [], 0
+            if f is not None:
+                run.append(f)
+                rows += f.rows
+        parts = [p.cast(schema) if p.schema != schema else p for p in parts]
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
-            def bitmap(f=f, pos=pos):
-                dropped = np.ones(f.rows, dtype=bool)
-                dropped[pos] = False
-                return np.packbits(dropped, bitorder="little"), f.rows
+    def _take_run(self, cur, ctx: _Ctx, snap, run: list, positions: dict, names_: list,
+                  sql: str) -> list[pa.Table]:
+        """The rows at ``positions`` of the files of ``run`` (consecutive files of one written
+        schema), in file and position order: one DuckDB read of all of them with a one-off
+        mask per file in one slot (the two-argument mask function), so that DuckDB reads
+        the files in parallel; one read per file when they are one, when no slot is free or
+        DuckDB cannot read them so."""
+        def keep_only(f):
+            dropped = np.ones(f.rows, dtype=bool)
+            dropped[positions[f.path]] = False
+            return np.packbits(dropped, bitorder="little"), f.rows
 
+        if len(run) > 1:
             # the slots are the process's, shared by every engine: a one-off mask's key is
             # unique in the process (a per-engine counter made two engines share one)
-            slot = self.mask_slots.acquire(("take", object()), bitmap)
+            slot = self.mask_slots.acquire(("take", object()),
+                                           lambda: [keep_only(f) for f in run])
+            if slot is not None:
+                try:
+                    text = rels.take_group_sql(snap, run, names_, maskext.function(slot))
+                    if text is not None:
+                        for f in run:
+                            ctx.natives[snap.store.local_path(f.path)] = (
+                                snap.table.name, f.path, snap.version)
+                        return [self._took(snap, run, positions,
+                                           self._fetch(cur, ctx, text, sql))]
+                finally:
+                    self.mask_slots.drop(slot)
+        parts = []
+        for f in run:
+            pos = positions[f.path]
+            slot = self.mask_slots.acquire(("take", object()), lambda f=f: keep_only(f))
             try:
                 text = None if slot is None else \
                     rels.take_sql(snap, f, names_, maskext.function(slot))
@@ -808,8 +847,36 @@ class DuckEngine:
             finally:
                 if slot is not None:
                     self.mask_slots.drop(slot)
-            parts.append(part.cast(schema) if part.schema != schema else part)
-        return pa.concat_tables(parts) if parts else schema.empty_table()
+            parts.append(part)
+        return parts
+
+    @staticmethod
+    def _took(snap, run: list, positions: dict, part: pa.Table) -> pa.Table:
+        """The rows of a grouped read by position (:meth:`_take_run`) in file and position
+        order, without the file index and position columns, after checking that each file
+        gave as many rows as it was asked for."""
+        # one Array each (a ChunkedArray's to_numpy goes through pandas)
+        fi = part.column("__fsrv_fi").combine_chunks().to_numpy(zero_copy_only=False)
+        fr = part.column("__fsrv_fr").combine_chunks().to_numpy(zero_copy_only=False)
+        counts = np.bincount(fi.astype(np.int64), minlength=len(run)) if len(fi) else \
+            np.zeros(len(run), dtype=np.int64)
+        for f, got in zip(run, counts[:len(run)]):
+            if got != len(positions[f.path]):  # the positions came from this snapshot
+                raise CorruptObject("a read by position found other rows than the statement "
+                                    "matched", table=snap.table.name, object=f.path,
+                                    version=snap.version, expected=len(positions[f.path]),
+                                    actual=int(got))
+        if len(counts) > len(run):
+            raise CorruptObject("a read by position found rows of no file it read",
+                                table=snap.table.name, version=snap.version)
+        dfi, dfr = np.diff(fi.astype(np.int64)), np.diff(fr)
+        if not bool(np.all((dfi > 0) | ((dfi == 0) & (dfr > 0)))):
+            # DuckDB keeps a scan's order (preserve_insertion_order); never rely on it blindly
+            import pyarrow.compute as pc
+
+            part = part.take(pc.sort_indices(
+                part, sort_keys=[("__fsrv_fi", "ascending"), ("__fsrv_fr", "ascending")]))
+        return part.drop_columns(["__fsrv_fi", "__fsrv_fr"])
 
     @contextlib.contextmanager
     def _statement_cursor(self, ctx: _Ctx):

@@ -644,6 +644,35 @@ def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str 
             f"union_by_name=false) WHERE {fn}(file_row_number)")
 
 
+def take_group_sql(snapshot: Snapshot, files: list[DataFile], names: list[str],
+                   fn: str) -> str | None:
+    """SQL reading, with one DuckDB ``read_parquet`` over local ``files`` (one written
+    schema), the rows the two-argument mask function ``fn`` keeps (``fn(file_index,
+    file_row_number)``), columns ``names`` by field id under the current schema, then
+    ``file_index`` and ``file_row_number`` as ``__fsrv_fi`` and ``__fsrv_fr`` (the caller
+    checks the order and counts); None when DuckDB cannot read one of them so
+    (:func:`take_sql`). One statement lets DuckDB read the files in parallel, where a file
+    of one row group read alone keeps one thread busy."""
+    if any(f.inline is not None for f in files) or \
+            len({f.schema_id for f in files}) != 1:
+        return None
+    fields = snapshot.manifest.schema_by_id(files[0].schema_id)["fields"]
+    if any(fl["name"].lower() in _VIRTUAL_COLUMNS for fl in fields):
+        return None
+    try:
+        cols = _select_sql(snapshot.projection(files[0], names))
+    except SqlError:
+        return None
+    paths = []
+    for f in files:
+        path = snapshot.store.local_path(f.path)
+        _check_file(path, f, snapshot.table.name, snapshot.version)
+        paths.append(_literal(path))
+    return (f"SELECT {cols}, file_index AS __fsrv_fi, file_row_number AS __fsrv_fr FROM "
+            f"read_parquet([{', '.join(paths)}], hive_partitioning=false, "
+            f"union_by_name=false) WHERE {fn}(file_index, file_row_number)")
+
+
 #: files with deleted rows read with the deletion-mask extension share one ``read_parquet``
 #: (and one mask slot, the function given each row's ``file_index``) while their rows add up
 #: to at most this many; a larger file has a ``read_parquet`` of its own. Binding each
