@@ -172,7 +172,10 @@ def _prepare(ctx: Context, n: int) -> tuple[str, dict[str, list[str]]]:
     data = make_events(n)
     files: dict[str, list[str]] = {}
     for name in ("clean", "masked"):
-        t = wh.create_table(name, data.schema, {"row_group_bytes": str(ROW_GROUP_BYTES)})
+        props = {"row_group_bytes": str(ROW_GROUP_BYTES)}
+        if os.environ.get("FLIGHTSRV_BENCH_COMPRESSION"):  # the table default otherwise
+            props["compression"] = os.environ["FLIGHTSRV_BENCH_COMPRESSION"]
+        t = wh.create_table(name, data.schema, props)
         for batch in data.to_batches(max_chunksize=max(1, n // 4)):
             t.append(batch)
         files[name] = [t.store.local_path(f.path) for f in t.head().data_files]
