@@ -66,6 +66,42 @@ def test_a_repeated_prepare_binds_and_plans_nothing(engine, monkeypatch):
     assert (len(binds), len(plans)) == (0, 0)
 
 
+def test_a_parameter_that_types_a_result_column_is_described_once_per_type(engine,
+                                                                         monkeypatch):
+    """``SELECT ? AS v ...``: the result schema follows the bound value's type (a DoPut
+    binding an integer, then a string, then a decimal); values of a type already seen are
+    not described again (a new value each execution, as an ORM's ``select(literal(x))``
+    sends), and an untyped NULL is a type of its own."""
+    import decimal
+
+    s = Session("s")
+    sql = "SELECT ? AS v, count(*) AS n FROM items"
+
+    def schema(v, t=None):
+        return engine.prepare(sql, s, pa.record_batch([pa.array([v], t)], names=["0"])
+                              ).dataset_schema.field("v").type
+
+    assert schema(5) == pa.int64()
+    binds = _counting(monkeypatch, binder, "bind")
+    for v in (6, 7, 8):
+        assert schema(v) == pa.int64()
+    assert binds == []
+    described = []
+    for v, t, want in (("x", None, pa.string()), (decimal.Decimal("1.50"), pa.decimal128(9, 2),
+                                                   pa.decimal128(9, 2)),
+                       (1.5, None, pa.float64())):
+        before = len(binds)
+        assert schema(v, t) == want
+        described.append(len(binds) > before)
+        before = len(binds)
+        assert schema(v, t) == want  # the same type again: kept
+        assert len(binds) == before
+    assert described == [True, True, True]
+    before = len(binds)
+    assert schema(None) != pa.int64()
+    assert len(binds) > before
+
+
 def test_what_a_prepare_keeps_follows_the_tables(engine, wh):
     s = Session("s")
     before = engine.prepare(POINT, s)

@@ -277,12 +277,15 @@ class DuckEngine:
         # the parameter types, by the text and the referenced tables' schemas (ADBC
         # prepares every statement it runs). With ``params`` (the first row, as
         # execute_query binds it) the schema is the one those values give (``SELECT ? AS
-        # v``); that one is not cached.
+        # v``): a function of their types and of how each reaches DuckDB (bound whole, or as
+        # a typed literal), which the key then holds too, so a statement executed again
+        # with new values of the same types is not described again.
         bound = self._param_rows(stmt, params)[0] \
             if params is not None and stmt.param_count and _params_type_results_of(sql) \
             else None
-        key = schema_key(stmt, pinner, self._query_references(stmt)) \
-            if bound is None else None
+        key = schema_key(stmt, pinner, self._query_references(stmt))
+        if key is not None and bound is not None:
+            key = key + (tuple((str(v.type), _binds_natively(v)) for v in bound),)
         if key is not None:
             hit = self._prepared.get(key)
             if hit is not None:
