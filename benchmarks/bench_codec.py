@@ -3,7 +3,7 @@
 Data: ``bench_peers.make_events`` (``id`` sorted, ``user_id`` random in [0, 1M),
 ``event_time`` random, ``value`` random doubles, ``payload`` 24 random characters), 1M rows
 (small) or 10M (full), appended to one table per codec in 4 appends at default settings
-otherwise (16 MiB row groups). Each statement runs on DuckDB 2.0 (2 threads) over the same
+otherwise (122,880-row groups). Each statement runs on DuckDB 2.0 (2 threads) over the same
 table's files (``read_parquet``, the engine's reader), medians of 7 interleaved runs:
 
 - ``count(*), sum(value)`` (one incompressible column),

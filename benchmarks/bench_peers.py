@@ -233,7 +233,7 @@ def run(ctx: Context) -> list[Row]:
     for a in range(0, n, step):
         events.append(data.slice(a, step))
     v_clean = events.head().version
-    # the same rows as flightsrv writes them by default (compression=auto, 16 MiB row groups),
+    # the same rows as flightsrv writes them by default (compression=auto, 122,880-row groups),
     # for the in-process comparison of the masked aggregate with DuckLake (section 3)
     own = wh.create_table("events_default", data.schema)
     for a in range(0, n, step):
@@ -391,7 +391,8 @@ def run(ctx: Context) -> list[Row]:
             t["lake"].append(lake.time(lake_sql))
         m = {k_: _med(v) for k_, v in t.items()}
         for name, what in (("layout", "DuckLake's layout"),
-                           ("default", "flightsrv's default layout (auto codec, 16 MiB groups)")):
+                           ("default", "flightsrv's default layout (auto codec, "
+                                       "122,880-row groups)")):
             ratio = m[name] / m["lake"]
             rows.append(_row("aggregate, 1% deleted, engine in process vs DuckLake",
                              f"{label}, {what}; count(*), sum(value)",

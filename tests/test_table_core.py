@@ -237,6 +237,27 @@ def test_auto_compression_keeps_zstd_only_where_it_shrinks_a_column(local_uri):
     assert set(codecs(fixed).values()) == {"ZSTD"}
 
 
+def test_row_groups_hold_at_most_row_group_rows(local_uri):
+    """A row group holds ``row_group_bytes`` of rows but at most ``row_group_rows`` (default
+    DuckDB's own 122,880): 300,000 narrow rows (2.4 MB, far under 16 MiB) are three row
+    groups, not one; a table may ask for fewer rows, not for fewer than 1,024."""
+    from flightsrv.errors import ConfigurationError
+
+    n = 300_000
+    data = pa.table({"id": pa.array(range(n), pa.int64())})
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("t", data.schema)
+    t.append(data)
+    f = t.head().data_files[0]
+    assert [f.row_group_rows(g) for g in range(f.row_groups)] == [122_880, 122_880, 54_240]
+    small = wh.create_table("small", data.schema, {"row_group_rows": "50000"})
+    small.append(data)
+    assert small.head().data_files[0].row_groups == 6
+    with pytest.raises(ConfigurationError):
+        wh.create_table("tiny", data.schema, {"row_group_rows": "100"})
+    assert t.to_table().column("id").to_pylist() == list(range(n))
+
+
 def test_bad_predicates_are_clear(wh):
     t = wh.create_table("t", SCHEMA)
     t.append(rows(0, 10))

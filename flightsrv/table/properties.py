@@ -196,6 +196,10 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
              "data files roll over at this size (writes, compaction)", minimum=1),
     Property("row_group_bytes", "size", 16 * 1024 ** 2,
              "uncompressed bytes per Parquet row group", minimum=1),
+    Property("row_group_rows", "int", 122_880,
+             "at most this many rows per Parquet row group (DuckDB's own row-group size): a "
+             "point read decodes one row group of the column it filters on",
+             minimum=1024),
     Property("data_page_bytes", "size", 128 * 1024,
              "uncompressed bytes per Parquet data page (a point read decodes one page per "
              "column, not the row group's)", minimum=4096),

@@ -1,9 +1,13 @@
-"""Streams Arrow data into write-once Parquet data files (ZSTD) with statistics.
+"""Streams Arrow data into write-once Parquet data files (ZSTD or Snappy per column,
+``compression=auto``: :func:`column_codecs`) with statistics.
 
 Files roll over at ``target_file_size`` bytes; row groups hold about ``row_group_bytes`` of
-uncompressed data (defaults suit S3 per the seed design: files of hundreds of MiB, row groups
-of a few MiB compressed). Memory stays bounded by one row group plus the writer's buffers:
-input larger than memory streams through.
+uncompressed data and at most ``row_group_rows`` rows (defaults: files of hundreds of MiB
+for S3 per the seed design; row groups of DuckDB's own 122,880 rows unless the rows are so
+wide that 16 MiB come first: a point read decodes a row group of the column it filters on,
+6.3-6.7 ms over 279,620-row groups against 3.9-4.2 ms over 122,880-row ones, with no loss to
+a full scan; benchmarks/RESULTS.md, thirteenth session). Memory stays bounded by one row
+group plus the writer's buffers: input larger than memory streams through.
 
 Encodings: a top-level column is dictionary-encoded only when the first batch says it pays
 (:func:`dictionary_columns`: its distinct values plus one index per row take less room than
@@ -123,12 +127,14 @@ class WriteOptions:
     compression: str = PROPERTIES["compression"].default
     compression_level: int | None = None
     data_page_bytes: int = PROPERTIES["data_page_bytes"].default
+    row_group_rows: int = PROPERTIES["row_group_rows"].default
 
     @classmethod
     def from_properties(cls, props: dict) -> "WriteOptions":
         """From table properties (typed by ``flightsrv.table.properties``)."""
         return cls(target_file_size=value(props, "target_file_size"),
                    row_group_bytes=value(props, "row_group_bytes"),
+                   row_group_rows=value(props, "row_group_rows"),
                    compression=value(props, "compression"),
                    data_page_bytes=value(props, "data_page_bytes"))
 
@@ -230,11 +236,15 @@ def _raw_bound(raw: int, t: pa.DataType, md: pq.FileMetaData, i: int, *, up: boo
     return -(-raw // factor) if up else raw // factor
 
 
-def _rows_per_group(batch: pa.RecordBatch, row_group_bytes: int) -> int:
+def _rows_per_group(batch: pa.RecordBatch, row_group_bytes: int,
+                    row_group_rows: int = MAX_ROW_GROUP_ROWS) -> int:
+    """Rows per row group: ``row_group_bytes`` of ``batch``'s rows, at most
+    ``row_group_rows`` (and ``MAX_ROW_GROUP_ROWS``), at least 1,024."""
+    cap = min(MAX_ROW_GROUP_ROWS, row_group_rows)
     if batch.num_rows == 0:
-        return MAX_ROW_GROUP_ROWS
+        return cap
     per_row = max(1, batch.nbytes // batch.num_rows)
-    return int(max(1024, min(MAX_ROW_GROUP_ROWS, row_group_bytes // per_row)))
+    return int(max(1024, min(cap, row_group_bytes // per_row)))
 
 
 def dictionary_columns(sample: pa.RecordBatch | pa.Table, physical: pa.Schema
@@ -448,7 +458,8 @@ class DataFileWriter:
         first = next(it, None)
         if first is None:
             return self.files
-        rows = _rows_per_group(first, self.options.row_group_bytes)
+        rows = _rows_per_group(first, self.options.row_group_bytes,
+                               self.options.row_group_rows)
         self._dictionary = dictionary_columns(first, self.physical)
         if self.options.compression == "auto":
             sample = self._to_physical(first.slice(0, DICTIONARY_SAMPLE_ROWS))
