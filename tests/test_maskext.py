@@ -6,6 +6,7 @@ the mask functions nor load anything; a missing compiler or a tampered file fall
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -59,6 +60,19 @@ def _live() -> pa.Table:
 def _rows(engine, sql) -> list:
     got = engine.execute_query(sql, Session("s")).reader.read_all()
     return sorted(tuple(r.values()) for r in got.to_pylist())
+
+
+@contextlib.contextmanager
+def _engine_over_table(root: str, name: str, mask_extension: bool):
+    """An engine (extension on or off) over a fresh warehouse ``root/name`` holding ``t``
+    as :func:`_table` builds it; closed on exit."""
+    wh = Warehouse.open(os.path.join(root, name))
+    _table(wh)
+    e = DuckEngine(wh, mask_extension=mask_extension)
+    try:
+        yield e
+    finally:
+        e.close()
 
 
 QUERIES = [
@@ -168,16 +182,11 @@ def test_dml_finds_rows_through_the_masked_read(local_uri, group_rows):
     _need_compiler()
     results = []
     for flag in (True, False):
-        wh = Warehouse.open(os.path.join(local_uri, str(flag)))
-        _table(wh)
-        e = DuckEngine(wh, mask_extension=flag)
-        try:
+        with _engine_over_table(local_uri, str(flag), flag) as e:
             s = Session("s")
             n1 = e.execute_update("DELETE FROM t WHERE k = 5 AND id < 9000", s)
             n2 = e.execute_update("UPDATE t SET v = v || 'u' WHERE k = 4 OR id = 7", s)
             results.append((n1, n2, _rows(e, "SELECT * FROM t")))
-        finally:
-            e.close()
     assert results[0] == results[1]
     live = [i for i in range(TOTAL) if not _deleted(i)]
     assert results[0][0] == sum(1 for i in live if i % 10 == 5 and i < 9000)
@@ -466,10 +475,7 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
 
     results = []
     for flag in (True, False):
-        wh = Warehouse.open(os.path.join(local_uri, str(flag)))
-        _table(wh)
-        e = DuckEngine(wh, mask_extension=flag)
-        try:
+        with _engine_over_table(local_uri, str(flag), flag) as e:
             s = Session("s")
             e.execute_update("ALTER TABLE t RENAME COLUMN k TO kk", s)
             e.execute_update("ALTER TABLE t ADD COLUMN w BIGINT DEFAULT 7", s)
@@ -485,8 +491,6 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
             results.append((n1, n2, _rows(e, "SELECT * FROM t")))
             if flag:
                 assert not any(k[0] == "take" for k in e.mask_slots._by_key)
-        finally:
-            e.close()
     assert results[0] == results[1]
     live = [i for i in range(TOTAL) if not _deleted(i)]
     assert results[0][0] == sum(1 for i in live if i % 10 == 4 or i in (11999,))
@@ -518,15 +522,10 @@ def test_reads_by_position_of_several_files_are_one_duckdb_statement(local_uri, 
     for group in (duck_engine.TAKE_GROUP_ROWS, 1):
         monkeypatch.setattr(duck_engine, "TAKE_GROUP_ROWS", group)
         takes.clear()
-        wh = Warehouse.open(os.path.join(local_uri, str(group)))
-        _table(wh)
-        e = DuckEngine(wh, mask_extension=True)
-        try:
+        with _engine_over_table(local_uri, str(group), True) as e:
             s = Session("s")
             n = e.execute_update("UPDATE t SET v = v || 'u' WHERE k = 4 OR id = 11999", s)
             results.append((n, _rows(e, "SELECT * FROM t")))
-        finally:
-            e.close()
         assert takes == ([4] if group > 1 else [1, 1, 1, 1]), takes
     assert results[0] == results[1]
     assert results[0][0] == sum(1 for i in range(TOTAL)

@@ -859,10 +859,10 @@ class DuckEngine:
         order, without the file index and position columns, after checking that each file
         gave as many rows as it was asked for."""
         # one Array each (a ChunkedArray's to_numpy goes through pandas)
-        fi = part.column("__fsrv_fi").combine_chunks().to_numpy(zero_copy_only=False)
+        fi = part.column("__fsrv_fi").combine_chunks().to_numpy(
+            zero_copy_only=False).astype(np.int64)
         fr = part.column("__fsrv_fr").combine_chunks().to_numpy(zero_copy_only=False)
-        counts = np.bincount(fi.astype(np.int64), minlength=len(run)) if len(fi) else \
-            np.zeros(len(run), dtype=np.int64)
+        counts = np.bincount(fi, minlength=len(run))
         for f, got in zip(run, counts[:len(run)]):
             if got != len(positions[f.path]):  # the positions came from this snapshot
                 raise CorruptObject("a read by position found other rows than the statement "
@@ -872,7 +872,7 @@ class DuckEngine:
         if len(counts) > len(run):
             raise CorruptObject("a read by position found rows of no file it read",
                                 table=snap.table.name, version=snap.version)
-        dfi, dfr = np.diff(fi.astype(np.int64)), np.diff(fr)
+        dfi, dfr = np.diff(fi), np.diff(fr)
         if not bool(np.all((dfi > 0) | ((dfi == 0) & (dfr > 0)))):
             # DuckDB keeps a scan's order (preserve_insertion_order); never rely on it blindly
             import pyarrow.compute as pc

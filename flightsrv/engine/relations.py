@@ -622,40 +622,14 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
             f") AS __fsrv_m {BARRIER}")
 
 
-def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str | None:
-    """SQL reading, with DuckDB's Parquet reader, the rows of local file ``f`` that the
-    mask function ``fn`` keeps (for UPDATE/MERGE's read by position, a mask whose every
-    position is set but the wanted ones), columns ``names`` by field id under the current
-    schema, in position order; None when DuckDB cannot read the file so (a column hides
-    ``file_row_number``, a default DuckDB cannot spell). Only the mask is evaluated over
-    the file's rows: no statistics decide a row, so float columns need no NaN record."""
-    if f.inline is not None:
-        return None  # its bytes are in the manifest entry (PROTOCOL.md §18): no file to read
-    fields = snapshot.manifest.schema_by_id(f.schema_id)["fields"]
-    if any(fl["name"].lower() in _VIRTUAL_COLUMNS for fl in fields):
-        return None
-    try:
-        cols = _select_sql(snapshot.projection(f, names))
-    except SqlError:
-        return None
-    path = snapshot.store.local_path(f.path)
-    _check_file(path, f, snapshot.table.name, snapshot.version)
-    return (f"SELECT {cols} FROM read_parquet([{_literal(path)}], hive_partitioning=false, "
-            f"union_by_name=false) WHERE {fn}(file_row_number)")
-
-
-def take_group_sql(snapshot: Snapshot, files: list[DataFile], names: list[str],
-                   fn: str) -> str | None:
-    """SQL reading, with one DuckDB ``read_parquet`` over local ``files`` (one written
-    schema), the rows the two-argument mask function ``fn`` keeps (``fn(file_index,
-    file_row_number)``), columns ``names`` by field id under the current schema, then
-    ``file_index`` and ``file_row_number`` as ``__fsrv_fi`` and ``__fsrv_fr`` (the caller
-    checks the order and counts); None when DuckDB cannot read one of them so
-    (:func:`take_sql`). One statement lets DuckDB read the files in parallel, where a file
-    of one row group read alone keeps one thread busy."""
-    if any(f.inline is not None for f in files) or \
-            len({f.schema_id for f in files}) != 1:
-        return None
+def _take_source(snapshot: Snapshot, files: list[DataFile], names: list[str]
+                 ) -> tuple[str, str] | None:
+    """(select list of ``names`` by field id under the current schema, ``read_parquet``
+    call over ``files``) for a read by position of local files of one written schema; None
+    when DuckDB cannot read them so (an inlined file, a column that hides
+    ``file_row_number``, a default DuckDB cannot spell)."""
+    if any(f.inline is not None for f in files) or len({f.schema_id for f in files}) != 1:
+        return None  # an inlined file's bytes are in its manifest entry (PROTOCOL.md §18)
     fields = snapshot.manifest.schema_by_id(files[0].schema_id)["fields"]
     if any(fl["name"].lower() in _VIRTUAL_COLUMNS for fl in fields):
         return None
@@ -668,9 +642,39 @@ def take_group_sql(snapshot: Snapshot, files: list[DataFile], names: list[str],
         path = snapshot.store.local_path(f.path)
         _check_file(path, f, snapshot.table.name, snapshot.version)
         paths.append(_literal(path))
+    return cols, (f"read_parquet([{', '.join(paths)}], hive_partitioning=false, "
+                  "union_by_name=false)")
+
+
+def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str | None:
+    """SQL reading, with DuckDB's Parquet reader, the rows of local file ``f`` that the
+    mask function ``fn`` keeps (for UPDATE/MERGE's read by position, a mask whose every
+    position is set but the wanted ones), columns ``names`` by field id under the current
+    schema, in position order; None when DuckDB cannot read the file so
+    (:func:`_take_source`). Only the mask is evaluated over the file's rows: no statistics
+    decide a row, so float columns need no NaN record."""
+    source = _take_source(snapshot, [f], names)
+    if source is None:
+        return None
+    cols, read = source
+    return f"SELECT {cols} FROM {read} WHERE {fn}(file_row_number)"
+
+
+def take_group_sql(snapshot: Snapshot, files: list[DataFile], names: list[str],
+                   fn: str) -> str | None:
+    """SQL reading, with one DuckDB ``read_parquet`` over local ``files`` (one written
+    schema), the rows the two-argument mask function ``fn`` keeps (``fn(file_index,
+    file_row_number)``), columns ``names`` by field id under the current schema, then
+    ``file_index`` and ``file_row_number`` as ``__fsrv_fi`` and ``__fsrv_fr`` (the caller
+    checks the order and counts); None when DuckDB cannot read one of them so
+    (:func:`_take_source`). One statement lets DuckDB read the files in parallel, where a
+    file of one row group read alone keeps one thread busy."""
+    source = _take_source(snapshot, files, names)
+    if source is None:
+        return None
+    cols, read = source
     return (f"SELECT {cols}, file_index AS __fsrv_fi, file_row_number AS __fsrv_fr FROM "
-            f"read_parquet([{', '.join(paths)}], hive_partitioning=false, "
-            f"union_by_name=false) WHERE {fn}(file_index, file_row_number)")
+            f"{read} WHERE {fn}(file_index, file_row_number)")
 
 
 #: files with deleted rows read with the deletion-mask extension share one ``read_parquet``
