@@ -192,6 +192,50 @@ def test_dml_finds_rows_through_the_masked_read(local_uri, group_rows):
     assert results[0][0] == sum(1 for i in live if i % 10 == 5 and i < 9000)
 
 
+def test_a_listed_point_read_is_one_duckdb_statement_with_its_relation_inline(
+        local_uri, group_rows, monkeypatch):
+    """A reference whose WHERE lists the values it wants (``id = ?``, a short IN) reads its
+    files with deleted rows inside the statement: one DuckDB statement, every such file in
+    one ``read_parquet`` with its mask (even files that a scan would read one by one), the
+    listed condition below the barrier and the relation bound in the statement's own WITH
+    clause, not a view created for it. The prefetch (``LISTED_IN_SCAN`` off) runs DuckDB
+    twice and returns the same rows; the statement's own failing CAST never sees a deleted
+    row either way."""
+    _need_compiler()
+    from flightsrv.engine import relations
+
+    texts = []
+    real = duck_engine.run_to_arrow
+    monkeypatch.setattr(duck_engine, "run_to_arrow",
+                        lambda cur, text, **k: texts.append(text) or real(cur, text, **k))
+    sql = "SELECT id, v FROM t WHERE id = ? AND CAST(v AS INTEGER) >= 0"
+    listed = "SELECT id FROM t WHERE id IN (7, 8, 3500, 6006, 6012) AND CAST(v AS INTEGER) > 0"
+    own_with = "WITH x AS (SELECT * FROM t WHERE id = 8) SELECT id, v FROM x"
+    results = []
+    with _engine_over_table(local_uri, group_rows, True) as e:
+        for inline in (True, False):
+            monkeypatch.setattr(duck_engine, "LISTED_IN_SCAN", inline)
+            got = []
+            for i in (7, 8, 3500, 6006, 6012, 11999):  # deleted: 7, 3500 (a group), 6006
+                texts.clear()
+                got.append(e.execute_query(sql, Session("s"), pa.record_batch(
+                    [pa.array([i])], names=["0"])).reader.read_all().to_pylist())
+                if inline:
+                    assert len(texts) == 1, texts
+                    assert texts[0].startswith("WITH __fsrv_r0 AS NOT MATERIALIZED ("), texts
+                    # the three files with deletes: one read, one mask (the clean file
+                    # has a read of its own when its statistics keep it)
+                    assert texts[0].count("__fsrv_live_") == 1, texts
+                    assert texts[0].count(relations.BARRIER) == 1, texts
+                else:
+                    assert len(texts) == 2, texts  # the prefetch, then the statement
+            got += [_rows(e, listed), _rows(e, own_with)]
+            results.append(got)
+    assert results[0] == results[1]
+    assert results[0] == [[], [{"id": 8, "v": "8"}], [], [], [{"id": 6012, "v": "6012"}],
+                          [{"id": 11999, "v": "11999"}], [(8,), (6012,)], [(8, "8")]]
+
+
 def test_user_sql_cannot_call_the_mask_functions_or_load(engines):
     on, _, _ = engines
     for sql in ("SELECT __fsrv_live_0(1)", "SELECT count(*) FROM t WHERE __fsrv_live_1(id)",

@@ -212,7 +212,8 @@ def _select_sql(reads) -> str:
 def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, pruner=None,
           hidden: bool = False, native: bool = True, open_scans: bool = True,
           files: list[DataFile] | None = None, masked_native: bool = False,
-          masked_max_groups: int | None = None, prefetch=None, masks=None) -> Relation:
+          masked_max_groups: int | None = None, prefetch=None, masks=None,
+          one_mask_group: bool = False) -> Relation:
     """The view for one table reference (see the module docstring).
 
     ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
@@ -226,7 +227,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     ``tables`` by name for the query), so no barrier is needed;
     ``masks(snapshot, files) -> str | None`` (the deletion-mask extension, :mod:`.maskext`):
     the name of a pinned mask function of ``files`` (called with ``file_row_number`` for one
-    file, with ``file_index, file_row_number`` for several), or None when no slot is free;
+    file, with ``file_index, file_row_number`` for several), or None when no slot is free
+    (``one_mask_group``: consecutive such files of one written schema share one
+    ``read_parquet`` whatever their rows add up to, for a selective read);
     a file with deleted rows that none of the above reads by DuckDB is then read by DuckDB
     with its group's mask (:func:`_pin_masks`, :func:`_cmask_part`) rather than by the
     Arrow scan;
@@ -333,7 +336,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                         groups[id(f)] = list(range(f.row_groups))
     if masks is not None:
         _pin_masks(snapshot, candidates, kinds, masks, fns,
-                   groups if pruner else None)
+                   groups if pruner else None, None if one_mask_group else MASK_GROUP_ROWS)
     rel.file_list = tuple(candidates)
     rel.files_scanned = len(candidates)
     rel.rows_masked = sum(f.deleted_rows for f in candidates)
@@ -688,10 +691,10 @@ MASK_GROUP_ROWS = 2_000_000
 
 
 def _pin_masks(snapshot: Snapshot, candidates: list[DataFile], kinds: dict, masks,
-               fns: dict, groups: dict | None) -> None:
+               fns: dict, groups: dict | None, max_rows: int | None) -> None:
     """Pin the mask functions of the ``"cmask"`` files of ``candidates``: consecutive such
     files that share a written schema are grouped while their rows add up to at most
-    :data:`MASK_GROUP_ROWS`, and each group gets one function (``masks(snapshot, files)``;
+    ``max_rows`` (None: any number), and each group gets one function (``masks(snapshot, files)``;
     ``fns[id(f)] = (function, group number)``). A group whose function cannot be pinned (no
     slot free) is read by the Arrow scan (``kinds`` set to ``"arrow"``; with ``groups``, the
     pruner's kept row groups, all of its row groups)."""
@@ -719,7 +722,8 @@ def _pin_masks(snapshot: Snapshot, candidates: list[DataFile], kinds: dict, mask
             close()
             rows = 0
             continue
-        if run and (run[-1].schema_id != f.schema_id or rows + f.rows > MASK_GROUP_ROWS):
+        if run and (run[-1].schema_id != f.schema_id
+                    or (max_rows is not None and rows + f.rows > max_rows)):
             close()
             rows = 0
         run.append(f)
