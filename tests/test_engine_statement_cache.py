@@ -218,14 +218,24 @@ def test_a_kept_plan_reads_and_prunes_as_a_fresh_one(tmp_path, sql, runs):
         kept.close()
 
 
-def test_a_point_read_runs_once_per_execution_and_never_to_describe(engine, monkeypatch):
-    """A table with deleted rows takes the prefetch path (the point read by DuckDB ahead of
-    the statement): ADBC's prepare, prepare with the bound values, execute read it once."""
+@pytest.mark.parametrize("in_scan", [True, False])
+def test_a_point_read_runs_once_per_execution_and_never_to_describe(engine, monkeypatch,
+                                                                    in_scan):
+    """A table with deleted rows, a point query: ADBC's prepare, prepare with the bound
+    values, execute read its files once in all. With the deletion-mask extension the
+    statement reads them itself (``LISTED_IN_SCAN``); without it (or with that off) the
+    prefetch reads them ahead of the statement, which then reads no file."""
     import flightsrv.engine.duck as duck
 
     s = Session("s")
     engine.execute_update("DELETE FROM items WHERE id = 11", s)
-    reads = _counting(monkeypatch, duck, "_prefetch")
+    monkeypatch.setattr(duck, "LISTED_IN_SCAN", in_scan)
+    in_scan = in_scan and engine.mask_slots is not None
+    prefetches = _counting(monkeypatch, duck, "_prefetch")
+    reads: list = []  # DuckDB runs that read a data file
+    real = duck.run_to_arrow
+    monkeypatch.setattr(duck, "run_to_arrow", lambda cur, text, **k: (
+        reads.append(1) if "read_parquet(" in text else None) or real(cur, text, **k))
     for v in (10, 11, 12):
         engine.prepare(POINT, s)
         engine.prepare(POINT, s, _param(v))
@@ -233,3 +243,4 @@ def test_a_point_read_runs_once_per_execution_and_never_to_describe(engine, monk
         got = engine.execute_query(POINT, s, _param(v)).reader.read_all()
         assert got.column("id").to_pylist() == ([] if v == 11 else [v])
         assert len(reads) == v - 9
+        assert len(prefetches) == (0 if in_scan else v - 9)
