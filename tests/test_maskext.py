@@ -198,9 +198,10 @@ def test_a_listed_point_read_is_one_duckdb_statement_with_its_relation_inline(
     files with deleted rows inside the statement: one DuckDB statement, every such file in
     one ``read_parquet`` with its mask (even files that a scan would read one by one), the
     listed condition below the barrier and the relation bound in the statement's own WITH
-    clause, not a view created for it. The prefetch (``LISTED_IN_SCAN`` off) runs DuckDB
-    twice and returns the same rows; the statement's own failing CAST never sees a deleted
-    row either way."""
+    clause, not a view created for it, while those files hold at most
+    ``LISTED_IN_SCAN_ROWS`` rows. The prefetch (``LISTED_IN_SCAN`` off, or more rows) runs
+    DuckDB twice and returns the same rows; the statement's own failing CAST never sees a
+    deleted row either way."""
     _need_compiler()
     from flightsrv.engine import relations
 
@@ -213,14 +214,18 @@ def test_a_listed_point_read_is_one_duckdb_statement_with_its_relation_inline(
     own_with = "WITH x AS (SELECT * FROM t WHERE id = 8) SELECT id, v FROM x"
     results = []
     with _engine_over_table(local_uri, group_rows, True) as e:
-        for inline in (True, False):
-            monkeypatch.setattr(duck_engine, "LISTED_IN_SCAN", inline)
+        for inline in (True, False, "bound"):
+            # "bound": the files with deletes (9,000 rows) hold more rows than the bound
+            # allows: the prefetch reads them, as with the in-scan read off
+            monkeypatch.setattr(duck_engine, "LISTED_IN_SCAN", bool(inline))
+            monkeypatch.setattr(duck_engine, "LISTED_IN_SCAN_ROWS",
+                                8_999 if inline == "bound" else 9_000)
             got = []
             for i in (7, 8, 3500, 6006, 6012, 11999):  # deleted: 7, 3500 (a group), 6006
                 texts.clear()
                 got.append(e.execute_query(sql, Session("s"), pa.record_batch(
                     [pa.array([i])], names=["0"])).reader.read_all().to_pylist())
-                if inline:
+                if inline is True:
                     assert len(texts) == 1, texts
                     assert texts[0].startswith("WITH __fsrv_r0 AS NOT MATERIALIZED ("), texts
                     # the three files with deletes: one read, one mask (the clean file
@@ -231,7 +236,7 @@ def test_a_listed_point_read_is_one_duckdb_statement_with_its_relation_inline(
                     assert len(texts) == 2, texts  # the prefetch, then the statement
             got += [_rows(e, listed), _rows(e, own_with)]
             results.append(got)
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     assert results[0] == [[], [{"id": 8, "v": "8"}], [], [], [{"id": 6012, "v": "6012"}],
                           [{"id": 11999, "v": "11999"}], [(8,), (6012,)], [(8, "8")]]
 

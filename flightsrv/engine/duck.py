@@ -184,6 +184,11 @@ TAKE_GROUP_ROWS = 64_000_000
 #: 4 files, a point query in process: 1.15-1.23x the table without deletes against the
 #: prefetch's 1.41-1.49x (benchmarks/RESULTS.md, fourteenth session)
 LISTED_IN_SCAN = True
+#: ... while the reference's candidate files with deleted rows hold at most this many rows
+#: (their mask in one slot: 4 MiB, rebuilt in ~2 ms when one of the files gains deletes);
+#: a larger table's point read keeps the prefetch, one read_parquet that masks only the
+#: rows it found
+LISTED_IN_SCAN_ROWS = 32_000_000
 
 class DuckEngine:
     """Implements :class:`flightsrv.engine.api.Engine` for one warehouse."""
@@ -690,20 +695,20 @@ class DuckEngine:
         # with the mask extension, a reference that lists the values it wants (``col = c``,
         # a short IN) reads its files with deleted rows inside the statement: all of them
         # in one read_parquet with their masks, the listed conditions pushed below the
-        # barrier (one DuckDB run; the prefetch runs two): :data:`LISTED_IN_SCAN`
+        # barrier (one DuckDB run; the prefetch runs two), while they hold at most
+        # :data:`LISTED_IN_SCAN_ROWS` rows (:data:`LISTED_IN_SCAN`)
         listed = masks and LISTED_IN_SCAN and self.masked_scans == "prefetch" and \
             rels.point_set(pruner) and rels.pushable(pruner)
-        masked_native = not listed and (
-            self.masked_scans == "duckdb" or (selective and rels.pushable(pruner))
-            or (self.masked_scans == "prefetch" and rels.point_set(pruner)))
+        masked_native = self.masked_scans == "duckdb" or (selective and rels.pushable(pruner)) \
+            or (self.masked_scans == "prefetch" and rels.point_set(pruner))
         rel = rels.build(snap, self._scan_columns(scan), scan.relation, pruner=pruner,
                          hidden=hidden, native=native, open_scans=data,
                          masked_native=masked_native,
                          masked_max_groups=MASKED_MAX_GROUPS if selective else None,
                          prefetch=functools.partial(_prefetch, cur)
-                         if self.masked_scans == "prefetch" and not listed else None,
+                         if self.masked_scans == "prefetch" else None,
                          masks=functools.partial(self._mask_function, ctx) if masks else None,
-                         one_mask_group=listed)
+                         listed_in_scan=LISTED_IN_SCAN_ROWS if listed else None)
         ctx.natives.update(rel.files)
         info = ctx.info
         info.tables.setdefault(scan.table, snap.version)

@@ -213,7 +213,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
           hidden: bool = False, native: bool = True, open_scans: bool = True,
           files: list[DataFile] | None = None, masked_native: bool = False,
           masked_max_groups: int | None = None, prefetch=None, masks=None,
-          one_mask_group: bool = False) -> Relation:
+          listed_in_scan: int | None = None) -> Relation:
     """The view for one table reference (see the module docstring).
 
     ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
@@ -227,9 +227,13 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     ``tables`` by name for the query), so no barrier is needed;
     ``masks(snapshot, files) -> str | None`` (the deletion-mask extension, :mod:`.maskext`):
     the name of a pinned mask function of ``files`` (called with ``file_row_number`` for one
-    file, with ``file_index, file_row_number`` for several), or None when no slot is free
-    (``one_mask_group``: consecutive such files of one written schema share one
-    ``read_parquet`` whatever their rows add up to, for a selective read);
+    file, with ``file_index, file_row_number`` for several), or None when no slot is free;
+    ``listed_in_scan`` (a reference whose filter lists the values it wants, with ``masks``):
+    when the candidate files with deleted rows hold at most that many rows, they are read
+    inside the statement (``"cmask"``, not the prefetch), consecutive ones of a written
+    schema sharing one ``read_parquet`` whatever their rows add up to (a point read's cost
+    is binding, not per-row masking; the bound keeps the group's mask, rebuilt when one of
+    its files gains deletes, small); above it the prefetch reads them, as without it;
     a file with deleted rows that none of the above reads by DuckDB is then read by DuckDB
     with its group's mask (:func:`_pin_masks`, :func:`_cmask_part`) rather than by the
     Arrow scan;
@@ -244,6 +248,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     if files is None:
         files = snapshot.files(pruner.chunks if pruner else None)
     candidates = [f for f in (snapshot.live(x) for x in files) if f.live_rows > 0]
+    group_rows: int | None = MASK_GROUP_ROWS
+    if listed_in_scan is not None and masks is not None and open_scans and \
+            sum(f.rows for f in candidates if not _is_clean(f)) <= listed_in_scan:
+        masked_native, prefetch, group_rows = False, None, None
     rel = Relation("")
     manifest = snapshot.manifest
     remote = not is_native(snapshot)  # S3: files without deleted rows need no Python
@@ -336,7 +344,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
                         groups[id(f)] = list(range(f.row_groups))
     if masks is not None:
         _pin_masks(snapshot, candidates, kinds, masks, fns,
-                   groups if pruner else None, None if one_mask_group else MASK_GROUP_ROWS)
+                   groups if pruner else None, group_rows)
     rel.file_list = tuple(candidates)
     rel.files_scanned = len(candidates)
     rel.rows_masked = sum(f.deleted_rows for f in candidates)
