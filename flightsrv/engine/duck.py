@@ -448,7 +448,7 @@ class DuckEngine:
         kept = self._plans.get(key) if key is not None else None
         if kept is None:
             return None
-        text, scans = kept
+        text, scans, names_ = kept
         out = []
         for relation, table, pin, columns, terms in scans:
             snap = pinner.pin(*pin)
@@ -459,7 +459,9 @@ class DuckEngine:
                     prune.append(term)
             out.append(sqlplan.Scan(relation, table, snap,
                                     None if columns is None else list(columns), tuple(prune)))
-        return sqlplan.QueryPlan(None, out, text)
+        # the names too: result columns and messages show what the user wrote, not the
+        # relations (``(SELECT max(d) FROM t)``, never ``... FROM __fsrv_r1 AS t``)
+        return sqlplan.QueryPlan(None, out, text, names=list(names_))
 
     def _keep_plan(self, stmt: st.Statement, pinner: sqlplan.Pinner, key: tuple,
                    qp: sqlplan.QueryPlan) -> None:
@@ -483,7 +485,8 @@ class DuckEngine:
                           None if scan.columns is None else tuple(scan.columns), scan.prune))
             size += 128 + sum(len(c) for c in scan.columns or ()) \
                 + sum(sum(map(len, t.operands)) + 64 for t in scan.prune)
-        self._plans.put(key, (qp.text, tuple(scans)), stmt.sql, size)
+        size += sum(len(r) + len(shown) + 16 for r, shown, _ in qp.names)
+        self._plans.put(key, (qp.text, tuple(scans), tuple(qp.names)), stmt.sql, size)
 
     def _plan(self, stmt: st.Statement, bound: exp.Expression, part: str,
               pinner: sqlplan.Pinner, extra: frozenset[str] = frozenset(), *,
