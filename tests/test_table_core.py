@@ -230,11 +230,43 @@ def test_auto_compression_keeps_zstd_only_where_it_shrinks_a_column(local_uri):
     assert codecs(auto) == {"id": "ZSTD", "cat": "ZSTD", "x": "SNAPPY",
                             "tags.list.element": "ZSTD"}
     assert auto.to_table().sort_by("id").equals(data)
-    auto.append(data.slice(0, 100))
-    assert set(codecs(auto).values()) == {"ZSTD"}
+    small = wh.create_table("small", schema)
+    small.append(data.slice(0, 100))
+    assert set(codecs(small).values()) == {"ZSTD"}
     fixed = wh.create_table("fixed", schema, {"compression": "zstd"})
     fixed.append(data)
     assert set(codecs(fixed).values()) == {"ZSTD"}
+
+
+def test_auto_compression_decides_once_per_table_for_several_writes(local_uri, monkeypatch):
+    """Deciding ``compression=auto`` writes a ZSTD sample (about a third of a 10,000-row
+    append), so a process keeps a table's decision for its next ``AUTO_REUSE`` writes of
+    the same written schema and dictionary choice, then samples again; another table
+    decides for itself. The files come out the same."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from flightsrv.table import writer
+
+    monkeypatch.setattr(writer, "AUTO_REUSE", 2)
+    samples = []
+    real = writer.column_codecs
+    monkeypatch.setattr(writer, "column_codecs",
+                        lambda *a, **k: samples.append(1) or real(*a, **k))
+    n = 8_000
+    rng = np.random.default_rng(5)
+    data = pa.table({"id": pa.array(range(n), pa.int64()), "x": pa.array(rng.random(n))})
+    wh = Warehouse.open(local_uri)
+    got = []
+    for name in ("a", "b"):
+        t = wh.create_table(name, data.schema)
+        for _ in range(4):
+            t.append(data)
+            raw, _ = t.store.get(t.head().data_files[-1].path)
+            md = pq.read_metadata(pa.BufferReader(raw))
+            got.append(tuple(md.row_group(0).column(i).compression for i in range(2)))
+    assert got == [("ZSTD", "SNAPPY")] * 8
+    assert len(samples) == 4  # per table: the first write, then the fourth (two reuses)
 
 
 def test_row_groups_hold_at_most_row_group_rows(local_uri):

@@ -36,6 +36,7 @@ import datetime as dt
 import io
 import os
 import tempfile
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -76,6 +77,12 @@ DICTIONARY_MIN_SAMPLE = 4096
 #: ZSTD files and 27 ms from the same files with that column in Snappy, 1% larger
 #: (benchmarks/RESULTS.md, thirteenth session)
 AUTO_ZSTD_RATIO = 0.8
+#: ``compression=auto`` decides from a sample written with ZSTD, about 3 ms for a batch of
+#: 10,000 five-column rows (a third of such an append): a decision is kept per table, written
+#: schema and dictionary choice, for this many more writes of this process, then taken again
+#: from the next write's own sample; at most ``AUTO_DECISIONS`` are kept
+AUTO_REUSE = 32
+AUTO_DECISIONS = 256
 
 
 @dataclass(frozen=True)
@@ -319,6 +326,42 @@ def column_codecs(sample: pa.Table | pa.RecordBatch, dictionary: bool | list[str
     return codecs
 
 
+class _AutoDecisions:
+    """The kept ``compression=auto`` decisions (:data:`AUTO_REUSE`, :data:`AUTO_DECISIONS`):
+    key -> [codecs, writes left]; least recently used dropped first. Thread-safe."""
+
+    def __init__(self, max_entries: int = AUTO_DECISIONS):
+        self._kept: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+
+    def codecs(self, key, sample_rows: int, decide) -> str | dict[str, str]:
+        """The kept decision for ``key`` while it has writes left; else ``decide()`` (kept
+        only when the sample had enough rows to decide anything, ``sample_rows``)."""
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and kept[1] > 0:
+                kept[1] -= 1
+                self._kept.move_to_end(key)
+                return kept[0]
+        codecs = decide()
+        if sample_rows >= DICTIONARY_MIN_SAMPLE:
+            with self._lock:
+                self._kept[key] = [codecs, AUTO_REUSE]
+                self._kept.move_to_end(key)
+                while len(self._kept) > self.max_entries:
+                    self._kept.popitem(last=False)
+        return codecs
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+#: the process's kept ``compression=auto`` decisions
+AUTO_CODECS = _AutoDecisions()
+
+
 def _rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
     """Regroup a batch stream into tables of exactly ``rows`` rows (the last may be short)."""
     pending: list[pa.RecordBatch] = []
@@ -462,8 +505,14 @@ class DataFileWriter:
                                self.options.row_group_rows)
         self._dictionary = dictionary_columns(first, self.physical)
         if self.options.compression == "auto":
-            sample = self._to_physical(first.slice(0, DICTIONARY_SAMPLE_ROWS))
-            self._codecs = column_codecs(sample, self._dictionary, self.options.data_page_bytes)
+            dictionary = self._dictionary
+            key = (getattr(self.store, "uri", None), self.layout.schema_id, self.stored,
+                   tuple(dictionary) if isinstance(dictionary, list) else dictionary,
+                   self.options.data_page_bytes)
+            self._codecs = AUTO_CODECS.codecs(
+                key, first.num_rows, lambda: column_codecs(
+                    self._to_physical(first.slice(0, DICTIONARY_SAMPLE_ROWS)), dictionary,
+                    self.options.data_page_bytes))
 
         def chain():
             yield first
