@@ -977,7 +977,9 @@ class DuckEngine:
             else (lambda: None)
         try:
             cur.register("__fsrv_rows", rows)
-            cur.execute(f"CREATE TEMP TABLE {CANDIDATES} AS SELECT * FROM __fsrv_rows LIMIT 0")
+            # one statement creates and fills it (a temp table of this cursor: closing the
+            # cursor drops it); the rows came from the table, so its constraints hold
+            cur.execute(f"CREATE TEMP TABLE {CANDIDATES} AS SELECT * FROM __fsrv_rows")
             for f in schema:
                 if not f.nullable:
                     cur.execute(f"ALTER TABLE {CANDIDATES} ALTER COLUMN "
@@ -986,7 +988,6 @@ class DuckEngine:
                     value = sqltypes.literal_sql(pa.scalar(defaults[f.name], f.type))
                     cur.execute(f"ALTER TABLE {CANDIDATES} ALTER COLUMN "
                                 f"{rels._ident(f.name)} SET DEFAULT {value}")
-            cur.execute(f"INSERT INTO {CANDIDATES} SELECT * FROM __fsrv_rows")
             cur.unregister("__fsrv_rows")
             for name, table in {**ctx.extra, **others}.items():
                 cur.register(name, table)
@@ -1007,9 +1008,7 @@ class DuckEngine:
                     from None
         finally:
             unhook()
-            with contextlib.suppress(Exception):
-                cur.execute(f"DROP TABLE IF EXISTS {CANDIDATES}")
-            cur.close()
+            cur.close()  # and its temp table with it
         actions = None
         if returned is not None:
             actions = returned.column(0).to_pylist()
