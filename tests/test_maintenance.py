@@ -201,17 +201,49 @@ def test_concurrent_large_dv_carried_over_as_object(local_uri, rt):
     assert ids(t) == [i for i in range(31_000) if i % 3 != 1]
 
 
-def test_concurrent_whole_file_delete_aborts_only_that_group(table):
+def test_concurrent_whole_file_delete_is_carried_over(table):
+    """A delete that removes every row of an input while compaction runs drops that file
+    from the head, and says so (``files_emptied``): compaction commits anyway, the file's
+    rows deleted in its output, instead of aborting the group (under steady single-row
+    updates every group lost a file that way, and compaction never committed)."""
     size = max(f.size for f in table.head().data_files)
+    first = table.head().data_files[0].path
     rival = Warehouse.open(table.warehouse.uri).table("t")
-    hook = Hook(lambda: rival.delete("id < 2000"))  # removes file 0 entirely
+    hook = Hook(lambda: rival.delete("id < 2000 OR id = 5000"))  # file 0 entirely
     r = table.compact(target_file_size=int(size * 2.2), small_file_threshold=size + 1,
                       progress=hook)
-    assert r.groups_planned == 2 and r.groups_aborted == 1 and r.groups_committed == 1
-    assert ids(table) == list(range(2000, 8000))
-    # the aborted group's outputs are orphans; a later compaction still works
+    assert hook.fired
+    emptied = [table.log.load(v).summary.get("files_emptied")
+               for v in range(table.head().version + 1)]
+    assert [e for e in emptied if e] == [[first]]
+    assert r.groups_planned == 2 and r.groups_aborted == 0 and r.groups_committed == 2
+    assert r.deletes_carried_over == 2001
+    want = [i for i in range(2000, 8000) if i != 5000]
+    assert ids(table) == want
+    assert Warehouse.open(table.warehouse.uri).table("t").count_rows() == len(want)
     table.compact()
-    assert ids(table) == list(range(2000, 8000))
+    assert ids(table) == want
+
+
+def test_concurrent_rewrite_of_an_input_aborts_only_that_group(table):
+    """An input another compaction rewrote (its rows moved to a new file, listed as emptied
+    by nobody) aborts the group that read it: carrying it over would keep its rows twice
+    (or write an erased row's bytes again, for a splice); the other group commits."""
+    size = max(f.size for f in table.head().data_files)
+    first = table.head().data_files[0].path
+    rival = Warehouse.open(table.warehouse.uri).table("t")
+
+    def rewrite_first():
+        rival.delete("id = 1")
+        rival.compact(min_deleted_fraction=0.0, small_file_threshold=1)
+
+    hook = Hook(rewrite_first)
+    r = table.compact(target_file_size=int(size * 2.2), small_file_threshold=size + 1,
+                      progress=hook)
+    assert hook.fired
+    assert first not in {f.path for f in table.head().data_files}
+    assert r.groups_aborted >= 1
+    assert ids(table) == [i for i in range(8000) if i != 1]
 
 
 def test_append_during_compaction_survives(table):

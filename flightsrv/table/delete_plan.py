@@ -58,6 +58,12 @@ class FileDelete:
     positions: BitMap64 = dataclasses.field(default_factory=BitMap64)
 
 
+#: a delete's summary lists (``files_emptied``) the data files it dropped because it deleted
+#: their last live rows, when they are at most this many (PROTOCOL.md §3); a compaction that
+#: read such a file carries the deletion over instead of aborting its group
+EMPTIED_LISTED = 128
+
+
 def _same_deletes(a: DataFile, b: DataFile) -> bool:
     return a.dv == b.dv and a.deleted_row_groups == b.deleted_row_groups
 
@@ -104,7 +110,7 @@ def commit_changes(table, base: Manifest, deletes: dict[str, BitMap64],
         if appends_conflict and any(f.path not in base_paths for f in head.data_files):
             raise Rerun("rows were appended concurrently")
         changed: dict[str, tuple[DataFile, BitMap64]] = {}
-        new_files, count, removed = [], 0, 0
+        new_files, count, removed, emptied = [], 0, 0, []
         for f in head.data_files:
             positions = deletes.get(f.path)
             if positions is None:
@@ -120,6 +126,7 @@ def commit_changes(table, base: Manifest, deletes: dict[str, BitMap64],
             count += len(positions)
             if applied is None:
                 removed += 1
+                emptied.append(f.path)
             else:
                 changed[f.path] = applied
                 new_files.append(applied[0])
@@ -132,6 +139,10 @@ def commit_changes(table, base: Manifest, deletes: dict[str, BitMap64],
         full = {"rows_added": sum(f.rows for f in added), "rows_deleted": count,
                 "files_added": len(added), "files_removed": removed,
                 "read_version": base.version, **(summary or {})}
+        if 0 < len(emptied) <= EMPTIED_LISTED:
+            # files dropped because no row of theirs is left (never moved elsewhere): a
+            # compaction that read one before can still commit, its rows deleted
+            full["files_emptied"] = sorted(emptied)
         return dataclasses.replace(head, operation=operation, summary=full,
                                    data_files=tuple(new_files) + fresh)
 

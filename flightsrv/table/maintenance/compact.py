@@ -192,16 +192,52 @@ def _write_group(table, snap: Snapshot, g: _Group, options: WriteOptions, sort_b
         progress.advance(sum(i.file.size for i in g.inputs))
 
 
-def _carry_over(table, g: _Group, head_files: dict[str, DataFile]):
+#: a compaction whose input vanished looks through at most this many versions committed
+#: since its read for the delete that emptied it (``files_emptied``); beyond, it aborts
+EMPTIED_LOOKBACK = 256
+
+
+def _emptied_since(table, read_version: int, head_version: int) -> set[str] | None:
+    """Data files a delete dropped, every row deleted, in versions after ``read_version`` up
+    to ``head_version`` (their ``files_emptied`` summaries), or None when that cannot be told
+    (too many versions, one expired or listing none although it removed files)."""
+    if head_version - read_version > EMPTIED_LOOKBACK:
+        return None
+    out: set[str] = set()
+    for v in range(read_version + 1, head_version + 1):
+        try:
+            m = table.log.load(v)
+        except Exception:  # noqa: BLE001 - expired or unreadable: cannot tell, so abort
+            return None
+        out.update((m.summary or {}).get("files_emptied", ()))
+    return out
+
+
+def _carry_over(table, g: _Group, head_files: dict[str, DataFile], emptied=None):
     """Outputs of ``g`` adjusted for deletes committed after the read, or None to abort.
+
+    An input missing from the head is carried over as wholly deleted only when a delete
+    listed it as emptied (``emptied()``: the set, or None when unknown): its rows were
+    deleted, never moved; one rewritten elsewhere (a compaction, a splice, a flush) aborts
+    the group, so no row lives twice and no erased byte is written again.
 
     Returns (outputs, rows newly deleted, {output path: positions its DV must hold}); the
     caller places the DVs, once per commit."""
     fresh_seq = []
     for inp in g.inputs:
         hf = head_files.get(inp.file.path)
-        if hf is None or hf.etag != inp.file.etag:
-            return None  # rewritten or wholly deleted concurrently: abort this group
+        if hf is None:
+            gone = emptied() if emptied is not None else None
+            if gone is None or inp.file.path not in gone:
+                return None  # rewritten concurrently, or cannot tell: abort this group
+            # every row live at the read is deleted now
+            fresh = np.setdiff1d(np.arange(inp.file.rows, dtype=np.uint64), inp.deleted,
+                                 assume_unique=True)
+            if len(fresh):
+                fresh_seq.append(inp.base + remap_positions(inp.deleted, fresh))
+            continue
+        if hf.etag != inp.file.etag:
+            return None  # rewritten concurrently: abort this group
         if hf.dv == inp.file.dv and hf.deleted_row_groups == inp.file.deleted_row_groups:
             continue
         now = np.asarray(dead_positions(table, hf).to_array(), dtype=np.uint64)
@@ -290,13 +326,21 @@ def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
             return None
         by_path = cur.files_by_path()
         replace: dict[str, list] = {}  # first input path -> outputs (placed there)
+        last: list = []  # outputs of a group none of whose inputs is in the head any more
         removed: set[str] = set()
         carried_dvs: dict[str, BitMap64] = {}
         committed = aborted = carried = 0
         stats = {"files_rewritten": 0, "files_added": 0, "bytes_rewritten": 0,
                  "bytes_written": 0, "rows_written": 0, "deleted_rows_purged": 0}
+        found: list = []
+
+        def emptied():  # looked up once per attempt, only when an input is missing
+            if not found:
+                found.append(_emptied_since(table, head.version, cur.version))
+            return found[0]
+
         for g in groups:
-            r = _carry_over(table, g, by_path)
+            r = _carry_over(table, g, by_path, emptied)
             if r is None:
                 aborted += 1
                 continue
@@ -305,7 +349,13 @@ def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
             carried += n
             carried_dvs.update(bitmaps)
             removed |= {i.file.path for i in g.inputs}
-            replace[g.inputs[0].file.path] = outs
+            # the outputs take the place of the first input still in the head (one a delete
+            # emptied meanwhile is not); with none left they go last
+            anchor = next((i.file.path for i in g.inputs if i.file.path in by_path), None)
+            if anchor is None:
+                last.extend(outs)
+            else:
+                replace[anchor] = outs
             stats["files_rewritten"] += len(g.inputs)
             stats["files_added"] += len(outs)
             stats["bytes_rewritten"] += sum(i.file.size for i in g.inputs)
@@ -321,19 +371,22 @@ def commit_groups(table, head: Manifest, groups: list, result: CompactResult, *,
         descriptors = place(table, carried_dvs)
         new_version = cur.version + 1
         files = []
+        def placed(o):
+            o = dataclasses.replace(o, added_version=head.version)
+            if o.path in descriptors:
+                o = dataclasses.replace(o, dv=descriptors[o.path])
+            return o
+
         for f in cur.data_files:
             if f.path in replace:
-                for o in replace[f.path]:
-                    o = dataclasses.replace(o, added_version=head.version)
-                    if o.path in descriptors:
-                        o = dataclasses.replace(o, dv=descriptors[o.path])
-                    files.append(o)
+                files.extend(placed(o) for o in replace[f.path])
             elif f.path in removed:
                 continue
             elif f.path in moved:
                 files.append(dataclasses.replace(f, dv=moved[f.path]))
             else:
                 files.append(f)
+        files.extend(placed(o) for o in last)
         stash.clear()
         stash.update(stats, groups_committed=committed, groups_aborted=aborted,
                      deletes_carried_over=carried, dvs_coalesced=len(moved),
