@@ -200,7 +200,9 @@ EMPTIED_LOOKBACK = 256
 def _emptied_since(table, read_version: int, head_version: int) -> set[str] | None:
     """Data files a delete dropped, every row deleted, in versions after ``read_version`` up
     to ``head_version`` (their ``files_emptied`` summaries), or None when that cannot be told
-    (too many versions, one expired or listing none although it removed files)."""
+    (more than :data:`EMPTIED_LOOKBACK` versions, or one of them expired). A file removed by
+    anything else (or by a delete emptying more than it lists) is in no such list: the group
+    that read it aborts."""
     if head_version - read_version > EMPTIED_LOOKBACK:
         return None
     out: set[str] = set()
