@@ -37,6 +37,7 @@ op = st.one_of(
     st.tuples(st.just("delete"), pred),
     st.tuples(st.just("compact"), st.sampled_from(["default", "all", "sort"])),
     st.tuples(st.just("compact_racing_delete"), pred),
+    st.tuples(st.just("compact_racing_file_delete"), st.integers(0, 10**6)),
     st.tuples(st.just("expire"), st.integers(1, 3)),
     st.tuples(st.just("vacuum"), st.just(0)),
     st.tuples(st.just("time_travel"), st.integers(0, 10**6)),
@@ -102,6 +103,29 @@ def run_model(uri: str, ops, seed: int = 0) -> None:
             elif r.version is not None:
                 history[r.version - 1] = after["rows"]
             model = after["rows"]
+        elif kind == "compact_racing_file_delete":
+            # a delete that empties one whole data file (its id range, which may take rows
+            # of other files too) while compaction runs: the group that read the file
+            # carries it over as deleted (files_emptied) rather than aborting
+            after = {}
+
+            def race(o=o, after=after, model=model):
+                head = rival.head()
+                if not head.data_files:
+                    after["rows"] = model
+                    return
+                f = head.data_files[o[1] % len(head.data_files)]
+                bounds = head.column_stats(f, "id")
+                lo, hi = bounds["min"], bounds["max"]
+                gone = [r for r in model if lo <= r["id"] <= hi]
+                assert rival.delete(f"id BETWEEN {lo} AND {hi}") == len(gone)
+                after["rows"] = [r for r in model if not lo <= r["id"] <= hi]
+
+            r = table.compact(min_deleted_fraction=0.0, progress=Hook(race))
+            if "rows" in after:
+                if r.version is not None:
+                    history[r.version - 1] = after["rows"]
+                model = after["rows"]
         elif kind == "expire":
             r = table.expire_snapshots(retain_last=o[1])
             for v in r.expired_versions:
