@@ -240,19 +240,21 @@ def test_auto_compression_keeps_zstd_only_where_it_shrinks_a_column(local_uri):
 
 def test_auto_compression_decides_once_per_table_for_several_writes(local_uri, monkeypatch):
     """Deciding ``compression=auto`` writes a ZSTD sample (about a third of a 10,000-row
-    append), so a process keeps a table's decision for its next ``AUTO_REUSE`` writes of
-    the same written schema and dictionary choice, then samples again; another table
-    decides for itself. The files come out the same."""
+    append) and the dictionary choice counts a sample's distinct values, so a process keeps
+    a table's decisions for its next ``AUTO_REUSE`` writes of the same written schema, then
+    samples again; another table decides for itself. The files come out the same."""
     import numpy as np
     import pyarrow.parquet as pq
 
     from flightsrv.table import writer
 
     monkeypatch.setattr(writer, "AUTO_REUSE", 2)
-    samples = []
-    real = writer.column_codecs
+    samples, counts = [], []
+    real, real_dict = writer.column_codecs, writer.dictionary_columns
     monkeypatch.setattr(writer, "column_codecs",
                         lambda *a, **k: samples.append(1) or real(*a, **k))
+    monkeypatch.setattr(writer, "dictionary_columns",
+                        lambda *a, **k: counts.append(1) or real_dict(*a, **k))
     n = 8_000
     rng = np.random.default_rng(5)
     data = pa.table({"id": pa.array(range(n), pa.int64()), "x": pa.array(rng.random(n))})
@@ -266,7 +268,8 @@ def test_auto_compression_decides_once_per_table_for_several_writes(local_uri, m
             md = pq.read_metadata(pa.BufferReader(raw))
             got.append(tuple(md.row_group(0).column(i).compression for i in range(2)))
     assert got == [("ZSTD", "SNAPPY")] * 8
-    assert len(samples) == 4  # per table: the first write, then the fourth (two reuses)
+    # per table: the first write, then the fourth (two reuses); the dictionary choice too
+    assert len(samples) == 4 and len(counts) == 4
 
 
 def test_row_groups_hold_at_most_row_group_rows(local_uri):

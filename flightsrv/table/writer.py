@@ -78,9 +78,10 @@ DICTIONARY_MIN_SAMPLE = 4096
 #: (benchmarks/RESULTS.md, thirteenth session)
 AUTO_ZSTD_RATIO = 0.8
 #: ``compression=auto`` decides from a sample written with ZSTD, about 3 ms for a batch of
-#: 10,000 five-column rows (a third of such an append): a decision is kept per table, written
-#: schema and dictionary choice, for this many more writes of this process, then taken again
-#: from the next write's own sample; at most ``AUTO_DECISIONS`` are kept
+#: 10,000 five-column rows (a third of such an append), and the dictionary choice from a
+#: sample's distinct values (~3 ms more): each decision is kept per table and written schema
+#: (the codecs also per dictionary choice) for this many more writes of this process, then
+#: taken again from the next write's own sample; at most ``AUTO_DECISIONS`` are kept
 AUTO_REUSE = 32
 AUTO_DECISIONS = 256
 
@@ -335,7 +336,7 @@ class _AutoDecisions:
         self._lock = threading.Lock()
         self.max_entries = max_entries
 
-    def codecs(self, key, sample_rows: int, decide) -> str | dict[str, str]:
+    def decide(self, key, sample_rows: int, decide):
         """The kept decision for ``key`` while it has writes left; else ``decide()`` (kept
         only when the sample had enough rows to decide anything, ``sample_rows``)."""
         with self._lock:
@@ -503,13 +504,16 @@ class DataFileWriter:
             return self.files
         rows = _rows_per_group(first, self.options.row_group_bytes,
                                self.options.row_group_rows)
-        self._dictionary = dictionary_columns(first, self.physical)
+        table_key = (getattr(self.store, "uri", None), self.layout.schema_id, self.stored)
+        # counting a sample's distinct values costs ~1 ms a column: kept as the codecs are
+        self._dictionary = AUTO_CODECS.decide(
+            table_key + ("dictionary",), first.num_rows,
+            lambda: dictionary_columns(first, self.physical))
         if self.options.compression == "auto":
             dictionary = self._dictionary
-            key = (getattr(self.store, "uri", None), self.layout.schema_id, self.stored,
-                   tuple(dictionary) if isinstance(dictionary, list) else dictionary,
-                   self.options.data_page_bytes)
-            self._codecs = AUTO_CODECS.codecs(
+            key = table_key + (tuple(dictionary) if isinstance(dictionary, list)
+                               else dictionary, self.options.data_page_bytes)
+            self._codecs = AUTO_CODECS.decide(
                 key, first.num_rows, lambda: column_codecs(
                     self._to_physical(first.slice(0, DICTIONARY_SAMPLE_ROWS)), dictionary,
                     self.options.data_page_bytes))
