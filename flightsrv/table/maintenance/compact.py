@@ -232,17 +232,13 @@ def _carry_over(table, g: _Group, head_files: dict[str, DataFile], emptied=None)
             gone = emptied() if emptied is not None else None
             if gone is None or inp.file.path not in gone:
                 return None  # rewritten concurrently, or cannot tell: abort this group
-            # every row live at the read is deleted now
-            fresh = np.setdiff1d(np.arange(inp.file.rows, dtype=np.uint64), inp.deleted,
-                                 assume_unique=True)
-            if len(fresh):
-                fresh_seq.append(inp.base + remap_positions(inp.deleted, fresh))
-            continue
-        if hf.etag != inp.file.etag:
+            now = np.arange(inp.file.rows, dtype=np.uint64)  # every row is deleted now
+        elif hf.etag != inp.file.etag:
             return None  # rewritten concurrently: abort this group
-        if hf.dv == inp.file.dv and hf.deleted_row_groups == inp.file.deleted_row_groups:
+        elif hf.dv == inp.file.dv and hf.deleted_row_groups == inp.file.deleted_row_groups:
             continue
-        now = np.asarray(dead_positions(table, hf).to_array(), dtype=np.uint64)
+        else:
+            now = np.asarray(dead_positions(table, hf).to_array(), dtype=np.uint64)
         if not np.isin(inp.deleted, now, assume_unique=True).all():
             return None  # deletions only grow; anything else means we cannot map safely
         fresh = np.setdiff1d(now, inp.deleted, assume_unique=True)
