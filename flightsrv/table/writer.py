@@ -327,9 +327,10 @@ def column_codecs(sample: pa.Table | pa.RecordBatch, dictionary: bool | list[str
     return codecs
 
 
-class _AutoDecisions:
-    """The kept ``compression=auto`` decisions (:data:`AUTO_REUSE`, :data:`AUTO_DECISIONS`):
-    key -> [codecs, writes left]; least recently used dropped first. Thread-safe."""
+class _WriteDecisions:
+    """The kept write decisions, a table's dictionary choice and ``compression=auto``
+    codecs (:data:`AUTO_REUSE`, :data:`AUTO_DECISIONS`): key -> [decision, writes left];
+    least recently used dropped first. Thread-safe."""
 
     def __init__(self, max_entries: int = AUTO_DECISIONS):
         self._kept: OrderedDict = OrderedDict()
@@ -359,8 +360,8 @@ class _AutoDecisions:
             self._kept.clear()
 
 
-#: the process's kept ``compression=auto`` decisions
-AUTO_CODECS = _AutoDecisions()
+#: the process's kept write decisions
+WRITE_DECISIONS = _WriteDecisions()
 
 
 def _rebatch(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
@@ -506,14 +507,14 @@ class DataFileWriter:
                                self.options.row_group_rows)
         table_key = (getattr(self.store, "uri", None), self.layout.schema_id, self.stored)
         # counting a sample's distinct values costs ~1 ms a column: kept as the codecs are
-        self._dictionary = AUTO_CODECS.decide(
+        self._dictionary = WRITE_DECISIONS.decide(
             table_key + ("dictionary",), first.num_rows,
             lambda: dictionary_columns(first, self.physical))
         if self.options.compression == "auto":
             dictionary = self._dictionary
             key = table_key + (tuple(dictionary) if isinstance(dictionary, list)
                                else dictionary, self.options.data_page_bytes)
-            self._codecs = AUTO_CODECS.decide(
+            self._codecs = WRITE_DECISIONS.decide(
                 key, first.num_rows, lambda: column_codecs(
                     self._to_physical(first.slice(0, DICTIONARY_SAMPLE_ROWS)), dictionary,
                     self.options.data_page_bytes))
