@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 import flightsrv.engine.duck as duck_engine
+import flightsrv.engine.dml as dml
 
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine, Session
@@ -546,6 +547,54 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
     assert results[0][1] == sum(1 for i in live if i % 97 == 0)
 
 
+def test_update_without_from_reads_its_rows_in_its_find(local_uri, monkeypatch):
+    """UPDATE without FROM finds its candidates and reads their whole rows in one DuckDB
+    scan (no read by position follows): the same count, the same table afterwards and the
+    same history as the find-then-read-by-position path, over files with deleted rows,
+    after columns were added (with a default) and renamed; a condition that would fail on a
+    deleted row's value does not fail; UPDATE ... FROM still reads by position."""
+    _need_compiler()
+    from flightsrv.engine import relations
+    from flightsrv.table import scan
+
+    reads = []
+    real_take, real_group = relations.take_sql, relations.take_group_sql
+    monkeypatch.setattr(relations, "take_sql", lambda *a: reads.append(1) or real_take(*a))
+    monkeypatch.setattr(relations, "take_group_sql",
+                        lambda *a: reads.append(1) or real_group(*a))
+    monkeypatch.setattr(scan.Snapshot, "take", lambda *a, **k: pytest.fail("Snapshot.take"))
+    statements = [
+        "ALTER TABLE t ADD COLUMN w INTEGER DEFAULT 5",
+        "ALTER TABLE t RENAME COLUMN k TO kk",
+        # every live v casts; a deleted row's v ('gone...') would raise
+        "UPDATE t SET v = v || 'u', w = w + kk WHERE CAST(v AS INTEGER) % 97 = 3",
+        "UPDATE t AS x SET w = NULL WHERE x.id BETWEEN 2990 AND 3100 OR x.kk = 9",
+        "UPDATE t SET kk = -1",
+        "UPDATE t SET v = 'none' WHERE id = 3500",  # deleted: no row
+    ]
+    outcome = {}
+    for one_pass in (True, False):
+        monkeypatch.setattr(dml, "ONE_PASS_UPDATE", one_pass)
+        with _engine_over_table(local_uri, f"one{one_pass}", True) as e:
+            s = Session("s")
+            counts, after = [], []
+            for sql in statements:
+                reads.clear()
+                counts.append(e.execute_update(sql, s))
+                if sql.startswith("UPDATE") and counts[-1]:
+                    assert bool(reads) is not one_pass, (sql, reads)
+                after.append(_rows(e, "SELECT * FROM t"))
+            outcome[one_pass] = (counts, after)
+            reads.clear()
+            e.execute_update("UPDATE t SET w = 0 FROM (SELECT 11999 AS j) AS s "
+                             "WHERE t.id = s.j", s)
+            assert reads, "UPDATE ... FROM reads the candidates by position"
+    assert outcome[True] == outcome[False]
+    counts = outcome[True][0]
+    assert counts[2] == sum(1 for i in range(TOTAL) if not _deleted(i) and i % 97 == 3)
+    assert counts[5] == 0 and counts[4] == sum(1 for i in range(TOTAL) if not _deleted(i))
+
+
 def test_reads_by_position_of_several_files_are_one_duckdb_statement(local_uri, monkeypatch):
     """UPDATE's read by position reads the matched rows of every file of one written schema
     with one DuckDB statement (one-off masks of the files in one slot, so that DuckDB reads
@@ -554,6 +603,9 @@ def test_reads_by_position_of_several_files_are_one_duckdb_statement(local_uri, 
     read that returns rows out of order is put back in order, and one whose counts differ
     from the positions asked for raises naming the file."""
     monkeypatch.setattr(duck_engine, "MASKED_POSITION_READS", True)
+    # UPDATE without FROM reads its candidates' rows in its find (the next test); this
+    # one is about the read by position that MERGE and UPDATE ... FROM make
+    monkeypatch.setattr(dml, "ONE_PASS_UPDATE", False)
     _need_compiler()
     from flightsrv.engine import relations
     from flightsrv.errors import CorruptObject

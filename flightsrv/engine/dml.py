@@ -73,6 +73,11 @@ from flightsrv.table.delete_plan import MAX_RERUNS, Rerun, commit_changes
 TARGET_RELATION = "__fsrv_target"  # the target's relation in phase 1
 MATCHES = "__fsrv_matches"  # phase 1's count of the rows joined to each candidate
 CANDIDATES = "__fsrv_candidates"  # the candidates table of phase 2
+#: UPDATE without FROM finds its candidates and reads their whole rows in one DuckDB scan
+#: where the read by position would run in DuckDB anyway (False: find, then read by
+#: position). UPDATE of 1% of 1M rows: find ~28 ms + read by position ~90 ms against one
+#: scan ~86 ms (benchmarks/RESULTS.md, fifteenth session)
+ONE_PASS_UPDATE = True
 _SQLGLOT_VOLATILE = {"rand": "random", "uuid": "uuid"}
 
 
@@ -178,6 +183,30 @@ def _when_expressions(cut: Cut, edits, sql: str) -> list[str]:
             raise refuse
         i += 1
     return out
+
+
+def _split_whole(got, schema, names: list[str]) -> tuple[dict[str, np.ndarray], object]:
+    """A one-pass find's result (the candidates' columns ``names``, then the hidden file
+    ordinal and position) as the find's (file, position) arrays and the candidates' rows
+    typed like the table, in file and position order as a read by position gives them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fi = got.column(FILE_COLUMN).combine_chunks().to_numpy(zero_copy_only=False)
+    fr = got.column(POSITION_COLUMN).combine_chunks().to_numpy(zero_copy_only=False)
+    fi, fr = fi.astype(np.int64), fr.astype(np.int64)
+    dfi, dfr = np.diff(fi), np.diff(fr)
+    if not bool(np.all((dfi > 0) | ((dfi == 0) & (dfr > 0)))):
+        order = pc.sort_indices(got, sort_keys=[(FILE_COLUMN, "ascending"),
+                                                (POSITION_COLUMN, "ascending")])
+        got = got.take(order)
+        order = order.to_numpy()
+        fi, fr = fi[order], fr[order]
+    rows = got.select(names)
+    want = pa.schema([schema.field(c) for c in names])
+    if rows.schema != want:
+        rows = rows.cast(want)
+    return {FILE_COLUMN: fi, POSITION_COLUMN: fr}, rows
 
 
 def _positions(found: dict[str, np.ndarray], file_list) -> dict[str, BitMap64]:
@@ -412,11 +441,13 @@ class Dml:
             if isinstance(col, exp.Column) and col.name.lower().startswith(binder.RESERVED):
                 raise SqlError("reserved column name", statement=st._short(sql))
 
-        def candidates(cut, edits, a):
+        def candidates(cut, edits, a, whole=()):
             items = self._slice(cut, "FROM", edits)
             cond = self._slice(cut, "WHERE", edits)
-            # with FROM items, each target row's number of matches, as DuckDB joins them
-            find = (f"SELECT {a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
+            # with FROM items, each target row's number of matches, as DuckDB joins them;
+            # ``whole``: the find carries the candidates' whole rows too (one pass)
+            find = ("SELECT " + "".join(f"{a}.{sqltypes.quote_ident(c)}, " for c in whole)
+                    + f"{a}.{FILE_COLUMN}, {a}.{POSITION_COLUMN}"
                     + (f", count(*) AS {MATCHES}" if items else "")
                     + f" FROM {TARGET_RELATION} AS {a}"
                     + (f", {items}" if items else "") + (f" WHERE {cond}" if cond else "")
@@ -425,7 +456,8 @@ class Dml:
             return find, [f"SELECT {self._slice(cut, 'SET', edits)}"]
 
         return self._two_phase(ctx, stmt, tree, values, ["SET", "FROM", "WHERE", "RETURNING"],
-                               candidates, "update", appends_conflict=False)
+                               candidates, "update", appends_conflict=False,
+                               one_pass=tree.args.get("from_") is None)
 
     def merge(self, ctx, stmt, tree, values) -> int:
         sql = stmt.sql
@@ -488,7 +520,12 @@ class Dml:
                                "merge", appends_conflict=inserts)
 
     def _two_phase(self, ctx, stmt, tree, values, words, candidates, operation: str, *,
-                   appends_conflict: bool) -> int:
+                   appends_conflict: bool, one_pass: bool = False) -> int:
+        """``one_pass``: the candidates are the target's rows a condition on the target alone
+        matches (UPDATE without FROM), so when their whole rows would be read back through
+        DuckDB anyway (:meth:`DuckEngine._take` with the mask extension, a local table), the
+        find reads them itself: one scan of the files instead of a find over the columns
+        the statement names and a second read of every column by position."""
         sql = stmt.sql
         target = tree.this
         table = self.engine._table(stmt.table)
@@ -499,7 +536,10 @@ class Dml:
             cut = _cut(stmt, words, sql)
             params = self._param_edits(cut, values)
             a = self._alias(target)
-            find, checks = candidates(cut, edits + params, a)
+            whole = list(snap.schema.names) if one_pass and ONE_PASS_UPDATE \
+                and self.engine.takes_in_duckdb(snap) else []
+            find, checks = (candidates(cut, edits + params, a, whole) if whole
+                            else candidates(cut, edits + params, a))
             relations = [TARGET_RELATION] + [s.relation for s in scans] + list(ctx.extra)
             guard.verify(find, relations, sql=sql, columns=HIDDEN + (MATCHES,),
                          deterministic=True)
@@ -511,6 +551,7 @@ class Dml:
                 where.this if where is not None else None, target, snap.schema,
                 only_target=tree.args.get("from_") is None)
             target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap,
+                                       None if whole else
                                        self._target_columns(tree, target, snap), prune)
             with self.engine._statement_cursor(ctx) as cur:
                 file_list = self.engine._register(cur, ctx, target_scan, hidden=True)
@@ -523,7 +564,11 @@ class Dml:
                         cur, ctx, f"SELECT * FROM {scan.relation}", sql)
                     cur.execute(f"DROP VIEW {scan.relation}")
                     cur.register(scan.relation, others[scan.relation])
-                found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
+                if whole:
+                    found, rows = _split_whole(self.engine._fetch(cur, ctx, find, sql),
+                                               snap.schema, whole)
+                else:
+                    found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
             matches = found.get(MATCHES)
             if matches is not None and len(matches) and int(matches.max()) > 1:
                 # DuckDB 2.0.1 would apply one of the matches, which one undefined; upstream
@@ -537,10 +582,11 @@ class Dml:
             # reads; their whole rows are read by position (by DuckDB with a mask keeping
             # only them when the mask extension is loaded, else the row groups holding one)
             deletes = _positions(found, file_list)
-            with self.engine._statement_cursor(ctx) as cur:
-                rows = self.engine._take(
-                    cur, ctx, snap, {path: np.asarray(bm.to_array(), dtype=np.int64)
-                                     for path, bm in deletes.items()}, file_list, sql)
+            if not whole:
+                with self.engine._statement_cursor(ctx) as cur:
+                    rows = self.engine._take(
+                        cur, ctx, snap, {path: np.asarray(bm.to_array(), dtype=np.int64)
+                                         for path, bm in deletes.items()}, file_list, sql)
             target_edit = sqlplan.reference_edits(stmt.text, [target], [CANDIDATES])
             if target_edit is None:
                 raise SqlError("cannot plan the statement's target", statement=st._short(sql))

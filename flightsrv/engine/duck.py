@@ -822,6 +822,11 @@ class DuckEngine:
         if slots:
             self.mask_slots.release(slots)
 
+    def takes_in_duckdb(self, snap) -> bool:
+        """Whether :meth:`_take` reads ``snap``'s rows by position with DuckDB (the mask
+        extension loaded, a local table)."""
+        return self.mask_slots is not None and rels.is_native(snap) and MASKED_POSITION_READS
+
     def _take(self, cur, ctx: _Ctx, snap, positions: dict, files, sql: str) -> pa.Table:
         """UPDATE/MERGE's read by position: the whole rows (every column, current schema) at
         ``positions`` (sorted int64 per data file path; live rows DuckDB found through the
@@ -832,7 +837,7 @@ class DuckEngine:
         masks keeping only those positions (pushed into the scan: the other columns are
         decoded only around kept rows, and the files in parallel); else, or for a file
         DuckDB cannot read so or when no slot is free, by ``Snapshot.take``."""
-        if self.mask_slots is None or not rels.is_native(snap) or not MASKED_POSITION_READS:
+        if not self.takes_in_duckdb(snap):
             return snap.take(positions, files=files)
         names_ = list(snap.schema.names)
         schema = pa.schema([snap.schema.field(c) for c in names_])
