@@ -19,7 +19,9 @@ file and physical position (:mod:`flightsrv.engine.relations`), which user SQL c
   ON condition matches, or every row when a ``WHEN NOT MATCHED BY SOURCE`` clause exists),
   reading only the target columns the statement names (all of them when it can read the
   whole row: ``*``, ``COLUMNS(...)``, the table used as a value); the candidates' whole
-  rows are then read by position (:meth:`~flightsrv.table.scan.Snapshot.take`). Phase 2 runs
+  rows are then read by position (:meth:`~flightsrv.table.scan.Snapshot.take`), or, for an
+  UPDATE without FROM whose read by position would run in DuckDB, by the find itself, which
+  then selects every column (one scan; ``ONE_PASS_UPDATE``). Phase 2 runs
   the user's statement itself, unchanged but for the relation names, against a plain DuckDB
   table holding exactly the candidates, in a second DuckDB database that can open no file at
   all; every other relation it reads is handed over as Arrow. So casts, NULL logic and the
