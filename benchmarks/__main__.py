@@ -25,6 +25,23 @@ def discover() -> dict:
     return dict(sorted(mods.items()))
 
 
+def write_results(path: str, table: str) -> None:
+    """Put a run's generated ``table`` at the top of ``path`` in place of the previous
+    run's, keeping every written section after it (from the first ``## `` heading on):
+    the measurements and their discussion stay when a run, whole or partial, is
+    recorded."""
+    kept = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
+        at = old.find("\n## ")
+        if at >= 0:
+            kept = old[at:]
+    with open(path + ".tmp", "w") as f:
+        f.write(table.rstrip("\n") + "\n" + kept)
+    os.replace(path + ".tmp", path)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("--scale", choices=["small", "full"], default="small")
@@ -61,8 +78,7 @@ def main(argv=None) -> int:
         path = os.path.join(os.path.dirname(__file__), "RESULTS.md")
         if args.only and os.path.exists(path):
             text += ("\n_Partial run (" + ", ".join(args.only) + ")._\n")
-        with open(path, "w") as f:
-            f.write(text)
+        write_results(path, text)
     if failed:
         sys.stderr.write("benchmarks FAILED:\n" + "".join(f"  {f}\n" for f in failed))
         return 1

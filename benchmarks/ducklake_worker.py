@@ -69,8 +69,8 @@ def main() -> None:
                 fetch = req.get("fetch", "all")
                 t0 = time.perf_counter()
                 if fetch == "stream":
-                    reader = con.execute(req["sql"], params).fetch_record_batch(
-                        req.get("batch", 122_880))
+                    rel = con.sql(req["sql"], params=params) if params else con.sql(req["sql"])
+                    reader = rel.to_arrow_reader(req.get("batch", 122_880))
                     rows = sum(b.num_rows for b in reader)
                 elif fetch == "all":
                     rows = len(con.execute(req["sql"], params).fetchall())

@@ -107,7 +107,7 @@ def main() -> None:
         base_sql = f"SELECT * FROM read_parquet({files}) WHERE id = ?"
 
         def baseline(i):
-            duck.execute(base_sql, [i]).to_arrow_table()
+            duck.sql(base_sql, params=[i]).to_arrow_table()
 
         engine = DuckEngine(wh, threads=args.threads)
         session = Session("profile")
