@@ -595,6 +595,27 @@ def test_update_without_from_reads_its_rows_in_its_find(local_uri, monkeypatch):
     assert counts[5] == 0 and counts[4] == sum(1 for i in range(TOTAL) if not _deleted(i))
 
 
+def test_one_pass_rows_come_back_in_file_and_position_order():
+    """The one-scan find's rows are put in file and position order (as a read by position
+    gives them), typed like the table; a row the relation gave twice raises naming the
+    table and version instead of being written twice."""
+    from flightsrv.errors import CorruptObject
+
+    schema = pa.schema([("x", pa.int32())])
+    got = pa.table({"x": pa.array([3, 1, 2], pa.int64()),
+                    "__fsrv_file": pa.array([1, 0, 0], pa.uint64()),
+                    "__fsrv_pos": [0, 5, 2]})
+    found, rows = dml._split_whole(got, schema, ["x"], "t", 3)
+    assert found["__fsrv_file"].tolist() == [0, 0, 1]
+    assert found["__fsrv_pos"].tolist() == [2, 5, 0]
+    assert rows.schema == schema and rows.column("x").to_pylist() == [2, 1, 3]
+    twice = got.set_column(2, "__fsrv_pos", pa.array([0, 5, 0]))
+    twice = twice.set_column(1, "__fsrv_file", pa.array([1, 0, 1], pa.uint64()))
+    with pytest.raises(CorruptObject, match="twice") as e:
+        dml._split_whole(twice, schema, ["x"], "t", 3)
+    assert e.value.context["table"] == "t" and e.value.context["version"] == 3
+
+
 def test_reads_by_position_of_several_files_are_one_duckdb_statement(local_uri, monkeypatch):
     """UPDATE's read by position reads the matched rows of every file of one written schema
     with one DuckDB statement (one-off masks of the files in one slot, so that DuckDB reads

@@ -61,7 +61,7 @@ from sqlglot import exp
 from flightsrv.engine import guard
 from flightsrv.engine import text as tx
 from flightsrv.engine.relations import FILE_COLUMN, HIDDEN, POSITION_COLUMN
-from flightsrv.errors import CommitConflict, SqlError
+from flightsrv.errors import CommitConflict, CorruptObject, SqlError
 from flightsrv.table.schema import write_defaults
 from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
@@ -77,8 +77,9 @@ MATCHES = "__fsrv_matches"  # phase 1's count of the rows joined to each candida
 CANDIDATES = "__fsrv_candidates"  # the candidates table of phase 2
 #: UPDATE without FROM finds its candidates and reads their whole rows in one DuckDB scan
 #: where the read by position would run in DuckDB anyway (False: find, then read by
-#: position). UPDATE of 1% of 1M rows: find ~28 ms + read by position ~90 ms against one
-#: scan ~86 ms (benchmarks/RESULTS.md, fifteenth session)
+#: position). UPDATE of 1% of 1M rows: find ~11 ms + read by position ~40 ms against one
+#: scan ~40 ms; 10M rows: the statement 1.27x -> 1.05x DuckLake's (benchmarks/RESULTS.md,
+#: fifteenth session)
 ONE_PASS_UPDATE = True
 _SQLGLOT_VOLATILE = {"rand": "random", "uuid": "uuid"}
 
@@ -187,7 +188,8 @@ def _when_expressions(cut: Cut, edits, sql: str) -> list[str]:
     return out
 
 
-def _split_whole(got, schema, names: list[str]) -> tuple[dict[str, np.ndarray], object]:
+def _split_whole(got, schema, names: list[str], table: str,
+                 version: int) -> tuple[dict[str, np.ndarray], object]:
     """A one-pass find's result (the candidates' columns ``names``, then the hidden file
     ordinal and position) as the find's (file, position) arrays and the candidates' rows
     typed like the table, in file and position order as a read by position gives them."""
@@ -204,6 +206,10 @@ def _split_whole(got, schema, names: list[str]) -> tuple[dict[str, np.ndarray], 
         got = got.take(order)
         order = order.to_numpy()
         fi, fr = fi[order], fr[order]
+        if bool(np.any((np.diff(fi) == 0) & (np.diff(fr) == 0))):
+            # a relation is a union of disjoint files: a row twice would be written twice
+            raise CorruptObject("the target's relation gave one row twice",
+                                table=table, version=version)
     rows = got.select(names)
     want = pa.schema([schema.field(c) for c in names])
     if rows.schema != want:
@@ -568,7 +574,7 @@ class Dml:
                     cur.register(scan.relation, others[scan.relation])
                 if whole:
                     found, rows = _split_whole(self.engine._fetch(cur, ctx, find, sql),
-                                               snap.schema, whole)
+                                               snap.schema, whole, stmt.table, snap.version)
                 else:
                     found = self.engine._fetch(cur, ctx, find, sql, numpy=True)
             matches = found.get(MATCHES)
