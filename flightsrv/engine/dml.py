@@ -60,7 +60,8 @@ from sqlglot import exp
 
 from flightsrv.engine import guard
 from flightsrv.engine import text as tx
-from flightsrv.engine.relations import FILE_COLUMN, HIDDEN, POSITION_COLUMN
+from flightsrv.engine.relations import (FILE_COLUMN, HIDDEN, POSITION_COLUMN,
+                                        file_position_order)
 from flightsrv.errors import CommitConflict, CorruptObject, SqlError
 from flightsrv.table.schema import write_defaults
 from flightsrv.sql import binder
@@ -194,22 +195,12 @@ def _split_whole(got, schema, names: list[str], table: str,
     ordinal and position) as the find's (file, position) arrays and the candidates' rows
     typed like the table, in file and position order as a read by position gives them."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    fi = got.column(FILE_COLUMN).combine_chunks().to_numpy(zero_copy_only=False)
-    fr = got.column(POSITION_COLUMN).combine_chunks().to_numpy(zero_copy_only=False)
-    fi, fr = fi.astype(np.int64), fr.astype(np.int64)
-    dfi, dfr = np.diff(fi), np.diff(fr)
-    if not bool(np.all((dfi > 0) | ((dfi == 0) & (dfr > 0)))):
-        order = pc.sort_indices(got, sort_keys=[(FILE_COLUMN, "ascending"),
-                                                (POSITION_COLUMN, "ascending")])
-        got = got.take(order)
-        order = order.to_numpy()
-        fi, fr = fi[order], fr[order]
-        if bool(np.any((np.diff(fi) == 0) & (np.diff(fr) == 0))):
-            # a relation is a union of disjoint files: a row twice would be written twice
-            raise CorruptObject("the target's relation gave one row twice",
-                                table=table, version=version)
+    got, fi, fr = file_position_order(got, FILE_COLUMN, POSITION_COLUMN)
+    if bool(np.any((np.diff(fi) == 0) & (np.diff(fr) == 0))):
+        # a relation is a union of disjoint files: a row twice would be written twice
+        raise CorruptObject("the target's relation gave one row twice",
+                            table=table, version=version)
     rows = got.select(names)
     want = pa.schema([schema.field(c) for c in names])
     if rows.schema != want:

@@ -914,10 +914,7 @@ class DuckEngine:
         """The rows of a grouped read by position (:meth:`_take_run`) in file and position
         order, without the file index and position columns, after checking that each file
         gave as many rows as it was asked for."""
-        # one Array each (a ChunkedArray's to_numpy goes through pandas)
-        fi = part.column("__fsrv_fi").combine_chunks().to_numpy(
-            zero_copy_only=False).astype(np.int64)
-        fr = part.column("__fsrv_fr").combine_chunks().to_numpy(zero_copy_only=False)
+        part, fi, _ = rels.file_position_order(part, "__fsrv_fi", "__fsrv_fr")
         counts = np.bincount(fi, minlength=len(run))
         for f, got in zip(run, counts[:len(run)]):
             if got != len(positions[f.path]):  # the positions came from this snapshot
@@ -928,13 +925,6 @@ class DuckEngine:
         if len(counts) > len(run):
             raise CorruptObject("a read by position found rows of no file it read",
                                 table=snap.table.name, version=snap.version)
-        dfi, dfr = np.diff(fi), np.diff(fr)
-        if not bool(np.all((dfi > 0) | ((dfi == 0) & (dfr > 0)))):
-            # DuckDB keeps a scan's order (preserve_insertion_order); never rely on it blindly
-            import pyarrow.compute as pc
-
-            part = part.take(pc.sort_indices(
-                part, sort_keys=[("__fsrv_fi", "ascending"), ("__fsrv_fr", "ascending")]))
         return part.drop_columns(["__fsrv_fi", "__fsrv_fr"])
 
     @contextlib.contextmanager

@@ -460,6 +460,28 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     return rel
 
 
+
+def file_position_order(table: pa.Table, file_column: str,
+                        position_column: str) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """``table`` (rows read with their file ordinal and position) in file and position
+    order, and those two columns as int64 arrays in that order. DuckDB keeps a scan's order
+    (preserve_insertion_order), so the rows usually are already; never rely on it blindly."""
+    # one Array each (a ChunkedArray's to_numpy goes through pandas)
+    fi = table.column(file_column).combine_chunks().to_numpy(
+        zero_copy_only=False).astype(np.int64)
+    fr = table.column(position_column).combine_chunks().to_numpy(
+        zero_copy_only=False).astype(np.int64)
+    dfi, dfr = np.diff(fi), np.diff(fr)
+    if not bool(np.all((dfi > 0) | ((dfi == 0) & (dfr > 0)))):
+        import pyarrow.compute as pc
+
+        order = pc.sort_indices(table, sort_keys=[(file_column, "ascending"),
+                                                  (position_column, "ascending")])
+        table = table.take(order)
+        order = order.to_numpy()
+        fi, fr = fi[order], fr[order]
+    return table, fi, fr
+
 #: DuckDB's virtual columns of a Parquet read that flightsrv's SQL names; a file column of
 #: the same name (any case) takes the name over
 _VIRTUAL_COLUMNS = frozenset({"file_row_number", "file_index"})

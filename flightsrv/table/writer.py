@@ -346,14 +346,14 @@ class _WriteDecisions:
                 kept[1] -= 1
                 self._kept.move_to_end(key)
                 return kept[0]
-        codecs = decide()
+        decision = decide()
         if sample_rows >= DICTIONARY_MIN_SAMPLE:
             with self._lock:
-                self._kept[key] = [codecs, AUTO_REUSE]
+                self._kept[key] = [decision, AUTO_REUSE]
                 self._kept.move_to_end(key)
                 while len(self._kept) > self.max_entries:
                     self._kept.popitem(last=False)
-        return codecs
+        return decision
 
     def clear(self) -> None:
         with self._lock:
