@@ -97,7 +97,7 @@ def _attacks(wh) -> list[str]:
                       f"read_text({s})", f"read_blob({s})", f"glob({s})",
                       f"read_parquet([{s}], file_row_number=true)", f"query_table({s})"]
     spellings += ["query('SELECT 42')", "duckdb_settings()", "duckdb_tables()",
-                  "information_schema.tables", "main.duckdb_settings()", "pragma_version()",
+                  "system.information_schema.tables", "main.duckdb_settings()", "pragma_version()",
                   "system.main.events", "temp.main.events", "memory.main.events",
                   "sniff_csv('/etc/passwd')", "__fsrv_r0", "__fsrv_target", "__fsrv_r0_a0"]
     shapes = [

@@ -33,6 +33,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
+import functools
 import json
 from typing import Any
 
@@ -40,6 +42,7 @@ import duckdb
 import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError
+from flightsrv.sql.types import quote_ident
 from flightsrv.sql.statements import Maintenance
 from flightsrv.table.maintenance.common import duration
 
@@ -199,31 +202,103 @@ COLUMNS_SCHEMA = pa.schema([
 TABLES_SCHEMA = pa.schema([pa.field("name", pa.string(), nullable=False)])
 
 
-def _columns_table(table) -> pa.Table:
+def _column_facts(table, con) -> tuple[pa.Schema, list[str], dict[str, str]]:
+    """(the table's schema, DuckDB's name of each column's type, each default as a SQL
+    literal DuckDB casts to the column type)."""
     from flightsrv.table.schema import write_defaults
 
     schema = table.schema
     defaults = write_defaults(table.head().schema, schema)
     # DuckDB names the types (those of the table's Arrow schema as DuckDB reads it) and
     # spells the defaults (a literal DuckDB casts to the column type)
+    types = [str(t) for t in con.from_arrow(schema.empty_table()).dtypes]
+    spelled = {}
+    for name, value in defaults.items():
+        if isinstance(value, bool):
+            spelled[name] = "true" if value else "false"
+        elif isinstance(value, (int, float, decimal.Decimal)):
+            spelled[name] = repr(value) if isinstance(value, float) else str(value)
+        else:
+            text = con.execute("SELECT CAST($1 AS VARCHAR)", [value]).fetchone()[0]
+            spelled[name] = "'" + text.replace("'", "''") + "'"
+    return schema, types, spelled
+
+
+def _columns_table(table) -> pa.Table:
     con = duckdb.connect()
     try:
-        types = [str(t) for t in con.from_arrow(schema.empty_table()).dtypes]
-        spelled = {}
-        for name, value in defaults.items():
-            if isinstance(value, bool):
-                spelled[name] = "true" if value else "false"
-            elif isinstance(value, (int, float)):
-                spelled[name] = repr(value) if isinstance(value, float) else str(value)
-            else:
-                text = con.execute("SELECT CAST($1 AS VARCHAR)", [value]).fetchone()[0]
-                spelled[name] = "'" + text.replace("'", "''") + "'"
+        schema, types, spelled = _column_facts(table, con)
     finally:
         con.close()
     rows = [{"column_name": f.name, "column_type": t, "null": "YES" if f.nullable else "NO",
              "key": None, "default": spelled.get(f.name), "extra": None}
             for f, t in zip(schema, types)]
     return pa.Table.from_pylist(rows, schema=COLUMNS_SCHEMA)
+
+
+#: each information_schema view's column naming the catalog of a row (None: the view has
+#: none, every row is served)
+_VIEW_CATALOG = {
+    "character_sets": None, "check_constraints": "constraint_catalog",
+    "columns": "table_catalog", "constraint_column_usage": "table_catalog",
+    "constraint_table_usage": "table_catalog", "key_column_usage": "constraint_catalog",
+    "referential_constraints": "constraint_catalog", "schemata": "catalog_name",
+    "tables": "table_catalog", "table_constraints": "table_catalog", "views": "table_catalog"}
+
+
+def _information_schema(warehouse, view: str) -> pa.Table:
+    """``information_schema.<view>``: DuckDB's own view, over an empty in-memory catalog
+    named like the server's (``flightsrv.main``) that holds each readable table of the
+    warehouse with its columns, DuckDB types, NOT NULL and defaults; rows of DuckDB's own
+    catalogs are left out. A table that cannot be read is left out, as GetTables does."""
+    from flightsrv.errors import FlightsrvError, TransientError
+    from flightsrv.sql.validate import CATALOG, SCHEMA
+
+    con = duckdb.connect()
+    try:
+        entries = []
+        for name in sorted(warehouse.list_tables()):
+            try:
+                entries.append((name, *_column_facts(warehouse.table(name), con)))
+            except TransientError:
+                raise
+            except FlightsrvError:
+                continue  # dropped since the listing, or broken
+    finally:
+        con.close()
+    return _information_view((view, CATALOG, SCHEMA, tuple(
+        (name, schema.serialize().to_pybytes(), tuple(sorted(spelled.items())))
+        for name, schema, _, spelled in entries)))
+
+
+@functools.lru_cache(maxsize=16)
+def _information_view(key) -> pa.Table:
+    """The view's rows for the catalog ``key`` describes: (view, catalog, schema, ((table,
+    its Arrow schema serialized, its defaults as SQL literals), ...)). The last 16 are kept:
+    a dashboard asks the same question again."""
+    view, catalog, schema_name, tables = key
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH ':memory:' AS {quote_ident(catalog)}")
+        for name, serialized, defaults in tables:
+            schema = pa.ipc.read_schema(pa.py_buffer(serialized))
+            spelled = dict(defaults)
+            target = ".".join(quote_ident(n) for n in (catalog, schema_name, name))
+            con.register("src", schema.empty_table())
+            con.execute(f"CREATE TABLE {target} AS FROM src")
+            con.unregister("src")
+            for f in schema:
+                column = f"ALTER TABLE {target} ALTER COLUMN {quote_ident(f.name)}"
+                if not f.nullable:
+                    con.execute(f"{column} SET NOT NULL")
+                if f.name in spelled:
+                    con.execute(f"{column} SET DEFAULT {spelled[f.name]}")
+        where = "" if _VIEW_CATALOG[view] is None else \
+            f" WHERE {_VIEW_CATALOG[view]} = $1"
+        return con.sql(f"SELECT * FROM information_schema.{view}{where}",
+                       params=[catalog] if where else None).to_arrow_table()
+    finally:
+        con.close()
 
 
 def _tables_table(warehouse) -> pa.Table:
@@ -244,4 +319,6 @@ def metadata_relation(warehouse, function: str, table: str | None) -> pa.Table:
     function of the whole warehouse, ``flightsrv_tables()``)."""
     if function == "flightsrv_tables":
         return _tables_table(warehouse)
+    if function == "flightsrv_information_schema":
+        return _information_schema(warehouse, table)
     return METADATA_FUNCTIONS[function](warehouse.table(table))

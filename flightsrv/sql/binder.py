@@ -29,13 +29,15 @@ from sqlglot import exp
 from flightsrv.errors import SqlError, TableNotFound
 from flightsrv.sql.allowed_functions import TABLE_FUNCTIONS
 from flightsrv.sql.diag import error
+from flightsrv.sql.validate import INFORMATION_SCHEMA_FUNCTION, INFORMATION_SCHEMA_VIEWS
 
 #: Identifier prefix reserved for the engine's relations and hidden columns.
 RESERVED = "__fsrv"
 
 #: flightsrv's own table functions over table metadata, each taking one table name.
 METADATA_FUNCTIONS = frozenset({"flightsrv_table_stats", "flightsrv_history",
-                                "flightsrv_erasures", "flightsrv_columns", "flightsrv_tables"})
+                                "flightsrv_erasures", "flightsrv_columns", "flightsrv_tables",
+                                INFORMATION_SCHEMA_FUNCTION})
 #: metadata functions that describe the warehouse, not one table: they take no argument
 WAREHOUSE_FUNCTIONS = frozenset({"flightsrv_tables"})
 
@@ -155,6 +157,13 @@ class _Binder:
                 if name in WAREHOUSE_FUNCTIONS:
                     if args:
                         raise _err(f"{name}() takes no argument", self.sql, node)
+                elif name == INFORMATION_SCHEMA_FUNCTION:
+                    if len(args) != 1 or not (isinstance(args[0], exp.Literal)
+                                              and args[0].is_string
+                                              and args[0].name in INFORMATION_SCHEMA_VIEWS):
+                        raise _err(f"{name}() takes the name of an information_schema view",
+                                   self.sql, node,
+                                   views=",".join(sorted(INFORMATION_SCHEMA_VIEWS)))
                 elif len(args) != 1 or not (isinstance(args[0], exp.Literal)
                                             and args[0].is_string):
                     raise _err(f"{name}() takes one table name as a string, e.g. {name}('t')",

@@ -229,9 +229,12 @@ def plan_query(query: exp.Expression, pinner: Pinner, sql: str,
     names = [(f"{RELATION_PREFIX}{i}", shown_reference(t, source), aliased(t))
              for i, t in enumerate(refs)]
     for i, call in enumerate(calls):
-        names.append((f"{RELATION_PREFIX}f{i}", call.this.sql(DIALECT), aliased(call)))
+        names.append((f"{RELATION_PREFIX}f{i}",
+                      call.this.meta.get(validate.SHOWN) or call.this.sql(DIALECT),
+                      aliased(call)))
         fn = str(call.this.this).lower()
         target = None if fn in binder.WAREHOUSE_FUNCTIONS else \
+            call.this.expressions[0].name if fn == validate.INFORMATION_SCHEMA_FUNCTION else \
             metadata_table_name(call.this.expressions[0].name, sql)
         functions.append(FunctionScan(f"{RELATION_PREFIX}f{i}", fn, target))
         alias = call.args.get("alias") or exp.TableAlias(this=exp.to_identifier(fn))
