@@ -134,12 +134,30 @@ def test_an_unknown_table_gets_duckdbs_did_you_mean_and_caret(server, statement)
 
 def test_only_tables_the_caller_may_see_are_offered(server):
     """A dropped table is no candidate: the hint is plain DuckDB's over the tables that
-    GetTables lists (every principal may list every table)."""
+    GetTables lists (every principal may list every table), less what DuckDB offers from
+    its own catalog (here "pg_description")."""
     uri, conn, wh = server
     assert sorted(wh.list_tables()) == ["orders", "people"]
     statement = "SELECT * FROM secret_plan"
     first, rest = _split(adbc_error(conn, statement))
-    assert rest == duckdb_says(statement)[1] and "secret_plans" not in rest
+    plain = duckdb_says(statement)[1]
+    assert rest == re.sub(r'Did you mean "pg_\w+"\?\n', "", plain)
+    assert "secret_plans" not in rest
+
+
+@pytest.mark.parametrize("statement", ["SELECT * FROM nosuch", "SELECT * FROM secret_plan",
+                                       "DESCRIBE nosuch"])
+def test_duckdbs_own_catalogs_are_never_offered(server, statement):
+    """Plain DuckDB offers its system catalog's names ("pg_sequences", "pg_am"), which the
+    server refuses: those suggestions are left out, DuckDB's caret stays; an
+    information_schema view, which the server serves, may be offered."""
+    uri, conn, _ = server
+    assert "Did you mean" in duckdb_says(statement.replace("DESCRIBE", "SELECT * FROM"))[1]
+    first, rest = _split(adbc_error(conn, statement))
+    assert first == "no such table" and "Did you mean" not in rest
+    assert "pg_" not in rest.split("LINE")[0]
+    _, rest = _split(adbc_error(conn, "SELECT * FROM tables"))
+    assert 'Did you mean "information_schema.tables"' in rest
 
 
 def test_hints_come_from_the_schema_only(server):

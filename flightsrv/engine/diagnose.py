@@ -137,12 +137,17 @@ class Scratch:
         if len(text) > MAX_TEXT:
             return None
 
+        names = list(names)
+
         def run(cur):
             _catalog(cur, tables, names, missing)
             _functions(cur, functions or {})
             return _bind(cur, text)
 
-        return self._run(run)
+        found = self._run(run)
+        if found is not None and missing is not None:
+            found = Help(found.kind, found.first, visible_suggestions(found.detail, names))
+        return found
 
     def parse_error(self, text: str) -> Help | None:
         """DuckDB's parser error for ``text`` (message, caret under the user's text); None
@@ -169,6 +174,26 @@ class Scratch:
             return None
         hint = found.detail.split("\n\nLINE ")[0].strip("\n")
         return hint or None
+
+
+_SUGGESTION = re.compile(r'Did you mean "((?:[^"]|"")*)"\?\n?')
+
+
+def visible_suggestions(detail: str, names: Iterable[str]) -> str:
+    """``detail`` without a "Did you mean" that names something the caller cannot query:
+    DuckDB also offers the names of its own catalogs (``pg_sequences``, ``pg_am``), which
+    the server refuses. Kept: a visible table (``names``) or an information_schema view the
+    server serves."""
+    from flightsrv.sql.validate import INFORMATION_SCHEMA, INFORMATION_SCHEMA_VIEWS
+
+    allowed = {n.lower() for n in names} | {f"{INFORMATION_SCHEMA}.{v}"
+                                            for v in INFORMATION_SCHEMA_VIEWS}
+
+    def keep(m: re.Match) -> str:
+        name = m.group(1).replace('""', '"').lower()
+        return m.group(0) if name in allowed else ""
+
+    return _SUGGESTION.sub(keep, detail)
 
 
 def token_width(text: str, offset: int) -> int:
