@@ -68,6 +68,7 @@ from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
+from flightsrv.table.types import cast_table
 from flightsrv.sql.names import PublicNames
 from flightsrv.sql.allowed_functions import VOLATILE_FUNCTIONS
 from flightsrv.table.commit import BACKOFF_BASE_S, BACKOFF_MAX_S
@@ -204,7 +205,7 @@ def _split_whole(got, schema, names: list[str], table: str,
     rows = got.select(names)
     want = pa.schema([schema.field(c) for c in names])
     if rows.schema != want:
-        rows = rows.cast(want)
+        rows = cast_table(rows, want)
     return {FILE_COLUMN: fi, POSITION_COLUMN: fr}, rows
 
 

@@ -104,6 +104,7 @@ from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import names
 from flightsrv.sql.diag import caret_block
+from flightsrv.table.types import cast_table
 from flightsrv.sql.names import PublicNames
 from flightsrv.runtime import one_statement, text_cache
 
@@ -785,6 +786,8 @@ class DuckEngine:
         the file so. No statement expression runs here: only the mask sees the rows."""
         if not rels.is_native(snap) or rels._is_clean(f) or f.inline is not None:
             return None
+        if any(pa.types.is_duration(t) and t.unit == "ns" for t in snap.schema.types):
+            return None  # DuckDB's INTERVAL holds microseconds: compaction copies exactly
         slot = self._acquire_mask(snap, f)
         if slot is None:
             return None
@@ -806,7 +809,7 @@ class DuckEngine:
                 reader = run_to_arrow(cur, text, batch_size=self.batch_size, stream=True)
                 for batch in reader:
                     t = pa.Table.from_batches([batch])
-                    yield t.cast(schema) if t.schema != schema else t
+                    yield cast_table(t, schema)
             except duckdb.Error as e:
                 raise native_failure(e, natives) or CorruptObject(
                     "compaction could not read a data file", table=snap.table.name,
@@ -854,7 +857,7 @@ class DuckEngine:
             if f is not None:
                 run.append(f)
                 rows += f.rows
-        parts = [p.cast(schema) if p.schema != schema else p for p in parts]
+        parts = [cast_table(p, schema) for p in parts]
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
     def _take_run(self, cur, ctx: _Ctx, snap, run: list, positions: dict, names_: list,

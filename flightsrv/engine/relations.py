@@ -186,7 +186,7 @@ def _native_kind(f: DataFile, reads) -> str:
 
 def _select_sql(reads) -> str:
     """The projection of one run of DuckDB-read files as a SELECT list."""
-    from flightsrv.sql.types import literal_sql, sql_type_name
+    from flightsrv.sql.types import duration_sql, literal_sql, sql_type_name
 
     out = []
     for r in reads:
@@ -195,6 +195,13 @@ def _select_sql(reads) -> str:
             out.append(f"{value} AS {_ident(r.name)}")
             continue
         expr = _ident(r.physical)
+        if pa.types.is_duration(r.type) and pa.types.is_duration(r.file_type):
+            # Parquet stores a duration as an INT64 in its unit, which DuckDB's Parquet
+            # reader gives as BIGINT; DuckDB reads an Arrow duration (the Arrow scan, inlined
+            # rows) as INTERVAL, so the file's integers become the INTERVAL DuckDB would make
+            # of them (nanoseconds truncated toward zero, as its Arrow conversion does)
+            out.append(f"{duration_sql(expr, r.file_type.unit)} AS {_ident(r.name)}")
+            continue
         # Parquet has no seconds unit and DuckDB reads milliseconds as TIMESTAMP: a
         # TIMESTAMP_S/_MS column is read back as the type it was declared with
         cast = r.cast or (pa.types.is_timestamp(r.type) and r.type.tz is None

@@ -158,6 +158,8 @@ def sql_type_name(t: pa.DataType) -> str:
         return sql_type_name(t.value_type)
     if pa.types.is_null(t):
         return "NULL"
+    if pa.types.is_duration(t) or t == pa.month_day_nano_interval():
+        return "INTERVAL"  # DuckDB reads both Arrow types as INTERVAL
     raise SqlError("no SQL type for Arrow type", arrow_type=str(t))
 
 
@@ -221,6 +223,17 @@ def timestamp_text(count: int, unit: str) -> str:
     return f"{date}{bc} {clock}"
 
 
+#: a duration's integer in its unit -> microseconds, in DuckDB's integer arithmetic
+#: (nanoseconds truncated toward zero, as DuckDB converts an Arrow duration)
+_DURATION_TO_MICROS = {"s": " * 1000000", "ms": " * 1000", "us": "", "ns": " // 1000"}
+
+
+def duration_sql(expr: str, unit: str) -> str:
+    """The INTERVAL DuckDB makes of an Arrow ``duration[unit]``, from ``expr``, a BIGINT
+    holding the duration's integer in its unit (as Parquet stores it)."""
+    return f"to_microseconds({expr}{_DURATION_TO_MICROS[unit]})"
+
+
 def literal_sql(value: pa.Scalar) -> str:
     """Render one Arrow scalar as a typed DuckDB literal, e.g. ``CAST('2024-01-01' AS DATE)``.
 
@@ -269,6 +282,12 @@ def literal_sql(value: pa.Scalar) -> str:
     if pa.types.is_struct(t):
         items = ", ".join(f"{_quote(f.name)}: {literal_sql(value[f.name])}" for f in t)
         return f"{{{items}}}"
+    if pa.types.is_duration(t):
+        return duration_sql(f"CAST({value.cast(pa.int64()).as_py()} AS BIGINT)", t.unit)
+    if t == pa.month_day_nano_interval():
+        months, days, nanos = py
+        return (f"(to_months(CAST({months} AS INTEGER)) + to_days(CAST({days} AS INTEGER)) + "
+                f"to_microseconds(CAST({nanos} AS BIGINT) // 1000))")
     raise SqlError("cannot bind a parameter of this type", arrow_type=str(t))
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -160,6 +161,7 @@ FAMILY_RULES: dict[tuple[str, str], Callable[[pa.DataType, pa.DataType], str | N
     ("timestamp", "date"): _date_timestamp,
     ("time", "time"): _finer_unit,
     ("duration", "duration"): _finer_unit,
+    ("duration", "month_day_nano_interval"): lambda table, incoming: None,  # value by value
 }
 
 
@@ -356,8 +358,52 @@ def conform_column(col: pa.Array | pa.ChunkedArray, field: pa.Field, *,
     return _cast(col, field.type, case_sensitive)
 
 
+_NANOS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+_DAY_NANOS = 86_400 * 1_000_000_000
+
+
+def _interval_duration(col, target: pa.DataType):
+    """An INTERVAL column (Arrow month_day_nano_interval, as DuckDB returns it) as the
+    duration ``target``: days of 86,400 s plus nanoseconds, in ``target``'s unit. A value
+    with months, or one that is not a whole number of the unit, raises SchemaMismatch."""
+    if isinstance(col, pa.ChunkedArray):
+        return pa.chunked_array([_interval_duration(c, target) for c in col.chunks], target)
+    parts = np.frombuffer(col.buffers()[1], np.dtype([("m", "<i4"), ("d", "<i4"), ("n", "<i8")]),
+                          count=col.offset + len(col))[col.offset:]
+    valid = ~np.asarray(col.is_null())
+    months, days, nanos = parts["m"][valid], parts["d"][valid], parts["n"][valid]
+    if months.any():
+        raise SchemaMismatch("an INTERVAL with months has no fixed length for a duration "
+                             "column", column_type=str(target))
+    total = [int(d) * _DAY_NANOS + int(n) for d, n in zip(days.tolist(), nanos.tolist())]
+    per = _NANOS[target.unit]
+    if any(t % per for t in total):
+        raise SchemaMismatch("an INTERVAL is not a whole number of the duration column's unit",
+                             column_type=str(target))
+    values = iter(t // per for t in total)
+    try:
+        return pa.array([next(values) if v else None for v in valid.tolist()], target)
+    except (OverflowError, pa.ArrowInvalid):
+        raise SchemaMismatch("value out of the column type's range",
+                             column_type=str(target)) from None
+
+
+def cast_table(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``t.cast(schema)``, with a column DuckDB returned as INTERVAL made the table's
+    duration (:func:`_interval_duration`): what rows read by DuckDB become to be written."""
+    if t.schema == schema:
+        return t
+    interval = pa.month_day_nano_interval()
+    columns = [_interval_duration(c, f.type)
+               if c.type == interval and pa.types.is_duration(f.type) else c
+               for c, f in zip(t.columns, schema)]
+    return pa.Table.from_arrays(columns, names=t.column_names).cast(schema)
+
+
 def _cast(col, target: pa.DataType, case_sensitive: bool):
     """Exact cast of an allowed pair (structs match their fields by name: pyarrow's cast)."""
+    if pa.types.is_duration(target) and col.type == pa.month_day_nano_interval():
+        return _interval_duration(col, target)
     if not case_sensitive:
         renamed = _renamed_like(col.type, target)
         if renamed != col.type:
@@ -501,6 +547,9 @@ FAMILY_RULES_TEXT: tuple[tuple[str, str, str], ...] = (
     ("date32, date64", "timestamp[u] without time zone", "u is s, ms or us (midnight)"),
     ("time[u1]", "time[u2]", "u2 as fine as u1 or finer"),
     ("duration[u1]", "duration[u2]", "u2 as fine as u1 or finer; ns only from ns"),
+    ("month_day_nano_interval (DuckDB's INTERVAL)", "duration[u]",
+     ("each value without months (a month has no fixed length) and a whole number of u "
+      "(a day is 86,400 s)")),
     ("list<a>, large_list<a>, fixed_size_list<a>", "list<b>, large_list<b>", "a fills b"),
     ("struct<...>", "struct<...>", ("the same field names (matched by name), each filling "
                                     "its counterpart")),

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from pyroaring import BitMap64
 
 from flightsrv.errors import ConfigurationError
+from flightsrv.table.types import cast_table
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import dead_positions, place, read_dv, remap_positions
 from flightsrv.table.maintenance.common import (
@@ -128,7 +129,7 @@ def _engine_tables(snap: Snapshot, tasks, read_live):
         if tables is None:
             tables = (t for _, t in snap.iter_tables(tasks=[task]))
         for t in tables:
-            yield task, (t if t.schema == schema else t.cast(schema))
+            yield task, cast_table(t, schema)
 
 
 def _write_group(table, snap: Snapshot, g: _Group, options: WriteOptions, sort_by,
