@@ -384,3 +384,29 @@ def test_durations_read_through_sql_as_duckdb_reads_them(tmp_path):
         wh.sql("UPDATE files SET d_s = INTERVAL 1 MILLISECOND WHERE id = 9")
     assert wh.sql("SELECT d_s = INTERVAL 2 DAYS AS same FROM files WHERE id = 9"
                   ).to_pylist() == [{"same": True}]
+
+
+def test_a_column_of_type_null_takes_a_type_by_alter(tmp_path):
+    """An all-NULL first batch (pandas' None column) makes a column of type null: an append
+    of values is refused with the way out (ALTER ... TYPE), which is metadata-only from null
+    to any type; old rows (deleted ones included) read NULL under the new type."""
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    t = wh.create_table("n", pa.schema([("id", pa.int64()), ("note", pa.null())]))
+    t.append(pa.table({"id": [1, 2, 3], "note": pa.nulls(3)}))
+    wh.sql("DELETE FROM n WHERE id = 3")
+    with pytest.raises(SchemaMismatch, match="ALTER TABLE"):
+        wh.table("n").append(pa.table({"id": [4], "note": ["hello"]}))
+    version = wh.table("n").head().version
+    assert wh.sql("ALTER TABLE n ALTER COLUMN note TYPE VARCHAR") == 0
+    assert wh.table("n").head().version == version + 1
+    wh.table("n").append(pa.table({"id": [4], "note": ["hello"]}))
+    assert wh.sql("INSERT INTO n VALUES (5, 'x')") == 1
+    assert wh.sql("UPDATE n SET note = 'y' WHERE id = 1") == 1
+    query = "SELECT id, note, typeof(note) AS t FROM n ORDER BY id"
+    want = [{"id": 1, "note": "y", "t": "VARCHAR"}, {"id": 2, "note": None, "t": "VARCHAR"},
+            {"id": 4, "note": "hello", "t": "VARCHAR"}, {"id": 5, "note": "x", "t": "VARCHAR"}]
+    assert wh.sql(query).to_pylist() == want
+    wh.sql("OPTIMIZE n")
+    assert wh.sql(query).to_pylist() == want
+    with pytest.raises(ConfigurationError, match="only widening"):
+        wh.sql("ALTER TABLE n ALTER COLUMN note TYPE INTEGER")

@@ -192,7 +192,8 @@ def alter_column_type(head: Manifest, table: str, name: str, type: pa.DataType) 
     if not widening_allowed(f["type"], new_t):
         raise ConfigurationError(
             "only widening type changes are metadata-only: int8->int16->int32->int64, "
-            "float32->float64, decimal precision up (same scale), date->timestamp",
+            "float32->float64, decimal precision up (same scale), date->timestamp, a "
+            "column of type null to any type",
             table=table, column=f["name"], type=str(type_from_json(f["type"])), to=str(type))
     fields = copy.deepcopy(head.schema["fields"])
     for x in fields:

@@ -438,9 +438,12 @@ def widening_allowed(old, new) -> bool:
     int8 -> int16 -> int32 -> int64 (and the unsigned chain), float32 -> float64, decimal
     precision up at the same scale (within its bit width class or to decimal256), and
     date32 -> timestamp without a time zone (any unit; midnight, as DuckDB and Arrow cast
-    it). Equal types are not a widening."""
+    it), and a column of type null (every value NULL: an all-NULL first batch) to any type.
+    Equal types are not a widening."""
     if old == new:
         return False
+    if old == "null":
+        return True
     for order in (_INT_ORDER, _UINT_ORDER):
         if old in order and new in order:
             return order.index(new) > order.index(old)

@@ -183,6 +183,9 @@ def refusal(table_type: pa.DataType, incoming: pa.DataType, *,
         return refusal(table_type, incoming.value_type, case_sensitive=case_sensitive)
     if pa.types.is_null(incoming):
         return None
+    if pa.types.is_null(table_type):
+        return ("the table's column has type null (every value so far NULL): give it a type "
+                "first with ALTER TABLE ... ALTER COLUMN ... TYPE")
     tk, ik = _SIMPLE_KEYS.get(table_type), _SIMPLE_KEYS.get(incoming)
     if tk is not None and ik is not None:
         if tk == ik or tk in WIDENINGS[ik]:
