@@ -460,3 +460,29 @@ def test_column_defaults_behave_as_in_duckdb(served):
     assert run(uri, "DESCRIBE defaults_t", token=READER).to_pylist() == \
         ref.sql("DESCRIBE defaults_t").arrow().read_all().to_pylist()
     run(uri, "DROP TABLE defaults_t")
+
+
+def test_result_columns_carry_flight_sql_type_metadata(served):
+    """A query result's fields carry the ARROW:FLIGHT:SQL:* metadata JDBC's
+    ResultSetMetaData reads (the type name as GetTables gives it, a DECIMAL's precision and
+    scale, read-only), for a table's columns, an expression and a bound parameter alike,
+    in the schema announced before the rows (GetSchema) and in the stream itself."""
+    _, _, uri = served
+    run(uri, "CREATE OR REPLACE TABLE meta_cols AS SELECT CAST(1.5 AS DECIMAL(12,4)) AS d, "
+             "'x' AS s, TIMESTAMPTZ '2024-01-01 00:00:00+00' AS ts")
+    sql = "SELECT d, s, ts, d * 2 AS e, CAST(? AS BIGINT) AS p FROM meta_cols"
+    with connect(uri) as conn, conn.cursor() as cur:
+        announced = cur.adbc_execute_schema(sql, parameters=[7]) \
+            if hasattr(cur, "adbc_execute_schema") else None
+        cur.execute(sql, parameters=[7])
+        streamed = cur.fetch_arrow_table().schema
+    for schema in filter(None, (announced, streamed)):
+        meta = {f.name: {k.decode().rsplit(":", 1)[1]: v.decode()
+                         for k, v in (f.metadata or {}).items()} for f in schema}
+        assert meta["d"] == {"TYPE_NAME": "DECIMAL(12,4)", "PRECISION": "12", "SCALE": "4",
+                             "IS_READ_ONLY": "1"}
+        assert meta["s"]["TYPE_NAME"] == "VARCHAR"
+        assert meta["ts"]["TYPE_NAME"] == "TIMESTAMP WITH TIME ZONE"
+        assert (meta["e"]["PRECISION"], meta["e"]["SCALE"]) == ("18", "4")
+        assert meta["p"]["TYPE_NAME"] == "BIGINT"
+    run(uri, "DROP TABLE meta_cols")

@@ -622,9 +622,10 @@ class FlightSqlServer(flight.FlightServerBase):
         answers from its schema cache while the tables' schemas are unchanged."""
         if params is None or not len(prepared.parameter_schema):
             if fresh:  # prepared by this very request: nothing can have changed
-                return prepared.dataset_schema
+                return md.annotate_result_schema(prepared.dataset_schema)
             params = None
-        return self._prepare(context, principal, prepared.sql, params).dataset_schema
+        return md.annotate_result_schema(
+            self._prepare(context, principal, prepared.sql, params).dataset_schema)
 
     @staticmethod
     def _drain_reader(reader: pa.RecordBatchReader, cancel: Cancel | None) -> pa.Table:
@@ -752,7 +753,7 @@ class FlightSqlServer(flight.FlightServerBase):
         # a stream the client never starts reading runs no ``finally``: clean up when
         # pyarrow drops it
         weakref.finalize(stream, self._close_stream, st, result.reader, None)
-        return flight.GeneratorStream(result.schema, stream)
+        return flight.GeneratorStream(md.annotate_result_schema(result.schema), stream)
 
     #: ticket kind -> what DoGet streams for it (tickets.KINDS lists the kinds)
     _GET = {"metadata": _get_metadata, "count": _get_count, "result": _get_result,
@@ -885,7 +886,8 @@ class FlightSqlServer(flight.FlightServerBase):
         prepared = self._prepare(context, principal, sql)
         handle = self._runtime.ids.new_id().encode()
         self._prepared.add(principal.user, handle, _PreparedEntry(prepared))
-        dataset = prepared.dataset_schema if prepared.kind == StatementKind.QUERY else EMPTY_SCHEMA
+        dataset = md.annotate_result_schema(prepared.dataset_schema) \
+            if prepared.kind == StatementKind.QUERY else EMPTY_SCHEMA
         params = prepared.parameter_schema
         result = proto.ActionCreatePreparedStatementResult(
             prepared_statement_handle=handle,

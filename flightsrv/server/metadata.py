@@ -9,6 +9,8 @@ null-pointer error), so ``SQL_INFO`` answers every key the spec defines.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -457,6 +459,25 @@ def annotate_table_schema(schema: pa.Schema, table: str) -> pa.Schema:
         if pa.types.is_decimal(f.type):
             md[b"ARROW:FLIGHT:SQL:PRECISION"] = str(f.type.precision).encode()
             md[b"ARROW:FLIGHT:SQL:SCALE"] = str(f.type.scale).encode()
+        fields.append(f.with_metadata(md))
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+@functools.lru_cache(maxsize=256)
+def annotate_result_schema(schema: pa.Schema) -> pa.Schema:
+    """A query result's schema with the ARROW:FLIGHT:SQL:* field metadata a JDBC driver's
+    ResultSetMetaData reads (getColumnTypeName, getPrecision/getScale of a DECIMAL,
+    isReadOnly); the result's columns name no table (a query's column need not come from
+    one). Kept: metadata a field already has. Schemas repeat (the engine caches them), so
+    the annotated ones are kept too."""
+    fields = []
+    for f in schema:
+        md = dict(f.metadata or {})
+        md.setdefault(b"ARROW:FLIGHT:SQL:TYPE_NAME", sql_type_name(f.type).encode())
+        md.setdefault(b"ARROW:FLIGHT:SQL:IS_READ_ONLY", b"1")
+        if pa.types.is_decimal(f.type):
+            md.setdefault(b"ARROW:FLIGHT:SQL:PRECISION", str(f.type.precision).encode())
+            md.setdefault(b"ARROW:FLIGHT:SQL:SCALE", str(f.type.scale).encode())
         fields.append(f.with_metadata(md))
     return pa.schema(fields, metadata=schema.metadata)
 
