@@ -486,3 +486,22 @@ def test_result_columns_carry_flight_sql_type_metadata(served):
         assert (meta["e"]["PRECISION"], meta["e"]["SCALE"]) == ("18", "4")
         assert meta["p"]["TYPE_NAME"] == "BIGINT"
     run(uri, "DROP TABLE meta_cols")
+
+
+def test_pandas_through_adbc_with_an_all_none_column(served):
+    """pandas' to_sql/read_sql through an ADBC connection (docs/SERVER.md): an all-None
+    first frame makes a column of type null, which ALTER ... TYPE types so later frames
+    append."""
+    import pandas as pd
+
+    _, _, uri = served
+    with connect(uri) as conn:
+        pd.DataFrame({"id": [1], "note": [None]}).to_sql("pd_null", conn, index=False,
+                                                          if_exists="replace")
+        with conn.cursor() as cur:
+            cur.execute("ALTER TABLE pd_null ALTER COLUMN note TYPE VARCHAR")
+        pd.DataFrame({"id": [2], "note": ["hello"]}).to_sql("pd_null", conn, index=False,
+                                                             if_exists="append")
+        got = pd.read_sql("SELECT id, note FROM pd_null ORDER BY id", conn)
+    assert got.to_dict("records") == [{"id": 1, "note": None}, {"id": 2, "note": "hello"}]
+    run(uri, "DROP TABLE pd_null")
