@@ -275,6 +275,21 @@ def test_prepared_statement_parameters_of_each_basic_type(java_program, servers)
     assert got["prepared_string"] == "two"
 
 
+def test_parameters_typed_by_their_context(java_program, servers):
+    """A parameter whose type only its context gives (LIKE, LIMIT, CAST, a function's
+    argument) is announced with the type DuckDB binds it to, so the driver can bind a value
+    (a null-typed one takes only NULL: "Can't set non-null value on NullVector"); one
+    DuckDB leaves untyped is announced VARCHAR (docs/SERVER.md, "Parameters")."""
+    got = java_program(_url(servers["plain"], user="bob", password="bob-pw"), "context_params")
+    assert got["like"] == [1] and got["ilike"] == [1] and got["not_like"] == [1], got
+    assert got["starts_with"] == [1], got
+    assert got["limit_offset"] == [2] and got["limit_int"] == [1], got
+    assert got["cast_varchar"] == ["x"] and got["cast_integer"] == [7], got
+    assert got["cast_date"] == ["2026-01-02"], got
+    assert got["lower"] == ["ab"] and got["coalesce"] == ["none", "two"], got
+    assert got["untyped"] == ["hi"] and got["untyped_null"] == [None], got
+
+
 def test_execute_update_counts(java_program, servers):
     got = java_program(_url(servers["plain"], user="ann", password="ann-pw"), "update")
     assert got["delete_count"] == 5

@@ -232,3 +232,56 @@ def test_get_tables_announces_the_types_a_select_streams(tmp_path):
     assert [(f.name, f.type) for f in announced] == \
         [(f.name, f.type) for f in streamed.schema], (announced, streamed.schema)
     assert streamed.column("d").to_pylist() == data.column("d").to_pylist()
+
+
+@pytest.fixture(scope="module")
+def typed_t(port):
+    conn = _connect(port)
+    cur = conn.cursor()
+    cur.execute("CREATE OR REPLACE TABLE ptypes (s VARCHAR, i INTEGER, d DATE)")
+    cur.execute("INSERT INTO ptypes VALUES ('ab', 1, DATE '2024-01-02'), "
+                "('b', 2, DATE '2024-01-03'), (NULL, 3, NULL)")
+    cur.close()
+    conn.close()
+    return "ptypes"
+
+
+@pytest.mark.parametrize("sql,types", [
+    ("SELECT count(*) FROM ptypes WHERE s = ?", [pa.string()]),
+    ("SELECT count(*) FROM ptypes WHERE s LIKE ?", [pa.string()]),
+    ("SELECT count(*) FROM ptypes WHERE s ILIKE ?", [pa.string()]),
+    ("SELECT count(*) FROM ptypes WHERE s NOT LIKE ?", [pa.string()]),
+    ("SELECT count(*) FROM ptypes WHERE starts_with(s, ?)", [pa.string()]),
+    ("SELECT coalesce(s, ?) AS v FROM ptypes", [pa.string()]),
+    ("SELECT lower(?) AS v", [pa.string()]),
+    ("SELECT i FROM ptypes ORDER BY i LIMIT ? OFFSET ?", [pa.int64(), pa.int64()]),
+    ("SELECT CAST(? AS INTEGER) AS v", [pa.int32()]),
+    ("SELECT CAST(? AS VARCHAR) AS v", [pa.string()]),
+    ("SELECT ?::DATE AS v", [pa.date32()]),
+    ("SELECT count(*) FROM ptypes WHERE i BETWEEN ? AND ?", [pa.int32(), pa.int32()]),
+    ("SELECT count(*) FROM ptypes WHERE d > ?", [pa.date32()]),
+    ("SELECT count(*) FROM ptypes WHERE ? IS NULL OR s = ?", [pa.string(), pa.string()]),
+    # DuckDB leaves these untyped (it types them by the value bound): announced VARCHAR
+    ("SELECT ? AS v", [pa.string()]),
+    ("SELECT ? + 1 AS v, i FROM ptypes WHERE s LIKE ?", [pa.string(), pa.string()]),
+])
+def test_parameter_types_are_duckdbs(cur, typed_t, sql, types):
+    """The prepared statement's parameter schema holds the types DuckDB binds each
+    parameter to from its context (never Arrow null, which a typed client cannot bind)."""
+    schema = cur.adbc_prepare(sql)
+    assert schema.types == types, schema
+
+
+@pytest.mark.parametrize("sql,params,rows", [
+    ("SELECT count(*) AS n FROM ptypes WHERE s LIKE ?", ["b%"], [{"n": 1}]),
+    ("SELECT count(*) AS n FROM ptypes WHERE s ILIKE ?", ["A%"], [{"n": 1}]),
+    ("SELECT count(*) AS n FROM ptypes WHERE s NOT LIKE ?", ["b%"], [{"n": 1}]),
+    ("SELECT i FROM ptypes ORDER BY i LIMIT ? OFFSET ?", [1, 1], [{"i": 2}]),
+    ("SELECT CAST(? AS INTEGER) AS v", ["7"], [{"v": 7}]),
+    ("SELECT ?::DATE AS v", ["2024-01-02"], [{"v": __import__("datetime").date(2024, 1, 2)}]),
+    ("SELECT count(*) AS n FROM ptypes WHERE d > ?", ["2024-01-02"], [{"n": 1}]),
+    ("SELECT ? AS v", [1], [{"v": 1}]),
+])
+def test_parameters_typed_by_duckdb_run_with_the_values_sent(cur, typed_t, sql, params, rows):
+    cur.execute(sql, parameters=params)
+    assert cur.fetch_arrow_table().to_pylist() == rows

@@ -75,7 +75,9 @@ from flightsrv.engine.context import StatementContext, table_pinner
 from flightsrv.engine.binds import _binds_natively, _native_params
 from flightsrv.engine.dml import Dml
 from flightsrv.engine.group_commit import GroupCommitter
-from flightsrv.engine.params import kind_name, parameter_schema, references, schema_key
+from flightsrv.engine.params import (
+    kind_name, parameter_schema, query_parameter_schema, references, schema_key,
+)
 from flightsrv.engine.plancache import StatementCache
 from flightsrv.engine.stream import (
     coalesce,
@@ -322,12 +324,21 @@ class DuckEngine:
             if hit is not None:
                 return Prepared(sql, StatementKind.QUERY, hit[0], hit[1],
                                 statement_kind="select")
-        param_schema = parameter_schema(stmt, lambda name: pinner.pin(name).schema)
         values = bound if bound is not None else [pa.scalar(None)] * stmt.param_count
         tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count)
-        stmt = _literal_if_lossy(stmt, values)
+        query, stmt = stmt, _literal_if_lossy(stmt, values)
         qp = self._plan(stmt, tree, "query", pinner, owned=stmt.param_count > 0)
         self._verify(qp, sql, {})
+        # the parameter types are DuckDB's: the query with its $n parameters, planned over
+        # the same relations (the text the plan keeps when it binds them natively)
+        probe = None
+        if query.param_count:
+            probe = qp if qp.needs_params else self._plan(query, query.tree, "query", pinner)
+            if [s.relation for s in probe.scans] != [s.relation for s in qp.scans] or \
+                    [f.relation for f in probe.functions] != [f.relation for f in qp.functions]:
+                probe = None
+            else:
+                self._verify(probe, sql, {})
         native = _native_params(values) if qp.needs_params and stmt.param_count else None
         ctx = _Ctx(session, cancel)  # cancel interrupts DuckDB's bind (it may fold calls)
         ctx.check(sql)
@@ -337,6 +348,11 @@ class DuckEngine:
             try:
                 for scan in qp.scans:
                     self._register(cur, ctx, scan, data=False)
+                param_schema = query_parameter_schema(
+                    cur, probe.sql, query.param_count,
+                    tuple(s.relation for s in qp.scans) + tuple(f.relation for f in qp.functions)) \
+                    if probe is not None else \
+                    parameter_schema(query, lambda name: pinner.pin(name).schema)
                 rel = cur.sql(qp.sql, params=native)
                 # LIMIT 0 wraps the query in a subquery, which renames duplicate result
                 # names (x, x -> x, x_1); the statement itself streams them as they are

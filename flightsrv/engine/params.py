@@ -1,14 +1,24 @@
 """What a statement's text tells before it runs: its parameters' types (for clients that
-build typed parameter vectors), its kind's name, and the key its result schema is cached by."""
+build typed parameter vectors), its kind's name, and the key its result schema is cached by.
+
+A query's parameter types are DuckDB's (:func:`duckdb_parameter_types`): the types its
+binder gives each ``$n`` from its context (``s LIKE ?`` VARCHAR, ``LIMIT ?`` BIGINT,
+``CAST(? AS DATE)`` DATE, ``s = ?`` the column's type). A parameter DuckDB leaves untyped
+(``SELECT ?``, ``? + 1``: DuckDB types it by the value bound) is announced as
+:data:`UNTYPED`. Other statements keep :func:`parameter_schema`'s reading of the text."""
 
 from __future__ import annotations
 
 import json
 
+import duckdb
 import pyarrow as pa
 from sqlglot import exp
+from sqlglot.tokens import TokenType
 
+from flightsrv.engine.stream import plain_schema
 from flightsrv.sql import binder
+from flightsrv.sql import lexer
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 
@@ -17,13 +27,14 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
 def parameter_schema(stmt: st.Statement, schema_of) -> pa.Schema:
-    """The parameters' Arrow types where a statement fixes them, else null: a parameter
-    compared with (``=``, ``<``, ``IN``, ``BETWEEN``) a column of a referenced table takes
-    that column's type; ``INSERT INTO t [(cols)] VALUES (?, ...)`` takes the target
-    columns' types. DuckDB 2.0 reports every parameter of a prepared statement as UNKNOWN,
-    and clients that build typed parameter vectors (the Flight SQL JDBC driver) cannot
-    bind a value to a null-typed field. The type is only how the client encodes the value;
-    DuckDB still binds and casts it. ``schema_of(name)``: the current schema of a table."""
+    """The parameters' Arrow types of a statement DuckDB cannot plan over stand-ins (DML,
+    or a query whose probe cannot be made: :func:`query_parameter_schema` is a query's)
+    where its text fixes them, else :data:`UNTYPED`: a parameter compared with (``=``,
+    ``<``, ``IN``, ``BETWEEN``) a column of a referenced table takes that column's type;
+    ``INSERT INTO t [(cols)] VALUES (?, ...)`` takes the target columns' types. Clients
+    that build typed parameter vectors (the Flight SQL JDBC driver) cannot bind a value to
+    a null-typed field. The type is only how the client encodes the value; DuckDB still
+    binds and casts it. ``schema_of(name)``: the current schema of a table."""
     types: list[pa.DataType] = [pa.null()] * stmt.param_count
     if not stmt.param_count:
         return pa.schema([])
@@ -93,12 +104,180 @@ def _values_parameter_schema(stmt: st.InsertValues, schema_of, types: list) -> p
     return _announced(types)
 
 
+#: What a parameter DuckDB leaves untyped is announced as. DuckDB binds such a parameter by
+#: the type of the value sent, so any type is only how a client encodes its value; VARCHAR
+#: because the Flight SQL JDBC driver (arrow-java 18.x ``AvaticaParameterBinder``) binds a
+#: Java value only to a vector of its own kind and a null-typed field takes only NULL:
+#: ``setString`` (the commonest bind, and DuckDB casts a string to most types) and
+#: ``setNull`` then work. A union would not help: the driver binds nothing to one.
+UNTYPED = pa.string()
+
+#: a statement whose parameters DuckDB types only from their occurrences one by one (see
+#: :func:`duckdb_parameter_types`) is probed at most this many times
+_MAX_PROBES = 64
+
+
+def duckdb_parameter_types(cur, sql: str, count: int,
+                           relations: tuple[str, ...] = ()) -> list[pa.DataType | None]:
+    """The Arrow type DuckDB's binder gives each of the parameters ``$1..$count`` of the
+    query ``sql``, None where DuckDB leaves one untyped or cannot say. ``relations``: the
+    names ``sql`` reads that ``cur`` holds.
+
+    DuckDB 2.0 reports a prepared statement's parameters as UNKNOWN
+    (``duckdb_prepared_statements()``) but its bound plan holds their types:
+    ``json_serialize_plan`` serializes it, and refuses a plan with an untyped parameter.
+    Then each occurrence is planned alone (the other parameters as NULL) and a parameter
+    takes the type of its first occurrence DuckDB types. The plans are made on a cursor of
+    their own where each relation is an empty view with the same column types (DuckDB
+    serializes no plan that scans a registered Arrow object)."""
+    types: list[pa.DataType | None] = [None] * count
+    probe = _stand_ins(cur, relations)
+    if probe is None:
+        return types
+    try:
+        found = _plan_parameter_types(probe, sql)
+        if found is None:
+            found = _one_by_one(probe, sql)
+    finally:
+        probe.close()
+    names = {int(k) - 1: v for k, v in found.items() if k.isdigit() and 0 < int(k) <= count}
+    if names:
+        try:
+            shape = cur.sql("SELECT " + ", ".join(
+                f"CAST(NULL AS {t}) AS p{k}" for k, t in names.items())).limit(0)
+            for f, k in zip(plain_schema(shape.to_arrow_table().schema), names, strict=True):
+                types[k] = f.type
+        except duckdb.Error:
+            pass
+    return types
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _stand_ins(cur, relations: tuple[str, ...]):
+    """A new cursor of ``cur``'s database where each of ``relations`` is an empty view
+    with the columns (names and DuckDB types) it has on ``cur``; None when one cannot be
+    made."""
+    views = []
+    try:
+        for name in relations:
+            rel = cur.sql(f"SELECT * FROM {_quoted(name)}")
+            columns = ", ".join(f"CAST(NULL AS {t}) AS {_quoted(c)}"
+                                for c, t in zip(rel.columns, rel.types, strict=True))
+            if not columns:
+                return None
+            views.append(f"CREATE TEMP VIEW {_quoted(name)} AS SELECT {columns} LIMIT 0")
+        probe = cur.cursor()
+    except duckdb.Error:
+        return None
+    try:
+        for view in views:
+            probe.execute(view)
+    except duckdb.Error:
+        probe.close()
+        return None
+    return probe
+
+
+def _one_by_one(probe, sql: str) -> dict[str, str]:
+    """:func:`_plan_parameter_types` of each parameter occurrence of ``sql`` planned with
+    the other occurrences as NULL; a parameter takes its first occurrence's type."""
+    try:
+        tokens = lexer.tokenize(sql)
+    except Exception:  # noqa: BLE001 - DuckDB reports the text when it runs
+        return {}
+    spans = [(t.start, n.end + 1, n.text) for t, n in zip(tokens, tokens[1:])
+             if t.token_type == TokenType.PARAMETER and n.token_type == TokenType.NUMBER
+             and n.start == t.end + 1]
+    found: dict[str, str] = {}
+    for start, _, number in spans[:_MAX_PROBES]:
+        if number in found:
+            continue
+        text, last = [], 0
+        for s, e, _ in spans:
+            if s != start:
+                text += [sql[last:s], "NULL"]
+                last = e
+        one = _plan_parameter_types(probe, "".join(text) + sql[last:])
+        if one and number in one:
+            found[number] = one[number]
+    return found
+
+
+def _plan_parameter_types(cur, sql: str) -> dict[str, str] | None:
+    """Parameter identifier -> DuckDB type name in the bound plan of ``sql``; None when
+    DuckDB does not plan it (an untyped parameter, or any other refusal)."""
+    try:
+        ((raw,),) = cur.execute("SELECT json_serialize_plan(?)", [sql]).fetchall()
+    except duckdb.Error:
+        return None
+    plan = json.loads(raw)
+    if plan.get("error"):
+        return None
+    out: dict[str, str] = {}
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("expression_class") == "BOUND_PARAMETER":
+                name = _type_name(node.get("return_type") or {})
+                if name is not None:
+                    out.setdefault(str(node.get("identifier")), name)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
+
+
+def _type_name(t: dict) -> str | None:
+    """The DuckDB type name of a type as ``json_serialize_plan`` writes it; None for an
+    unknown type and for those a client cannot send (ENUM, UNION, user types)."""
+    tid, info = t.get("id"), t.get("type_info") or {}
+    if info.get("alias") or info.get("extension_info"):
+        return None
+    if tid in ("DECIMAL",):
+        return f"DECIMAL({int(info['width'])},{int(info['scale'])})"
+    if tid == "MAP":
+        entry = (info.get("child_type") or {}).get("type_info") or {}
+        kv = [_type_name(c.get("second") or {}) for c in entry.get("child_types") or []]
+        return f"MAP({kv[0]}, {kv[1]})" if len(kv) == 2 and None not in kv else None
+    if tid in ("LIST", "ARRAY"):
+        child = _type_name(info.get("child_type") or {})
+        if child is None:
+            return None
+        return f"{child}[]" if tid == "LIST" else f"{child}[{int(info['size'])}]"
+    if tid == "STRUCT":
+        parts = []
+        for c in info.get("child_types") or []:
+            child = _type_name(c.get("second") or {})
+            if child is None:
+                return None
+            parts.append('"' + str(c.get("first")).replace('"', '""') + '" ' + child)
+        return f"STRUCT({', '.join(parts)})" if parts else None
+    if t.get("type_info") is not None or not isinstance(tid, str) or tid in (
+            "UNKNOWN", "INVALID", "ANY", "SQLNULL", "NULL", "ENUM", "UNION", "POINTER"):
+        return None
+    return tid
+
+
 def _announced(types: list) -> pa.Schema:
     # the JDBC driver (18.x) writes milliseconds into timestamp/time parameter vectors
     # whatever their unit, so announce those in ms (ADBC sends its own types anyway)
-    types = [pa.timestamp("ms", t.tz) if pa.types.is_timestamp(t)
+    types = [UNTYPED if t is None or pa.types.is_null(t)
+             else pa.timestamp("ms", t.tz) if pa.types.is_timestamp(t)
              else pa.time32("ms") if pa.types.is_time(t) else t for t in types]
     return pa.schema([pa.field(str(i), t) for i, t in enumerate(types)])
+
+
+def query_parameter_schema(cur, sql: str, count: int,
+                           relations: tuple[str, ...] = ()) -> pa.Schema:
+    """The announced parameter schema of a query: :func:`duckdb_parameter_types`, an
+    untyped parameter as :data:`UNTYPED`."""
+    if not count:
+        return pa.schema([])
+    return _announced(duckdb_parameter_types(cur, sql, count, relations))
 
 
 def kind_name(stmt: st.Statement) -> str:

@@ -1,7 +1,7 @@
 // Drives the Arrow Flight SQL JDBC driver against a flightsrv server, the way BI tools do,
 // and prints one JSON object per observation ({"k": key, "v": value}) for
 // tests/test_server_jdbc.py to assert on. Usage: FlightJdbcCheck URL SUITE...
-// Suites: metadata, query, prepared, update, login.
+// Suites: metadata, query, prepared, context_params, update, errors, login.
 import java.math.BigDecimal;
 import java.sql.*;
 import java.util.*;
@@ -66,6 +66,7 @@ public class FlightJdbcCheck {
                 case "metadata": metadata(c); break;
                 case "query": query(c); break;
                 case "prepared": prepared(c); break;
+                case "context_params": contextParams(c); break;
                 case "update": update(c); break;
                 case "errors": errors(c); break;
                 default: throw new IllegalArgumentException(suite);
@@ -178,6 +179,41 @@ public class FlightJdbcCheck {
                 out("prepared_string", rs.getString(1));
             }
         }
+    }
+
+    interface Binder { void bind(PreparedStatement p) throws SQLException; }
+
+    static void bound(Connection c, String key, String sql, Binder binder) {
+        try (PreparedStatement p = c.prepareStatement(sql)) {
+            binder.bind(p);
+            try (ResultSet rs = p.executeQuery()) {
+                List<Object> all = new ArrayList<>();
+                while (rs.next()) {
+                    Object v = rs.getObject(1);
+                    all.add(v == null ? null : (v instanceof Number || v instanceof Boolean) ? v : v.toString());
+                }
+                out(key, all);
+            }
+        } catch (SQLException | RuntimeException e) {
+            out(key, "error: " + e.getMessage());
+        }
+    }
+
+    /** Parameters whose type only their context gives (LIKE, LIMIT, CAST, functions). */
+    static void contextParams(Connection c) {
+        bound(c, "like", "SELECT count(*) FROM types WHERE s LIKE ?", p -> p.setString(1, "t%"));
+        bound(c, "ilike", "SELECT count(*) FROM types WHERE s ILIKE ?", p -> p.setString(1, "O%"));
+        bound(c, "not_like", "SELECT count(*) FROM types WHERE s NOT LIKE ?", p -> p.setString(1, "t%"));
+        bound(c, "starts_with", "SELECT count(*) FROM types WHERE starts_with(s, ?)", p -> p.setString(1, "on"));
+        bound(c, "limit_offset", "SELECT i32 FROM types ORDER BY i32 LIMIT ? OFFSET ?", p -> { p.setLong(1, 1); p.setLong(2, 1); });
+        bound(c, "limit_int", "SELECT i32 FROM types ORDER BY i32 LIMIT ?", p -> p.setInt(1, 1));
+        bound(c, "cast_varchar", "SELECT CAST(? AS VARCHAR)", p -> p.setString(1, "x"));
+        bound(c, "cast_integer", "SELECT CAST(? AS INTEGER)", p -> p.setInt(1, 7));
+        bound(c, "cast_date", "SELECT ?::DATE", p -> p.setDate(1, java.sql.Date.valueOf("2026-01-02")));
+        bound(c, "lower", "SELECT lower(?)", p -> p.setString(1, "AB"));
+        bound(c, "coalesce", "SELECT coalesce(CASE WHEN i32 = 1 THEN NULL ELSE s END, ?) FROM types ORDER BY i32", p -> p.setString(1, "none"));
+        bound(c, "untyped", "SELECT ? AS v", p -> p.setString(1, "hi"));
+        bound(c, "untyped_null", "SELECT ? AS v", p -> p.setNull(1, Types.VARCHAR));
     }
 
     static void update(Connection c) throws SQLException {
