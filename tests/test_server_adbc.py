@@ -145,6 +145,31 @@ def test_get_objects_and_table_schema(conn):
         conn.adbc_get_table_schema("no_such_table")
 
 
+def test_table_names_match_in_any_case(conn):
+    """A table ingested as ``MixedCase`` (stored in lower case) is found by that name, as
+    SQL finds it: GetTables' table name filter ignores case, its pattern otherwise the
+    same (``_`` one character)."""
+    with conn.cursor() as cur:
+        cur.adbc_ingest("MixedCase", pa.table({"Col A": [1]}), mode="replace")
+        cur.execute('SELECT "Col A" FROM MIXEDCASE')
+        assert cur.fetchall() == [(1,)]
+    def found(pattern):
+        objects = conn.adbc_get_objects(depth="tables", table_name_filter=pattern).read_all()
+        return [t["table_name"] for c in objects.to_pylist()
+                for s in c["catalog_db_schemas"] or [] for t in s["db_schema_tables"] or []]
+
+    stored = found("mixedcase")
+    assert [n.lower() for n in stored] == ["mixedcase"]
+    for pattern, hit in [("MixedCase", True), ("MIXED%", True), ("mIxEd_aSe", True),
+                         ("Mixed_Case", False), ("MixedCas", False)]:
+        assert found(pattern) == (stored if hit else []), pattern
+    # the ADBC driver (Go) keeps only a returned row whose table_name equals the name asked
+    # for, byte for byte, so its GetTableSchema needs the stored name (flightsrv: lower case)
+    assert conn.adbc_get_table_schema(stored[0]).names == ["Col A"]
+    with pytest.raises(adbc_driver_manager.Error):
+        conn.adbc_get_table_schema("MixedCas")
+
+
 def test_get_info(conn):
     info = conn.adbc_get_info()
     assert info["vendor_name"] == "flightsrv"

@@ -213,6 +213,9 @@ def test_database_metadata(java_program, servers):
                for r in got["tables"])
     assert got["tables_view"] == []
     assert got["tables_pattern"] == [["types"]]
+    # a table name in any case finds the table, as in SQL (the server folds it to lower case)
+    assert got["tables_upper"] == [["types"]] and got["tables_upper_pattern"] == [["types"]]
+    assert got["columns_upper"] == [["i32"]]
     assert got["table_types"] == [["TABLE"]]
     columns = {row[0]: row[1:] for row in got["columns"]}
     assert list(columns) == [name for name, _, _, _ in TYPES]

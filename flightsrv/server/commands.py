@@ -90,7 +90,8 @@ def tables(ctx: MetadataContext, cmd) -> pa.Table:
     if not (types_ok and _catalog_ok(cmd, "catalog")
             and _schema_ok(cmd, "db_schema_filter_pattern")):
         return schema.empty_table()
-    name_like = md.like_pattern(_opt(cmd, "table_name_filter_pattern"))
+    # a name in any case finds its table, as in SQL (SqlInfo SQL_IDENTIFIER_CASE)
+    name_like = md.like_pattern(_opt(cmd, "table_name_filter_pattern"), ignore_case=True)
     broken: list = []
     names = ctx.engine.list_tables(broken)
     for name, exc in broken:

@@ -220,6 +220,8 @@ def sql_info_values(server_version: str, read_only: bool = False,
         500: False,  # SQL_DDL_CATALOG
         501: False,  # SQL_DDL_SCHEMA
         502: True,  # SQL_DDL_TABLE
+        # CASE_INSENSITIVE: DuckDB matches names in either case (tables are stored in lower
+        # case, columns as written); GetTables' table name filter does too
         503: I32(1),  # SQL_IDENTIFIER_CASE: CASE_INSENSITIVE
         504: '"',  # SQL_IDENTIFIER_QUOTE_CHAR
         505: I32(1),  # SQL_QUOTED_IDENTIFIER_CASE: CASE_INSENSITIVE (DuckDB)
@@ -489,26 +491,30 @@ class LikePattern:
     one is found leftmost in what is left (leftmost is always safe for a ``%`` before it).
     A name of n characters costs O(n^2) at most, whatever the pattern: a pattern whose
     fixed characters outnumber the name's is rejected before any search. (A regex built
-    from ``'%' * 24 + 'Z'`` backtracked for 14 s under the GIL.)"""
+    from ``'%' * 24 + 'Z'`` backtracked for 14 s under the GIL.) ``ignore_case``: ASCII
+    letters match in either case, character for character (table names, which DuckDB
+    matches case-insensitively and the format stores in lower case)."""
 
-    __slots__ = ("segments", "fixed")
+    __slots__ = ("segments", "fixed", "ignore_case")
 
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str, ignore_case: bool = False):
+        fold = _ascii_lower if ignore_case else str
         segments: list[list[str | None]] = [[]]  # None = any one character
         i = 0
         while i < len(pattern):
             ch = pattern[i]
             if ch == "\\" and i + 1 < len(pattern):
-                segments[-1].append(pattern[i + 1])
+                segments[-1].append(fold(pattern[i + 1]))
                 i += 2
                 continue
             if ch == "%":
                 segments.append([])
             else:
-                segments[-1].append(None if ch == "_" else ch)
+                segments[-1].append(None if ch == "_" else fold(ch))
             i += 1
         self.segments = segments
         self.fixed = sum(len(s) for s in segments)
+        self.ignore_case = ignore_case
 
     @staticmethod
     def _at(seg: list[str | None], name: str, pos: int) -> bool:
@@ -518,6 +524,8 @@ class LikePattern:
         return True
 
     def match(self, name: str) -> bool:
+        if self.ignore_case:
+            name = _ascii_lower(name)
         segs, n = self.segments, len(name)
         if self.fixed > n:
             return False
@@ -539,9 +547,18 @@ class LikePattern:
         return True
 
 
-def like_pattern(pattern: str | None) -> LikePattern | None:
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _ascii_lower(text: str) -> str:
+    """``text`` with its ASCII letters in lower case (same length: ``_`` stays one
+    character, unlike ``str.lower``, which turns some letters into two)."""
+    return text.translate(_ASCII_LOWER)
+
+
+def like_pattern(pattern: str | None, ignore_case: bool = False) -> LikePattern | None:
     """``pattern`` compiled for :func:`matches`; None (no filter) matches everything."""
-    return None if pattern is None else LikePattern(pattern)
+    return None if pattern is None else LikePattern(pattern, ignore_case)
 
 
 def matches(pattern: LikePattern | None, name: str) -> bool:

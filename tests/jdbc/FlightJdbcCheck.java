@@ -94,6 +94,9 @@ public class FlightJdbcCheck {
         out("tables", rows(md.getTables(null, null, "%", new String[]{"TABLE"}), "TABLE_CAT", "TABLE_SCHEM", "TABLE_NAME", "TABLE_TYPE"));
         out("tables_view", rows(md.getTables(null, null, "%", new String[]{"VIEW"}), "TABLE_NAME"));
         out("tables_pattern", rows(md.getTables("flightsrv", "main", "ty%", null), "TABLE_NAME"));
+        out("tables_upper", rows(md.getTables(null, null, "TYPES", null), "TABLE_NAME"));
+        out("tables_upper_pattern", rows(md.getTables(null, null, "T_PE%", null), "TABLE_NAME"));
+        out("columns_upper", rows(md.getColumns(null, null, "TYPES", "i32"), "COLUMN_NAME"));
         out("table_types", rows(md.getTableTypes(), "TABLE_TYPE"));
         out("columns", rows(md.getColumns(null, null, "types", "%"), "COLUMN_NAME", "DATA_TYPE", "TYPE_NAME", "ORDINAL_POSITION", "COLUMN_SIZE", "DECIMAL_DIGITS"));
         out("type_info", rows(md.getTypeInfo(), "TYPE_NAME", "DATA_TYPE"));
