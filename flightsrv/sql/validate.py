@@ -7,8 +7,8 @@ looks at the tree. ``information_schema.v`` (``v`` one of DuckDB's information_s
 becomes the metadata function call ``flightsrv_information_schema('v')``: DuckDB's own view
 over a catalog that mirrors the warehouse's tables (:mod:`flightsrv.engine.maintenance`). Any
 other qualifier of a table (``other.main.t``, ``system.t``) is refused, so a table name
-always means a warehouse table, a CTE or one of those views. A column ``a.b.c`` whose ``a`` is not ``main`` is, as in DuckDB, struct field
-``c`` of column ``b`` of relation ``a``.
+always means a warehouse table, a CTE or one of those views. A column ``a.b.c`` whose ``a``
+is not ``main`` is, as in DuckDB, struct field ``c`` of column ``b`` of relation ``a``.
 
 What a statement may read and call is decided by :mod:`flightsrv.sql.binder` (relations,
 with SQL scoping) and :mod:`flightsrv.engine.guard` (DuckDB's own parse of the final text
