@@ -339,6 +339,69 @@ def test_scan_then_append_into_the_same_schema_gives_the_same_rows(tmp_path, fmt
     assert norm(got) == norm(rows)
 
 
+TEMPORAL = ("id INT, d DATE, ts TIMESTAMP, tz TIMESTAMPTZ, s TIMESTAMP_S, ms TIMESTAMP_MS, "
+            "ns TIMESTAMP_NS, t TIME")
+TEMPORAL_ROWS = (
+    "(1, 'infinity', '-infinity', 'infinity', 'infinity', '-infinity', 'infinity', "
+    "'24:00:00'), "
+    "(2, '0044-03-15 (BC)', '0044-03-15 (BC) 10:00:00', '0001-01-01 (BC) 23:59:59.5+00', "
+    "'10000-01-01', '0044-03-15 (BC) 10:00:00.123', '-infinity', '00:00:00'), "
+    "(3, '2024-02-29', '2024-02-29 01:02:03.456789', '2024-02-29 01:02:03.456789+00', "
+    "'2024-02-29 01:02:03', '2024-02-29 01:02:03.456', '2024-02-29 01:02:03.456789123', "
+    "'23:59:59.999999'), "
+    "(4, '10000-01-01', '294246-12-31', '-infinity', '-infinity', 'infinity', '1970-01-01', "
+    "NULL), "
+    "(5, NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
+
+
+def _temporal_warehouse(tmp_path):
+    wh = tmp_path / "wh"
+    for sql in [f"CREATE TABLE src ({TEMPORAL})", f"INSERT INTO src VALUES {TEMPORAL_ROWS}",
+                f"CREATE TABLE dst ({TEMPORAL})"]:
+        proc = run("--warehouse", wh, "sql", sql)
+        assert proc.returncode == 0, proc.stderr
+    return wh
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_dates_python_cannot_hold_are_written_by_scan_and_append_back(tmp_path, fmt):
+    """BC dates, years past 9999, ±infinity and TIME 24:00:00 (which DuckDB and the table
+    format hold, Python's datetime not) made ``--format jsonl`` fail (OverflowError) and
+    ``--format csv`` write ``<value out of range: ...>``, a wrong -infinity TIMESTAMPTZ or a
+    ``-0043`` year that the append refused. DuckDB spells them now, and the append reads
+    every value back unchanged, next to ordinary values in the same column."""
+    wh = _temporal_warehouse(tmp_path)
+    out = tmp_path / f"out.{fmt}"
+    proc = run("--warehouse", wh, "table", "scan", "src", "--format", fmt, "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    for spelled in ["infinity", "0044-03-15 (BC)", "10000-01-01", "24:00:00",
+                    "0001-01-01 (BC) 23:59:59.5+00"]:
+        assert spelled in text, (spelled, text)
+    proc = run("--warehouse", wh, "table", "append", "dst", out)
+    assert proc.returncode == 0, proc.stderr
+    proc = run("--warehouse", wh, "sql",
+               "SELECT count(*) AS n FROM ((SELECT * FROM src EXCEPT ALL SELECT * FROM dst) "
+               "UNION ALL (SELECT * FROM dst EXCEPT ALL SELECT * FROM src))", "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1:] == ["0"]
+
+
+@pytest.mark.parametrize("fmt", ["table", "line", "json"])
+def test_dates_python_cannot_hold_print_in_every_format(tmp_path, fmt):
+    wh = _temporal_warehouse(tmp_path)
+    for args in [("table", "scan", "src"), ("sql", "SELECT * FROM src ORDER BY id")]:
+        proc = run("--warehouse", wh, *args, "--format", fmt)
+        assert proc.returncode == 0, proc.stderr
+        for spelled in ["infinity", "-infinity", "0044-03-15 (BC)", "10000-01-01", "24:00:00",
+                        "294246-12-31 00:00:00", "2024-02-29"]:
+            assert spelled in proc.stdout, (spelled, proc.stdout)
+    if fmt == "json":
+        rows = json.loads(proc.stdout)
+        assert rows[0]["d"] == "infinity" and rows[1]["d"] == "0044-03-15 (BC)"
+        assert rows[3]["tz"] == "-infinity" and rows[2]["d"] == "2024-02-29"
+
+
 def test_jsonl_scan_then_append_keeps_nested_columns(tmp_path):
     """Maps are written as JSON objects (keys as text, as DuckDB's ``to_json`` writes them)
     and append back into MAP columns, whatever the key type; structs and lists too. A map

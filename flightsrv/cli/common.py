@@ -319,19 +319,26 @@ def _is_binary(t) -> bool:
 def _read_types(schema, names: list[str]):
     """Column types to read ``names`` with, and the table fields read as text and converted
     afterwards (see ``_typed``): the table's type of every column the file has, except text
-    for a time-zone-aware timestamp (cast by DuckDB) and for binary (decoded)."""
+    for a date, timestamp or time (cast by DuckDB, which reads what ``--format csv`` writes:
+    ``infinity``, ``0044-03-15 (BC)``, years past 9999) and for binary (decoded)."""
     import pyarrow as pa
 
     types, later = {}, []
     for f in schema:
         if f.name not in names:
             continue
-        if (pa.types.is_timestamp(f.type) and f.type.tz is not None) or _is_binary(f.type):
+        if _is_temporal(f.type) or _is_binary(f.type):
             types[f.name] = pa.string()
             later.append(f)
         else:
             types[f.name] = f.type
     return types, later
+
+
+def _is_temporal(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)
 
 
 def _read_error(kind: str, exc: BaseException, path: str, names,
@@ -394,9 +401,10 @@ def _named_errors(reader, kind: str, path: str, names, parse=None):
 
 def _typed(reader, later, path: str, binary: str):
     """``reader`` with the text columns of ``later`` converted to their table types:
-    ``timestamptz`` cast by DuckDB, binary decoded from ``binary`` text (``hex``: CSV,
-    ``base64``: JSON lines; see ``_decode_binary``). A value that does not convert raises
-    ConfigurationError naming the file, column, row (1 = the first data row) and value."""
+    dates, timestamps and times cast by DuckDB, binary decoded from ``binary`` text
+    (``hex``: CSV, ``base64``: JSON lines; see ``_decode_binary``). A value that does not
+    convert raises ConfigurationError naming the file, column, row (1 = the first data row)
+    and value."""
     import pyarrow as pa
 
     if not later:
@@ -412,6 +420,8 @@ def _typed(reader, later, path: str, binary: str):
         con = duckdb.connect(":memory:")
         done = 0
         try:
+            temporal = [f for f in later if not _is_binary(f.type)]
+            duck = _duck_types(con, temporal) if temporal else {}
             for batch in reader:
                 cols = dict(zip(batch.schema.names, batch.columns, strict=True))
                 for name, typ in wanted.items():
@@ -419,8 +429,9 @@ def _typed(reader, later, path: str, binary: str):
                         cols[name] = _decode_binary(cols[name], typ, binary, path=path,
                                                     column=name, first_row=done + 1)
                     else:
-                        cols[name] = _cast_instants(con, cols[name], typ, path=path,
-                                                    column=name, first_row=done + 1)
+                        cols[name] = _cast_temporal(con, cols[name], typ, duck[name],
+                                                    path=path, column=name,
+                                                    first_row=done + 1)
                 done += batch.num_rows
                 yield pa.record_batch(list(cols.values()), schema=out_schema)
         finally:
@@ -429,21 +440,24 @@ def _typed(reader, later, path: str, binary: str):
     return pa.RecordBatchReader.from_batches(out_schema, cast_batches())
 
 
-def _cast_instants(con, col, typ, *, path: str, column: str, first_row: int):
-    """Text ``col`` cast to TIMESTAMPTZ by DuckDB (an empty string is NULL), as ``typ``."""
+def _cast_temporal(con, col, typ, duck: str, *, path: str, column: str, first_row: int):
+    """Text ``col`` cast by DuckDB to ``duck`` (the SQL type of ``typ``; an empty string
+    is NULL), as ``typ``: DuckDB decides what a date or time means, its own spellings
+    (``infinity``, ``BC``) included, and a ``timestamptz`` without an offset is in its
+    session time zone."""
     import duckdb
     import pyarrow as pa
 
     con.register("src", pa.table({"i": pa.array(range(len(col)), pa.int64()), "s": col}))
     try:
-        got = con.sql("SELECT CAST(NULLIF(s, '') AS TIMESTAMPTZ) FROM src "
+        got = con.sql(f"SELECT CAST(NULLIF(s, '') AS {duck}) FROM src "
                       "ORDER BY i").to_arrow_table()
     except duckdb.Error:
-        bad = con.sql("SELECT i, s FROM src WHERE NULLIF(s, '') IS NOT NULL "
-                      "AND TRY_CAST(s AS TIMESTAMPTZ) IS NULL ORDER BY i "
+        bad = con.sql(f"SELECT i, s FROM src WHERE NULLIF(s, '') IS NOT NULL "
+                      f"AND TRY_CAST(s AS {duck}) IS NULL ORDER BY i "
                       "LIMIT 1").fetchall()
         where = {"row": first_row + bad[0][0], "value": bad[0][1]} if bad else {}
-        raise ConfigurationError("a value is not a timestamp with time zone",
+        raise ConfigurationError(f"a value does not convert to {duck}",
                                  file=path, column=column, **where) from None
     finally:
         con.unregister("src")

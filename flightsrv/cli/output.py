@@ -4,6 +4,10 @@
   it stopped early), then ``(N rows)``.
 - ``csv``: a header line, then RFC 4180 rows (pyarrow's CSV writer), streamed; NULL is an
   empty field, an empty string is ``""``, binary is ``\\x`` and lower-case hex.
+- In every text format a date, timestamp or time that Python's ``datetime`` cannot hold (BC,
+  a year past 9999, ±infinity, ``24:00:00``) is spelled by DuckDB (``CAST(v AS VARCHAR)``:
+  ``infinity``, ``0044-03-15 (BC)``), which its casts, and so ``table append``, read back
+  (``_DuckSpelling``); the values Python holds keep the format's own spelling.
 - ``jsonl``: one JSON object per row, streamed. Timestamps and dates are ISO 8601 strings,
   decimals are strings (exact), binary is base64, NaN/Infinity are strings, a map is an
   object whose keys are its keys as text (as DuckDB's ``to_json`` writes it).
@@ -30,6 +34,7 @@ import sys
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from flightsrv.cli.common import UsageError
 
@@ -149,6 +154,92 @@ def _plain(v):
     return v
 
 
+# -- values Python's datetime cannot hold -------------------------------------------------
+
+
+def _is_temporal(t: pa.DataType) -> bool:
+    return pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)
+
+
+class _DuckSpelling:
+    """DuckDB's text for the dates, timestamps and times of a batch that Python's
+    ``datetime`` cannot hold: BC, years past 9999, ±infinity (DuckDB's and the table
+    format's, docs/PROTOCOL.md §4.3), ``24:00:00``. Which values those are and how they read
+    is DuckDB's to say, never a calendar of ours: it answers ``CAST(v AS VARCHAR)`` for the
+    values outside Python's range (``infinity``, ``0044-03-15 (BC)``,
+    ``10000-01-01 00:00:00+00``; time zone aware ones in the column's zone), which its own
+    casts (``table append``'s CSV and JSON lines) read back. A context manager: one
+    in-memory DuckDB connection, opened at the first temporal column."""
+
+    def __init__(self):
+        self._con = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def columns(self, batch: pa.RecordBatch) -> dict[int, pa.Array]:
+        """For each top-level temporal column of ``batch`` holding such a value: a string
+        array, DuckDB's text where Python cannot hold the value, NULL elsewhere."""
+        out = {}
+        for i, f in enumerate(batch.schema):
+            col = batch.column(i)
+            if _is_temporal(f.type) and col.null_count < len(col):
+                spelled = self._spell(col)
+                if spelled.null_count < len(spelled):
+                    out[i] = spelled
+        return out
+
+    def rows(self, batch: pa.RecordBatch) -> list[dict]:
+        """``batch.to_pylist()``, with DuckDB's text for the values Python cannot hold."""
+        spelled = self.columns(batch)
+        if not spelled:
+            return batch.to_pylist(maps_as_pydicts="strict")
+        cols = []
+        for i, col in enumerate(batch.columns):
+            s = spelled.get(i)
+            if s is None:
+                cols.append(col.to_pylist(maps_as_pydicts="strict"))
+            else:
+                cols.append([v if t is None else t for v, t in
+                             zip(_without(col, s).to_pylist(), s.to_pylist(), strict=True)])
+        names = batch.schema.names
+        return [dict(zip(names, values, strict=True)) for values in zip(*cols, strict=True)]
+
+    def _spell(self, col: pa.Array) -> pa.Array:
+        import duckdb
+
+        if self._con is None:
+            self._con = duckdb.connect(":memory:")
+        con = self._con
+        tz = getattr(col.type, "tz", None)
+        if tz is not None:  # a TIMESTAMPTZ's local time and text are in the session's zone
+            try:
+                con.execute(f"SET TimeZone = '{tz.replace(chr(39), '')}'")
+            except duckdb.Error:
+                con.execute("SET TimeZone = 'UTC'")
+        held = ("v < TIME '24:00:00'" if pa.types.is_time(col.type)
+                else "isfinite(v) AND CAST(v AS TIMESTAMP) >= TIMESTAMP '0001-01-01' "
+                "AND CAST(v AS TIMESTAMP) < TIMESTAMP '10000-01-01'")
+        con.register("_spell", pa.table({"i": pa.array(range(len(col)), pa.int64()),
+                                         "v": col}))
+        try:
+            got = con.sql(f"SELECT CASE WHEN v IS NULL OR ({held}) THEN NULL "
+                          "ELSE CAST(v AS VARCHAR) END FROM _spell ORDER BY i").to_arrow_table()
+        finally:
+            con.unregister("_spell")
+        return got.column(0).combine_chunks()
+
+
+def _without(col: pa.Array, spelled: pa.Array) -> pa.Array:
+    """``col`` with NULL where ``spelled`` has DuckDB's text (Python converts the rest)."""
+    return pc.if_else(pc.is_null(spelled), col, pa.nulls(len(col), col.type))
+
+
 # -- table -------------------------------------------------------------------------
 
 
@@ -176,14 +267,17 @@ def _write_table(reader: pa.RecordBatchReader, out, max_rows: int, *, vertical: 
                or pa.types.is_decimal(f.type) for f in reader.schema]
     rows: list[list[str]] = []
     more = False
-    for batch in reader:
-        for row in batch.to_pylist(maps_as_pydicts="strict"):
-            if max_rows and len(rows) >= max_rows:
-                more = True
+    with _DuckSpelling() as spell:
+        for batch in reader:
+            if max_rows:
+                batch = batch.slice(0, max_rows + 1 - len(rows))
+            for row in spell.rows(batch):
+                if max_rows and len(rows) >= max_rows:
+                    more = True
+                    break
+                rows.append([_cell(row[n]) for n in names])
+            if more:
                 break
-            rows.append([_cell(row[n]) for n in names])
-        if more:
-            break
     enc = "utf-8"
     if not names:
         out.write(b"(no columns)\n")
@@ -236,18 +330,24 @@ def _write_csv(reader: pa.RecordBatchReader, out) -> int:
                                      "parquet", column=f.name, type=str(f.type))
     binary = [i for i, f in enumerate(reader.schema) if _is_binary(f.type)]
     schema = reader.schema
-    for i in binary:  # binary values are written as \x<hex>, as --format table shows them
+    for i in binary:  # binary values are written as \\x<hex>, as --format table shows them
         schema = schema.set(i, pa.field(schema.field(i).name, pa.string()))
+    # the header, then each batch on its own: a batch with values that DuckDB spells has text
+    # in those columns (quoted, as pyarrow writes text)
+    pcsv.write_csv(schema.empty_table(), out)
+    rows = pcsv.WriteOptions(include_header=False)
     n = 0
-    with pcsv.CSVWriter(out, schema) as w:
+    with _DuckSpelling() as spell:
         for batch in reader:
-            if binary:
-                cols = list(batch.columns)
-                for i in binary:
-                    cols[i] = pa.array([None if v is None else "\\x" + v.hex()
-                                        for v in cols[i].to_pylist()], pa.string())
-                batch = pa.record_batch(cols, schema=schema)
-            w.write_batch(batch)
+            cols = list(batch.columns)
+            for i in binary:
+                cols[i] = pa.array([None if v is None else "\\x" + v.hex()
+                                    for v in cols[i].to_pylist()], pa.string())
+            for i, spelled in spell.columns(batch).items():
+                text = pc.cast(_without(cols[i], spelled), pa.string())
+                cols[i] = pc.if_else(pc.is_null(spelled), text, spelled)
+            batch = pa.record_batch(cols, names=schema.names)
+            pcsv.write_csv(batch, out, rows)
             n += batch.num_rows
     return n
 
@@ -294,11 +394,12 @@ def _finite(v):
 
 
 def jsonl_lines(reader: pa.RecordBatchReader) -> Iterator[str]:
-    for batch in reader:
-        # a map is a JSON object, as DuckDB writes it (and reads it back into a MAP column)
-        for row in batch.to_pylist(maps_as_pydicts="strict"):
-            yield json.dumps(_finite(row), default=_json_default, ensure_ascii=False,
-                             allow_nan=False) + "\n"
+    with _DuckSpelling() as spell:
+        for batch in reader:
+            # a map is a JSON object, as DuckDB writes it (and reads it back into a MAP column)
+            for row in spell.rows(batch):
+                yield json.dumps(_finite(row), default=_json_default, ensure_ascii=False,
+                                 allow_nan=False) + "\n"
 
 
 def _write_jsonl(reader: pa.RecordBatchReader, out) -> int:
