@@ -338,6 +338,40 @@ def test_vacuum_removes_only_unreferenced_old_objects(table_any, rt):
     assert ids(table_any) == list(range(1, 8000, 2))
 
 
+def test_sql_vacuum_retain_versions_dry_run_reports_what_the_real_run_deletes(tmp_path):
+    """``VACUUM t RETAIN n VERSIONS ... DRY RUN`` expired nothing (right) and then vacuumed
+    as if every version were still retained, so it reported no object, while the real run
+    deleted the compacted inputs and the chunks only the expired versions referenced."""
+    import json
+
+    from test_cli import run as cli
+
+    wh = tmp_path / "wh"
+    for sql in ["CREATE TABLE s AS SELECT i AS id FROM range(10) t(i)",
+                "INSERT INTO s VALUES (10)", "OPTIMIZE s",
+                "ALTER TABLE s SET (vacuum.allow_short_grace = true)"]:
+        proc = cli("--warehouse", wh, "sql", sql)
+        assert proc.returncode == 0, proc.stderr
+
+    def report(sql):
+        proc = cli("--warehouse", wh, "sql", sql, "--format", "jsonl")
+        assert proc.returncode == 0, proc.stderr
+        return {(r["operation"], r["metric"]): r["value"]
+                for r in map(json.loads, proc.stdout.splitlines())}
+
+    files = {p for p in (wh / "s").rglob("*") if p.is_file()}
+    dry = report("VACUUM s RETAIN 1 VERSIONS RETAIN 0 HOURS DRY RUN")
+    assert {p for p in (wh / "s").rglob("*") if p.is_file()} == files  # nothing changed
+    done = report("VACUUM s RETAIN 1 VERSIONS RETAIN 0 HOURS")
+    assert dry[("expire", "expired_versions")] == done[("expire", "expired_versions")]
+    assert int(done[("vacuum", "deleted_objects")]) > 0
+    for metric in ["deleted_objects", "deleted_bytes", "oldest_retained",
+                   "referenced_objects"]:
+        assert dry[("vacuum", metric)] == done[("vacuum", metric)], metric
+    keys = sorted(o["key"] for o in json.loads(done[("vacuum", "objects")]))
+    assert sorted(o["key"] for o in json.loads(dry[("vacuum", "objects")])) == keys
+
+
 def test_vacuum_keeps_history_of_retained_versions(table, rt):
     table.delete("id % 2 = 0")
     table.compact()

@@ -132,11 +132,13 @@ def run_maintenance(table, stmt: Maintenance, read_live=None) -> pa.Table:
                 f"committed yet; set the table property {ALLOW_SHORT_GRACE} = 'true' to "
                 "allow it", table=table.name, retain_hours=stmt.retain_hours,
                 minimum_hours=MIN_GRACE_HOURS)
+        kw: dict = {"dry_run": stmt.dry_run}
         if stmt.retain_versions is not None:
             expired = table.expire_snapshots(retain_last=stmt.retain_versions,
                                              dry_run=stmt.dry_run)
             rows += _result_rows(table.name, "expire", expired)
-        kw: dict = {"dry_run": stmt.dry_run}
+            if stmt.dry_run:  # nothing was expired: the vacuum counts them as gone
+                kw["expired"] = expired.expired_versions
         if stmt.retain_hours is not None:
             kw["grace"] = duration(stmt.retain_hours * 3600)
         rows += _result_rows(table.name, "vacuum", table.vacuum(**kw))

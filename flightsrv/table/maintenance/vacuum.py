@@ -44,13 +44,16 @@ def incarnation(table, head: Manifest) -> tuple[int, int | None]:
     return start, (prev.created_at_ms if prev.dropped else first.created_at_ms)
 
 
-def _retained_refs(table, grace_s: float = 0.0) -> tuple[set[str], int | None, int]:
+def _retained_refs(table, grace_s: float = 0.0,
+                   expired: frozenset[int] = frozenset()) -> tuple[set[str], int | None, int]:
     """Objects referenced by any retained version (oldest listed .. head), and that range.
 
     Versions of a dropped incarnation (before the last DROP) stop counting once the DROP is
     older than ``grace_s``: SQL can no longer reach them (time travel never crosses a DROP)
-    and a reader pinned before the DROP has had the grace period to finish."""
-    versions = table.log.versions()
+    and a reader pinned before the DROP has had the grace period to finish. ``expired``:
+    versions counted as gone although their manifests are still listed (a dry run's
+    expiry, which deletes nothing); never the head."""
+    versions = [v for v in table.log.versions() if v not in expired]
     head = table.log.head()
     if head is None:
         return set(), None, -1
@@ -60,7 +63,7 @@ def _retained_refs(table, grace_s: float = 0.0) -> tuple[set[str], int | None, i
     refs: set[str] = set()
     lo = versions[0] if versions else head.version
     for v in range(lo, head.version + 1):
-        if v < start and old_gone:
+        if (v < start and old_gone) or (v in expired and v != head.version):
             continue
         m = head if v == head.version else table.log.try_load(v)
         if m is not None:  # missing below the head: expired meanwhile
@@ -85,8 +88,9 @@ def _expire_dropped(table, grace_s: float, dry_run: bool) -> list[int]:
     return gone
 
 
-def _scan_orphans(table, grace_s: float):
-    """(old orphans, young orphans, old uploads, refs, oldest, head) — listing first."""
+def _scan_orphans(table, grace_s: float, expired: frozenset[int] = frozenset()):
+    """(old orphans, young orphans, old uploads, refs, oldest, head) — listing first;
+    ``expired`` as in ``_retained_refs``."""
     from flightsrv.table.mirror import MIRROR_PREFIXES
     from flightsrv.table.mirror import referenced as mirror_refs
 
@@ -94,7 +98,8 @@ def _scan_orphans(table, grace_s: float):
     limit = now - int(grace_s * 1000)
     listing = [m for p in VACUUM_PREFIXES + MIRROR_PREFIXES for m in table.store.list(p)]
     uploads = list(table.store.list_multipart(""))
-    refs, lo, hv = _retained_refs(table, grace_s)  # AFTER listing: sees commits that raced it
+    # AFTER listing: sees commits that raced it
+    refs, lo, hv = _retained_refs(table, grace_s, expired)
     if any(m.key.startswith(MIRROR_PREFIXES) for m in listing):
         refs |= mirror_refs(table)  # also after listing: a publish that raced it is seen
     old, young = [], []
@@ -120,15 +125,27 @@ def _abort_upload(store, u, now: int, result, dry_run: bool, progress) -> None:
         progress.advance(1)
 
 
-def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None) -> VacuumResult:
+def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None,
+           expired=()) -> VacuumResult:
     """Delete unreferenced objects older than ``grace`` and abort stale multipart uploads.
 
     Only keys under ``VACUUM_PREFIXES`` are candidates; manifests are removed by
     ``expire_snapshots``, never here. An object any retained version references is never
     deleted; an unreferenced object younger than ``grace`` is kept (a writer may be about to
-    commit it), so ``grace`` must exceed the longest write-to-commit time of any writer."""
+    commit it), so ``grace`` must exceed the longest write-to-commit time of any writer.
+
+    ``expired`` (dry runs only): versions to count as expired although their manifests
+    still exist, the ``expired_versions`` of an ``expire_snapshots(dry_run=True)`` run just
+    before, so that a dry ``VACUUM t RETAIN n VERSIONS`` reports what the real one would
+    delete."""
+    expired = frozenset(expired)
+    if expired and not dry_run:
+        from flightsrv.errors import ConfigurationError
+
+        raise ConfigurationError("vacuum(expired=...) is for a dry run; expire the versions "
+                                 "first", table=table.name)
     grace_s = _seconds(grace, "grace", table)
-    old, young, uploads, refs, lo, hv = _scan_orphans(table, grace_s)
+    old, young, uploads, refs, lo, hv = _scan_orphans(table, grace_s, expired)
     if old and not dry_run:
         # re-read the head: a commit after our reference read may name a listed object
         head = table.log.head()
