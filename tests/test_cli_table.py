@@ -111,6 +111,37 @@ def test_list_shows_a_broken_table_warns_and_exits_1(tmp_path):
     assert proc.returncode == 1 and "broken" in proc.stdout and "(1 row)" in proc.stdout
 
 
+@pytest.mark.parametrize("damage", ["corrupt", "missing"])
+def test_list_shows_a_table_with_a_broken_manifest_chunk_with_the_others(tmp_path, damage):
+    """A format-2 table whose manifest chunk does not parse or is gone stopped the whole
+    listing (one ``flightsrv: error:`` line, no table listed); it is listed as broken now,
+    as a broken pointer or head manifest is."""
+    wh = tmp_path / "wh"
+    w = Warehouse.open(str(wh))
+    for name in ["aaa", "t", "zzz"]:
+        w.create_table(name, pa.schema([("id", pa.int64())])).append(
+            pa.table({"id": pa.array(range(100), pa.int64())}))
+    chunks = sorted(p for p in (wh / "t" / "chunks").rglob("*") if p.is_file())
+    assert chunks, "the table has manifest chunks"
+    for chunk in chunks:
+        if damage == "corrupt":
+            chunk.write_text('{"bad":')
+        else:
+            chunk.unlink()
+    proc = run("--warehouse", wh, "table", "list", "--format", "jsonl")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr
+    rows = {r["table"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert sorted(rows) == ["aaa", "t", "zzz"]
+    assert rows["aaa"]["status"] == rows["zzz"]["status"] == "ok"
+    assert rows["aaa"]["rows"] == 100
+    status = rows["t"]["status"]
+    assert status.startswith("broken: ") and "chunks/" in status
+    assert ("CorruptObject" if damage == "corrupt" else "ObjectNotFound") in status
+    warning = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert len(warning) == 1 and "table t " in warning[0]
+
+
 def test_list_of_no_tables_shows_the_columns(tmp_path):
     wh = tmp_path / "wh"
     Warehouse.open(str(wh)).create_table("t", pa.schema([("a", pa.int64())]))

@@ -190,8 +190,10 @@ LIST_COLUMNS = ("table", "version", "rows", "files", "bytes", "status")
 
 
 def cmd_list(args) -> int:
-    """The tables; one that cannot be read (corrupt or missing pointer or head manifest) is
-    listed too, with its error as status and a warning on stderr, and the exit code is 1."""
+    """The tables; one that cannot be read (corrupt or missing pointer, head manifest or,
+    in format 2, a manifest chunk its file list is read from) is listed too, with its error
+    as status and a warning on stderr, and the exit code is 1. Transient store errors
+    still fail the command."""
     from flightsrv.errors import TransientError
 
     output.check_output_args(args)
@@ -201,14 +203,15 @@ def cmd_list(args) -> int:
     for name in wh.list_tables(broken):
         try:
             head = wh.table(name).head()
+            files = head.data_files  # format 2: read from the chunks, which can be broken
+            row = {"table": name, "version": head.version, "rows": head.live_rows,
+                   "files": len(files), "bytes": sum(f.size for f in files), "status": "ok"}
         except TransientError:
             raise
         except FlightsrvError as exc:
             broken.append((name, exc))
             continue
-        rows.append({"table": name, "version": head.version, "rows": head.live_rows,
-                     "files": len(head.data_files),
-                     "bytes": sum(f.size for f in head.data_files), "status": "ok"})
+        rows.append(row)
     for name, exc in broken:
         warn(f"table {name} cannot be read: {error_text(exc)}")
         rows.append({"table": name, "version": None, "rows": None, "files": None,
