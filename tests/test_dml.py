@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from flightsrv.errors import SqlError
 from flightsrv import Warehouse
 from flightsrv.engine.duck import DuckEngine
 from flightsrv.server.app import start_in_thread
@@ -550,3 +551,52 @@ def test_single_matches_run_as_duckdb(twin, sql):
     got, want = twin.run(sql)
     assert got == want[0]
     twin.same_rows("SELECT * FROM t ORDER BY k")
+
+
+@pytest.mark.parametrize("statement", [
+    "DELETE FROM hx WHERE COLUMNS('.*pos') = 5",
+    "DELETE FROM hx WHERE COLUMNS(*) IS NULL",
+    "DELETE FROM hx AS a WHERE CAST(a AS VARCHAR) LIKE '%fsrv%'",
+    "DELETE FROM hx a WHERE to_json(a.*) IS NULL",
+    "UPDATE hx AS a SET s = CAST(a AS VARCHAR) WHERE id < 2",
+    "UPDATE hx SET s = struct_pack(*)::VARCHAR",
+    "UPDATE hx SET s = 'x' WHERE EXISTS (SELECT 1 FROM y WHERE y.s = CAST(hx AS VARCHAR))",
+    "MERGE INTO hx AS a USING (SELECT 6 AS id) src ON a.id = src.id "
+    "WHEN MATCHED THEN UPDATE SET s = CAST(a AS VARCHAR)",
+])
+def test_the_targets_whole_row_is_refused_and_nothing_changes(tmp_path, statement):
+    """``*``, ``COLUMNS(...)``, ``a.*`` and the target as a value would expand to the
+    relation flightsrv binds the target to, which also carries each row's file and position
+    (a regex over it deleted a row by its position, a deleted row's position showed as a
+    gap): refused with the reason, and the table is unchanged."""
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    wh.sql("CREATE TABLE hx AS SELECT range::INTEGER AS id, 'v' || range AS s FROM range(10)")
+    wh.sql("CREATE TABLE y AS SELECT 1 AS id, 'w' AS s")
+    wh.sql("DELETE FROM hx WHERE id IN (3, 4)")
+    version = wh.table("hx").head().version
+    with pytest.raises(SqlError, match="not supported in DELETE/UPDATE/MERGE"):
+        wh.sql(statement)
+    assert wh.table("hx").head().version == version
+
+
+def test_stars_that_do_not_reach_the_target_stay(tmp_path):
+    """A subquery's own ``*``, ``count(*)`` and a MERGE's ``UPDATE SET *``/``INSERT *`` (the
+    source's columns) run as in DuckDB (differential)."""
+    statements = [
+        "UPDATE hx SET s = (SELECT max(s) FROM (SELECT * FROM y)) WHERE id = 9",
+        "UPDATE hx SET s = (SELECT count(*) FROM y)::VARCHAR WHERE id = 8",
+        "MERGE INTO hx USING (SELECT 7 AS id, 'm' AS s) src ON hx.id = src.id "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
+        "MERGE INTO hx USING (SELECT 70 AS id, 'n' AS s) src ON hx.id = src.id "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
+    ]
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    ref = duckdb.connect()
+    for con in (wh.sql, ref.execute):
+        con("CREATE TABLE hx AS SELECT range::INTEGER AS id, 'v' || range AS s FROM range(10)")
+        con("CREATE TABLE y AS SELECT 1 AS id, 'w' AS s")
+        for statement in statements:
+            con(statement)
+    query = "SELECT id, s FROM hx ORDER BY id"
+    assert [tuple(r.values()) for r in wh.sql(query).to_pylist()] == \
+        ref.execute(query).fetchall()

@@ -190,6 +190,44 @@ def _when_expressions(cut: Cut, edits, sql: str) -> list[str]:
     return out
 
 
+def _no_whole_target_rows(tree: exp.Expression, target: exp.Table, columns: list[str],
+                          sql: str) -> None:
+    """Refuse what would read the target's row as a whole: ``*``, ``COLUMNS(...)`` in the
+    statement's own scope, ``a.*`` and the target's name as a value (``CAST(a AS VARCHAR)``,
+    ``to_json(a)``). In DuckDB they stand for the table's columns; the relation flightsrv
+    binds the target to also carries each row's file and position (the find's output), which
+    they would expand to, so they would not mean what they mean in DuckDB (``WHERE
+    COLUMNS(*) = 5`` would also compare the position). Stars of a subquery over its own FROM,
+    ``count(*)`` and a MERGE's ``UPDATE SET *`` / ``INSERT *`` (the source's columns) stay."""
+    alias = target.args.get("alias")
+    names = {target.name.lower()} | ({alias.name.lower()} if alias is not None and alias.name
+                                     else set())
+    own = {c.lower() for c in columns}
+
+    def refuse(node: exp.Expression, what: str) -> SqlError:
+        return SqlError(f"{what} is not supported in DELETE/UPDATE/MERGE: name the target's "
+                        "columns", statement=st._short(sql), table=target.name,
+                        expression=node.sql(st.DIALECT)[:80])
+
+    stack: list[tuple[exp.Expression, bool]] = [(tree, True)]
+    while stack:
+        node, top = stack.pop()
+        if isinstance(node, exp.Column):
+            if isinstance(node.this, exp.Star) and node.table.lower() in names:
+                raise refuse(node, f"{node.table}.*")
+            if not node.table and node.name.lower() in names and node.name.lower() not in own:
+                raise refuse(node, "the target's row as a value")
+        elif top and isinstance(node, exp.Columns):
+            raise refuse(node, "COLUMNS(...)")
+        elif top and isinstance(node, exp.Star) and not isinstance(
+                node.parent, (exp.Count, exp.Update, exp.Insert)):
+            raise refuse(node, "*")
+        for child in node.iter_expressions():
+            # a subquery with a FROM of its own expands its own relations, not the target
+            stack.append((child, top and not (isinstance(child, exp.Select)
+                                              and child.args.get("from_") is not None)))
+
+
 def _split_whole(got, schema, names: list[str], table: str,
                  version: int) -> tuple[dict[str, np.ndarray], object]:
     """A one-pass find's result (the candidates' columns ``names``, then the hidden file
@@ -309,6 +347,7 @@ class Dml:
             raise SqlError("the target of a DELETE/UPDATE/MERGE is always the latest version; "
                            "AT (...) is not allowed there", statement=st._short(sql))
         snap = pinner.pin(stmt.table)
+        _no_whole_target_rows(tree, target, snap.schema.names, sql)
         refs = bound.tables
         snapshots = []
         for t in refs:
