@@ -293,6 +293,19 @@ def test_parameters_typed_by_their_context(java_program, servers):
     assert got["untyped"] == ["hi"] and got["untyped_null"] == [None], got
 
 
+def test_prepared_writes_bind_the_columns_java_types(java_program, servers):
+    """A prepared write's parameters that DuckDB leaves untyped are announced with the type
+    of the column they go to (added to ``amount``, a MERGE source's ``? AS id``, ``INSERT ...
+    SELECT ?, ?``), so setDouble/setInt/setBigDecimal bind (announced VARCHAR they failed in
+    the driver: only setString binds to a string vector)."""
+    got = java_program(_url(servers["plain"], user="ann", password="ann-pw"), "dml_params")
+    assert got["add"] == 1, got
+    assert got["merge_insert"] == 1 and got["merge_update"] == 1, got
+    assert got["insert_select"] == 1, got
+    assert got["rows"] == [[1, 12.5, "1.00"], [2, 8.5, None], [3, None, "2.50"]], got
+    servers["wh"].sql("DROP TABLE jd")
+
+
 def test_execute_update_counts(java_program, servers):
     got = java_program(_url(servers["plain"], user="ann", password="ann-pw"), "update")
     assert got["delete_count"] == 5

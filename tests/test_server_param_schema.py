@@ -264,6 +264,20 @@ def typed_t(port):
     # DuckDB leaves these untyped (it types them by the value bound): announced VARCHAR
     ("SELECT ? AS v", [pa.string()]),
     ("SELECT ? + 1 AS v, i FROM ptypes WHERE s LIKE ?", [pa.string(), pa.string()]),
+    # ... where the text fixes them: a number added to a column, a parameter named after
+    # a column
+    ("SELECT i + ? AS v FROM ptypes", [pa.int32()]),
+    ("SELECT ? AS i", [pa.string()]),
+    ("SELECT ? AS i FROM ptypes", [pa.int32()]),
+    # writes: the text's types, then DuckDB's over empty tables of the same columns
+    ("UPDATE ptypes SET i = i + ? WHERE s LIKE ?", [pa.int32(), pa.string()]),
+    ("UPDATE ptypes SET d = ? WHERE i IN (SELECT i FROM ptypes WHERE s = ?)",
+     [pa.date32(), pa.string()]),
+    ("INSERT INTO ptypes (i, d) SELECT ?, ?", [pa.int32(), pa.date32()]),
+    ("MERGE INTO ptypes USING (SELECT ? AS i, ? AS s) src ON ptypes.i = src.i "
+     "WHEN MATCHED THEN UPDATE SET s = src.s", [pa.int32(), pa.string()]),
+    ("DELETE FROM ptypes WHERE d < ? AND starts_with(s, ?)", [pa.date32(), pa.string()]),
+    ("DELETE FROM ptypes WHERE d = CAST(? AS DATE) + 1", [pa.date32()]),
 ])
 def test_parameter_types_are_duckdbs(cur, typed_t, sql, types):
     """The prepared statement's parameter schema holds the types DuckDB binds each

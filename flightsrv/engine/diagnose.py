@@ -149,6 +149,23 @@ class Scratch:
             found = Help(found.kind, found.first, visible_suggestions(found.detail, names))
         return found
 
+    def parameter_types(self, text: str, tables: Mapping[str, pa.Schema],
+                        count: int) -> list | None:
+        """DuckDB's types of the parameters ``$1..$count`` of the user's statement ``text``
+        (a DELETE, UPDATE, MERGE or INSERT) planned over empty tables with the columns of
+        ``tables`` (name -> schema): None for a parameter DuckDB leaves untyped, and None
+        altogether when no scratch cursor can be had. Nothing is run."""
+        from flightsrv.engine.params import parameter_types_on
+
+        if len(text) > MAX_TEXT:
+            return None
+
+        def run(cur):
+            _catalog(cur, tables, (), None)
+            return parameter_types_on(cur, _blank(text), count)
+
+        return self._run(run)
+
     def parse_error(self, text: str) -> Help | None:
         """DuckDB's parser error for ``text`` (message, caret under the user's text); None
         when DuckDB's parser reads it. Nothing is bound or run."""

@@ -76,7 +76,8 @@ from flightsrv.engine.binds import _binds_natively, _native_params
 from flightsrv.engine.dml import Dml
 from flightsrv.engine.group_commit import GroupCommitter
 from flightsrv.engine.params import (
-    kind_name, parameter_schema, query_parameter_schema, references, schema_key,
+    announced, duckdb_parameter_types, kind_name, parameter_schema, references, schema_key,
+    text_parameter_types,
 )
 from flightsrv.engine.plancache import StatementCache
 from flightsrv.engine.stream import (
@@ -292,6 +293,25 @@ class DuckEngine:
         except (SqlError, TableNotFound) as e:
             raise self._helped(e, sql) from None
 
+    def _write_parameter_schema(self, stmt: st.Statement, sql: str, pinner) -> pa.Schema:
+        """A write's parameter types: where the text fixes one (compared with a column, a
+        VALUES position, SET c = ?), that column's type; the others as DuckDB types them
+        in the same statement planned over empty tables of the same columns (the scratch
+        database: ``SET v = v + ?``, ``INSERT ... SELECT ?``, a MERGE's ``USING (SELECT ?
+        AS id)``); still untyped ones as VARCHAR."""
+        types = text_parameter_types(stmt, lambda name: pinner.pin(name).schema)
+        if None in types and isinstance(stmt, (st.Delete, st.Update, st.Merge, st.Insert,
+                                               st.InsertValues)):
+            try:
+                got = self._tables_of(stmt, sql)
+            except FlightsrvError:
+                got = None
+            if got is not None and got[1] is None and not got[2]:
+                more = self._scratch.parameter_types(stmt.text, got[0], stmt.param_count)
+                if more is not None:
+                    types = [t if t is not None else m for t, m in zip(types, more)]
+        return announced(types)
+
     def _prepare(self, sql: str, session: Session, params: pa.RecordBatch | None,
                  *, cancel: Cancel | None) -> Prepared:
         stmt = _parse(sql)
@@ -303,7 +323,7 @@ class DuckEngine:
                             effects=True, statement_kind="maintenance")
         if not isinstance(stmt, st.Query):
             return Prepared(sql, StatementKind.UPDATE, pa.schema([]),
-                            parameter_schema(stmt, lambda name: pinner.pin(name).schema),
+                            self._write_parameter_schema(stmt, sql, pinner),
                             effects=True, statement_kind=kind_name(stmt))
         # Bind every parameter as NULL and run the query with LIMIT 0 over empty stand-ins
         # of the pinned relations: types come from DuckDB, no data is read. Cached, with
@@ -348,11 +368,18 @@ class DuckEngine:
             try:
                 for scan in qp.scans:
                     self._register(cur, ctx, scan, data=False)
-                param_schema = query_parameter_schema(
-                    cur, probe.sql, query.param_count,
-                    tuple(s.relation for s in qp.scans) + tuple(f.relation for f in qp.functions)) \
-                    if probe is not None else \
-                    parameter_schema(query, lambda name: pinner.pin(name).schema)
+                param_schema = pa.schema([])
+                if query.param_count:
+                    # DuckDB's types; where it leaves one untyped, the text's hint (a
+                    # column it is compared with, added to or named after), else VARCHAR
+                    text = text_parameter_types(query, lambda name: pinner.pin(name).schema)
+                    types = duckdb_parameter_types(
+                        cur, probe.sql, query.param_count,
+                        tuple(s.relation for s in qp.scans)
+                        + tuple(f.relation for f in qp.functions)) \
+                        if probe is not None else [None] * query.param_count
+                    param_schema = announced([d if d is not None else t
+                                              for d, t in zip(types, text)])
                 rel = cur.sql(qp.sql, params=native)
                 # LIMIT 0 wraps the query in a subquery, which renames duplicate result
                 # names (x, x -> x, x_1); the statement itself streams them as they are

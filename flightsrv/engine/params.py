@@ -27,19 +27,28 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
 def parameter_schema(stmt: st.Statement, schema_of) -> pa.Schema:
-    """The parameters' Arrow types of a statement DuckDB cannot plan over stand-ins (DML,
-    or a query whose probe cannot be made: :func:`query_parameter_schema` is a query's)
-    where its text fixes them, else :data:`UNTYPED`: a parameter compared with (``=``,
-    ``<``, ``IN``, ``BETWEEN``) a column of a referenced table takes that column's type;
-    ``INSERT INTO t [(cols)] VALUES (?, ...)`` takes the target columns' types. Clients
-    that build typed parameter vectors (the Flight SQL JDBC driver) cannot bind a value to
-    a null-typed field. The type is only how the client encodes the value; DuckDB still
-    binds and casts it. ``schema_of(name)``: the current schema of a table."""
-    types: list[pa.DataType] = [pa.null()] * stmt.param_count
+    """:func:`text_parameter_types` as announced (an untyped parameter as
+    :data:`UNTYPED`)."""
     if not stmt.param_count:
         return pa.schema([])
+    return _announced(text_parameter_types(stmt, schema_of))
+
+
+def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | None]:
+    """The parameters' Arrow types where a statement's text fixes them, None elsewhere
+    (the engine asks DuckDB first and uses these where DuckDB leaves one untyped): a
+    parameter compared with (``=``, ``<``, ``IN``, ``BETWEEN``) or added to (``v + ?``, a
+    number) a column of a referenced table takes that column's type, as does one named
+    after a column (``SELECT ? AS id``, a MERGE's source); ``INSERT INTO t [(cols)]
+    VALUES (?, ...)`` and ``INSERT ... SELECT ?, ...`` take the target columns' types.
+    Clients that build typed parameter vectors (the Flight SQL JDBC driver) cannot bind a
+    value to a null-typed field. The type is only how the client encodes the value; DuckDB
+    still binds and casts it. ``schema_of(name)``: the current schema of a table."""
+    types: list[pa.DataType | None] = [None] * stmt.param_count
+    if not stmt.param_count:
+        return types
     if isinstance(stmt, st.InsertValues):
-        return _values_parameter_schema(stmt, schema_of, types)
+        return _values_parameter_types(stmt, schema_of, types)
     try:
         columns: dict[str, pa.DataType | None] = {}
         tree = stmt.tree.copy()
@@ -55,12 +64,17 @@ def parameter_schema(stmt: st.Statement, schema_of) -> pa.Schema:
             for f in schema:
                 key = f.name.lower()
                 columns[key] = f.type if columns.get(key, f.type) == f.type else None
-        target = None
-        if isinstance(stmt, st.Insert) and isinstance(stmt.tree.expression, exp.Values):
+        target = selected = None
+        if isinstance(stmt, st.Insert) and isinstance(stmt.tree.expression,
+                                                      (exp.Values, exp.Select)):
             schema = schema_of(stmt.table)
             names = list(stmt.columns) if stmt.columns is not None else schema.names
             by_lower = {f.name.lower(): f.type for f in schema}
             target = [by_lower.get(n.lower()) for n in names]
+            if isinstance(stmt.tree.expression, exp.Select):
+                # INSERT ... SELECT ?, ?: each select item fills the target column at its
+                # position
+                selected = stmt.tree.expression.expressions
         for p in stmt.tree.find_all(exp.Placeholder):
             try:
                 k = int(str(p.this)) - 1
@@ -79,17 +93,43 @@ def parameter_schema(stmt: st.Statement, schema_of) -> pa.Schema:
                 if pos < len(target) and target[pos] is not None:
                     types[k] = target[pos]
                 continue
+            elif isinstance(parent, (exp.Add, exp.Sub)):
+                # v + ?: the other operand's type when it is a number (a timestamp's other
+                # operand is an interval); DuckDB leaves the parameter untyped
+                other = parent.left if parent.right is p else parent.right
+                if isinstance(other, exp.Column) and not _numeric(columns.get(
+                        other.name.lower())):
+                    other = None
+            elif isinstance(parent, exp.Alias):
+                # SELECT ? AS id (a MERGE's USING source, INSERT ... SELECT): the column of
+                # that name
+                if selected is None or not any(parent is x for x in selected):
+                    t = columns.get(parent.alias.lower())
+                    if t is not None:
+                        types[k] = t
+            if selected is not None and target is not None:
+                item = parent if isinstance(parent, exp.Alias) else p
+                if any(item is x for x in selected):
+                    pos = next(i for i, x in enumerate(selected) if x is item)
+                    if pos < len(target) and target[pos] is not None:
+                        types[k] = target[pos]
+                    continue
             if isinstance(other, exp.Column):
                 t = columns.get(other.name.lower())
                 if t is not None:
                     types[k] = t
     except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
         pass
-    return _announced(types)
+    return types
 
 
-def _values_parameter_schema(stmt: st.InsertValues, schema_of, types: list) -> pa.Schema:
-    """:func:`parameter_schema` of the INSERT ... VALUES fast path: a parameter standing
+def _numeric(t: pa.DataType | None) -> bool:
+    return t is not None and (pa.types.is_integer(t) or pa.types.is_floating(t)
+                              or pa.types.is_decimal(t))
+
+
+def _values_parameter_types(stmt: st.InsertValues, schema_of, types: list) -> list:
+    """:func:`text_parameter_types` of the INSERT ... VALUES fast path: a parameter standing
     alone in a VALUES position takes its target column's type (the scan recorded where)."""
     try:
         schema = schema_of(stmt.table)
@@ -101,7 +141,7 @@ def _values_parameter_schema(stmt: st.InsertValues, schema_of, types: list) -> p
                 types[number - 1] = target[pos]
     except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
         pass
-    return _announced(types)
+    return types
 
 
 #: What a parameter DuckDB leaves untyped is announced as. DuckDB binds such a parameter by
@@ -130,16 +170,23 @@ def duckdb_parameter_types(cur, sql: str, count: int,
     takes the type of its first occurrence DuckDB types. The plans are made on a cursor of
     their own where each relation is an empty view with the same column types (DuckDB
     serializes no plan that scans a registered Arrow object)."""
-    types: list[pa.DataType | None] = [None] * count
     probe = _stand_ins(cur, relations)
     if probe is None:
-        return types
+        return [None] * count
     try:
-        found = _plan_parameter_types(probe, sql)
-        if found is None:
-            found = _one_by_one(probe, sql)
+        return parameter_types_on(probe, sql, count)
     finally:
         probe.close()
+
+
+def parameter_types_on(cur, sql: str, count: int) -> list[pa.DataType | None]:
+    """:func:`duckdb_parameter_types` of ``sql`` (a query, or a DELETE, UPDATE, MERGE or
+    INSERT when its tables are real tables of ``cur``'s catalog: DuckDB plans no DML over a
+    view) over the relations ``cur`` already holds."""
+    types: list[pa.DataType | None] = [None] * count
+    found = _plan_parameter_types(cur, sql)
+    if found is None:
+        found = _one_by_one(cur, sql)
     names = {int(k) - 1: v for k, v in found.items() if k.isdigit() and 0 < int(k) <= count}
     if names:
         try:
@@ -150,6 +197,11 @@ def duckdb_parameter_types(cur, sql: str, count: int,
         except duckdb.Error:
             pass
     return types
+
+
+def announced(types: list) -> pa.Schema:
+    """The parameter schema a prepare announces for ``types`` (None: untyped)."""
+    return _announced(types)
 
 
 def _quoted(name: str) -> str:
@@ -269,15 +321,6 @@ def _announced(types: list) -> pa.Schema:
              else pa.timestamp("ms", t.tz) if pa.types.is_timestamp(t)
              else pa.time32("ms") if pa.types.is_time(t) else t for t in types]
     return pa.schema([pa.field(str(i), t) for i, t in enumerate(types)])
-
-
-def query_parameter_schema(cur, sql: str, count: int,
-                           relations: tuple[str, ...] = ()) -> pa.Schema:
-    """The announced parameter schema of a query: :func:`duckdb_parameter_types`, an
-    untyped parameter as :data:`UNTYPED`."""
-    if not count:
-        return pa.schema([])
-    return _announced(duckdb_parameter_types(cur, sql, count, relations))
 
 
 def kind_name(stmt: st.Statement) -> str:

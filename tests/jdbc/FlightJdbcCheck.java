@@ -1,7 +1,7 @@
 // Drives the Arrow Flight SQL JDBC driver against a flightsrv server, the way BI tools do,
 // and prints one JSON object per observation ({"k": key, "v": value}) for
 // tests/test_server_jdbc.py to assert on. Usage: FlightJdbcCheck URL SUITE...
-// Suites: metadata, query, prepared, context_params, update, errors, login.
+// Suites: metadata, query, prepared, context_params, update, dml_params, errors, login.
 import java.math.BigDecimal;
 import java.sql.*;
 import java.util.*;
@@ -68,6 +68,7 @@ public class FlightJdbcCheck {
                 case "prepared": prepared(c); break;
                 case "context_params": contextParams(c); break;
                 case "update": update(c); break;
+                case "dml_params": dmlParams(c); break;
                 case "errors": errors(c); break;
                 default: throw new IllegalArgumentException(suite);
             }
@@ -217,6 +218,40 @@ public class FlightJdbcCheck {
         bound(c, "coalesce", "SELECT coalesce(CASE WHEN i32 = 1 THEN NULL ELSE s END, ?) FROM types ORDER BY i32", p -> p.setString(1, "none"));
         bound(c, "untyped", "SELECT ? AS v", p -> p.setString(1, "hi"));
         bound(c, "untyped_null", "SELECT ? AS v", p -> p.setNull(1, Types.VARCHAR));
+    }
+
+    /** Prepared writes whose parameters DuckDB leaves untyped (v + ?, a MERGE's source,
+     *  INSERT ... SELECT ?): bound with the Java type of the column they go to. */
+    static void dmlParams(Connection c) throws SQLException {
+        try (Statement s = c.createStatement()) {
+            s.executeUpdate("CREATE OR REPLACE TABLE jd (id INTEGER, amount DOUBLE, price DECIMAL(10,2))");
+            s.executeUpdate("INSERT INTO jd VALUES (1, 10.0, 1.00)");
+        }
+        try (PreparedStatement p = c.prepareStatement("UPDATE jd SET amount = amount + ? WHERE id = ?")) {
+            p.setDouble(1, 2.5);
+            p.setInt(2, 1);
+            out("add", p.executeUpdate());
+        }
+        String merge = "MERGE INTO jd USING (SELECT ? AS id, ? AS amount) s ON jd.id = s.id "
+            + "WHEN MATCHED THEN UPDATE SET amount = s.amount "
+            + "WHEN NOT MATCHED THEN INSERT (id, amount) VALUES (s.id, s.amount)";
+        try (PreparedStatement p = c.prepareStatement(merge)) {
+            p.setInt(1, 2);
+            p.setDouble(2, 7.5);
+            out("merge_insert", p.executeUpdate());
+            p.setInt(1, 2);
+            p.setDouble(2, 8.5);
+            out("merge_update", p.executeUpdate());
+        }
+        try (PreparedStatement p = c.prepareStatement("INSERT INTO jd (id, price) SELECT ?, ?")) {
+            p.setInt(1, 3);
+            p.setBigDecimal(2, new BigDecimal("2.50"));
+            out("insert_select", p.executeUpdate());
+        }
+        try (Statement s = c.createStatement();
+             ResultSet rs = s.executeQuery("SELECT id, amount, CAST(price AS VARCHAR) AS price FROM jd ORDER BY id")) {
+            out("rows", rows(rs, "id", "amount", "price"));
+        }
     }
 
     static void update(Connection c) throws SQLException {
