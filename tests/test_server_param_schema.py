@@ -278,6 +278,10 @@ def typed_t(port):
      "WHEN MATCHED THEN UPDATE SET s = src.s", [pa.int32(), pa.string()]),
     ("DELETE FROM ptypes WHERE d < ? AND starts_with(s, ?)", [pa.date32(), pa.string()]),
     ("DELETE FROM ptypes WHERE d = CAST(? AS DATE) + 1", [pa.date32()]),
+    # a point in time an interval is added to: the column it is compared with, else
+    # TIMESTAMP (announced in ms, as the JDBC driver writes them)
+    ("SELECT count(*) FROM ptypes WHERE d > ? - INTERVAL 1 DAY", [pa.date32()]),
+    ("SELECT ? + INTERVAL 1 DAY AS v", [pa.timestamp("ms")]),
 ])
 def test_parameter_types_are_duckdbs(cur, typed_t, sql, types):
     """The prepared statement's parameter schema holds the types DuckDB binds each
@@ -295,6 +299,13 @@ def test_parameter_types_are_duckdbs(cur, typed_t, sql, types):
     ("SELECT ?::DATE AS v", ["2024-01-02"], [{"v": __import__("datetime").date(2024, 1, 2)}]),
     ("SELECT count(*) AS n FROM ptypes WHERE d > ?", ["2024-01-02"], [{"n": 1}]),
     ("SELECT ? AS v", [1], [{"v": 1}]),
+    # DuckDB types these only from the value (with every parameter NULL it cannot choose
+    # the function): they prepare and run with the values sent
+    ("SELECT count(*) AS n FROM ptypes WHERE d > ? - INTERVAL 1 DAY",
+     [__import__("datetime").date(2024, 1, 3)], [{"n": 1}]),
+    ("SELECT date_part('year', ?) AS y", [__import__("datetime").date(2020, 1, 3)],
+     [{"y": 2020}]),
+    ("SELECT x FROM unnest(?) AS u(x)", [[1, 2]], [{"x": 1}, {"x": 2}]),
 ])
 def test_parameters_typed_by_duckdb_run_with_the_values_sent(cur, typed_t, sql, params, rows):
     cur.execute(sql, parameters=params)

@@ -313,7 +313,7 @@ class DuckEngine:
         return announced(types)
 
     def _prepare(self, sql: str, session: Session, params: pa.RecordBatch | None,
-                 *, cancel: Cancel | None) -> Prepared:
+                 *, cancel: Cancel | None, with_values: bool = False) -> Prepared:
         stmt = _parse(sql)
         # one pin per table for the whole prepare (parameter types and the result schema)
         pinner = self._pinner()
@@ -334,8 +334,8 @@ class DuckEngine:
         # a typed literal), which the key then holds too, so a statement executed again
         # with new values of the same types is not described again.
         bound = self._param_rows(stmt, params)[0] \
-            if params is not None and stmt.param_count and _params_type_results_of(sql) \
-            else None
+            if params is not None and stmt.param_count and (
+                with_values or _params_type_results_of(sql)) else None
         key = schema_key(stmt, pinner, self._query_references(stmt))
         if key is not None and bound is not None:
             key = key + (tuple((str(v.type), _binds_natively(v)) for v in bound),)
@@ -390,8 +390,21 @@ class DuckEngine:
                      for f, n in zip(shape, rel.columns, strict=True)],
                     metadata=shape.metadata))
             except duckdb.Error as e:
-                raise native_failure(e, ctx.natives) or \
-                    sql_error(e, sql, PublicNames(qp.names)) from None
+                if not (bound is None and probe is not None
+                        and isinstance(e, duckdb.BinderException)
+                        and _prepares_untyped(cur, probe.sql)):
+                    raise native_failure(e, ctx.natives) or \
+                        sql_error(e, sql, PublicNames(qp.names)) from None
+                # DuckDB cannot type the result with every parameter NULL (``? - INTERVAL
+                # 1 DAY``: which ``-``?) but prepares it, deferring to the values: with
+                # values at hand, describe with them; without, the schema is announced
+                # when they are bound (GetFlightInfo describes again)
+                if params is not None:
+                    return self._prepare(sql, session, params, cancel=cancel,
+                                         with_values=True)
+                # not cached: a later call with values must describe with them
+                return Prepared(sql, StatementKind.QUERY, pa.schema([]), param_schema,
+                                statement_kind="select")
         if key is not None:
             size = sum(len(p[2]) for p in key[1]) + schema.serialize().size \
                 + param_schema.serialize().size
@@ -1338,6 +1351,22 @@ class DuckEngine:
                            expected=stmt.param_count, got=params.num_columns)
         return [sqlplan.params_from_batch(params, r) for r in range(params.num_rows)]
 
+
+def _prepares_untyped(cur, text: str) -> bool:
+    """Whether DuckDB prepares ``text`` with its parameters untyped (it binds their types
+    when values come): a statement that fails only with every parameter NULL."""
+    try:
+        cur.execute(f"PREPARE {_DESCRIBE} AS {text}")
+    except duckdb.Error:
+        return False
+    try:
+        cur.execute(f"DEALLOCATE {_DESCRIBE}")
+    except duckdb.Error:
+        pass
+    return True
+
+
+_DESCRIBE = "__fsrv_describe"
 
 __all__ = ["DuckEngine"]
 

@@ -97,6 +97,11 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
                 # v + ?: the other operand's type when it is a number (a timestamp's other
                 # operand is an interval); DuckDB leaves the parameter untyped
                 other = parent.left if parent.right is p else parent.right
+                if isinstance(other, exp.Interval):
+                    # ? - INTERVAL 1 DAY: a point in time; the column it is compared with
+                    # says which kind, else TIMESTAMP
+                    types[k] = _temporal_partner(parent, columns) or pa.timestamp("us")
+                    continue
                 if isinstance(other, exp.Column) and not _numeric(columns.get(
                         other.name.lower())):
                     other = None
@@ -121,6 +126,18 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
     except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
         pass
     return types
+
+
+def _temporal_partner(node: exp.Expression, columns: dict) -> pa.DataType | None:
+    """The date or timestamp type of the column ``node`` is compared with (``ts > node``,
+    ``ts BETWEEN node AND ...``), if any."""
+    parent, other = node.parent, None
+    if isinstance(parent, _COMPARISONS):
+        other = parent.left if parent.right is node else parent.right
+    elif isinstance(parent, exp.Between) and parent.this is not node:
+        other = parent.this
+    t = columns.get(other.name.lower()) if isinstance(other, exp.Column) else None
+    return t if t is not None and (pa.types.is_timestamp(t) or pa.types.is_date(t)) else None
 
 
 def _numeric(t: pa.DataType | None) -> bool:

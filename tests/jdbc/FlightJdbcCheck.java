@@ -217,6 +217,8 @@ public class FlightJdbcCheck {
         bound(c, "lower", "SELECT lower(?)", p -> p.setString(1, "AB"));
         bound(c, "coalesce", "SELECT coalesce(CASE WHEN i32 = 1 THEN NULL ELSE s END, ?) FROM types ORDER BY i32", p -> p.setString(1, "none"));
         bound(c, "untyped", "SELECT ? AS v", p -> p.setString(1, "hi"));
+        bound(c, "minus_interval", "SELECT count(*) FROM types WHERE ts > ? - INTERVAL 1 DAY",
+              p -> p.setTimestamp(1, java.sql.Timestamp.valueOf("2026-01-03 12:00:00")));
         bound(c, "untyped_null", "SELECT ? AS v", p -> p.setNull(1, Types.VARCHAR));
     }
 
