@@ -563,6 +563,8 @@ def test_single_matches_run_as_duckdb(twin, sql):
     "UPDATE hx SET s = 'x' WHERE EXISTS (SELECT 1 FROM y WHERE y.s = CAST(hx AS VARCHAR))",
     "MERGE INTO hx AS a USING (SELECT 6 AS id) src ON a.id = src.id "
     "WHEN MATCHED THEN UPDATE SET s = CAST(a AS VARCHAR)",
+    "UPDATE hx SET s = rowid",
+    "DELETE FROM hx WHERE hx.rowid = 1",
 ])
 def test_the_targets_whole_row_is_refused_and_nothing_changes(tmp_path, statement):
     """``*``, ``COLUMNS(...)``, ``a.*`` and the target as a value would expand to the

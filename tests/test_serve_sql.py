@@ -385,6 +385,7 @@ def test_information_schema_answers_as_duckdb_does(served):
                     "'flightsrv'",
         "constraints": f"SELECT * FROM information_schema.table_constraints WHERE {mine} "
                        "ORDER BY constraint_name",
+        "character_sets": "SELECT * FROM information_schema.character_sets",
     }
     for name, query in queries.items():
         expected = ref.sql(query).to_arrow_table().to_pylist()

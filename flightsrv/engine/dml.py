@@ -62,7 +62,7 @@ from flightsrv.engine import guard
 from flightsrv.engine import text as tx
 from flightsrv.engine.relations import (FILE_COLUMN, HIDDEN, POSITION_COLUMN,
                                         file_position_order)
-from flightsrv.errors import CommitConflict, CorruptObject, SqlError
+from flightsrv.errors import CommitConflict, CorruptObject, SchemaMismatch, SqlError
 from flightsrv.table.schema import write_defaults
 from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
@@ -217,6 +217,11 @@ def _no_whole_target_rows(tree: exp.Expression, target: exp.Table, columns: list
                 raise refuse(node, f"{node.table}.*")
             if not node.table and node.name.lower() in names and node.name.lower() not in own:
                 raise refuse(node, "the target's row as a value")
+            if node.name.lower() == "rowid" and "rowid" not in own and (
+                    not node.table or node.table.lower() in names):
+                # DuckDB's row id of a table; the target is no DuckDB table (a query
+                # cannot name it either), so it would be a meaningless number here
+                raise refuse(node, "rowid")
         elif top and isinstance(node, exp.Columns):
             raise refuse(node, "COLUMNS(...)")
         elif top and isinstance(node, exp.Star) and not isinstance(
@@ -226,6 +231,24 @@ def _no_whole_target_rows(tree: exp.Expression, target: exp.Table, columns: list
             # a subquery with a FROM of its own expands its own relations, not the target
             stack.append((child, top and not (isinstance(child, exp.Select)
                                               and child.args.get("from_") is not None)))
+
+
+def _keeps_nanoseconds(rows, table: str, operation: str) -> None:
+    """Refuse to rewrite rows whose ``duration[ns]`` value has a part below a microsecond:
+    the rewrite goes through DuckDB, whose INTERVAL holds microseconds, so it would be lost
+    (``rows``: the candidates read by position exactly)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for f, col in zip(rows.schema, rows.columns):
+        if pa.types.is_duration(f.type) and f.type.unit == "ns" and len(col):
+            ticks = pc.cast(col, pa.int64())
+            whole = pc.multiply(pc.divide(ticks, 1000), 1000)  # integer division
+            if pc.any(pc.not_equal(ticks, whole)).as_py():
+                raise SchemaMismatch(
+                    f"{operation.upper()} would rewrite a duration[ns] value below a "
+                    "microsecond, which DuckDB's INTERVAL cannot hold (the rewrite would "
+                    "lose it); nothing was changed", table=table, column=f.name)
 
 
 def _split_whole(got, schema, names: list[str], table: str,
@@ -626,6 +649,7 @@ class Dml:
                     rows = self.engine._take(
                         cur, ctx, snap, {path: np.asarray(bm.to_array(), dtype=np.int64)
                                          for path, bm in deletes.items()}, file_list, sql)
+            _keeps_nanoseconds(rows, stmt.table, operation)
             target_edit = sqlplan.reference_edits(stmt.text, [target], [CANDIDATES])
             if target_edit is None:
                 raise SqlError("cannot plan the statement's target", statement=st._short(sql))

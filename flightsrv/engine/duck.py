@@ -842,7 +842,7 @@ class DuckEngine:
         the file so. No statement expression runs here: only the mask sees the rows."""
         if not rels.is_native(snap) or rels._is_clean(f) or f.inline is not None:
             return None
-        if any(pa.types.is_duration(t) and t.unit == "ns" for t in snap.schema.types):
+        if _has_ns_duration(snap.schema):
             return None  # DuckDB's INTERVAL holds microseconds: compaction copies exactly
         slot = self._acquire_mask(snap, f)
         if slot is None:
@@ -884,7 +884,8 @@ class DuckEngine:
     def takes_in_duckdb(self, snap) -> bool:
         """Whether :meth:`_take` reads ``snap``'s rows by position with DuckDB (the mask
         extension loaded, a local table)."""
-        return self.mask_slots is not None and rels.is_native(snap) and MASKED_POSITION_READS
+        return self.mask_slots is not None and rels.is_native(snap) and MASKED_POSITION_READS \
+            and not _has_ns_duration(snap.schema)
 
     def _take(self, cur, ctx: _Ctx, snap, positions: dict, files, sql: str) -> pa.Table:
         """UPDATE/MERGE's read by position: the whole rows (every column, current schema) at
@@ -1350,6 +1351,12 @@ class DuckEngine:
             raise SqlError("too few parameters", statement=st._short(stmt.sql),
                            expected=stmt.param_count, got=params.num_columns)
         return [sqlplan.params_from_batch(params, r) for r in range(params.num_rows)]
+
+
+def _has_ns_duration(schema: pa.Schema) -> bool:
+    """Whether a column is a ``duration[ns]``, which DuckDB reads to microseconds: its rows
+    are read by position exactly (pyarrow), not through DuckDB."""
+    return any(pa.types.is_duration(t) and t.unit == "ns" for t in schema.types)
 
 
 def _prepares_untyped(cur, text: str) -> bool:

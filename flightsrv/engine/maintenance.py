@@ -282,6 +282,7 @@ def _information_view(key) -> pa.Table:
     con = duckdb.connect()
     try:
         con.execute(f"ATTACH ':memory:' AS {quote_ident(catalog)}")
+        con.execute(f"USE {quote_ident(catalog)}")  # the default catalog, as on the server
         for name, serialized, defaults in tables:
             schema = pa.ipc.read_schema(pa.py_buffer(serialized))
             spelled = dict(defaults)
