@@ -372,14 +372,16 @@ class DuckEngine:
                 if query.param_count:
                     # DuckDB's types; where it leaves one untyped, the text's hint (a
                     # column it is compared with, added to or named after), else VARCHAR
-                    text = text_parameter_types(query, lambda name: pinner.pin(name).schema)
                     types = duckdb_parameter_types(
                         cur, probe.sql, query.param_count,
                         tuple(s.relation for s in qp.scans)
                         + tuple(f.relation for f in qp.functions)) \
                         if probe is not None else [None] * query.param_count
-                    param_schema = announced([d if d is not None else t
-                                              for d, t in zip(types, text)])
+                    if None in types:
+                        text = text_parameter_types(query,
+                                                    lambda name: pinner.pin(name).schema)
+                        types = [d if d is not None else t for d, t in zip(types, text)]
+                    param_schema = announced(types)
                 rel = cur.sql(qp.sql, params=native)
                 # LIMIT 0 wraps the query in a subquery, which renames duplicate result
                 # names (x, x -> x, x_1); the statement itself streams them as they are

@@ -82,18 +82,14 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
                 continue
             if not 0 <= k < len(types):
                 continue
-            parent, other = p.parent, None
-            if isinstance(parent, _COMPARISONS):
-                other = parent.left if parent.right is p else parent.right
-            elif isinstance(parent, (exp.In, exp.Between)) and parent.this is not p:
-                other = parent.this
-            elif target is not None and isinstance(parent, exp.Tuple) \
+            parent, other = p.parent, _compared_with(p)
+            if other is None and target is not None and isinstance(parent, exp.Tuple) \
                     and isinstance(parent.parent, exp.Values):
                 pos = parent.expressions.index(p)
                 if pos < len(target) and target[pos] is not None:
                     types[k] = target[pos]
                 continue
-            elif isinstance(parent, (exp.Add, exp.Sub)):
+            if other is None and isinstance(parent, (exp.Add, exp.Sub)):
                 # v + ?: the other operand's type when it is a number (a timestamp's other
                 # operand is an interval); DuckDB leaves the parameter untyped
                 other = parent.left if parent.right is p else parent.right
@@ -105,7 +101,7 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
                 if isinstance(other, exp.Column) and not _numeric(columns.get(
                         other.name.lower())):
                     other = None
-            elif isinstance(parent, exp.Alias):
+            elif other is None and isinstance(parent, exp.Alias):
                 # SELECT ? AS id (a MERGE's USING source, INSERT ... SELECT): the column of
                 # that name
                 if selected is None or not any(parent is x for x in selected):
@@ -128,14 +124,21 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
     return types
 
 
+def _compared_with(node: exp.Expression) -> exp.Expression | None:
+    """What ``node`` is compared with: the other side of ``=``, ``<``, ...; the tested
+    expression of ``x IN (..., node)`` and ``x BETWEEN node AND ...``; None otherwise."""
+    parent = node.parent
+    if isinstance(parent, _COMPARISONS):
+        return parent.left if parent.right is node else parent.right
+    if isinstance(parent, (exp.In, exp.Between)) and parent.this is not node:
+        return parent.this
+    return None
+
+
 def _temporal_partner(node: exp.Expression, columns: dict) -> pa.DataType | None:
     """The date or timestamp type of the column ``node`` is compared with (``ts > node``,
     ``ts BETWEEN node AND ...``), if any."""
-    parent, other = node.parent, None
-    if isinstance(parent, _COMPARISONS):
-        other = parent.left if parent.right is node else parent.right
-    elif isinstance(parent, exp.Between) and parent.this is not node:
-        other = parent.this
+    other = _compared_with(node)
     t = columns.get(other.name.lower()) if isinstance(other, exp.Column) else None
     return t if t is not None and (pa.types.is_timestamp(t) or pa.types.is_date(t)) else None
 
