@@ -206,11 +206,12 @@ TABLES_SCHEMA = pa.schema([pa.field("name", pa.string(), nullable=False)])
 
 def _column_facts(table, con) -> tuple[pa.Schema, list[str], dict[str, str]]:
     """(the table's schema, DuckDB's name of each column's type, each default as a SQL
-    literal DuckDB casts to the column type)."""
-    from flightsrv.table.schema import write_defaults
+    literal DuckDB casts to the column type), all of one version (one head read)."""
+    from flightsrv.table.schema import schema_from_json, write_defaults
 
-    schema = table.schema
-    defaults = write_defaults(table.head().schema, schema)
+    head = table.head()
+    schema = schema_from_json(head.schema)
+    defaults = write_defaults(head.schema, schema)
     # DuckDB names the types (those of the table's Arrow schema as DuckDB reads it) and
     # spells the defaults (a literal DuckDB casts to the column type)
     types = [str(t) for t in con.from_arrow(schema.empty_table()).dtypes]
