@@ -378,17 +378,18 @@ def _interval_duration(col, target: pa.DataType):
     if months.any():
         raise SchemaMismatch("an INTERVAL with months has no fixed length for a duration "
                              "column", column_type=str(target))
-    total = [int(d) * _DAY_NANOS + int(n) for d, n in zip(days.tolist(), nanos.tolist())]
     per = _NANOS[target.unit]
-    if any(t % per for t in total):
+    if (nanos % per).any():
         raise SchemaMismatch("an INTERVAL is not a whole number of the duration column's unit",
                              column_type=str(target))
-    values = iter(t // per for t in total)
-    try:
-        return pa.array([next(values) if v else None for v in valid.tolist()], target)
-    except (OverflowError, pa.ArrowInvalid):
-        raise SchemaMismatch("value out of the column type's range",
-                             column_type=str(target)) from None
+    day_units = _DAY_NANOS // per
+    # in int64 while no value can overflow it, else exactly in Python integers
+    if len(days) and int(np.abs(days.astype(np.int64)).max()) * day_units \
+            + int(np.abs(nanos // per).max()) >= 2**63:
+        raise SchemaMismatch("value out of the column type's range", column_type=str(target))
+    values = np.zeros(len(col), np.int64)
+    values[valid] = days.astype(np.int64) * day_units + nanos // per
+    return pa.array(values, pa.int64(), mask=~valid).cast(target)
 
 
 def cast_table(t: pa.Table, schema: pa.Schema) -> pa.Table:
