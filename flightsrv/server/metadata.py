@@ -443,26 +443,36 @@ def sql_type_name(t: pa.DataType) -> str:
     return str(t).upper()
 
 
-def annotate_table_schema(schema: pa.Schema, table: str) -> pa.Schema:
-    """Add the ARROW:FLIGHT:SQL:* field metadata that JDBC's getColumns reads."""
+def _type_metadata(t: pa.DataType) -> dict[bytes, bytes]:
+    """The ARROW:FLIGHT:SQL:* keys of a column's type: its name, and a DECIMAL's precision
+    and scale."""
+    md = {b"ARROW:FLIGHT:SQL:TYPE_NAME": sql_type_name(t).encode()}
+    if pa.types.is_decimal(t):
+        md[b"ARROW:FLIGHT:SQL:PRECISION"] = str(t.precision).encode()
+        md[b"ARROW:FLIGHT:SQL:SCALE"] = str(t.scale).encode()
+    return md
+
+
+def _annotated(schema: pa.Schema, extra: dict[bytes, bytes], *, keep: bool) -> pa.Schema:
+    """``schema`` with each field's type keys and ``extra`` added to its metadata; ``keep``:
+    a key the field already has stays as it is."""
     fields = []
     for f in schema:
-        md = dict(f.metadata or {})
-        md.update(
-            {
-                b"ARROW:FLIGHT:SQL:CATALOG_NAME": CATALOG.encode(),
-                b"ARROW:FLIGHT:SQL:DB_SCHEMA_NAME": DB_SCHEMA.encode(),
-                b"ARROW:FLIGHT:SQL:TABLE_NAME": table.encode(),
-                b"ARROW:FLIGHT:SQL:TYPE_NAME": sql_type_name(f.type).encode(),
-                b"ARROW:FLIGHT:SQL:IS_SEARCHABLE": b"1",
-                b"ARROW:FLIGHT:SQL:IS_READ_ONLY": b"0",
-            }
-        )
-        if pa.types.is_decimal(f.type):
-            md[b"ARROW:FLIGHT:SQL:PRECISION"] = str(f.type.precision).encode()
-            md[b"ARROW:FLIGHT:SQL:SCALE"] = str(f.type.scale).encode()
-        fields.append(f.with_metadata(md))
+        add = {**_type_metadata(f.type), **extra}
+        old = dict(f.metadata or {})
+        fields.append(f.with_metadata({**add, **old} if keep else {**old, **add}))
     return pa.schema(fields, metadata=schema.metadata)
+
+
+def annotate_table_schema(schema: pa.Schema, table: str) -> pa.Schema:
+    """Add the ARROW:FLIGHT:SQL:* field metadata that JDBC's getColumns reads."""
+    return _annotated(schema, {
+        b"ARROW:FLIGHT:SQL:CATALOG_NAME": CATALOG.encode(),
+        b"ARROW:FLIGHT:SQL:DB_SCHEMA_NAME": DB_SCHEMA.encode(),
+        b"ARROW:FLIGHT:SQL:TABLE_NAME": table.encode(),
+        b"ARROW:FLIGHT:SQL:IS_SEARCHABLE": b"1",
+        b"ARROW:FLIGHT:SQL:IS_READ_ONLY": b"0",
+    }, keep=False)
 
 
 @functools.lru_cache(maxsize=256)
@@ -472,16 +482,7 @@ def annotate_result_schema(schema: pa.Schema) -> pa.Schema:
     isReadOnly); the result's columns name no table (a query's column need not come from
     one). Kept: metadata a field already has. Schemas repeat (the engine caches them), so
     the annotated ones are kept too."""
-    fields = []
-    for f in schema:
-        md = dict(f.metadata or {})
-        md.setdefault(b"ARROW:FLIGHT:SQL:TYPE_NAME", sql_type_name(f.type).encode())
-        md.setdefault(b"ARROW:FLIGHT:SQL:IS_READ_ONLY", b"1")
-        if pa.types.is_decimal(f.type):
-            md.setdefault(b"ARROW:FLIGHT:SQL:PRECISION", str(f.type.precision).encode())
-            md.setdefault(b"ARROW:FLIGHT:SQL:SCALE", str(f.type.scale).encode())
-        fields.append(f.with_metadata(md))
-    return pa.schema(fields, metadata=schema.metadata)
+    return _annotated(schema, {b"ARROW:FLIGHT:SQL:IS_READ_ONLY": b"1"}, keep=True)
 
 
 class LikePattern:
