@@ -327,7 +327,7 @@ def _read_types(schema, names: list[str]):
     for f in schema:
         if f.name not in names:
             continue
-        if _is_temporal(f.type) or _is_binary(f.type):
+        if is_temporal(f.type) or _is_binary(f.type):
             types[f.name] = pa.string()
             later.append(f)
         else:
@@ -335,7 +335,8 @@ def _read_types(schema, names: list[str]):
     return types, later
 
 
-def _is_temporal(t) -> bool:
+def is_temporal(t) -> bool:
+    """A date, timestamp or time type (what DuckDB spells and reads back for the CLI)."""
     import pyarrow as pa
 
     return pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)

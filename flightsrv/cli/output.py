@@ -36,7 +36,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flightsrv.cli.common import UsageError
+from flightsrv.cli.common import UsageError, is_temporal
 
 FORMATS = ("table", "csv", "json", "jsonl", "parquet", "line")
 DEFAULT_MAX_ROWS = 1000
@@ -157,10 +157,6 @@ def _plain(v):
 # -- values Python's datetime cannot hold -------------------------------------------------
 
 
-def _is_temporal(t: pa.DataType) -> bool:
-    return pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)
-
-
 class _DuckSpelling:
     """DuckDB's text for the dates, timestamps and times of a batch that Python's
     ``datetime`` cannot hold: BC, years past 9999, ±infinity (DuckDB's and the table
@@ -188,7 +184,7 @@ class _DuckSpelling:
         out = {}
         for i, f in enumerate(batch.schema):
             col = batch.column(i)
-            if _is_temporal(f.type) and col.null_count < len(col):
+            if is_temporal(f.type) and col.null_count < len(col):
                 spelled = self._spell(col)
                 if spelled.null_count < len(spelled):
                     out[i] = spelled
