@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError
 from flightsrv.sql.types import quote_ident
+from flightsrv.sql.validate import INFORMATION_SCHEMA_VIEWS
 from flightsrv.sql.statements import Maintenance
 from flightsrv.table.maintenance.common import duration
 
@@ -239,16 +240,6 @@ def _columns_table(table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=COLUMNS_SCHEMA)
 
 
-#: each information_schema view's column naming the catalog of a row (None: the view has
-#: none, every row is served)
-_VIEW_CATALOG = {
-    "character_sets": None, "check_constraints": "constraint_catalog",
-    "columns": "table_catalog", "constraint_column_usage": "table_catalog",
-    "constraint_table_usage": "table_catalog", "key_column_usage": "constraint_catalog",
-    "referential_constraints": "constraint_catalog", "schemata": "catalog_name",
-    "tables": "table_catalog", "table_constraints": "table_catalog", "views": "table_catalog"}
-
-
 def _information_schema(warehouse, view: str) -> pa.Table:
     """``information_schema.<view>``: DuckDB's own view, over an empty in-memory catalog
     named like the server's (``flightsrv.main``) that holds each readable table of the
@@ -297,8 +288,8 @@ def _information_view(key) -> pa.Table:
                     con.execute(f"{column} SET NOT NULL")
                 if f.name in spelled:
                     con.execute(f"{column} SET DEFAULT {spelled[f.name]}")
-        where = "" if _VIEW_CATALOG[view] is None else \
-            f" WHERE {_VIEW_CATALOG[view]} = $1"
+        catalog_column = INFORMATION_SCHEMA_VIEWS[view]
+        where = "" if catalog_column is None else f" WHERE {catalog_column} = $1"
         return con.sql(f"SELECT * FROM information_schema.{view}{where}",
                        params=[catalog] if where else None).to_arrow_table()
     finally:

@@ -28,10 +28,14 @@ SCHEMA = "main"
 #: The schema of DuckDB's information_schema views, each served over the warehouse's catalog
 #: through the metadata function :data:`INFORMATION_SCHEMA_FUNCTION`.
 INFORMATION_SCHEMA = "information_schema"
-INFORMATION_SCHEMA_VIEWS = frozenset({
-    "character_sets", "check_constraints", "columns", "constraint_column_usage",
-    "constraint_table_usage", "key_column_usage", "referential_constraints", "schemata",
-    "tables", "table_constraints", "views"})
+#: view -> its column naming the catalog of a row (None: the view has none); the server
+#: serves the rows of its own catalog only
+INFORMATION_SCHEMA_VIEWS: dict[str, str | None] = {
+    "character_sets": None, "check_constraints": "constraint_catalog",
+    "columns": "table_catalog", "constraint_column_usage": "table_catalog",
+    "constraint_table_usage": "table_catalog", "key_column_usage": "constraint_catalog",
+    "referential_constraints": "constraint_catalog", "schemata": "catalog_name",
+    "tables": "table_catalog", "table_constraints": "table_catalog", "views": "table_catalog"}
 INFORMATION_SCHEMA_FUNCTION = "flightsrv_information_schema"
 #: Identifier meta key of a rewritten information_schema view: the reference as written.
 SHOWN = "shown"
