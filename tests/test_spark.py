@@ -79,6 +79,63 @@ def test_round_trip_types(spark, local_uri):
     assert back.count() == 3
 
 
+def test_tables_made_outside_spark_read_and_take_rows(spark, local_uri):
+    """Tables another writer made (the Python API, DuckDB through the server) with types
+    Spark has no exact twin for: a nanosecond timestamp reads truncated to microseconds, a
+    column Spark cannot represent is no obstacle when the read leaves it out, and a NULL
+    struct whose field is NOT NULL is appended (Spark fills that field beneath the NULL)."""
+    wh = Warehouse.open(local_uri)
+    ns = wh.create_table("ns", pa.schema([("id", pa.int64()), ("ts", pa.timestamp("ns")),
+                                          ("tz", pa.timestamp("ns", tz="UTC"))]))
+    ns.append(pa.table({"id": [1], "ts": pa.array([1_700_000_000_123_456_789], pa.timestamp("ns")),
+                        "tz": pa.array([1_700_000_000_123_456_789],
+                                       pa.timestamp("ns", tz="UTC"))}))
+    row = spark.read.format("flightsrv").load(f"{local_uri}/ns").collect()[0]
+    assert row.ts == dt.datetime(2023, 11, 14, 22, 13, 20, 123456)
+    assert row.tz.astimezone(UTC) == dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=UTC)
+    # a user schema may still not narrow a column: the error names both types the right way
+    with pytest.raises(Exception) as e:
+        spark.read.format("flightsrv").schema("id INT").load(f"{local_uri}/ns").collect()
+    assert "column=id" in str(e.value) and "table_type=int64" in str(e.value) \
+        and "read_type=int32" in str(e.value)
+
+    tm = wh.create_table("tm", pa.schema([("id", pa.int64()), ("t", pa.time64("us"))]))
+    tm.append(pa.table({"id": [1, 2], "t": pa.array([dt.time(1), dt.time(2)],
+                                                    pa.time64("us"))}))
+    got = spark.read.format("flightsrv").option("columns", "id").load(f"{local_uri}/tm")
+    assert _ids(got) == [1, 2]
+    with pytest.raises(Exception) as e:  # reading the TIME column itself still says why
+        spark.read.format("flightsrv").load(f"{local_uri}/tm").collect()
+    assert "column=t" in str(e.value) and "cannot be read by Spark" in str(e.value)
+
+    st = pa.schema([("id", pa.int64()),
+                    ("s", pa.struct([pa.field("a", pa.int64(), False),
+                                     ("b", pa.struct([pa.field("c", pa.string(), False)]))]))])
+    wh.create_table("st", st)
+    spark.createDataFrame([(1, None), (2, (5, None)), (3, (6, ("x",)))],
+                          "id long, s struct<a: long, b: struct<c: string>>") \
+        .write.format("flightsrv").mode("append").save(f"{local_uri}/st")
+    assert sorted(Warehouse.open(local_uri).table("st").to_table().to_pylist(),
+                  key=lambda r: r["id"]) == [
+        {"id": 1, "s": None}, {"id": 2, "s": {"a": 5, "b": None}},
+        {"id": 3, "s": {"a": 6, "b": {"c": "x"}}}]
+    # a NULL where the field counts is still refused, naming the nested column
+    with pytest.raises(Exception) as e:
+        spark.createDataFrame([(4, (None, None))], "id long, s struct<a: long, b: struct<c: "
+                              "string>>").write.format("flightsrv").mode("append") \
+            .save(f"{local_uri}/st")
+    assert "s.a" in str(e.value)
+
+    # a table property of a new table is checked before any task writes a file
+    for prop, value in (("target_file_size", "huge"), ("nonsense", "1")):
+        with pytest.raises(Exception) as e:
+            _events(spark, 0, 5).write.format("flightsrv").option(f"property.{prop}", value) \
+                .save(f"{local_uri}/props")
+        assert "invalid table property" in str(e.value) and "table=props" in str(e.value) \
+            and f"property={prop}" in str(e.value)
+    assert not os.path.exists(os.path.join(local_uri, "props"))
+
+
 def test_pushdown_split_and_pruning(spark, local_uri):
     uri = f"{local_uri}/pushed"
     _events(spark, 0, 4000, parts=4).write.format("flightsrv").mode("append").save(uri)

@@ -79,6 +79,7 @@ from flightsrv.spark.types import (
     spark_to_arrow,
 )
 from flightsrv.table import types as rules
+from flightsrv.table.properties import normalize as normalize_properties
 from flightsrv.table.commit import require_table
 from flightsrv.table.manifest import UNPARTITIONED, DataFile, schema_with_ids
 from flightsrv.table.scan import FileTask, Snapshot
@@ -216,17 +217,20 @@ class FlightsrvDataSource(DataSource):
     def schema(self) -> T.StructType:
         snap = self._pinned_snapshot()
         name = snap.table.name
-        st = arrow_schema_to_spark(snap.schema)
+        fields = list(snap.schema)
         cols = self.options.get("columns")
         if cols:
             exact = case_sensitive(self.options)
             wanted = [c.strip() for c in cols.split(",") if c.strip()]
-            found = [_resolve(c, st.fieldNames(), exact) for c in wanted]
+            found = [_resolve(c, snap.schema.names, exact) for c in wanted]
             unknown = [c for c, f in zip(wanted, found) if f is None]
             if unknown:
                 raise ConfigurationError("unknown column in option columns", table=name,
                                          columns=",".join(unknown))
-            st = T.StructType([st[c] for c in found])
+            fields = [snap.schema.field(c) for c in found]
+        # only the columns read need a Spark type: a column Spark cannot represent (TIME)
+        # left out by option columns does not make the table unreadable
+        st = arrow_schema_to_spark(pa.schema(fields))
         if _flag(self.options, "metadataColumns"):
             clash = [f.name for f in METADATA_FIELDS
                      if any(n.lower() == f.name for n in snap.schema.names)]
@@ -280,12 +284,20 @@ class FlightsrvReader(DataSourceReader):
             raise ConfigurationError("read schema names columns the table does not have",
                                      table=self.name, version=self.version,
                                      columns=",".join(unknown))
-        # a user schema may widen a column, never narrow it (no silent change of value)
+        # a user schema may widen a column, never narrow it (no silent change of value):
+        # checked against the type the column reads as by default (arrow_to_spark: a
+        # nanosecond timestamp reads as Spark's microseconds, as documented)
         want = spark_arrow_schema(schema)
         for out, col in zip(self.out_names, self.columns):
-            rules.check(want.field(out).type, snap.schema.field(col).type, column=col,
-                        table=self.name, case_sensitive=exact,
-                        incoming_name=rules.type_name(snap.schema.field(col).type))
+            stored = snap.schema.field(col)
+            default = spark_arrow_schema(arrow_schema_to_spark(pa.schema([stored])))[0].type
+            why = rules.refusal(want.field(out).type, default, case_sensitive=exact)
+            if why is not None:
+                raise SchemaMismatch(
+                    "read schema does not fit the table's column (a user schema may widen a "
+                    "column, never narrow it)", table=self.name, version=self.version,
+                    column=col, table_type=rules.type_name(stored.type),
+                    read_type=rules.type_name(want.field(out).type), reason=why)
         raw = options.get("rowGroupsPerPartition", str(DEFAULT_ROW_GROUPS_PER_PARTITION))
         try:
             self.rg_per_part = int(str(raw).strip())
@@ -411,8 +423,10 @@ class FlightsrvWriter(DataSourceArrowWriter):
                 raise TableNotFound("no such table (and option create=false)", table=self.name)
             schema = normalize_schema(spark_schema_to_arrow(spark_schema))
             self.create = True
-            self.properties = {k[len("property."):]: str(v) for k, v in options.items()
-                               if k.startswith("property.")}
+            # checked here, on the driver, before any task writes a file
+            self.properties = normalize_properties(
+                {k[len("property."):]: str(v) for k, v in options.items()
+                 if k.startswith("property.")}, schema.names, table=self.name)
             self.match = {n: n for n in schema.names}
             version_hint = 0 if head is None else head.version + 1
         else:

@@ -358,7 +358,56 @@ def conform_column(col: pa.Array | pa.ChunkedArray, field: pa.Field, *,
     _check_not_null(col, field, field.name, table)
     if col.type == field.type:
         return col
+    if _has_not_null_child(field.type):
+        col = _settle_null_children(col, field.type)
     return _cast(col, field.type, case_sensitive)
+
+
+def _settle_null_children(col, target: pa.DataType):
+    """``col`` with the values beneath a NULL struct made valid in the fields ``target``
+    declares NOT NULL. Such a value means nothing (the struct is NULL), but Arrow's cast and
+    the Parquet writer refuse a NULL there (Spark sends one for every NULL struct). Runs
+    after :func:`_check_not_null`, so every NULL left in such a field is beneath a NULL
+    parent."""
+    if isinstance(col, pa.ChunkedArray):
+        return pa.chunked_array([_settle_null_children(c, target) for c in col.chunks])
+    t = col.type
+    if pa.types.is_struct(t) and pa.types.is_struct(target):
+        wanted = {target.field(i).name.lower(): target.field(i) for i in range(target.num_fields)}
+        children = []
+        for i in range(t.num_fields):
+            child = col.field(i)
+            like = wanted.get(t.field(i).name.lower())
+            if like is not None:
+                child = _settle_null_children(child, like.type)
+                if not like.nullable and child.null_count:
+                    child = pc.coalesce(child, _placeholder(child.type))
+            children.append(child)
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=col.is_null())
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and \
+            _family(target) in ("list", "fixed_size_list"):
+        cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+        return cls.from_arrays(col.offsets, _settle_null_children(col.values, target.value_type),
+                               type=t, mask=col.is_null() if col.null_count else None)
+    return col
+
+
+def _placeholder(t: pa.DataType) -> pa.Scalar:
+    """Some valid value of type ``t`` (it stands beneath a NULL struct: never read)."""
+    if pa.types.is_struct(t):
+        return pa.scalar({t.field(i).name: _placeholder(t.field(i).type).as_py()
+                          for i in range(t.num_fields)}, t)
+    if pa.types.is_fixed_size_list(t):
+        return pa.scalar([_placeholder(t.value_type).as_py()] * t.list_size, t)
+    if _family(t) == "list" or pa.types.is_map(t):
+        return pa.scalar([], t)
+    for kind, zero in ((pa.int64(), 0), (pa.int32(), 0), (pa.string(), ""),
+                       (pa.binary(), b""), (pa.bool_(), False)):
+        try:
+            return pa.array([zero], kind).cast(t)[0]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return pa.scalar(None, t)  # no zero for this type: the cast then names the column
 
 
 _NANOS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
@@ -471,10 +520,12 @@ def _check_not_null(col, field: pa.Field, path: str, table: str | None) -> None:
             if j is None:
                 continue
             child = col.field(j)
-            if valid is not None and not child_field.nullable:
-                if pc.any(pc.and_(valid, child.is_null())).as_py():
+            if valid is not None:
+                if not child_field.nullable and \
+                        pc.any(pc.and_(valid, child.is_null())).as_py():
                     raise SchemaMismatch("NULL in a NOT NULL field", table=table,
                                          column=f"{path}.{child_field.name}")
+                # beneath a NULL struct nothing counts, at any depth
                 child = child.filter(valid)
             _check_not_null(child, child_field, f"{path}.{child_field.name}", table)
     elif pa.types.is_map(t) and pa.types.is_map(col.type):
