@@ -257,6 +257,30 @@ class _FirstDataRead:
         return call
 
 
+@pytest.mark.parametrize("inline", [True, False])
+def test_time_travel_of_another_handle_fails_once_the_version_expired(warehouse_uri, inline):
+    """A reader that cached a version (another Warehouse handle: another server, the CLI)
+    must not serve it from memory after an erasure expired it; inlined rows live in the
+    manifest itself, so no deleted data object would stop that read."""
+    wh = Warehouse.open(warehouse_uri)
+    t = wh.create_table("x", pa.schema([("id", pa.int64()), ("email", pa.string())]))
+    if inline:
+        t.set_properties(**{"inline.max_rows": 100})
+    t.append(pa.table({"id": [1, 2, 3], "email": ["a@x", "SECRET@x", "b@x"]}))
+    v = t.head().version
+    reader = Warehouse.open(warehouse_uri).table("x")
+    assert reader.to_table(version=v, filter="id = 2").num_rows == 1
+    assert reader.to_table(as_of=reader.head().created_at_ms,
+                           filter="id = 2").num_rows == 1
+    done = Warehouse.open(warehouse_uri).table("x").delete(
+        "email = 'SECRET@x'", mode="splice", expire=True, grace=0)
+    assert done.result.status == "erased"
+    with pytest.raises(VersionNotFound):
+        reader.to_table(version=v)
+    assert reader.to_table().column("id").to_pylist() == [1, 3]
+    assert "SECRET" not in str(reader.to_table().to_pylist())
+
+
 def test_two_purges_with_expire_at_once_both_finish(warehouse_uri):
     """The other purge commits, expires the versions and deletes the file this one planned
     on before this one reads it: this one plans again (it failed with ObjectNotFound)."""

@@ -128,6 +128,24 @@ class TableLog:
             )
         return m
 
+    def load_retained(self, version: int) -> Manifest:
+        """:meth:`load`, and the version is still retained now: a manifest this process
+        cached stays valid as long as its object exists, and an expired one (an erasure's
+        PURGE ... EXPIRE deletes it) must not keep serving the rows it held, inlined ones
+        included, from memory. One HEAD request when the manifest was cached."""
+        cached = self._cached(version) is not None
+        m = self.load(version)
+        if cached:
+            try:
+                self.store.head(manifest_key(version))
+            except ObjectNotFound:
+                with self._lock:
+                    self._cache.pop(version, None)
+                raise VersionNotFound("version does not exist or was expired",
+                                      table=self.name, version=version,
+                                      oldest_retained=self.oldest_version()) from None
+        return m
+
     def head(self) -> Manifest | None:
         """The latest committed manifest: pointer, then roll forward. None: no table."""
         ptr, _ = self.read_pointer()

@@ -116,7 +116,7 @@ class Table:
             raise ConfigurationError("give version or as_of, not both", table=self.name)
         head = self.head()
         if version is not None:
-            m = self.log.load(int(version))
+            m = self.head_or_retained(head, int(version))
         elif as_of is not None:
             m = self._version_as_of(parse_timestamp_ms(as_of))
         else:
@@ -148,6 +148,14 @@ class Table:
                 del self._snapshots[next(iter(self._snapshots))]
         return snap
 
+    def head_or_retained(self, head: Manifest, version: int) -> Manifest:
+        """Version ``version`` for time travel: the head itself, or an older version that
+        is still retained (not only still in this process's cache: see
+        :meth:`TableLog.load_retained`)."""
+        if version == head.version:
+            return head
+        return self.log.load_retained(version)
+
     def _version_as_of(self, ts_ms: int) -> Manifest:
         versions = self.log.versions()
         lo, hi, best = 0, len(versions) - 1, None
@@ -162,7 +170,7 @@ class Table:
             raise VersionNotFound("no retained version at or before that time", table=self.name,
                                   timestamp_ms=ts_ms,
                                   oldest_retained=versions[0] if versions else None)
-        return best
+        return self.log.load_retained(best.version)
 
     @property
     def schema(self) -> pa.Schema:
