@@ -437,11 +437,16 @@ def _direct_sources(select: exp.Select) -> list[exp.Expression]:
 
 
 def _has_star(select: exp.Select) -> bool:
+    """Whether a select list item expands to columns (``*``, ``t.*``, and the star filters
+    ``* LIKE 'p'``, ``* SIMILAR TO``, ``* GLOB``, ``* EXCLUDE``...): any star but the
+    argument of ``count(*)``. A false positive only reads more columns."""
     for e in select.expressions:
-        if isinstance(e, exp.Star):
-            return True
-        if isinstance(e, exp.Column) and isinstance(e.this, exp.Star):
-            return True
+        for star in e.find_all(exp.Star):
+            parent = star.parent
+            if isinstance(parent, exp.Column):
+                parent = parent.parent
+            if not isinstance(parent, exp.Count):
+                return True
     return False
 
 
@@ -451,7 +456,10 @@ def _projections(tree: exp.Expression, refs: list[exp.Table],
         return []
     ref_ids = {id(t): i for i, t in enumerate(refs)}
     full = [False] * len(refs)
-    everything = any(True for _ in tree.find_all(exp.Pivot, exp.Columns)) or any(
+    # constructs whose columns depend on every column of a table, by position or pattern:
+    # PIVOT/UNPIVOT, COLUMNS(...), NATURAL joins, positional references (#2)
+    everything = any(True for _ in tree.find_all(exp.Pivot, exp.Columns,
+                                                 exp.PositionalColumn)) or any(
         (j.args.get("method") or "").upper() == "NATURAL" for j in tree.find_all(exp.Join)
     )
     if everything:
@@ -472,8 +480,12 @@ def _projections(tree: exp.Expression, refs: list[exp.Table],
     out: list[list[str] | None] = []
     for i, (t, schema) in enumerate(zip(refs, schemas)):
         names = {n.lower() for n in schema.names}
-        if full[i] or (_alias(t) in bare_columns and _alias(t) not in names):
-            out.append(None)  # SELECT *, or DuckDB's whole-row reference ``SELECT t FROM t``
+        alias = t.args.get("alias")
+        if full[i] or (_alias(t) in bare_columns and _alias(t) not in names) or (
+                alias is not None and alias.columns):
+            # SELECT *, DuckDB's whole-row reference ``SELECT t FROM t``, or column aliases
+            # ``t AS x(a, b)``, which name the table's columns by position
+            out.append(None)
             continue
         out.append([n for n in schema.names if n.lower() in identifiers])
     return out
