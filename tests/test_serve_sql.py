@@ -557,3 +557,22 @@ def test_writes_through_positional_references_store_the_right_columns(served):
         {"a": "10", "b": "1"}, {"a": "20", "b": "2"}]
     assert run(uri, "DELETE FROM ps3 WHERE a IN (SELECT CAST(#2 AS VARCHAR) FROM ps "
                "WHERE id > 1)") == 1
+
+
+def test_result_names_do_not_depend_on_how_parameters_bind(served):
+    """A decimal or binary value reaches DuckDB as a typed literal; the result's column names
+    are still DuckDB's for the parameters (``($1 + 1)``), in the announced schema and in the
+    rows, as DuckDB names them whatever the values."""
+    import decimal
+
+    import duckdb
+
+    _, _, uri = served
+    sql = "SELECT ? + 1, ? * 2.5, ?"
+    values = [5, decimal.Decimal("1.15"), b"\x00"]
+    want = duckdb.connect().sql(sql, params=values).to_arrow_table()
+    with connect(uri) as conn, conn.cursor() as cur:
+        cur.execute(sql, parameters=values)
+        assert [d[0] for d in cur.description] == want.column_names == \
+            ["($1 + 1)", "($2 * 2.5)", "$3"]
+        assert cur.fetch_arrow_table().to_pylist() == want.to_pylist()

@@ -407,6 +407,11 @@ class DuckEngine:
                 # not cached: a later call with values must describe with them
                 return Prepared(sql, StatementKind.QUERY, pa.schema([]), param_schema,
                                 statement_kind="select")
+        if bound is not None:  # as execute_query names them (see _parameter_names)
+            names = self._parameter_names(query, sql, session, bound, cancel)
+            if names is not None and len(names) == len(schema):
+                schema = pa.schema([f.with_name(n) for f, n in zip(schema, names)],
+                                   metadata=schema.metadata)
         if key is not None:
             size = sum(len(p[2]) for p in key[1]) + schema.serialize().size \
                 + param_schema.serialize().size
@@ -474,7 +479,26 @@ class DuckEngine:
             # bind_params copied the tree when it bound values: plan that copy in place
             reader = self._run_query(stmt, tree, "query", pinner, rows[0], ctx,
                                      owned=stmt.param_count > 0, keep=key)
+        names = self._parameter_names(stmt, sql, session, rows[0], cancel)
+        if names is not None:
+            reader = _renamed_reader(reader, names)
         return QueryResult(reader.schema, reader, ctx.info)
+
+    def _parameter_names(self, stmt: st.Statement, sql: str, session: Session,
+                         values: list[pa.Scalar], cancel: Cancel | None) -> list[str] | None:
+        """DuckDB's own names of the result columns when some bound value reached DuckDB as
+        a typed literal (:func:`_binds_natively`): an unaliased expression is then named after
+        its text, which held the literal (``(CAST(5 AS BIGINT) + 1)``) where DuckDB names it
+        after the parameter (``($1 + 1)``), whatever the values. None when every value binds
+        natively (DuckDB named the columns itself) or the names cannot be known without
+        values."""
+        if not stmt.param_count or all(map(_binds_natively, values)):
+            return None
+        try:
+            names = self._prepare(sql, session, None, cancel=cancel).dataset_schema.names
+        except FlightsrvError:
+            return None
+        return names or None
 
     # -- the plan cache: (text, pinned versions, parameter types) -> plan ----------------------
 
@@ -1419,3 +1443,21 @@ def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Stateme
     if values and stmt.spliceable and not all(map(_binds_natively, values)):
         return dataclasses.replace(stmt, spliceable=False)
     return stmt
+
+
+def _renamed_reader(reader: pa.RecordBatchReader, names: list[str]) -> pa.RecordBatchReader:
+    """``reader`` with its columns named ``names`` (same count, else unchanged); closing the
+    new reader's stream closes ``reader``."""
+    schema = reader.schema
+    if len(names) != len(schema) or list(names) == schema.names:
+        return reader
+    renamed = pa.schema([f.with_name(n) for f, n in zip(schema, names)], metadata=schema.metadata)
+
+    def batches():
+        try:
+            for b in reader:
+                yield pa.RecordBatch.from_arrays(b.columns, schema=renamed)
+        finally:
+            reader.close()
+
+    return pa.RecordBatchReader.from_batches(renamed, batches())
