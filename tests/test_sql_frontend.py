@@ -128,6 +128,8 @@ def test_classified(sql, kind):
     ("SELECT $name", "named parameters"),
     ("SELECT ?, $1", "mix"),
     ("", "empty"),
+    ("PIVOT t ON b IN (1, 2) USING count(*) GROUP BY i", "SELECT * FROM (PIVOT"),
+    ("UNPIVOT t ON i, j INTO NAME k VALUE v", "SELECT * FROM (UNPIVOT"),
 ])
 def test_refused(sql, reason):
     with pytest.raises(SqlError) as ei:

@@ -661,6 +661,10 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
         if isinstance(tree, cls):
             raise error(reason, sql, tree)
     verb = sql.split(None, 1)[0].upper().rstrip(";")
+    if isinstance(tree, exp.Pivot):  # DuckDB's statement form of PIVOT / UNPIVOT
+        raise error(f"the {verb} statement form is not supported; write it as a query: "
+                    f"SELECT * FROM ({verb} ... ), with an explicit IN (...) list for PIVOT",
+                    sql, tree)
     raise error(f"{verb} statements are not allowed", sql, tree)
 
 
