@@ -492,7 +492,8 @@ class DuckEngine:
         after the parameter (``($1 + 1)``), whatever the values. None when every value binds
         natively (DuckDB named the columns itself) or the names cannot be known without
         values."""
-        if not stmt.param_count or all(map(_binds_natively, values)):
+        if not stmt.param_count or all(map(_binds_natively, values)) or \
+                not _names_hold_parameters(stmt.tree):
             return None
         try:
             names = self._prepare(sql, session, None, cancel=cancel).dataset_schema.names
@@ -1461,3 +1462,11 @@ def _renamed_reader(reader: pa.RecordBatchReader, names: list[str]) -> pa.Record
             reader.close()
 
     return pa.RecordBatchReader.from_batches(renamed, batches())
+
+
+def _names_hold_parameters(tree) -> bool:
+    """Whether a result column of the query is named after an expression holding a
+    parameter (an unaliased select item with a ``?``/``$n`` in it)."""
+    selects = getattr(tree, "selects", None) or []
+    return any(not isinstance(e, exp.Alias) and any(True for _ in e.find_all(exp.Placeholder))
+               for e in selects)
