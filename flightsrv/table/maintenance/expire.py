@@ -71,6 +71,13 @@ def expire_snapshots(table, *, older_than=None, retain_last: int = 1,
                           expired_versions=versions)
     if dry_run:
         return result
+    if versions:
+        # a mirror publication queued by a commit of this very operation (a purge's splice)
+        # reads the manifests about to go: let it land first (bounded), or it fails half way
+        # and leaves a mirror naming the files the purge is erasing
+        from flightsrv.table.mirror import publisher
+
+        publisher.wait_idle(60)
     for v in versions:  # oldest first
         table.store.delete(manifest_key(v))
         _forget(table.log, v)
