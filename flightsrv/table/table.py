@@ -170,7 +170,7 @@ class Table:
             raise VersionNotFound("no retained version at or before that time", table=self.name,
                                   timestamp_ms=ts_ms,
                                   oldest_retained=versions[0] if versions else None)
-        return self.log.load_retained(best.version)
+        return best  # in the listing just read: retained now, whatever the cache holds
 
     @property
     def schema(self) -> pa.Schema:
