@@ -235,7 +235,8 @@ def test_a_point_read_runs_once_per_execution_and_never_to_describe(engine, monk
     reads: list = []  # DuckDB runs that read a data file
     real = duck.run_to_arrow
     monkeypatch.setattr(duck, "run_to_arrow", lambda cur, text, **k: (
-        reads.append(1) if "read_parquet(" in text else None) or real(cur, text, **k))
+        reads.append(1) if "read_parquet(" in text or "__fsrv_scan(" in text else None)
+        or real(cur, text, **k))
     for v in (10, 11, 12):
         engine.prepare(POINT, s)
         engine.prepare(POINT, s, _param(v))

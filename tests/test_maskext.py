@@ -94,12 +94,23 @@ QUERIES = [
 ]
 
 
-def _need_compiler():
-    """The extension is built here unless this machine has no C compiler at all (then the
-    engine falls back, which the subprocess tests below check); anything else that keeps
-    it from loading fails the tests."""
+def _need_compiler(kind: str = "filter"):
+    """The extension of ``kind`` is built here unless this machine has no compiler for it
+    at all (then the engine falls back, which the subprocess tests below check); anything
+    else that keeps it from loading (for the ``"scan"`` kind: DuckDB's headers not fetched)
+    fails the tests."""
     if shutil.which(os.environ.get("CC") or "cc") is None:
         pytest.skip("no C compiler: the deletion-mask extension cannot be built here")
+    if kind == "scan" and shutil.which(os.environ.get("CXX") or "c++") is None:
+        pytest.skip("no C++ compiler: the 'scan' mask extension cannot be built here")
+
+
+@pytest.fixture(params=maskext.KINDS)
+def mask_kind(request):
+    """Each extension kind: "scan" (the mask inside DuckDB's Parquet reader, C++) and
+    "filter" (the mask function on ``file_row_number``, C API)."""
+    _need_compiler(request.param)
+    return request.param
 
 
 @pytest.fixture(params=["grouped", "per-file"])
@@ -116,13 +127,13 @@ def group_rows(request, monkeypatch):
 
 
 @pytest.fixture
-def engines(local_uri, group_rows):
-    _need_compiler()
+def engines(local_uri, group_rows, mask_kind):
     wh = Warehouse.open(local_uri)
     _table(wh)
-    on = DuckEngine(wh, mask_extension=True)
+    on = DuckEngine(wh, mask_extension=mask_kind)
     off = DuckEngine(wh, mask_extension=False)
     assert on.mask_slots is not None, "the extension must build and load here"
+    assert on.mask_slots.kind == mask_kind
     assert off.mask_slots is None
     duck = duckdb.connect()
     duck.register("t", _live())
@@ -179,22 +190,22 @@ def test_no_free_slot_reads_the_files_by_the_arrow_scan(engines, monkeypatch):
 
 def test_dml_finds_rows_through_the_masked_read(local_uri, group_rows):
     """DELETE and UPDATE over files that already have deleted rows give the same table with
-    the extension on and off."""
-    _need_compiler()
+    either extension kind and with none."""
+    _need_compiler("scan")
     results = []
-    for flag in (True, False):
+    for flag in ("scan", "filter", False):
         with _engine_over_table(local_uri, str(flag), flag) as e:
             s = Session("s")
             n1 = e.execute_update("DELETE FROM t WHERE k = 5 AND id < 9000", s)
             n2 = e.execute_update("UPDATE t SET v = v || 'u' WHERE k = 4 OR id = 7", s)
             results.append((n1, n2, _rows(e, "SELECT * FROM t")))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     live = [i for i in range(TOTAL) if not _deleted(i)]
     assert results[0][0] == sum(1 for i in live if i % 10 == 5 and i < 9000)
 
 
 def test_a_listed_point_read_is_one_duckdb_statement_with_its_relation_inline(
-        local_uri, group_rows, monkeypatch):
+        local_uri, group_rows, monkeypatch, mask_kind):
     """A reference whose WHERE lists the values it wants (``id = ?``, a short IN) reads its
     files with deleted rows inside the statement: one DuckDB statement, every such file in
     one ``read_parquet`` with its mask (even files that a scan would read one by one), the
@@ -203,7 +214,6 @@ def test_a_listed_point_read_is_one_duckdb_statement_with_its_relation_inline(
     ``LISTED_IN_SCAN_ROWS`` rows. The prefetch (``LISTED_IN_SCAN`` off, or more rows) runs
     DuckDB twice and returns the same rows; the statement's own failing CAST never sees a
     deleted row either way."""
-    _need_compiler()
     from flightsrv.engine import relations
 
     texts = []
@@ -214,7 +224,7 @@ def test_a_listed_point_read_is_one_duckdb_statement_with_its_relation_inline(
     listed = "SELECT id FROM t WHERE id IN (7, 8, 3500, 6006, 6012) AND CAST(v AS INTEGER) > 0"
     own_with = "WITH x AS (SELECT * FROM t WHERE id = 8) SELECT id, v FROM x"
     results = []
-    with _engine_over_table(local_uri, group_rows, True) as e:
+    with _engine_over_table(local_uri, group_rows, mask_kind) as e:
         for inline in (True, False, "bound"):
             # "bound": the files with deletes (9,000 rows) hold more rows than the bound
             # allows: the prefetch reads them, as with the in-scan read off
@@ -231,7 +241,8 @@ def test_a_listed_point_read_is_one_duckdb_statement_with_its_relation_inline(
                     assert texts[0].startswith("WITH __fsrv_r0 AS NOT MATERIALIZED ("), texts
                     # the three files with deletes: one read, one mask (the clean file
                     # has a read of its own when its statistics keep it)
-                    assert texts[0].count("__fsrv_live_") == 1, texts
+                    mark = "__fsrv_scan(" if mask_kind == "scan" else "__fsrv_live_"
+                    assert texts[0].count(mark) == 1, texts
                     assert texts[0].count(relations.BARRIER) == 1, texts
                 else:
                     assert len(texts) == 2, texts  # the prefetch, then the statement
@@ -246,6 +257,9 @@ def test_user_sql_cannot_call_the_mask_functions_or_load(engines):
     on, _, _ = engines
     for sql in ("SELECT __fsrv_live_0(1)", "SELECT count(*) FROM t WHERE __fsrv_live_1(id)",
                 f"LOAD '{maskext.build()}'", "INSTALL httpfs",
+                f"LOAD '{maskext.build(kind='scan')}'",
+                "SELECT * FROM __fsrv_scan(['/etc/hostname'], fsrv_slot := 0)",
+                "SELECT * FROM t, __fsrv_scan([], fsrv_slot := 1)",
                 "SELECT * FROM duckdb_functions() WHERE function_name LIKE '__fsrv%'"):
         with pytest.raises(SqlError):
             _rows(on, sql)
@@ -257,6 +271,9 @@ def test_footer_is_what_duckdb_reads():
     fields = [f[i * 32:(i + 1) * 32].rstrip(b"\0") for i in range(8)][::-1]
     assert fields[:5] == [b"4", b"linux_amd64", b"v1.2.0", b"flightsrv", b"C_STRUCT"]
     assert f[256:] == b"\0" * 256
+    f = maskext.footer("linux_amd64", "v2.0.1", abi="CPP")
+    fields = [f[i * 32:(i + 1) * 32].rstrip(b"\0") for i in range(8)][::-1]
+    assert fields[:5] == [b"4", b"linux_amd64", b"v2.0.1", b"flightsrv", b"CPP"]
 
 
 def test_cache_directory_must_be_private(tmp_path):
@@ -284,20 +301,44 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _child(tmp_path, env: dict) -> subprocess.CompletedProcess:
-    full = dict(os.environ, **env)
+def _child(tmp_path, env: dict, kind: str | None = None) -> subprocess.CompletedProcess:
+    """The engine of :data:`_CHILD` in a new process with ``env`` (``kind``: the only mask
+    extension kind it may use); DuckDB's headers come from this process's cache, so that a
+    fresh cache directory does not download them again."""
+    full = dict(os.environ)
     full.pop(maskext.ENV, None)
+    if kind is not None:
+        full[maskext.ENV] = kind
+    if shutil.which(full.get("CXX") or "c++") is not None:
+        full.setdefault(maskext.INCLUDE_ENV, maskext.headers())
+    full.update(env)
     return subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "wh")], env=full,
                           capture_output=True, text=True, timeout=300)
 
 
 def test_missing_compiler_falls_back_and_says_so_once(tmp_path):
-    p = _child(tmp_path, {"CC": str(tmp_path / "no-such-cc"),
+    p = _child(tmp_path, {"CC": str(tmp_path / "no-such-cc"), "CXX": str(tmp_path / "no-c++"),
                           "FLIGHTSRV_CACHE_DIR": str(tmp_path / "cache")})
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["False", "66", "False", "66"]
     lines = [x for x in p.stderr.splitlines() if "deletion-mask extension unavailable" in x]
-    assert len(lines) == 1 and "no C compiler" in lines[0]
+    assert len(lines) == 2, p.stderr  # one per kind, once for both engines
+    assert "'scan' kind: no C++ compiler" in lines[0] and "'filter' mask extension" in lines[0]
+    assert "'filter' kind: no C compiler" in lines[1] and "masked Arrow scan" in lines[1]
+
+
+def test_missing_duckdb_headers_fall_back_to_the_filter_kind(tmp_path):
+    """Without DuckDB's C++ headers (none where ``FLIGHTSRV_DUCKDB_INCLUDE`` says) the
+    ``"scan"`` kind cannot be built: the engine says so once and uses the ``"filter"``
+    kind; the rows are the same."""
+    _need_compiler()
+    os.makedirs(tmp_path / "empty")
+    p = _child(tmp_path, {maskext.INCLUDE_ENV: str(tmp_path / "empty"),
+                          "FLIGHTSRV_CACHE_DIR": str(tmp_path / "cache")})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "66", "True", "66"]
+    lines = [x for x in p.stderr.splitlines() if "deletion-mask extension unavailable" in x]
+    assert len(lines) == 1 and "holds no duckdb.hpp" in lines[0], p.stderr
 
 
 def test_tampered_extension_is_not_loaded(tmp_path):
@@ -306,13 +347,13 @@ def test_tampered_extension_is_not_loaded(tmp_path):
     path = maskext.build(cache)
     with open(path, "ab") as f:  # a changed file no longer matches its recorded digest
         f.write(b"\0")
-    p = _child(tmp_path, {"FLIGHTSRV_CACHE_DIR": cache})
+    p = _child(tmp_path, {"FLIGHTSRV_CACHE_DIR": cache}, kind="filter")
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["False", "66", "False", "66"]
     assert "does not match its digest" in p.stderr
     os.remove(path)  # rebuilt when missing: the extension is used again
     os.remove(path + ".sha256")
-    p = _child(tmp_path / "again", {"FLIGHTSRV_CACHE_DIR": cache})
+    p = _child(tmp_path / "again", {"FLIGHTSRV_CACHE_DIR": cache}, kind="filter")
     assert p.stdout.split() == ["True", "66", "True", "66"], p.stderr
 
 
@@ -348,16 +389,16 @@ def test_slots_pinned_by_a_statement_are_never_rewritten(tmp_path):
                                 "None"]
 
 
-def _masked_view(local_uri):
-    """(connection, pinned slots, slots): the extension's connection with ``t``'s relation
-    as a view whose every file is read by ``read_parquet`` with its mask (the three files
-    with deletes in one ``read_parquet`` and one slot, or one each: ``group_rows``)."""
+def _masked_view(local_uri, kind: str = "filter"):
+    """(connection, pinned slots, slots): the ``kind`` extension's connection with ``t``'s
+    relation as a view whose every file is read by DuckDB's Parquet reader with its mask
+    (the three files with deletes in one read and one slot, or one each: ``group_rows``)."""
     from flightsrv.engine import relations
 
     wh = Warehouse.open(local_uri)
     t = _table(wh)
-    con, slots = maskext.connect(True)
-    assert con is not None
+    con, slots = maskext.connect(kind)
+    assert con is not None and slots.kind == kind
     pinned = []
 
     def bitmap(snap, f):
@@ -369,7 +410,7 @@ def _masked_view(local_uri):
                              lambda: bitmap(snap, files[0]) if len(files) == 1
                              else [bitmap(snap, f) for f in files])
         pinned.append(slot)
-        return maskext.function(slot)
+        return maskext.Mask(slot, kind == "scan")
 
     rel = relations.build(t.snapshot(), None, "t", masks=masks)
     branches = 1 if relations.MASK_GROUP_ROWS >= 9000 else 3
@@ -389,22 +430,24 @@ ORACLES = [
 
 @pytest.mark.parametrize("sql", ORACLES)
 def test_the_statement_filters_sit_above_a_streaming_barrier_over_the_mask(local_uri, sql,
-                                                                            group_rows):
+                                                                            group_rows,
+                                                                            mask_kind):
     """Whether DuckDB evaluates a statement's ``error()`` or failing CAST before or after a
     mask in a subquery is its optimizer's choice (2.0.1 keeps the order for these, with or
     without a barrier; nothing promises it). The masked read ends in a 100% SYSTEM sample,
     which DuckDB's optimizer pushes no filter or expression through, so in the plan every
     statement filter is above the sample and the mask below it. The sample is a streaming
     operator (not a LIMIT, whose non-parallel streaming form ran each file's scan on one
-    thread), so DuckDB reads each file with all its threads."""
-    _need_compiler()
-    con, pinned, slots = _masked_view(local_uri)
+    thread), so DuckDB reads each file with all its threads. With the ``"scan"`` kind the
+    mask is the reader's own deletion filter: the scan itself is below the barrier."""
+    con, pinned, slots = _masked_view(local_uri, mask_kind)
     try:
         plan = con.execute("EXPLAIN " + sql).fetchall()[0][1]
         lines = plan.splitlines()
         user = [i for i, x in enumerate(lines) if "CAST" in x or "error" in x or "CASE" in x]
         barrier = [i for i, x in enumerate(lines) if "Streaming Sample" in x]
-        mask = [i for i, x in enumerate(lines) if "__fsrv_live_" in x]
+        mark = "__FSRV_SCAN" if mask_kind == "scan" else "__fsrv_live_"
+        mask = [i for i, x in enumerate(lines) if mark in x.upper() or mark in x]
         assert user and barrier and mask, plan
         assert max(user) < min(barrier) and max(barrier) < min(mask), plan
         assert "Limit" not in plan and "System: 100.0" in plan, plan
@@ -447,7 +490,7 @@ def test_the_mask_function_matches_its_bitmap_for_any_vector():
     _need_compiler()
     import numpy as np
 
-    con, slots = maskext.connect(True)
+    con, slots = maskext.connect("filter")
     assert con is not None
     rows = 10_005  # not a multiple of 8: the last byte is partly used
     rng = np.random.default_rng(3)
@@ -524,7 +567,7 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
     from flightsrv.table import scan
 
     results = []
-    for flag in (True, False):
+    for flag in ("scan", "filter", False):
         with _engine_over_table(local_uri, str(flag), flag) as e:
             s = Session("s")
             e.execute_update("ALTER TABLE t RENAME COLUMN k TO kk", s)
@@ -541,7 +584,7 @@ def test_update_and_merge_read_matched_rows_by_position_through_duckdb(local_uri
             results.append((n1, n2, _rows(e, "SELECT * FROM t")))
             if flag:
                 assert not any(k[0] == "take" for k in e.mask_slots._by_key)
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     live = [i for i in range(TOTAL) if not _deleted(i)]
     assert results[0][0] == sum(1 for i in live if i % 10 == 4 or i in (11999,))
     assert results[0][1] == sum(1 for i in live if i % 97 == 0)
@@ -737,7 +780,7 @@ def test_compaction_reads_files_with_deleted_rows_through_the_mask(local_uri, mo
 
     monkeypatch.setattr(scan.Snapshot, "iter_tables", spy)
     results = []
-    for flag in (True, False):
+    for flag in ("scan", "filter", False):
         wh = Warehouse.open(os.path.join(local_uri, str(flag)))
         t = _table(wh)
         with_deletes = {f.path for f in t.snapshot().manifest.data_files
@@ -758,7 +801,7 @@ def test_compaction_reads_files_with_deleted_rows_through_the_mask(local_uri, mo
                 assert with_deletes <= read_here
         finally:
             e.close()
-    assert results[0].equals(results[1])
+    assert results[0].equals(results[1]) and results[0].equals(results[2])
     assert results[0].column("id").to_pylist() == _live().column("id").to_pylist()
 
 
@@ -788,7 +831,7 @@ def test_masked_reads_by_position_and_for_compaction_keep_every_type(local_uri, 
         "m": [{"a": i, "b": str(i)} for i in range(n)], "mp": [[("k", i)] for i in range(n)]},
         schema=schema)
     results = []
-    for flag in (True, False):
+    for flag in ("scan", "filter", False):
         wh = Warehouse.open(os.path.join(local_uri, str(flag)))
         t = wh.create_table("t", schema)
         t.append(data)
@@ -801,6 +844,8 @@ def test_masked_reads_by_position_and_for_compaction_keep_every_type(local_uri, 
             results.append((n1, t.snapshot().to_table()))
         finally:
             e.close()
-    assert results[0][0] == results[1][0] == sum(1 for i in range(n) if i % 7 == 1 and i % 3)
-    assert results[0][1].equals(results[1][1])
-    assert results[0][1].schema == results[1][1].schema
+    assert results[0][0] == results[1][0] == results[2][0] == \
+        sum(1 for i in range(n) if i % 7 == 1 and i % 3)
+    for other in results[1:]:
+        assert results[0][1].equals(other[1])
+        assert results[0][1].schema == other[1].schema

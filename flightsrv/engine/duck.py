@@ -822,18 +822,20 @@ class DuckEngine:
             cur.register(name, obj)
         cur.execute(f"CREATE TEMP VIEW {relation} AS {rel.body}")
 
-    def _mask_function(self, ctx: _Ctx, snap, files) -> str | None:
-        """The mask function of data files ``files`` of ``snap`` (one ``read_parquet`` list:
-        one file's mask, or several indexed by ``file_index``), its slot pinned for
-        ``ctx``'s statement; None when no slot is free (the files are then read by the
-        Arrow scan)."""
+    def _mask_function(self, ctx: _Ctx, snap, files) -> maskext.Mask | None:
+        """The mask of data files ``files`` of ``snap`` (one file list: one file's mask, or
+        several indexed by their place in the list), its slot pinned for ``ctx``'s
+        statement; None when no slot is free (the files are then read by the Arrow scan)."""
         slot = self._acquire_mask(snap, files[0]) if len(files) == 1 else \
             self.mask_slots.acquire(tuple(self._mask_key(snap, f) for f in files),
                                     lambda: [self._bitmap(snap, f) for f in files])
         if slot is None:
             return None
         ctx.mask_slots.append(slot)
-        return maskext.function(slot)
+        return self._mask(slot)
+
+    def _mask(self, slot: int) -> maskext.Mask:
+        return maskext.Mask(slot, self.mask_slots.kind == "scan")
 
     @staticmethod
     def _mask_key(snap, f) -> tuple:
@@ -876,7 +878,7 @@ class DuckEngine:
             return None
         names_ = list(snap.schema.names)
         try:
-            text = rels.take_sql(snap, f, names_, maskext.function(slot))
+            text = rels.take_sql(snap, f, names_, self._mask(slot))
         except BaseException:
             self.mask_slots.release([slot])
             raise
@@ -963,7 +965,7 @@ class DuckEngine:
                                            lambda: [keep_only(f) for f in run])
             if slot is not None:
                 try:
-                    text = rels.take_group_sql(snap, run, names_, maskext.function(slot))
+                    text = rels.take_group_sql(snap, run, names_, self._mask(slot))
                     if text is not None:
                         for f in run:
                             ctx.natives[snap.store.local_path(f.path)] = (
@@ -978,7 +980,7 @@ class DuckEngine:
             slot = self.mask_slots.acquire(("take", object()), lambda f=f: keep_only(f))
             try:
                 text = None if slot is None else \
-                    rels.take_sql(snap, f, names_, maskext.function(slot))
+                    rels.take_sql(snap, f, names_, self._mask(slot))
                 if text is None:
                     part = snap.take({f.path: pos}, files=[f])
                 else:

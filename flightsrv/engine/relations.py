@@ -232,7 +232,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     (a function running engine SQL on the statement's cursor): read those files ahead of the
     statement instead (:func:`_prefetched_part`; ``prefetch(sql, tables)`` registers
     ``tables`` by name for the query), so no barrier is needed;
-    ``masks(snapshot, files) -> str | None`` (the deletion-mask extension, :mod:`.maskext`):
+    ``masks(snapshot, files) -> Mask | None`` (the deletion-mask extension, :mod:`.maskext`):
     the name of a pinned mask function of ``files`` (called with ``file_row_number`` for one
     file, with ``file_index, file_row_number`` for several), or None when no slot is free;
     ``listed_in_scan`` (a reference whose filter lists the values it wants, with ``masks``):
@@ -663,11 +663,11 @@ def _masked_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidd
 
 
 def _take_source(snapshot: Snapshot, files: list[DataFile], names: list[str]
-                 ) -> tuple[str, str] | None:
-    """(select list of ``names`` by field id under the current schema, ``read_parquet``
-    call over ``files``) for a read by position of local files of one written schema; None
-    when DuckDB cannot read them so (an inlined file, a column that hides
-    ``file_row_number``, a default DuckDB cannot spell)."""
+                 ) -> tuple[str, list[str]] | None:
+    """(select list of ``names`` by field id under the current schema, the SQL string
+    literals of the local paths of ``files``) for a read by position of local files of one
+    written schema; None when DuckDB cannot read them so (an inlined file, a column that
+    hides ``file_row_number``, a default DuckDB cannot spell)."""
     if any(f.inline is not None for f in files) or len({f.schema_id for f in files}) != 1:
         return None  # an inlined file's bytes are in its manifest entry (PROTOCOL.md §18)
     fields = snapshot.manifest.schema_by_id(files[0].schema_id)["fields"]
@@ -682,39 +682,47 @@ def _take_source(snapshot: Snapshot, files: list[DataFile], names: list[str]
         path = snapshot.store.local_path(f.path)
         _check_file(path, f, snapshot.table.name, snapshot.version)
         paths.append(_literal(path))
-    return cols, (f"read_parquet([{', '.join(paths)}], hive_partitioning=false, "
-                  "union_by_name=false)")
+    return cols, paths
 
 
-def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], fn: str) -> str | None:
-    """SQL reading, with DuckDB's Parquet reader, the rows of local file ``f`` that the
-    mask function ``fn`` keeps (for UPDATE/MERGE's read by position, a mask whose every
-    position is set but the wanted ones), columns ``names`` by field id under the current
-    schema, in position order; None when DuckDB cannot read the file so
+#: read_parquet's options for every read of the engine's own files
+_READ_OPTIONS = "hive_partitioning=false, union_by_name=false"
+
+
+def take_sql(snapshot: Snapshot, f: DataFile, names: list[str], mask) -> str | None:
+    """SQL reading, with DuckDB's Parquet reader, the rows of local file ``f`` that ``mask``
+    (a :class:`~flightsrv.engine.maskext.Mask`) keeps (for UPDATE/MERGE's read by position, a
+    mask whose every position is set but the wanted ones), columns ``names`` by field id
+    under the current schema, in position order; None when DuckDB cannot read the file so
     (:func:`_take_source`). Only the mask is evaluated over the file's rows: no statistics
     decide a row, so float columns need no NaN record."""
     source = _take_source(snapshot, [f], names)
     if source is None:
         return None
-    cols, read = source
-    return f"SELECT {cols} FROM {read} WHERE {fn}(file_row_number)"
+    cols, paths = source
+    read = mask.read(paths, _READ_OPTIONS)
+    if mask.in_scan:
+        return f"SELECT {cols} FROM {read}"
+    return f"SELECT {cols} FROM {read} WHERE {mask.function}(file_row_number)"
 
 
 def take_group_sql(snapshot: Snapshot, files: list[DataFile], names: list[str],
-                   fn: str) -> str | None:
-    """SQL reading, with one DuckDB ``read_parquet`` over local ``files`` (one written
-    schema), the rows the two-argument mask function ``fn`` keeps (``fn(file_index,
-    file_row_number)``), columns ``names`` by field id under the current schema, then
-    ``file_index`` and ``file_row_number`` as ``__fsrv_fi`` and ``__fsrv_fr`` (the caller
-    checks the order and counts); None when DuckDB cannot read one of them so
-    (:func:`_take_source`). One statement lets DuckDB read the files in parallel, where a
-    file of one row group read alone keeps one thread busy."""
+                   mask) -> str | None:
+    """SQL reading, with one DuckDB read over local ``files`` (one written schema), the rows
+    ``mask`` keeps (one mask per file of the list, in order), columns ``names`` by field id
+    under the current schema, then ``file_index`` and ``file_row_number`` as ``__fsrv_fi``
+    and ``__fsrv_fr`` (the caller checks the order and counts); None when DuckDB cannot read
+    one of them so (:func:`_take_source`). One statement lets DuckDB read the files in
+    parallel, where a file of one row group read alone keeps one thread busy."""
     source = _take_source(snapshot, files, names)
     if source is None:
         return None
-    cols, read = source
-    return (f"SELECT {cols}, file_index AS __fsrv_fi, file_row_number AS __fsrv_fr FROM "
-            f"{read} WHERE {fn}(file_index, file_row_number)")
+    cols, paths = source
+    text = (f"SELECT {cols}, file_index AS __fsrv_fi, file_row_number AS __fsrv_fr FROM "
+            f"{mask.read(paths, _READ_OPTIONS)}")
+    if mask.in_scan:
+        return text
+    return f"{text} WHERE {mask.function}(file_index, file_row_number)"
 
 
 #: files with deleted rows read with the deletion-mask extension share one ``read_parquet``
@@ -772,9 +780,11 @@ def _cmask_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidde
                 ordinal: dict, rel: Relation, pruner, fns: dict) -> str:
     """One ``SELECT`` reading a group of local files with deleted rows (one written schema,
     one mask slot: :func:`_pin_masks`) with DuckDB's Parquet reader, their deleted rows
-    (deletion vectors and deleted row groups) removed by the group's mask function of the
-    deletion-mask extension (:mod:`.maskext`), which DuckDB evaluates per vector on
-    ``file_row_number`` (and, for a group of several files, ``file_index``).
+    (deletion vectors and deleted row groups) removed by the group's mask
+    (:mod:`.maskext`): with the ``"scan"`` kind by the reader itself (``__fsrv_scan``, the
+    mask as its deletion filter, applied per vector before any other filter), else by the
+    mask function DuckDB evaluates per vector on ``file_row_number`` (and, for a group of
+    several files, ``file_index``).
 
     The mask and the reference's pruning hints as row conditions (which cannot fail on a
     row's value, :func:`_term_sql`) are the only conditions inside, below the barrier
@@ -793,15 +803,21 @@ def _cmask_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidde
         _check_file(path, f, table, snapshot.version)
         rel.files[path] = (table, f.path, snapshot.version)
         paths.append(_literal(path))
-    fn = fns[id(run[0])][0]
+    mask = fns[id(run[0])][0]
     extra = (f", CAST(file_index + {ordinal[id(run[0])]} AS INTEGER) AS {FILE_COLUMN}"
              f", file_row_number AS {POSITION_COLUMN}") if hidden else ""
+    read = mask.read(paths, _READ_OPTIONS)
+    if mask.in_scan:  # the reader drops the deleted rows: no position to project or test
+        inner = f"SELECT {cols}{extra} FROM {read}"
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        return (f"SELECT {out_cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t"
+                f"{where}) AS __fsrv_m {BARRIER}")
+    fn = mask.function
     if len(run) == 1:
         pos, call = "", f"{fn}(__fsrv_t.__fsrv_fr)"
     else:
         pos, call = ", file_index AS __fsrv_fi", f"{fn}(__fsrv_t.__fsrv_fi, __fsrv_t.__fsrv_fr)"
-    inner = (f"SELECT {cols}{extra}{pos}, file_row_number AS __fsrv_fr FROM read_parquet("
-             f"[{', '.join(paths)}], hive_partitioning=false, union_by_name=false)")
+    inner = f"SELECT {cols}{extra}{pos}, file_row_number AS __fsrv_fr FROM {read}"
     where = " AND ".join([call] + conds)
     return (f"SELECT {out_cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t "
             f"WHERE {where}) AS __fsrv_m {BARRIER}")
