@@ -5,7 +5,8 @@
 The same table (``bench_peers.make_events``: N rows x 5 columns in 4 files) in two layouts,
 DuckLake's (Snappy, 122,880-row groups, ``row_group_bytes`` as ``bench_masked`` sets it) and
 flightsrv's default (``compression=auto``), with 1% and then 10% of the rows deleted at
-random. For each layout, interleaved, medians of R rounds, wall and process CPU (two DuckDB
+random. For each layout, interleaved (the order rotated each round: the read after another
+one of the same files runs faster), medians of R rounds, wall and process CPU (two DuckDB
 threads):
 
 - ``clean``: DuckDB's own ``read_parquet`` of the same files on a plain connection;
@@ -111,8 +112,10 @@ def main() -> int:
                 == n - len(ids), counts
             wall = {k: [] for k in runs}
             cpu = {k: [] for k in runs}
-            for _ in range(args.rounds):
-                for k, f in runs.items():
+            order = list(runs)
+            for r in range(args.rounds):
+                for k in order[r % len(order):] + order[:r % len(order)]:  # rotated
+                    f = runs[k]
                     c0, t0 = _cpu(), time.perf_counter()
                     f()
                     wall[k].append(time.perf_counter() - t0)
@@ -127,8 +130,10 @@ def main() -> int:
             pt = {"engine, no deletes": (e0, v_clean), "scan kind, 1% deleted":
                   (engines["scan"], v1), "filter kind, 1% deleted": (engines["filter"], v1)}
             lat = {k: [] for k in pt}
-            for i in points:
-                for k, (e, at) in pt.items():
+            order = list(pt)
+            for r, i in enumerate(points):
+                for k in order[r % len(order):] + order[:r % len(order)]:  # rotated
+                    e, at = pt[k]
                     sql = f"SELECT * FROM {name} AT (VERSION => {at}) WHERE id = {i}"
                     t0 = time.perf_counter()
                     e.execute_query(sql, session).reader.read_all()

@@ -411,7 +411,7 @@ def self_test(path: str) -> None:
     """Load the ``"scan"`` extension at ``path`` into a fresh DuckDB and check it reads what
     the masks say: two files of small row groups, masks with single rows, whole words and a
     whole row group deleted; count, sums, virtual columns, a pushed filter, a file without
-    deletes, and the refusals (no slot, a file the slot has no mask for). Raises
+    deletes, the mask functions, and the refusals (no slot, a file the slot has no mask for). Raises
     AssertionError (or DuckDB's error) on any difference. Run in a separate process by
     :func:`build`: a C++ extension that does not match the loaded DuckDB may crash it."""
     import pyarrow as pa
@@ -456,6 +456,10 @@ def self_test(path: str) -> None:
         got = con.execute(f"SELECT count(*) FROM {call} WHERE id BETWEEN 1000 AND 25000"
                           ).fetchone()[0]
         assert got == int(((live_ids >= 1000) & (live_ids <= 25000)).sum()), got
+        # the mask functions over the same slot (a point read's form)
+        got = con.execute(f"SELECT count(*), sum(id) FROM read_parquet({files}) WHERE "
+                          f"{function(slot)}(file_index, file_row_number)").fetchone()
+        assert got == (len(live_ids), int(live_ids.sum())), got
         for bad in (f"{SCAN_FUNCTION}({files})", f"{SCAN_FUNCTION}({files}, fsrv_slot := "
                     f"{(slot + 1) % SLOTS})"):
             try:
@@ -662,8 +666,10 @@ def function(slot: int) -> str:
 
 
 class Mask:
-    """A pinned slot as the SQL that reads through it: ``in_scan`` (the ``"scan"`` kind) reads
-    the files with :meth:`read`, the mask applied by the Parquet reader; else the files are
+    """A pinned slot as the SQL that reads through it. With the ``"scan"`` kind
+    (``in_scan``) :meth:`read` reads the files with the mask applied by the Parquet reader
+    (``in_reader=False`` asks for a plain ``read_parquet`` instead, the mask then applied by
+    :attr:`function`, which that kind registers too); with the ``"filter"`` kind the files are
     read by ``read_parquet`` and :attr:`function` is the mask function to evaluate on
     ``file_row_number`` (and ``file_index``)."""
 
@@ -677,12 +683,13 @@ class Mask:
     def function(self) -> str:
         return function(self.slot)
 
-    def read(self, paths: list[str], options: str) -> str:
+    def read(self, paths: list[str], options: str, in_reader: bool = True) -> str:
         """The table function call reading ``paths`` (SQL string literals) with ``options``
-        (read_parquet's named parameters) and this slot's masks: with the ``"scan"`` kind
-        ``__fsrv_scan``, else ``read_parquet`` (the caller applies :attr:`function`)."""
+        (read_parquet's named parameters): ``__fsrv_scan`` with this slot's masks when the
+        ``"scan"`` kind holds it and ``in_reader``, else ``read_parquet`` (the caller applies
+        :attr:`function`)."""
         files = f"[{', '.join(paths)}], {options}"
-        if self.in_scan:
+        if self.in_scan and in_reader:
             return f"{SCAN_FUNCTION}({files}, fsrv_slot := {self.slot})"
         return f"read_parquet({files})"
 

@@ -806,8 +806,12 @@ def _cmask_part(snapshot: Snapshot, run: list[DataFile], names: list[str], hidde
     mask = fns[id(run[0])][0]
     extra = (f", CAST(file_index + {ordinal[id(run[0])]} AS INTEGER) AS {FILE_COLUMN}"
              f", file_row_number AS {POSITION_COLUMN}") if hidden else ""
-    read = mask.read(paths, _READ_OPTIONS)
-    if mask.in_scan:  # the reader drops the deleted rows: no position to project or test
+    # a reference that lists the values it wants (a point read, a DML find) keeps the
+    # reader's own filters at their fastest (no deletion filter) and tests the mask on the
+    # few rows they keep; any other read has the reader drop the deleted rows
+    in_reader = mask.in_scan and not point_set(pruner)
+    read = mask.read(paths, _READ_OPTIONS, in_reader)
+    if in_reader:  # the reader drops the deleted rows: no position to project or test
         inner = f"SELECT {cols}{extra} FROM {read}"
         where = f" WHERE {' AND '.join(conds)}" if conds else ""
         return (f"SELECT {out_cols} FROM (SELECT __fsrv_t.* FROM ({inner}) AS __fsrv_t"

@@ -1,13 +1,17 @@
 /* fsrv_scan: flightsrv's deletion masks applied by DuckDB's own Parquet reader (C++ API).
  *
- * What it registers: one table function, __fsrv_scan, which is DuckDB's read_parquet (every
+ * What it registers: the table function __fsrv_scan, which is DuckDB's read_parquet (every
  * overload, every option, its virtual columns) with one more named parameter, fsrv_slot :=
  * <k>. The files of the call are read with the masks of slot k: file i of the call's file
  * list (in the order given) gets the slot's mask i as the reader's deletion filter, the hook
  * DuckDB's Parquet reader applies to each vector of rows before it evaluates any pushed-down
  * filter or hands a row up, so a deleted row never leaves the scan. A file the slot holds no
  * mask for, a path the list does not name or a call without fsrv_slot fails the statement:
- * a file is never read without its mask.
+ * a file is never read without its mask. And the mask functions of the C-API kind
+ * (fsrv_mask.c), __fsrv_live_<k>([UBIGINT file_index,] BIGINT position) -> BOOLEAN over the
+ * same slots, for reads that select a few rows by a pushed-down filter first (a point read:
+ * the reader's own filters run fastest without a deletion filter, and the mask is then
+ * evaluated on the rows they keep).
  *
  * Who fills the slots: only the host process, through fsrv_mask_set_files (an exported C
  * symbol that flightsrv calls with ctypes, with the same signature and layout as the C-API
@@ -23,6 +27,7 @@
 #include "duckdb/common/multi_file/multi_file_data.hpp"
 #include "duckdb/common/multi_file/multi_file_function.hpp"
 #include "duckdb/common/multi_file/multi_file_reader.hpp"
+#include "duckdb/function/scalar_function.hpp"
 #include "duckdb/function/table_function.hpp"
 #include "duckdb/main/extension/extension_loader.hpp"
 
@@ -191,6 +196,47 @@ struct MaskedMultiFileReader : public MultiFileReader {
 	}
 };
 
+bool RowLive(const FileMask &m, int64_t p) {
+	const uint64_t u = static_cast<uint64_t>(p);
+	return p < 0 || !(u < m.nbits && ((m.bits[u >> 3] >> (u & 7)) & 1));
+}
+
+//! __fsrv_live_<k>(position): the mask of slot k's file 0 (an empty slot: all live); and
+//! __fsrv_live_<k>(file_index, position): the mask of file file_index of the slot (a file index
+//! the slot holds no mask for is not live). A NULL argument is not a live row.
+void Live(uint32_t k, bool with_file, DataChunk &args, Vector &result) {
+	const idx_t count = args.size();
+	const Slot &s = slots[k];
+	static const FileMask no_deletes = {nullptr, 0};
+	UnifiedVectorFormat pos_f, fi_f;
+	args.data[with_file ? 1 : 0].ToUnifiedFormat(count, pos_f);
+	const auto pos = UnifiedVectorFormat::GetData<int64_t>(pos_f);
+	const uint64_t *fi = nullptr;
+	if (with_file) {
+		args.data[0].ToUnifiedFormat(count, fi_f);
+		fi = UnifiedVectorFormat::GetData<uint64_t>(fi_f);
+	}
+	result.SetVectorType(VectorType::FLAT_VECTOR);
+	auto out = FlatVector::GetDataMutable<bool>(result);
+	for (idx_t i = 0; i < count; i++) {
+		const idx_t pi = pos_f.sel->get_index(i);
+		if (!pos_f.validity.RowIsValid(pi)) {
+			out[i] = false;
+			continue;
+		}
+		if (!with_file) {
+			out[i] = RowLive(s.nfiles > 0 ? s.files[0] : no_deletes, pos[pi]);
+			continue;
+		}
+		const idx_t fidx = fi_f.sel->get_index(i);
+		if (!fi_f.validity.RowIsValid(fidx) || fi[fidx] >= s.nfiles) {
+			out[i] = false;
+			continue;
+		}
+		out[i] = RowLive(s.files[fi[fidx]], pos[pi]);
+	}
+}
+
 } // namespace
 
 /* Replace slot `slot` with copies of the masks of `nfiles` files: file i's bitmap is bytes
@@ -258,4 +304,18 @@ FSRV_EXPORT void fsrv_scan_duckdb_cpp_init(duckdb::ExtensionLoader &loader) {
 		set.AddFunction(std::move(fn));
 	}
 	loader.RegisterFunction(std::move(set));
+
+	for (uint32_t k = 0; k < FSRV_MASK_SLOTS; k++) {
+		const string name = "__fsrv_live_" + std::to_string(k);
+		ScalarFunctionSet live(Identifier(name.c_str()));
+		live.AddFunction(ScalarFunction(Identifier(name.c_str()), {LogicalType::BIGINT}, LogicalType::BOOLEAN,
+		                                [k](DataChunk &args, ExpressionState &, Vector &result) {
+			                                Live(k, false, args, result);
+		                                }));
+		live.AddFunction(ScalarFunction(Identifier(name.c_str()), {LogicalType::UBIGINT, LogicalType::BIGINT},
+		                                LogicalType::BOOLEAN, [k](DataChunk &args, ExpressionState &, Vector &result) {
+			                                Live(k, true, args, result);
+		                                }));
+		loader.RegisterFunction(std::move(live));
+	}
 }
