@@ -123,6 +123,7 @@ def group_rows(request, monkeypatch):
 
     if request.param == "per-file":
         monkeypatch.setattr(relations, "MASK_GROUP_ROWS", 0)
+        monkeypatch.setattr(relations, "SCAN_MASK_GROUP_ROWS", 0)
     return request.param
 
 

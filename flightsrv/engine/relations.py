@@ -220,7 +220,8 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
           hidden: bool = False, native: bool = True, open_scans: bool = True,
           files: list[DataFile] | None = None, masked_native: bool = False,
           masked_max_groups: int | None = None, prefetch=None, masks=None,
-          listed_in_scan: int | None = None) -> Relation:
+          listed_in_scan: int | None = None,
+          mask_group_rows: int | None = -1) -> Relation:
     """The view for one table reference (see the module docstring).
 
     ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
@@ -241,6 +242,10 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     schema sharing one ``read_parquet`` whatever their rows add up to (a point read's cost
     is binding, not per-row masking; the bound keeps the group's mask, rebuilt when one of
     its files gains deletes, small); above it the prefetch reads them, as without it;
+    ``mask_group_rows``: consecutive files with deleted rows of one written schema share one
+    read and one mask slot while their rows add up to at most this many (None: any number;
+    by default :data:`MASK_GROUP_ROWS`, for the ``"filter"`` kind; the engine gives
+    :data:`SCAN_MASK_GROUP_ROWS` for ``"scan"``);
     a file with deleted rows that none of the above reads by DuckDB is then read by DuckDB
     with its group's mask (:func:`_pin_masks`, :func:`_cmask_part`) rather than by the
     Arrow scan;
@@ -255,7 +260,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     if files is None:
         files = snapshot.files(pruner.chunks if pruner else None)
     candidates = [f for f in (snapshot.live(x) for x in files) if f.live_rows > 0]
-    group_rows: int | None = MASK_GROUP_ROWS
+    group_rows = MASK_GROUP_ROWS if mask_group_rows == -1 else mask_group_rows
     if listed_in_scan is not None and masks is not None and open_scans and \
             sum(f.rows for f in candidates if not _is_clean(f)) <= listed_in_scan:
         masked_native, prefetch, group_rows = False, None, None
@@ -733,6 +738,11 @@ def take_group_sql(snapshot: Snapshot, files: list[DataFile], names: list[str],
 #: (DuckDB flattens the constant ``file_index`` vector for it): measured on 1M and 10M rows
 #: in 4 files, benchmarks/RESULTS.md (2026-11-27, eleventh session)
 MASK_GROUP_ROWS = 2_000_000
+#: the same bound for the ``"scan"`` kind, whose reader finds a file's mask once per file
+#: (no per-row cost to grouping): one read lets DuckDB spread all the files' row groups over
+#: its threads, as it does for files without deletes; the bound keeps a group's mask (one bit
+#: per row, rebuilt when one of its files gains deletes) at 4 MB
+SCAN_MASK_GROUP_ROWS = 32_000_000
 
 
 def _pin_masks(snapshot: Snapshot, candidates: list[DataFile], kinds: dict, masks,
