@@ -57,6 +57,7 @@ User SQL cannot call ``__fsrv_live_<k>``: it is not on the allow-list
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -253,7 +254,10 @@ def headers(root: str | None = None, clock: Clock = DEFAULT_RUNTIME.clock) -> st
     except FileNotFoundError:
         pass
     try:
-        return _fetch_headers(version, d)
+        with _locked(d + ".lock"):  # one download at a time (pytest's workers)
+            if os.path.exists(os.path.join(d, ".complete")):
+                return os.path.join(d, "include")
+            return _fetch_headers(version, d)
     except Unavailable as e:
         if "could not be" in str(e):
             with open(failed, "w") as f:
@@ -362,6 +366,27 @@ def build(root: str | None = None, kind: str = "filter") -> str:
     digest_path = path + ".sha256"
     if os.path.exists(path) and os.path.exists(digest_path):
         return path  # built before (by CI or the image build): no compiler needed now
+    with _locked(os.path.join(sub, ".lock")):  # one build at a time (pytest's workers)
+        if os.path.exists(path) and os.path.exists(digest_path):
+            return path
+        _build_into(kind, root, platform, sub, path, digest_path)
+    return path
+
+
+@contextlib.contextmanager
+def _locked(lock_path: str):
+    import fcntl
+
+    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _build_into(kind: str, root: str | None, platform: str, sub: str, path: str,
+                digest_path: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=sub, prefix=".build-", suffix=".so")
     os.close(fd)
     try:
@@ -386,7 +411,6 @@ def build(root: str | None = None, kind: str = "filter") -> str:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return path
 
 
 def _self_test_in_subprocess(path: str) -> None:
