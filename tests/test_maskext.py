@@ -321,7 +321,8 @@ def _child(tmp_path, env: dict, kind: str | None = None) -> subprocess.Completed
     if kind is not None:
         full[maskext.ENV] = kind
     if shutil.which(full.get("CXX") or "c++") is not None:
-        full.setdefault(maskext.INCLUDE_ENV, maskext.headers())
+        with contextlib.suppress(maskext.Unavailable):  # offline: the child says so itself
+            full.setdefault(maskext.INCLUDE_ENV, maskext.headers())
     full.update(env)
     return subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "wh")], env=full,
                           capture_output=True, text=True, timeout=300)
