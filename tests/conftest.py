@@ -71,6 +71,18 @@ def s3_mode() -> str:
 
 def pytest_configure(config):
     s3_mode()  # a bad FLIGHTSRV_S3 is a usage error before anything runs
+    if not hasattr(config, "workerinput"):
+        # the deletion-mask extensions, built once before the workers start (the C++ kind
+        # fetches DuckDB's headers and compiles for ~15 s the first time; .ci/run has built
+        # them already): an engine started inside a test then only loads them. What cannot
+        # be built here is said by the engines themselves (and by tests/test_maskext.py)
+        from flightsrv.engine import maskext
+
+        for kind in maskext.kinds(True):
+            try:
+                maskext.build(kind=kind)
+            except maskext.Unavailable:
+                pass
 
 
 def s3_backends(nodeid: str) -> list[str]:
