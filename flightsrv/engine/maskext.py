@@ -90,7 +90,7 @@ FUNCTION_PREFIX = "__fsrv_live_"
 CAPI_VERSION = "v1.2.0"
 FOOTER_SIZE = 512
 _NATIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
-_SOURCES = ("fsrv_mask.c", "duckdb.h", "duckdb_extension.h")
+_SOURCES = ("fsrv_mask.c", "fsrv_slots.h", "duckdb.h", "duckdb_extension.h")
 ENV = "FLIGHTSRV_MASK_EXTENSION"
 #: compiler flags (part of the cache key: a change rebuilds)
 CFLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-std=c99")
@@ -131,21 +131,21 @@ def footer(platform: str, capi_version: str = CAPI_VERSION,
     return out
 
 
-def _platform() -> str:
+def _ask(sql: str) -> str:
     con = duckdb.connect(":memory:")
     try:
-        return con.execute("PRAGMA platform").fetchone()[0]
+        return con.execute(sql).fetchone()[0]
     finally:
         con.close()
+
+
+def _platform() -> str:
+    return _ask("PRAGMA platform")
 
 
 def _release() -> str:
     """The DuckDB release a C++ extension must name (``v2.0.1``): what its loader compares."""
-    con = duckdb.connect(":memory:")
-    try:
-        return con.execute("SELECT library_version FROM pragma_version()").fetchone()[0]
-    finally:
-        con.close()
+    return _ask("SELECT library_version FROM pragma_version()")
 
 
 def _duckdb_module() -> str:
@@ -156,7 +156,7 @@ def _duckdb_module() -> str:
 
 
 def _sources(kind: str) -> tuple[str, ...]:
-    return ("fsrv_scan.cpp",) if kind == "scan" else _SOURCES
+    return ("fsrv_scan.cpp", "fsrv_slots.h") if kind == "scan" else _SOURCES
 
 
 def _source_key(platform: str, kind: str = "filter") -> str:
@@ -329,7 +329,7 @@ def _compile(kind: str, out: str, root: str | None) -> None:
         if shutil.which(compiler) is None:
             raise Unavailable(f"no C++ compiler ({compiler}) on PATH")
         include = headers(root)
-        cmd = [compiler, *CXXFLAGS, f"-DFSRV_MASK_SLOTS={SLOTS}", "-I", include,
+        cmd = [compiler, *CXXFLAGS, f"-DFSRV_MASK_SLOTS={SLOTS}", "-I", _NATIVE, "-I", include,
                os.path.join(_NATIVE, "fsrv_scan.cpp"), "-o", out, _duckdb_module()]
     else:
         compiler = os.environ.get("CC") or "cc"

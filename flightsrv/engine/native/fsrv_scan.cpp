@@ -32,13 +32,10 @@
 #include "duckdb/main/extension/extension_loader.hpp"
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
-#ifndef FSRV_MASK_SLOTS
-#define FSRV_MASK_SLOTS 1024
-#endif
+#include "fsrv_slots.h"
 
 #define FSRV_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -46,25 +43,8 @@ namespace {
 
 using namespace duckdb;
 
-//! one file's mask: bit p set = position p is deleted; positions at or past nbits are live
-struct FileMask {
-	const uint8_t *bits;
-	uint64_t nbits;
-};
-
-//! the masks of nfiles files (one read list, in order), in one allocation
-struct Slot {
-	void *mem = nullptr;
-	const FileMask *files = nullptr;
-	uint32_t nfiles = 0;
-};
-
-Slot slots[FSRV_MASK_SLOTS];
-
-void SlotClear(uint32_t slot) {
-	free(slots[slot].mem);
-	slots[slot] = Slot();
-}
+using FileMask = fsrv_file_mask;
+using Slot = fsrv_slot;
 
 //! The reader's deletion filter for one file: the kept rows of a vector as a selection
 class MaskFilter : public DeleteFilter {
@@ -238,51 +218,6 @@ void Live(uint32_t k, bool with_file, DataChunk &args, Vector &result) {
 }
 
 } // namespace
-
-/* Replace slot `slot` with copies of the masks of `nfiles` files: file i's bitmap is bytes
- * offsets[i] .. offsets[i+1] of `bits` (`nbytes` bytes in all) and covers nbits[i] positions.
- * 0 on success, -1 for a bad slot or layout (the slot is left as it was), -2 when out of
- * memory (the slot is then empty). With nfiles 0 the slot is emptied. */
-FSRV_EXPORT int fsrv_mask_set_files(uint32_t slot, uint32_t nfiles, const uint8_t *bits, uint64_t nbytes,
-                                    const uint64_t *offsets, const uint64_t *nbits) {
-	if (slot >= FSRV_MASK_SLOTS || (nfiles > 0 && (!offsets || !nbits)) || nfiles > (1u << 24)) {
-		return -1;
-	}
-	for (uint32_t i = 0; i < nfiles; i++) {
-		if (offsets[i] > offsets[i + 1] || offsets[i + 1] > nbytes || offsets[i + 1] - offsets[i] < (nbits[i] + 7) / 8 ||
-		    nbits[i] > (UINT64_MAX - 7)) {
-			return -1;
-		}
-	}
-	if (nfiles == 0) {
-		SlotClear(slot);
-		return 0;
-	}
-	size_t table = static_cast<size_t>(nfiles) * sizeof(FileMask);
-	auto mem = static_cast<uint8_t *>(malloc(table + static_cast<size_t>(nbytes) + 1));
-	if (!mem) {
-		SlotClear(slot);
-		return -2;
-	}
-	auto files = reinterpret_cast<FileMask *>(mem);
-	uint8_t *copy = mem + table;
-	if (nbytes > 0) {
-		memcpy(copy, bits, nbytes);
-	}
-	for (uint32_t i = 0; i < nfiles; i++) {
-		files[i].bits = copy + offsets[i];
-		files[i].nbits = nbits[i];
-	}
-	SlotClear(slot);
-	slots[slot].mem = mem;
-	slots[slot].files = files;
-	slots[slot].nfiles = nfiles;
-	return 0;
-}
-
-FSRV_EXPORT uint32_t fsrv_mask_slots(void) {
-	return FSRV_MASK_SLOTS;
-}
 
 //! which reading a loaded file does: 2 = the mask inside the reader (__fsrv_scan)
 FSRV_EXPORT uint32_t fsrv_mask_kind(void) {
