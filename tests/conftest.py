@@ -78,7 +78,7 @@ def pytest_configure(config):
         # be built here is said by the engines themselves (and by tests/test_maskext.py)
         from flightsrv.engine import maskext
 
-        for kind in maskext.kinds(True):
+        for kind in maskext.kinds():
             try:
                 maskext.build(kind=kind)
             except maskext.Unavailable:

@@ -796,9 +796,7 @@ class DuckEngine:
                          if self.masked_scans == "prefetch" else None,
                          masks=functools.partial(self._mask_function, ctx) if masks else None,
                          listed_in_scan=LISTED_IN_SCAN_ROWS if listed else None,
-                         mask_group_rows=rels.SCAN_MASK_GROUP_ROWS
-                         if masks and self.mask_slots.kind == "scan"
-                         else rels.MASK_GROUP_ROWS)
+                         masks_in_reader=bool(masks) and self.mask_slots.kind == "scan")
         ctx.natives.update(rel.files)
         info = ctx.info
         info.tables.setdefault(scan.table, snap.version)

@@ -114,6 +114,10 @@ class Unavailable(Exception):
     """The extension cannot be built or loaded here (the reason is the message)."""
 
 
+class FetchFailed(Unavailable):
+    """DuckDB's headers could not be fetched (the network or the index): not retried at once."""
+
+
 def footer(platform: str, capi_version: str = CAPI_VERSION,
            extension_version: str = "flightsrv", abi: str = "C_STRUCT") -> bytes:
     """The 512 bytes DuckDB's loader reads at the end of an extension file: eight 32-byte
@@ -166,8 +170,8 @@ def _source_key(platform: str, kind: str = "filter") -> str:
             h.update(name.encode() + b"\0" + f.read())
     h.update(f"{duckdb.__version__}\0{platform}\0{SLOTS}\0{' '.join(CFLAGS)}".encode())
     if kind == "scan":
-        st = os.stat(_duckdb_module())
-        h.update(f"\0{_duckdb_module()}\0{st.st_size}\0{' '.join(CXXFLAGS)}".encode())
+        module = _duckdb_module()
+        h.update(f"\0{module}\0{os.stat(module).st_size}\0{' '.join(CXXFLAGS)}".encode())
     return h.hexdigest()[:24]
 
 
@@ -259,7 +263,7 @@ def headers(root: str | None = None, clock: Clock = DEFAULT_RUNTIME.clock) -> st
                 return os.path.join(d, "include")
             return _fetch_headers(version, d)
     except Unavailable as e:
-        if "could not be" in str(e):
+        if isinstance(e, FetchFailed):
             with open(failed, "w") as f:
                 f.write(str(e))
         raise
@@ -271,7 +275,7 @@ def _fetch_headers(version: str, d: str) -> str:
     try:
         url, published = _sdist(version)
     except (OSError, ValueError) as e:
-        raise Unavailable(f"DuckDB's headers could not be fetched from the package index: {e}"
+        raise FetchFailed(f"DuckDB's headers could not be fetched from the package index: {e}"
                           ) from None
     expected = SDIST_SHA256.get(version) or published
     if not expected:
@@ -286,7 +290,7 @@ def _fetch_headers(version: str, d: str) -> str:
                     h.update(block)
                     out.write(block)
         except OSError as e:
-            raise Unavailable(f"DuckDB's source distribution could not be downloaded: {e}"
+            raise FetchFailed(f"DuckDB's source distribution could not be downloaded: {e}"
                               ) from None
         if h.hexdigest() != expected:
             raise Unavailable(f"DuckDB {version}'s source distribution does not match its "

@@ -220,8 +220,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
           hidden: bool = False, native: bool = True, open_scans: bool = True,
           files: list[DataFile] | None = None, masked_native: bool = False,
           masked_max_groups: int | None = None, prefetch=None, masks=None,
-          listed_in_scan: int | None = None,
-          mask_group_rows: int | None = -1) -> Relation:
+          listed_in_scan: int | None = None, masks_in_reader: bool = False) -> Relation:
     """The view for one table reference (see the module docstring).
 
     ``columns``: the columns the view exposes (None = all, in schema order; hidden columns
@@ -242,10 +241,9 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     schema sharing one ``read_parquet`` whatever their rows add up to (a point read's cost
     is binding, not per-row masking; the bound keeps the group's mask, rebuilt when one of
     its files gains deletes, small); above it the prefetch reads them, as without it;
-    ``mask_group_rows``: consecutive files with deleted rows of one written schema share one
-    read and one mask slot while their rows add up to at most this many (None: any number;
-    by default :data:`MASK_GROUP_ROWS`, for the ``"filter"`` kind; the engine gives
-    :data:`SCAN_MASK_GROUP_ROWS` for ``"scan"``);
+    ``masks_in_reader``: ``masks`` come from the ``"scan"`` kind (the reader applies them):
+    consecutive files with deleted rows of one written schema then share one read and one
+    mask slot up to :data:`SCAN_MASK_GROUP_ROWS` rows, else up to :data:`MASK_GROUP_ROWS`;
     a file with deleted rows that none of the above reads by DuckDB is then read by DuckDB
     with its group's mask (:func:`_pin_masks`, :func:`_cmask_part`) rather than by the
     Arrow scan;
@@ -260,7 +258,7 @@ def build(snapshot: Snapshot, columns: list[str] | None, relation: str, *, prune
     if files is None:
         files = snapshot.files(pruner.chunks if pruner else None)
     candidates = [f for f in (snapshot.live(x) for x in files) if f.live_rows > 0]
-    group_rows = MASK_GROUP_ROWS if mask_group_rows == -1 else mask_group_rows
+    group_rows: int | None = SCAN_MASK_GROUP_ROWS if masks_in_reader else MASK_GROUP_ROWS
     if listed_in_scan is not None and masks is not None and open_scans and \
             sum(f.rows for f in candidates if not _is_clean(f)) <= listed_in_scan:
         masked_native, prefetch, group_rows = False, None, None

@@ -219,11 +219,6 @@ void Live(uint32_t k, bool with_file, DataChunk &args, Vector &result) {
 
 } // namespace
 
-//! which reading a loaded file does: 2 = the mask inside the reader (__fsrv_scan)
-FSRV_EXPORT uint32_t fsrv_mask_kind(void) {
-	return 2;
-}
-
 FSRV_EXPORT void fsrv_scan_duckdb_cpp_init(duckdb::ExtensionLoader &loader) {
 	using namespace duckdb;
 	auto &parquet = loader.GetTableFunction(Identifier("read_parquet"));
