@@ -320,3 +320,33 @@ def test_a_front_drops_a_callers_own_peer_header():
     sent = [(":authority", "x"), ("authorization", "Bearer t"), (PEER_HEADER, "ipv4:1.2.3.4:5"),
             ("grpc-timeout", "1S"), ("x-custom-bin", b"\x00")]
     assert forwardable(sent) == [("authorization", "Bearer t"), ("x-custom-bin", b"\x00")]
+
+
+def test_relayed_calls_are_logged_with_the_clients_address_and_no_header_names_it(server):
+    """Without TLS the connections are relayed as bytes (server/relay.py): the worker names
+    a call's connection by the relayed socket's own name, the client's TCP address; a
+    client that sends x-flightsrv-peer itself names nothing (no session to pick)."""
+    from flightsrv.server.front import PEER_HEADER
+
+    client = flight.connect(server.uri)
+    try:
+        token = client.authenticate_basic_token("alice", "alice-pw")
+        options = flight.FlightCallOptions(headers=[token, (PEER_HEADER.encode(),
+                                                            b"ipv4:9.9.9.9:9")])
+        since = len(server.events)
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+            proto.CommandStatementQuery(query="SELECT 41 + 1 AS x"))), options)
+        assert client.do_get(info.endpoints[0].ticket, options).read_all() \
+            .column(0).to_pylist() == [42]
+    finally:
+        client.close()
+    deadline = time.monotonic() + 10
+    while True:
+        peers = {e.get("peer") for e in list(server.events)[since:]
+                 if e.get("event") == "rpc" and e.get("method") == "DoGet"}
+        if peers or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert len(peers) == 1
+    (peer,) = peers
+    assert re.fullmatch(r"ipv4:127\.0\.0\.1:\d+", peer), peer

@@ -219,8 +219,10 @@ def _forwarded(args):
     if len(key) != 32:
         raise UsageError("--worker-socket is for workers that flightsrv serve --workers "
                          "starts (no token key on stdin)")
+    # the parent relays plain connections and puts a front before TLS (server/workers.py)
     return Forwarded(public_port=args.public_port or 0, token_key=key,
-                     index=getattr(args, "worker_index", 0) or 0)
+                     index=getattr(args, "worker_index", 0) or 0,
+                     via="front" if args.tls_cert else "relay")
 
 
 def _supervise(cfg, level, wh, started) -> int:

@@ -73,6 +73,7 @@ from flightsrv.server.config import ServerConfig
 from flightsrv.server.limits import Concurrency, PerPrincipal
 from flightsrv.server.logs import StatementText
 from flightsrv.server.metrics import Metrics
+from flightsrv.server.relay import client_peer
 from flightsrv.server.status import (
     Draining,
     NotFound,
@@ -178,14 +179,18 @@ PEER_KEY = "flightsrv_peer"
 
 @dataclass(frozen=True)
 class Forwarded:
-    """A worker behind a front (``flightsrv serve --workers N``, ``server/front.py``): calls
-    arrive on a private socket, the client's connection is named by the front's
-    ``x-flightsrv-peer`` header, connections are counted on ``public_port``, and bearer
-    tokens are signed with ``token_key``, shared by all workers of one server."""
+    """A worker behind a relay or a front (``flightsrv serve --workers N``): calls arrive on
+    a private socket, the client's connection is named as ``via`` says, connections are
+    counted on ``public_port``, and bearer tokens are signed with ``token_key``, shared by
+    all workers of one server."""
 
     public_port: int
     token_key: bytes
     index: int = 0  # which worker: every log line carries it as "worker"
+    #: ``relay`` (``server/relay.py``): connections are relayed byte for byte and the
+    #: client's connection is named by the relayed socket's own address, no header is read;
+    #: ``front`` (``server/front.py``, TLS): by the front's ``x-flightsrv-peer`` header
+    via: str = "front"
 
 
 class _PeerMiddleware(flight.ServerMiddleware):
@@ -268,7 +273,7 @@ class FlightSqlServer(flight.FlightServerBase):
             middleware[MIDDLEWARE_KEY] = AuthMiddlewareFactory(
                 auth, clock, on_failure=lambda reason: self.metrics.auth_failures.inc(),
                 token_key=forwarded.token_key if forwarded else None)
-        if forwarded is not None:
+        if forwarded is not None and forwarded.via == "front":
             middleware[PEER_KEY] = _PeerMiddlewareFactory()
         # Handshake is answered even without auth: JDBC tools that send a user name by
         # default (DBeaver) then connect as anonymous instead of failing UNIMPLEMENTED
@@ -324,9 +329,14 @@ class FlightSqlServer(flight.FlightServerBase):
     # == plumbing ============================================================================
 
     def _peer(self, context) -> str:
-        """The caller's connection: its own peer address, or behind a front (``--workers``)
-        the one the front forwarded in ``x-flightsrv-peer`` (the front drops a caller's own)."""
-        if self._forwarded is not None:
+        """The caller's connection: its own peer address; behind a relay (``--workers``) the
+        client's, from the name the relay gave the relayed socket; behind a front (TLS) the
+        one the front forwarded in ``x-flightsrv-peer`` (the front drops a caller's own)."""
+        fwd = self._forwarded
+        if fwd is not None:
+            if fwd.via == "relay":
+                own = context.peer()
+                return client_peer(own) or own
             mw = context.get_middleware(PEER_KEY)
             if mw is not None and mw.peer:
                 return mw.peer

@@ -1,5 +1,7 @@
-"""The front of one worker (``flightsrv serve --workers N``): a gRPC server on the public port
-that passes every Flight call, undecoded, to its own worker and the answer back.
+"""The TLS front of one worker (``flightsrv serve --workers N --tls-cert ...``): a gRPC server
+on the public port that ends TLS and passes every Flight call, undecoded, to its own worker
+and the answer back. Without TLS the workers sit behind relays instead (``relay.py``: bytes,
+not calls, at a tenth of a front's CPU per statement).
 
 Why it exists: Arrow Flight's gRPC server turns ``SO_REUSEPORT`` off, so two Flight servers
 cannot share a port; grpcio's server turns it on (Linux). N fronts therefore share the public

@@ -2,9 +2,10 @@
 
 Each worker is a complete ``flightsrv serve`` (its own DuckDB, manifest cache, sessions,
 tickets and per-principal limits) listening on a private unix socket in a 0700 directory;
-each front (``server/front.py``) shares the public port with the others (SO_REUSEPORT) and
-forwards every call of the connections the kernel gives it to its own worker. See
-docs/ARCHITECTURE.md, "Using every core".
+each front shares the public port with the others (SO_REUSEPORT) and passes the connections
+the kernel gives it to its own worker: a relay (``server/relay.py``, bytes both ways)
+without TLS, a gRPC front (``server/front.py``, which ends TLS and forwards each call) with
+it. See docs/ARCHITECTURE.md, "Using every core".
 
 Contract:
 
@@ -102,11 +103,18 @@ def supervise(argv: list[str], cfg, on_start) -> int:
     try:
         port = cfg.port
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+        tag = os.urandom(6).hex()  # names this server's relayed connections
         for i in range(n):
             sock = os.path.join(sockdir, f"w{i}.sock")
-            front = _Child("front", i, [
-                sys.executable, "-m", "flightsrv.server.front", "--listen", f"{host}:{port}",
-                "--worker", f"unix:{sock}", "--drain-timeout", str(cfg.drain_timeout_s), *tls])
+            if tls:  # TLS ends in a gRPC front; plain connections are relayed as bytes
+                argv_i = [sys.executable, "-m", "flightsrv.server.front",
+                          "--listen", f"{host}:{port}", "--worker", f"unix:{sock}",
+                          "--drain-timeout", str(cfg.drain_timeout_s), *tls]
+            else:
+                argv_i = [sys.executable, "-m", "flightsrv.server.relay",
+                          "--listen", f"{host}:{port}", "--worker", sock, "--tag", f"{tag}.{i}",
+                          "--drain-timeout", str(cfg.drain_timeout_s)]
+            front = _Child("front", i, argv_i)
             front.start(env)
             port = _read_port(front)
             front.argv[front.argv.index("--listen") + 1] = f"{host}:{port}"  # for a restart

@@ -1,0 +1,303 @@
+"""The relay of one worker (``flightsrv serve --workers N`` without TLS): the public port's
+TCP connections passed, byte for byte, to the worker's private unix socket.
+
+Why it exists: Arrow Flight's gRPC server turns ``SO_REUSEPORT`` off, so two Flight servers
+cannot share a port. N relays share the public port instead, the kernel hands each new
+*connection* to one of them, and each relay joins it to a new connection to its own worker
+(a complete ``FlightSqlServer`` on a unix socket in a 0700 directory). A client connection
+thus always reaches the same worker, so its tickets, prepared handles and session stay valid
+without shared state (docs/ARCHITECTURE.md, "Using every core"). Nothing is decoded: gRPC's
+HTTP/2 stream runs end to end between the client and the worker, so a relay costs a few
+system calls per TCP segment instead of a gRPC server and client per call (``front.py``,
+which the workers still use when TLS is configured, since TLS ends in the front).
+
+Contract:
+
+- Each relayed connection's unix socket is bound, before it connects, to the abstract name
+  ``flightsrv/<tag>/<seq>/<peer>``: ``peer`` is the client's address as gRPC spells a peer
+  (``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``), ``seq`` makes the name unique. The worker
+  reads it from its own side of the connection (``context.peer()``: ``unix-abstract:...``,
+  :func:`client_peer`), so sessions are keyed by the client's connection and logs name the
+  client; a client cannot choose it (no header is trusted). Only processes of the server's
+  user can connect to the worker's socket at all.
+- While the worker is down (restarting) a new connection is closed at once (the client
+  sees UNAVAILABLE and reconnects); an open one ends when the worker's end closes.
+- At most ``max_connections`` connections are relayed at once; one more is closed at once.
+  At most ``CHUNK`` bytes wait per direction of a connection: a side that does not read
+  stops the relay reading the other side (TCP's own flow control then holds the sender).
+- SIGTERM/SIGINT: stop accepting, keep relaying open connections (the worker drains its
+  calls and closes them) for ``--drain-timeout`` seconds, then exit 0.
+
+Run as ``python -m flightsrv.server.relay --listen HOST:PORT --worker PATH --tag TAG``; it
+prints ``port N`` on stdout once bound (the real port for port 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import selectors
+import signal
+import socket
+import sys
+import time
+
+PREFIX = "flightsrv/"
+CHUNK = 256 * 1024
+_READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+
+
+def grpc_peer(addr) -> str:
+    """A TCP peer address as gRPC names it in ``context.peer()``."""
+    host, port = addr[0], addr[1]
+    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+
+
+def client_peer(peer: str) -> str | None:
+    """The client's peer address in a worker's ``context.peer()`` of a relayed connection
+    (``unix-abstract:flightsrv/<tag>/<seq>/<peer>``), else None."""
+    head = "unix-abstract:" + PREFIX
+    if not peer.startswith(head):
+        return None
+    parts = peer[len(head):].split("/", 2)
+    return parts[2] if len(parts) == 3 and parts[2] else None
+
+
+class _Pipe:
+    """One direction of a relayed connection: bytes read from ``src`` wait in ``pending``
+    until ``dst`` takes them."""
+
+    __slots__ = ("src", "dst", "pending", "eof", "shut")
+
+    def __init__(self, src: socket.socket, dst: socket.socket):
+        self.src, self.dst = src, dst
+        self.pending = b""
+        self.eof = False  # src said EOF
+        self.shut = False  # EOF passed on to dst
+
+
+class _Conn:
+    __slots__ = ("client", "worker", "up", "down")
+
+    def __init__(self, client: socket.socket, worker: socket.socket):
+        self.client, self.worker = client, worker
+        self.up = _Pipe(client, worker)  # client -> worker
+        self.down = _Pipe(worker, client)  # worker -> client
+
+
+class Relay:
+    """A selector loop relaying every accepted connection to ``worker`` (a unix socket)."""
+
+    def __init__(self, listener: socket.socket, worker: str, tag: str, max_connections: int):
+        self.listener = listener
+        self.worker = worker
+        self.tag = tag
+        self.max_connections = max_connections
+        self.sel = selectors.DefaultSelector()
+        self.conns: dict[int, _Conn] = {}  # by client fd
+        self._seq = 0
+        self._want: dict[socket.socket, int] = {}  # registered events per socket
+        self._paused_until: float | None = None  # accepting paused (out of descriptors)
+        self.sel.register(listener, _READ, None)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _set(self, sock: socket.socket, events: int, conn: _Conn) -> None:
+        had = self._want.get(sock, 0)
+        if events == had:
+            return
+        if not had:
+            self.sel.register(sock, events, conn)
+        elif not events:
+            self.sel.unregister(sock)
+        else:
+            self.sel.modify(sock, events, conn)
+        if events:
+            self._want[sock] = events
+        else:
+            self._want.pop(sock, None)
+
+    def _update(self, conn: _Conn) -> None:
+        """Register what each socket waits for: readable while the other direction's bytes
+        went out and it has not said EOF; writable while bytes wait for it."""
+        for sock, reading, writing in ((conn.client, conn.up, conn.down),
+                                       (conn.worker, conn.down, conn.up)):
+            ev = 0
+            if not reading.eof and not reading.pending:
+                ev |= _READ
+            if writing.pending:
+                ev |= _WRITE
+            self._set(sock, ev, conn)
+
+    # -- accepting --------------------------------------------------------------------------
+
+    def accept(self) -> None:
+        try:
+            client, addr = self.listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
+        except OSError as exc:  # out of descriptors or memory: stop accepting for a moment
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                self.sel.unregister(self.listener)
+                self._paused_until = time.monotonic() + 0.1
+            return
+        if len(self.conns) >= self.max_connections:
+            client.close()
+            return
+        worker = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._seq += 1
+            name = f"{PREFIX}{self.tag}/{self._seq}/{grpc_peer(addr)}"
+            worker.bind(b"\0" + name.encode())
+            worker.setblocking(False)
+            worker.connect(self.worker)  # a unix socket: done at once, or refused
+        except OSError:
+            worker.close()
+            client.close()  # the worker is down: the client reconnects
+            return
+        for s in (client, worker):
+            s.setblocking(False)
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Conn(client, worker)
+        self.conns[client.fileno()] = conn
+        self._update(conn)
+
+    # -- relaying ---------------------------------------------------------------------------
+
+    def _read(self, pipe: _Pipe) -> None:
+        try:
+            data = pipe.src.recv(CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""  # reset: treat as EOF, the other side gets it passed on
+        if not data:
+            pipe.eof = True
+            return
+        pipe.pending = data
+        self._write(pipe)
+
+    def _write(self, pipe: _Pipe) -> None:
+        try:
+            n = pipe.dst.send(pipe.pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # the other side is gone: nothing more can be delivered
+            pipe.pending = b""
+            pipe.eof = True
+            return
+        pipe.pending = pipe.pending[n:]
+
+    def _finish(self, pipe: _Pipe) -> None:
+        if pipe.eof and not pipe.pending and not pipe.shut:
+            pipe.shut = True
+            try:
+                pipe.dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def _close(self, conn: _Conn) -> None:
+        for s in (conn.client, conn.worker):
+            self._set(s, 0, conn)
+        self.conns.pop(conn.client.fileno(), None)
+        conn.client.close()
+        conn.worker.close()
+
+    def handle(self, conn: _Conn, sock: socket.socket, events: int) -> None:
+        reading = conn.up if sock is conn.client else conn.down
+        writing = conn.down if sock is conn.client else conn.up
+        if events & _WRITE and writing.pending:
+            self._write(writing)
+        if events & _READ and not reading.pending and not reading.eof:
+            self._read(reading)
+        for pipe in (conn.up, conn.down):
+            self._finish(pipe)
+        if conn.up.shut and conn.down.shut:
+            self._close(conn)
+        else:
+            self._update(conn)
+
+    def run(self, stop: list[bool], drain_timeout_s: float) -> None:
+        deadline = None
+        while True:
+            if stop[0] and deadline is None:  # stop accepting; drain the open connections
+                deadline = time.monotonic() + drain_timeout_s
+                if self._paused_until is None:
+                    self.sel.unregister(self.listener)
+                self._paused_until = None
+                self.listener.close()
+            if self._paused_until is not None and time.monotonic() >= self._paused_until:
+                self._paused_until = None
+                self.sel.register(self.listener, _READ, None)
+            if deadline is not None and (not self.conns or time.monotonic() >= deadline):
+                break
+            for key, events in self.sel.select(0.1 if self._paused_until else 0.5):
+                if key.data is None:
+                    self.accept()
+                else:
+                    self.handle(key.data, key.fileobj, events)
+        for conn in list(self.conns.values()):
+            self._close(conn)
+
+
+def connection_limit(wanted: int) -> int:
+    """``wanted``, or fewer if this process cannot open two descriptors for each (its soft
+    limit is raised to the hard one first)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, (soft - 32) // 2))
+
+
+def listen(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    """A non-blocking listening TCP socket on ``host:port`` with ``SO_REUSEPORT``."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, addr = infos[0]
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind(addr)
+        s.listen(backlog)
+    except BaseException:
+        s.close()
+        raise
+    s.setblocking(False)
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flightsrv.server.relay")
+    p.add_argument("--listen", required=True, help="HOST:PORT to share (SO_REUSEPORT)")
+    p.add_argument("--worker", required=True, help="the worker's unix socket path")
+    p.add_argument("--tag", required=True, help="names this server's relayed connections")
+    p.add_argument("--max-connections", type=int, default=4096)
+    p.add_argument("--drain-timeout", type=float, default=30.0)
+    args = p.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    host = host.strip("[]")
+    stop = [False]
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda *_: stop.__setitem__(0, True))
+    try:
+        listener = listen(host, int(port))
+    except OSError as exc:
+        sys.stderr.write(f"flightsrv: relay cannot listen on {args.listen}: {exc}\n")
+        return 2
+    sys.stdout.write(f"port {listener.getsockname()[1]}\n")
+    sys.stdout.flush()
+    Relay(listener, args.worker, args.tag, connection_limit(args.max_connections)).run(
+        stop, args.drain_timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
