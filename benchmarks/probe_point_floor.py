@@ -1,6 +1,6 @@
 """Issue 32, the one-client point p50: where the latency budget of one ADBC execute goes.
 
-``python -m benchmarks.probe_point_floor [--rows N] [--queries Q] [--rounds R]``
+``python -m benchmarks.probe_point_floor [--rows N] [--queries Q] [--rounds R] [--workers N]``
 
 The goal compares flightsrv's p50 for ``SELECT * FROM t WHERE id = ?`` (one ADBC client,
 prepared once, then bind + execute + fetch per query) with in-process DuckDB's p50 for the
@@ -16,10 +16,12 @@ measures that floor beside the real thing, interleaved, on one machine:
   server's own per-statement path with next to no DuckDB work;
 - ``flightsrv point``: ``flightsrv serve`` answering the point query;
 - ``duckdb point``: in-process DuckDB, the point query over ``read_parquet`` of the very same
-  files (the relation API, fetched as Arrow), as ``bench_concurrency`` runs it.
+  files (the relation API, fetched as Arrow), as ``bench_concurrency`` runs it;
+- with ``--workers N``, ``flightsrv point, --workers N``: the point query on a second server
+  of N workers behind their relays (the hop ``--workers`` adds to every connection).
 
 Each figure: p50 and p90 wall per query, the client's CPU per query, and the server
-process's CPU per query (from ``/proc``). The data is ``bench_concurrency``'s: 1M rows x 5
+process tree's CPU per query (from ``/proc``). The data is ``bench_concurrency``'s: 1M rows x 5
 columns in 4 files of 2 MiB row groups. Not a timed test; the numbers go to RESULTS.md.
 """
 
@@ -86,9 +88,30 @@ def _serve_floor(schema_path: str) -> None:
     server.serve()
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a ``serve --workers N`` parent: its workers and fronts)."""
+    out = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                for child in f.read().split():
+                    out += _tree(int(child))
+    except OSError:
+        pass
+    return out
+
+
 def _cpu_of(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of ``pid`` and its descendants."""
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _own_cpu() -> float:
@@ -156,6 +179,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--queries", type=int, default=600)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=0,
+                    help="also the point query on a second server with --workers N (its "
+                         "CPU: the parent, workers and relays together)")
     args = ap.parse_args()
 
     from benchmarks.bench_concurrency import ROW_GROUP_BYTES, _serve, _stop
@@ -190,6 +216,13 @@ def main() -> None:
         "duckdb point (in process)":
             lambda: _duckdb_loop(files, args.rows, args.queries),
     }
+    multi = None
+    if args.workers > 1:
+        mport = _free_port()
+        multi = _serve(os.path.join(work, "wh"), mport, os.path.join(work, "multi.log"),
+                       args.workers)
+        runs[f"flightsrv point, --workers {args.workers}"] = \
+            lambda: _adbc_loop(mport, point, args.rows, args.queries, multi.pid)
     print(f"rows={args.rows} queries={args.queries} cores={os.cpu_count()} "
           f"load={os.getloadavg()[0]:.1f}")
     try:
@@ -201,6 +234,8 @@ def main() -> None:
                       f"client CPU {f['client_cpu']:5.2f} ms  server CPU {f['server_cpu']:5.2f} ms")
     finally:
         _stop(server)
+        if multi is not None:
+            _stop(multi)
         floor.kill()
 
 
