@@ -14,6 +14,7 @@ import decimal
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -192,7 +193,7 @@ def servers(tmp_path_factory):
                     "-storetype", "JKS"], check=True, capture_output=True, timeout=120)
     tls, tls_port = start_in_thread(engine, auth=auth,
                                     tls=TlsConfig(str(certs["cert"]), str(certs["key"])))
-    yield {"plain": port, "tls": tls_port, "trust": trust, "wh": wh}
+    yield {"plain": port, "tls": tls_port, "trust": trust, "wh": wh, "wh_path": str(tmp / "wh")}
     plain.shutdown()
     tls.shutdown()
     engine.close()
@@ -350,3 +351,26 @@ def test_tls_with_self_signed_ca(java_program, servers):
     assert java_program(trusted, "login")["login"] == 42
     untrusted = java_program(_url(port, useEncryption="true", **creds), "login")
     assert "login" not in untrusted  # the system trust store does not know our CA
+
+
+def test_the_driver_through_worker_relays(java_program, servers, tmp_path):
+    """``serve --workers 2`` relays each connection's bytes to a worker (server/relay.py):
+    the JDBC driver's queries, prepared statements with parameters and login work the same
+    through it, on the same warehouse."""
+    from test_server_workers import Workers
+
+    users = tmp_path / "users"
+    users.write_text(f"bob:{hash_password('bob-pw', iterations=1000)}:reader\n")
+    srv = Workers(servers["wh_path"], "--users-file", str(users),
+                  "--auth-token", "jdbc-token:reader")
+    try:
+        for _ in range(3):  # new connections, spread over both workers by the kernel
+            got = java_program(_url(srv.port, token="jdbc-token"), "query")
+            assert got["count"] == 20 and got["sum"] == sum(range(20))
+        got = java_program(_url(srv.port, user="bob", password="bob-pw"), "prepared")
+        assert (got["prepared_count"], got["prepared_count_2"], got["prepared_string"]) \
+            == (1, 1, "two")
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(timeout=60) == 0
+    finally:
+        srv.kill()
