@@ -299,18 +299,40 @@ def test_worker_command_lines_split_the_machine():
                            str(max(1, (os.cpu_count() or 1) // 2)), "--memory-limit", "25%"]
     other = worker_argv(["serve"], 2, 1, "/s/w1.sock", 31337, 3, "4GiB")
     assert "--threads" not in other and "--memory-limit" not in other  # given: kept as is
-    # worker 0 alone serves /metrics, seeds the demo and runs the background maintenance
-    assert other[-3:] == ["--no-metrics", "--no-demo", "--no-auto-maintenance"]
+    # worker 0 alone seeds the demo and runs the background maintenance; every worker keeps
+    # the metrics option (worker 0 serves the port, the others a private socket)
+    assert other[-2:] == ["--no-demo", "--no-auto-maintenance"]
+    assert "--no-metrics" not in other
 
 
-def test_probes_and_metrics_are_worker_zeros(server):
+def test_the_metrics_port_answers_for_every_worker(server):
+    """Worker 0 serves --metrics-port; /metrics holds each worker's samples labelled
+    ``worker`` (read from the others' private sockets), /readyz is ready when all are."""
     base = f"http://127.0.0.1:{server.metrics_port}"
     with urllib.request.urlopen(f"{base}/healthz") as r:
         assert r.status == 200
     with urllib.request.urlopen(f"{base}/readyz") as r:
         assert r.status == 200
+    since = len(server.events)
+    deadline = time.monotonic() + 60
+    while served_by(server, since, {0, 1}, wait=0) != {0, 1}:  # new connections spread
+        assert time.monotonic() < deadline
+        with connect(server.uri, username="alice", password="alice-pw") as c, \
+                c.cursor() as cur:
+            cur.execute("SELECT count(*) FROM t")
+            cur.fetchall()
+        time.sleep(0.05)
     with urllib.request.urlopen(f"{base}/metrics") as r:
-        assert "flightsrv_requests_total" in r.read().decode()
+        text = r.read().decode()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    selects = {s.labels["worker"]: s.value for s in families["flightsrv_statements"].samples
+               if s.name == "flightsrv_statements_total" and s.labels.get("kind") == "select"}
+    assert set(selects) == {"0", "1"} and all(v >= 1 for v in selects.values())
+    assert families["flightsrv_workers_reporting"].samples[0].value == 2
+    # one HELP/TYPE per metric, however many workers report it
+    assert text.count("# TYPE flightsrv_requests_total ") == 1
 
 
 def test_a_front_drops_a_callers_own_peer_header():

@@ -33,7 +33,7 @@ from flightsrv.server.auth import AuthConfig, static_tokens
 from flightsrv.server.config import ServerConfig, resolve_temp_dir
 from flightsrv.server.flight import FlightSqlServer, Forwarded, TlsConfig
 from flightsrv.server.logs import JsonFormatter, configure_json_logging  # noqa: F401
-from flightsrv.server.metrics import MetricsHttpServer, bearer_check
+from flightsrv.server.metrics import MetricsHttpServer, bearer_check, merge_workers, unix_get
 
 log = logging.getLogger("flightsrv.server")
 
@@ -251,8 +251,11 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
                 return False, "not ready: draining"
             return base_ready()
 
-        metrics_http = MetricsHttpServer(server.metrics, ready_now, cfg.metrics_port,
-                                         cfg.metrics_host, authorize)
+        if fwd is None:
+            metrics_http = MetricsHttpServer(server.metrics, ready_now, cfg.metrics_port,
+                                             cfg.metrics_host, authorize)
+        else:
+            metrics_http = _worker_metrics(server, fwd, location, cfg, ready_now, authorize)
     signals = StopOnSignals()
     stop, received = signals.stop, signals.received
     # a worker listens on a unix socket (no port of its own): its line names the socket and
@@ -288,6 +291,55 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
             close()
         signals.restore()
         log.info("stopped", extra={"fields": {"event": "stopped", "drained": drained}})
+
+
+def _worker_metrics(server: FlightSqlServer, fwd: Forwarded, location: str | None, cfg,
+                    ready_now: Callable[[], tuple[bool, str]], authorize):
+    """A worker's metrics endpoint (``serve --workers N --metrics-port P``): worker 0 serves
+    the port and answers for every worker (each sample labelled ``worker``; ``/readyz`` is
+    ready when every worker is), the others serve ``m<index>.sock`` beside their own socket
+    for worker 0 to read."""
+    sockdir = os.path.dirname((location or "").split("://", 1)[-1])
+    if fwd.index > 0:
+        return MetricsHttpServer(server.metrics, ready_now, 0,
+                                 unix_path=os.path.join(sockdir, f"m{fwd.index}.sock"))
+
+    def peers() -> list[tuple[str, str]]:
+        found = []
+        for name in os.listdir(sockdir):
+            if name.startswith("m") and name.endswith(".sock") and name[1:-5].isdigit():
+                found.append((name[1:-5], os.path.join(sockdir, name)))
+        return sorted(found, key=lambda p: int(p[0]))
+
+    def render() -> bytes:
+        texts = [("0", server.metrics.render())]
+        for index, path in peers():
+            try:
+                status, body = unix_get(path, "/metrics")
+            except OSError:  # restarting: its samples return with it
+                continue
+            if status == 200:
+                texts.append((index, body))
+        reporting = ("# HELP flightsrv_workers_reporting workers whose samples this "
+                     "scrape holds\n# TYPE flightsrv_workers_reporting gauge\n"
+                     f"flightsrv_workers_reporting {len(texts)}\n").encode()
+        return merge_workers(texts) + reporting
+
+    def ready_all() -> tuple[bool, str]:
+        ok, detail = ready_now()
+        if not ok:
+            return ok, f"worker 0 {detail}"
+        for index, path in peers():
+            try:
+                status, body = unix_get(path, "/readyz")
+            except OSError as exc:
+                return False, f"not ready: worker {index} does not answer ({exc})"
+            if status != 200:
+                return False, f"worker {index} {body.decode(errors='replace').strip()}"
+        return True, detail
+
+    return MetricsHttpServer(server.metrics, ready_all, cfg.metrics_port, cfg.metrics_host,
+                             authorize, render=render)
 
 
 def _shutdown_within(server: FlightSqlServer, seconds: float) -> None:

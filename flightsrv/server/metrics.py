@@ -9,7 +9,9 @@ Contract:
 - ``MetricsHttpServer(metrics, ready, port, host)`` serves, on its own thread:
   ``/healthz`` 200 while the process runs; ``/readyz`` 200 when ``ready()`` returns
   ``(True, detail)``, else 503 with the reason; ``/metrics`` the registry in the
-  Prometheus text format. Anything else is 404.
+  Prometheus text format. Anything else is 404. With ``unix_path`` it listens on a unix
+  socket (a worker of ``--workers N``); worker 0's ``/metrics`` joins every worker's text
+  (``unix_get`` reads it, ``merge_workers`` labels each sample ``worker``).
 
 Metric names (all prefixed ``flightsrv_``):
 
@@ -43,8 +45,12 @@ maintenance_ticks_total                counter    ticks of the worker (it looked
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import logging
+import os
+import socket
+import socketserver
 import threading
 from collections.abc import Callable
 
@@ -206,15 +212,77 @@ def bearer_check(tokens) -> Callable[[str | None], bool]:
     return check
 
 
+class _UnixHTTPServer(http.server.ThreadingHTTPServer):
+    """The same HTTP server on a unix socket (a worker's private metrics endpoint)."""
+
+    address_family = socket.AF_UNIX
+
+    def server_bind(self) -> None:
+        with contextlib.suppress(FileNotFoundError):  # left by a worker that crashed
+            os.unlink(self.server_address)
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "localhost", 0
+
+
+def unix_get(path: str, url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+    """``GET url`` from the HTTP server on the unix socket ``path``: (status, body)."""
+    import http.client
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout_s)
+            self.sock.connect(path)
+
+    conn = Conn("localhost", timeout=timeout_s)
+    try:
+        conn.request("GET", url)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def merge_workers(texts: list[tuple[str, bytes]]) -> bytes:
+    """One Prometheus exposition of several workers' (``[(worker index, text), ...]``):
+    every sample gets a ``worker`` label, samples of one metric are listed under one HELP
+    and TYPE (parsed and written by prometheus_client)."""
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families: dict[str, Metric] = {}
+    for index, text in texts:
+        for fam in text_string_to_metric_families(text.decode("utf-8")):
+            into = families.get(fam.name)
+            if into is None:
+                into = families[fam.name] = Metric(fam.name, fam.documentation, fam.type,
+                                                   fam.unit)
+            for smp in fam.samples:
+                into.add_sample(smp.name, {**smp.labels, "worker": index}, smp.value,
+                                smp.timestamp, smp.exemplar)
+
+    class Merged:
+        def collect(self):
+            return list(families.values())
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Merged())
+    return generate_latest(registry)
+
+
 class MetricsHttpServer:
     """``/healthz``, ``/readyz`` (no data: always open) and ``/metrics``. ``authorize``:
     when given, ``/metrics`` answers 401 unless it accepts the request's ``Authorization``
-    header (``--metrics-auth``: the server's bearer tokens)."""
+    header (``--metrics-auth``: the server's bearer tokens). ``unix_path``: serve on that
+    unix socket instead of ``host:port`` (a worker of ``--workers N`` whose metrics worker
+    0 gathers); ``render``: what ``/metrics`` answers (default: ``metrics.render``)."""
 
     def __init__(self, metrics: Metrics, ready: Callable[[], tuple[bool, str]], port: int,
                  host: str = "127.0.0.1",
-                 authorize: Callable[[str | None], bool] | None = None):
+                 authorize: Callable[[str | None], bool] | None = None, *,
+                 unix_path: str | None = None, render: Callable[[], bytes] | None = None):
         outer = self
+        render = render or metrics.render
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
@@ -233,7 +301,13 @@ class MetricsHttpServer:
                         self._send(401, b"unauthorized: send Authorization: Bearer <token>\n",
                                    "text/plain")
                         return
-                    self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
+                    try:
+                        body = render()
+                    except Exception as exc:  # noqa: BLE001 - a worker did not answer
+                        self._send(503, f"metrics unavailable: {exc}\n".encode(),
+                                   "text/plain")
+                        return
+                    self._send(200, body, CONTENT_TYPE_LATEST)
                 else:
                     self._send(404, b"not found\n", "text/plain")
 
@@ -247,9 +321,13 @@ class MetricsHttpServer:
             def log_message(self, fmt, *args):  # quiet: scrapes are not events
                 log.debug("metrics http: " + fmt, *args)
 
-        self._httpd = http.server.ThreadingHTTPServer((host, port), Handler)
+        if unix_path is not None:
+            self._httpd = _UnixHTTPServer(unix_path, Handler)
+            self.port = None
+        else:
+            self._httpd = http.server.ThreadingHTTPServer((host, port), Handler)
+            self.port = self._httpd.server_address[1]
         self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         name="flightsrv-metrics", daemon=True)
         self._thread.start()

@@ -13,9 +13,11 @@ Contract:
   (which resolves ``--port 0``), the other fronts on the same port, then the workers, and
   prints the "serving" line once every worker's socket exists.
 - Workers get the parent's command line with ``--workers 1`` and their socket; worker 0
-  alone serves ``--metrics-port`` (``/healthz``, ``/readyz``, ``/metrics`` describe worker 0
-  only) and seeds the demo table. Unless given, DuckDB threads are the CPU count / N each
-  and a ``--memory-limit`` in percent is divided by N, so N workers ask for what one did.
+  alone serves ``--metrics-port`` (``/metrics`` holds every worker's samples, each labelled
+  ``worker``, read from the others' private ``m<index>.sock``; ``/readyz`` is ready when
+  every worker is) and seeds the demo table. Unless given, DuckDB threads are the CPU count
+  / N each and a ``--memory-limit`` in percent is divided by N, so N workers ask for what
+  one did.
 - Bearer tokens issued by one worker verify on every worker: the parent makes one random
   HMAC key and hands it to each worker on its stdin (never argv or the environment).
 - A worker or front that exits while the server runs is started again (its clients'
@@ -83,8 +85,9 @@ def worker_argv(argv: list[str], n: int, index: int, socket_path: str, public_po
     if memory_limit.strip().endswith("%"):
         pct = float(memory_limit.strip()[:-1]) / n
         out += ["--memory-limit", f"{pct:g}%"]
-    if index > 0:  # worker 0 alone serves /metrics, seeds the demo and maintains tables
-        out += ["--no-metrics", "--no-demo", "--no-auto-maintenance"]
+    if index > 0:  # worker 0 alone seeds the demo and maintains tables (and serves the
+        # metrics port, answering for every worker: the others serve a private socket)
+        out += ["--no-demo", "--no-auto-maintenance"]
     return out
 
 
