@@ -23,7 +23,8 @@ client processes' own for DuckDB). Ratio = flightsrv q/s / DuckDB q/s.
 Knobs: ``FLIGHTSRV_BENCH_CLIENTS`` (e.g. ``1,4,8``), ``FLIGHTSRV_BENCH_SECONDS`` per round,
 ``FLIGHTSRV_BENCH_WORKERS`` (``serve --workers N``, default 1; the server's CPU is then the
 parent's and all its workers' and fronts') and ``FLIGHTSRV_BENCH_WORKLOADS`` (names from
-``WORKLOADS``, comma-separated, e.g. ``point``).
+``WORKLOADS``, comma-separated, e.g. ``point``) and ``FLIGHTSRV_BENCH_SERVE_ARGS`` (more
+``flightsrv serve`` options, split by spaces, e.g. ``--threads 2``).
 """
 
 from __future__ import annotations
@@ -192,6 +193,7 @@ def _serve(uri: str, port: int, log_path: str, workers: int,
     """``log_statements``: the ``--log-statements`` mode; None: the server's default."""
     log = open(log_path, "w")
     mode = [] if log_statements is None else ["--log-statements", log_statements]
+    mode += os.environ.get("FLIGHTSRV_BENCH_SERVE_ARGS", "").split()
     proc = subprocess.Popen([sys.executable, "-m", "flightsrv.cli", "--warehouse", uri, "serve",
                              "--no-demo", "--port", str(port), *mode,
                              "--workers", str(workers)],

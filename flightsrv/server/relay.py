@@ -25,6 +25,8 @@ Contract:
 - At most ``max_connections`` connections are relayed at once; one more is closed at once.
   At most ``CHUNK`` bytes wait per direction of a connection: a side that does not read
   stops the relay reading the other side (TCP's own flow control then holds the sender).
+- An unexpected error on one connection closes that connection (one JSON log line on
+  stderr, ``event: relay_error``); the relay goes on.
 - SIGTERM/SIGINT: stop accepting, keep relaying open connections (the worker drains its
   calls and closes them) for ``--drain-timeout`` seconds, then exit 0.
 
@@ -234,10 +236,28 @@ class Relay:
             for key, events in self.sel.select(0.1 if self._paused_until else 0.5):
                 if key.data is None:
                     self.accept()
-                else:
-                    self.handle(key.data, key.fileobj, events)
+                    continue
+                conn = key.data
+                if conn.client.fileno() not in self.conns:
+                    continue  # closed by an earlier event of this round
+                try:
+                    self.handle(conn, key.fileobj, events)
+                except Exception as exc:  # noqa: BLE001 - one connection, not the relay
+                    _report(exc)
+                    self._close(conn)
         for conn in list(self.conns.values()):
             self._close(conn)
+
+
+def _report(exc: BaseException) -> None:
+    """One JSON log line on stderr (the server's log stream) for an unexpected error."""
+    import json
+
+    sys.stderr.write(json.dumps({
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "level": "error",
+        "logger": "flightsrv.server.relay", "msg": "relayed connection failed",
+        "event": "relay_error", "error_class": type(exc).__name__, "error": str(exc)}) + "\n")
+    sys.stderr.flush()
 
 
 def connection_limit(wanted: int) -> int:
