@@ -73,7 +73,7 @@ class _Pipe:
 
     def __init__(self, src: socket.socket, dst: socket.socket):
         self.src, self.dst = src, dst
-        self.pending = b""
+        self.pending: bytes | memoryview = b""
         self.eof = False  # src said EOF
         self.shut = False  # EOF passed on to dst
 
@@ -176,7 +176,7 @@ class Relay:
         if not data:
             pipe.eof = True
             return
-        pipe.pending = data
+        pipe.pending = memoryview(data)  # a partial send keeps the rest without a copy
         self._write(pipe)
 
     def _write(self, pipe: _Pipe) -> None:
