@@ -161,3 +161,18 @@ def test_peer_names():
                   "unix-abstract:other/ab/1/ipv4:1.2.3.4:5", "unix-abstract:flightsrv/ab/1"):
         assert client_peer(other) is None
     assert 1 <= connection_limit(10) <= 10
+
+
+def test_a_peer_too_long_for_a_socket_name_is_left_out(relay, monkeypatch):
+    """An address that does not fit an abstract socket name (108 bytes; a long IPv6 scope)
+    still gets its own connection, named by the sequence number alone."""
+    import flightsrv.server.relay as relay_mod
+
+    r, port, path, _ = relay
+    echo = Echo(path)
+    monkeypatch.setattr(relay_mod, "grpc_peer", lambda addr: "ipv6:[" + "f" * 120 + "]:1")
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        c.sendall(b"z")
+        assert c.recv(1) == b"z"
+        assert echo.peers[0] == b"\0flightsrv/tag.0/1/"
+        assert client_peer("unix-abstract:" + echo.peers[0][1:].decode()) is None

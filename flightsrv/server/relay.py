@@ -19,7 +19,9 @@ Contract:
   reads it from its own side of the connection (``context.peer()``: ``unix-abstract:...``,
   :func:`client_peer`), so sessions are keyed by the client's connection and logs name the
   client; a client cannot choose it (no header is trusted). Only processes of the server's
-  user can connect to the worker's socket at all.
+  user can connect to the worker's socket at all. A peer too long for a socket name (an
+  IPv6 address with a long scope) is left out: the connection is still its own session,
+  named by the sequence number.
 - While the worker is down (restarting) a new connection is closed at once (the client
   sees UNAVAILABLE and reconnects); an open one ends when the worker's end closes.
 - At most ``max_connections`` connections are relayed at once; one more is closed at once.
@@ -46,6 +48,7 @@ import time
 
 PREFIX = "flightsrv/"
 CHUNK = 256 * 1024
+_MAX_NAME = 107  # sun_path holds 108 bytes, the first of an abstract name is NUL
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 
 
@@ -149,8 +152,10 @@ class Relay:
         worker = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._seq += 1
-            name = f"{PREFIX}{self.tag}/{self._seq}/{grpc_peer(addr)}"
-            worker.bind(b"\0" + name.encode())
+            name = f"{PREFIX}{self.tag}/{self._seq}/{grpc_peer(addr)}".encode()
+            if len(name) > _MAX_NAME:  # a long IPv6 scope: named by the sequence alone
+                name = f"{PREFIX}{self.tag}/{self._seq}/".encode()
+            worker.bind(b"\0" + name)
             worker.setblocking(False)
             worker.connect(self.worker)  # a unix socket: done at once, or refused
         except OSError:
