@@ -41,6 +41,8 @@ import warnings
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from benchmarks.bench_concurrency import _cpu_seconds
+
 PARAM_SCHEMA = pa.schema([("p", pa.int64())])
 
 
@@ -88,32 +90,6 @@ def _serve_floor(schema_path: str) -> None:
     server.serve()
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (a ``serve --workers N`` parent: its workers and fronts)."""
-    out = [pid]
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                for child in f.read().split():
-                    out += _tree(int(child))
-    except OSError:
-        pass
-    return out
-
-
-def _cpu_of(pid: int) -> float:
-    """CPU seconds of ``pid`` and its descendants."""
-    total = 0.0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 def _own_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -131,13 +107,13 @@ def _adbc_loop(port: int, sql: str, rows: int, n: int, server_pid: int) -> dict:
         cur.execute(sql, (rng.randrange(rows),))
         cur.fetch_arrow_table()
     lat = []
-    s0, c0 = _cpu_of(server_pid), _own_cpu()
+    s0, c0 = _cpu_seconds(server_pid), _own_cpu()
     for _ in range(n):
         t0 = time.perf_counter()
         cur.execute(sql, (rng.randrange(rows),))
         cur.fetch_arrow_table()
         lat.append(time.perf_counter() - t0)
-    s1, c1 = _cpu_of(server_pid), _own_cpu()
+    s1, c1 = _cpu_seconds(server_pid), _own_cpu()
     cur.close()
     conn.close()
     return _figures(lat, (c1 - c0) / n, (s1 - s0) / n)
