@@ -40,11 +40,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import selectors
 import signal
 import socket
 import sys
 import time
+
+log = logging.getLogger("flightsrv.server.relay")
 
 PREFIX = "flightsrv/"
 CHUNK = 256 * 1024
@@ -248,21 +251,12 @@ class Relay:
                 try:
                     self.handle(conn, key.fileobj, events)
                 except Exception as exc:  # noqa: BLE001 - one connection, not the relay
-                    _report(exc)
+                    log.error("relayed connection failed", extra={"fields": {
+                        "event": "relay_error", "error_class": type(exc).__name__,
+                        "error": str(exc)}})
                     self._close(conn)
         for conn in list(self.conns.values()):
             self._close(conn)
-
-
-def _report(exc: BaseException) -> None:
-    """One JSON log line on stderr (the server's log stream) for an unexpected error."""
-    import json
-
-    sys.stderr.write(json.dumps({
-        "ts": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "level": "error",
-        "logger": "flightsrv.server.relay", "msg": "relayed connection failed",
-        "event": "relay_error", "error_class": type(exc).__name__, "error": str(exc)}) + "\n")
-    sys.stderr.flush()
 
 
 def connection_limit(wanted: int) -> int:
@@ -307,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-connections", type=int, default=4096)
     p.add_argument("--drain-timeout", type=float, default=30.0)
     args = p.parse_args(argv)
+    from flightsrv.server.logs import configure_json_logging
+
+    configure_json_logging(logging.WARNING)  # the server's JSON lines on stderr
     host, _, port = args.listen.rpartition(":")
     host = host.strip("[]")
     stop = [False]
