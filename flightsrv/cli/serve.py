@@ -171,8 +171,6 @@ def cmd_serve(args) -> int:
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from None
     cfg = dataclasses.replace(cfg, auth_tokens=tuple(spec for spec, _ in _token_specs(args)))
-    if args.no_metrics:
-        cfg = dataclasses.replace(cfg, metrics_port=None)
     level = getattr(logging, (args.log_level or "info").upper())
     if level > logging.DEBUG:
         # gRPC's own log lines are unstructured and, for a bind failure, precede our one

@@ -213,7 +213,6 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     res.add_argument("--worker-socket", default=None, help=argparse.SUPPRESS)
     res.add_argument("--public-port", type=int, default=None, help=argparse.SUPPRESS)
     res.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
-    res.add_argument("--no-metrics", action="store_true", help=argparse.SUPPRESS)
     res.add_argument("--temp-dir", default=None,
                      help="DuckDB spill directory, outside the warehouse (default: a private "
                           "directory under the system temp dir, removed on exit)")
