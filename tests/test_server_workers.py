@@ -372,3 +372,95 @@ def test_relayed_calls_are_logged_with_the_clients_address_and_no_header_names_i
     assert len(peers) == 1
     (peer,) = peers
     assert re.fullmatch(r"ipv4:127\.0\.0\.1:\d+", peer), peer
+
+
+def _in_flight(metrics_port: int) -> tuple[float, float, set[str]]:
+    """(statements in flight, statements queued, workers reporting) summed over the workers
+    from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as r:
+        text = r.read().decode()
+    running = queued = 0.0
+    seen = set()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "flightsrv_queries_in_flight":
+                running += s.value
+                seen.add(s.labels.get("worker"))
+            elif s.name == "flightsrv_queries_queued":
+                queued += s.value
+    return running, queued, seen
+
+
+def test_a_principals_limit_holds_for_the_whole_server_not_per_worker(tmp_path):
+    """``--max-concurrent-queries 2`` with two workers: a principal's statements on
+    connections spread over both workers run two at a time in all (the parent's slot
+    broker), the others wait in its queue and all succeed; one whose deadline passes while
+    waiting gets the error naming the limit, on whichever worker it is."""
+    metrics_port = free_port()
+    srv = Workers(str(tmp_path / "wh"), "--max-concurrent-queries", "2",
+                  "--metrics-port", str(metrics_port))
+    sql = "SELECT count(*) AS n FROM range(40000000) WHERE range % 7 = 3"
+    try:
+        since = len(srv.events)
+        conns = [connect(srv.uri) for _ in range(CONNECTIONS)]
+        samples: list[tuple[float, float]] = []
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                running, queued, _ = _in_flight(metrics_port)
+                samples.append((running, queued))
+                time.sleep(0.02)
+
+        def run(conn):
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchall()[0][0]
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            with ThreadPoolExecutor(CONNECTIONS) as pool:
+                counts = list(pool.map(run, conns))
+        finally:
+            stop.set()
+            watcher.join(10)
+        assert counts == [40000000 // 7 + (1 if 40000000 % 7 > 3 else 0)] * CONNECTIONS
+        assert served_by(srv, since, {0, 1}) == {0, 1}  # both workers ran some
+        assert samples and max(r for r, _ in samples) <= 2, max(samples)
+        assert max(q for _, q in samples) >= 1  # some waited for a slot of the other worker
+        # a statement that cannot get a slot within its deadline names the limit, on
+        # either worker: two streams held open mid-way hold both slots meanwhile (raw
+        # pyarrow.flight clients: ADBC's fetch keeps the interpreter lock while it waits)
+        since = len(srv.events)
+        late = conns[2:]
+        for conn in late:  # before the slots fill up: SET is a statement too
+            with conn.cursor() as cur:
+                cur.execute("SET statement_timeout = '200ms'")
+        holders = []
+        for _ in range(2):
+            client = flight.connect(srv.uri)
+            info = client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+                proto.CommandStatementQuery(query="SELECT range AS i FROM range(10000000)"))))
+            reader = client.do_get(info.endpoints[0].ticket)
+            reader.read_chunk()
+            holders.append((client, reader))
+        assert _in_flight(metrics_port)[0] == 2
+        for conn in late:
+            with conn.cursor() as cur:
+                with pytest.raises(adbc_driver_manager.Error,
+                                   match="limit=max_concurrent_queries value=2"):
+                    cur.execute("SELECT 1")
+                    cur.fetchall()
+        for client, reader in holders:
+            reader.cancel()
+            client.close()
+        refused_on = {e.get("worker") for e in list(srv.events)[since:]
+                      if "max_concurrent_queries" in str(e.get("error", ""))}
+        assert refused_on == {0, 1}
+        for conn in conns:
+            conn.close()
+    finally:
+        srv.kill()

@@ -220,7 +220,8 @@ def _forwarded(args):
     # the parent relays plain connections and puts a front before TLS (server/workers.py)
     return Forwarded(public_port=args.public_port or 0, token_key=key,
                      index=getattr(args, "worker_index", 0) or 0,
-                     via="front" if args.tls_cert else "relay")
+                     via="front" if args.tls_cert else "relay",
+                     slots_socket=getattr(args, "slots_socket", None))
 
 
 def _supervise(cfg, level, wh, started) -> int:

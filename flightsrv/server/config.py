@@ -213,6 +213,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     res.add_argument("--worker-socket", default=None, help=argparse.SUPPRESS)
     res.add_argument("--public-port", type=int, default=None, help=argparse.SUPPRESS)
     res.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    res.add_argument("--slots-socket", default=None, help=argparse.SUPPRESS)
     res.add_argument("--temp-dir", default=None,
                      help="DuckDB spill directory, outside the warehouse (default: a private "
                           "directory under the system temp dir, removed on exit)")
@@ -224,15 +225,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     lim = p.add_argument_group("per-principal limits")
     lim.add_argument("--max-prepared-statements", type=_positive_int,
                      default=d.max_prepared_statements,
-                     help="open prepared statements per principal (default: %(default)s)")
+                     help="open prepared statements per principal (per worker with --workers N; "
+                          "default: %(default)s)")
     lim.add_argument("--max-sessions", type=_positive_int, default=d.max_sessions,
                      help="sessions (connections holding SET values) per principal "
-                          "(default: %(default)s)")
+                          "(per worker with --workers N; default: %(default)s)")
     lim.add_argument("--max-concurrent-queries", type=_positive_int,
                      default=d.max_concurrent_queries,
-                     help="statements running at once per principal; more wait in a "
-                          "fair queue until a slot frees or their deadline passes "
-                          "(default: %(default)s)")
+                     help="statements running at once per principal (in the whole server, "
+                          "with --workers N too); more wait in a fair queue until a slot "
+                          "frees or their deadline passes (default: %(default)s)")
     lim.add_argument("--max-queued-queries", type=_positive_int,
                      default=d.max_queued_queries,
                      help="statements waiting for a slot per principal; more are refused "

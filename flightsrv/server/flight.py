@@ -58,7 +58,7 @@ from flightsrv.engine.api import (
     StatementKind,
 )
 from flightsrv.runtime import Runtime
-from flightsrv.server import commands, ingest, proto
+from flightsrv.server import broker, commands, ingest, proto
 from flightsrv.server import metadata as md
 from flightsrv.server.auth import (
     MIDDLEWARE_KEY,
@@ -191,6 +191,9 @@ class Forwarded:
     #: client's connection is named by the relayed socket's own address, no header is read;
     #: ``front`` (``server/front.py``, TLS): by the front's ``x-flightsrv-peer`` header
     via: str = "front"
+    #: the parent's slot broker (``server/broker.py``): per-principal statement and DoPut
+    #: slots counted for the whole server, not per worker
+    slots_socket: str | None = None
 
 
 class _PeerMiddleware(flight.ServerMiddleware):
@@ -239,13 +242,22 @@ class FlightSqlServer(flight.FlightServerBase):
                 peer, forwarded.public_port if forwarded else self.port))
         self._results: PerPrincipal[str, pa.Table] = PerPrincipal(
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
-        self._slots = Concurrency(cfg.max_concurrent_queries, cfg.max_queued_queries,
-                                  on_wait=lambda s: self.metrics.queue_wait.observe(s))
+        # behind ``serve --workers N`` the slots are the whole server's, kept by the parent
+        link = broker.connect(forwarded.slots_socket if forwarded else None)
+        self._broker_link = link
+
+        def limit(pool: str, *args, **kwargs):
+            if link is None:
+                return Concurrency(*args, **kwargs)
+            return broker.SharedConcurrency(link, pool, *args, **kwargs)
+
+        self._slots = limit("queries", cfg.max_concurrent_queries, cfg.max_queued_queries,
+                            on_wait=lambda s: self.metrics.queue_wait.observe(s))
         # a DoPut stream over max_open_puts waits for one of its principal's to close
         # (executemany from many writers queues like their statements do), within the
         # statement deadline
-        self._puts = Concurrency(cfg.max_open_puts, cfg.max_queued_queries,
-                                 what="DoPut stream", limit_name="max_open_puts", busy="open")
+        self._puts = limit("puts", cfg.max_open_puts, cfg.max_queued_queries,
+                           what="DoPut stream", limit_name="max_open_puts", busy="open")
         self._calls = CallTracker()
         self._active = 0  # RPCs and streams in progress (for draining)
         self._active_lock = threading.Condition()

@@ -24,7 +24,10 @@ Contract:
   ``Concurrency(..., what=..., limit_name=...)`` names another thing (the server's open
   DoPut streams, ``max_open_puts``: a stream over the limit waits in the same way, so
   ``executemany`` from many writers of one principal queues instead of being refused).
-- All methods are thread-safe.
+- ``SlotTable`` is that bookkeeping alone (taken slots and FIFO queues per principal, no
+  lock, no waiting): ``Concurrency`` keeps one behind its lock, and the slot broker of
+  ``serve --workers N`` (``server/broker.py``) keeps one for all the worker processes.
+- All methods of ``PerPrincipal`` and ``Concurrency`` are thread-safe.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from flightsrv.server.status import ResourceLimit
 
 K = TypeVar("K")
 V = TypeVar("V")
+W = TypeVar("W")
 
 
 class PerPrincipal(Generic[K, V]):
@@ -111,6 +115,71 @@ class PerPrincipal(Generic[K, V]):
             return total
 
 
+#: what :meth:`SlotTable.take` did with a request
+GRANTED, QUEUED, FULL = "granted", "queued", "full"
+
+
+class SlotTable(Generic[W]):
+    """The bookkeeping of per-principal slots, without locks or waiting: how many of each
+    principal's slots are taken, and who waits for one, in order. ``Concurrency`` keeps one
+    behind a lock for the threads of a process; ``broker.SlotBroker`` keeps one for the
+    worker processes of ``serve --workers N`` (a waiter there is a worker's request)."""
+
+    def __init__(self, limit: int, max_queued: int):
+        self.limit, self.max_queued = limit, max_queued
+        self._running: dict[str, int] = {}
+        self._queues: dict[str, deque[W]] = {}
+
+    def take(self, user: str, waiter: W) -> str:
+        """A free slot of ``user``'s (GRANTED), or ``waiter`` at the end of its queue
+        (QUEUED), or nothing: the queue holds ``max_queued`` already (FULL)."""
+        queue = self._queues.get(user)
+        n = self._running.get(user, 0)
+        if n < self.limit and not queue:
+            self._running[user] = n + 1
+            return GRANTED
+        if queue is not None and len(queue) >= self.max_queued:
+            return FULL
+        self._queues.setdefault(user, deque()).append(waiter)
+        return QUEUED
+
+    def give_back(self, user: str) -> W | None:
+        """One of ``user``'s slots is free: the oldest waiter it now belongs to (the count
+        of taken slots stays), or None (one fewer taken)."""
+        queue = self._queues.get(user)
+        if queue:
+            waiter = queue.popleft()
+            if not queue:
+                del self._queues[user]
+            return waiter
+        n = self._running.get(user, 0) - 1
+        if n <= 0:
+            self._running.pop(user, None)
+        else:
+            self._running[user] = n
+        return None
+
+    def withdraw(self, user: str, waiter: W) -> bool:
+        """Take ``waiter`` out of ``user``'s queue; False if it is not there (granted)."""
+        queue = self._queues.get(user)
+        if not queue or waiter not in queue:
+            return False
+        queue.remove(waiter)
+        if not queue:
+            del self._queues[user]
+        return True
+
+    def waiting(self, user: str) -> int:
+        queue = self._queues.get(user)
+        return len(queue) if queue else 0
+
+    def count(self) -> int:
+        return sum(self._running.values())
+
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+
 class Concurrency:
     def __init__(self, limit: int, max_queued: int = 256, poll_s: float = 0.1,
                  on_wait: Callable[[float], None] | None = None, *,
@@ -121,8 +190,7 @@ class Concurrency:
         self._what, self._limit_name = what, limit_name
         self._queue_limit_name, self._busy = queue_limit_name, busy
         self._on_wait = on_wait  # seconds a statement waited in the queue (metrics)
-        self._running: dict[str, int] = {}
-        self._queues: dict[str, deque[threading.Event]] = {}
+        self._table: SlotTable[threading.Event] = SlotTable(limit, max_queued)
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
@@ -136,74 +204,68 @@ class Concurrency:
     def acquire(self, user: str, deadline: float | None = None,
                 gone: Callable[[], bool] = lambda: False) -> float:
         """Take one of ``user``'s slots, waiting in its queue; returns the seconds waited."""
+        granted = threading.Event()
         with self._lock:
-            queue = self._queues.get(user)
-            n = self._running.get(user, 0)
-            if n < self._limit and not queue:
-                self._running[user] = n + 1
-                granted = None  # a free slot: no event to wait on
-            elif queue is not None and len(queue) >= self._max_queued:
-                raise ResourceLimit(f"too many {self._what}s waiting for a slot for this "
-                                    "principal; retry when some finished", user=user,
-                                    limit=self._queue_limit_name, value=self._max_queued)
-            else:
-                granted = threading.Event()
-                self._queues.setdefault(user, deque()).append(granted)
-        if granted is None:
-            if self._on_wait is not None:
-                self._on_wait(0.0)
-            return 0.0
+            taken = self._table.take(user, granted)
+        if taken == FULL:
+            raise self.queue_full(user)
+        if taken == GRANTED:
+            return self.waited(0.0)
         start = time.monotonic()
         try:
-            while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                if granted.wait(self._poll_s if left is None else
-                                max(0.0, min(self._poll_s, left))):
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise QueryCancelled(
-                        f"{self._what} timed out waiting for a slot: this principal's "
-                        f"{self._what}s were all {self._busy}", reason="timeout", user=user,
-                        limit=self._limit_name, value=self._limit,
-                        waited_ms=round((time.monotonic() - start) * 1000))
-                if gone():
-                    raise QueryCancelled(f"{self._what} was cancelled while waiting for a "
-                                         "slot", reason="cancelled")
+            self.wait(granted.wait, user, deadline, gone, start)
         except BaseException:
             with self._lock:
-                if granted.is_set():  # handed a slot just as we gave up: pass it on
+                if not self._table.withdraw(user, granted):
+                    # handed a slot just as we gave up: pass it on
                     self._release_locked(user)
-                else:
-                    self._queues[user].remove(granted)
-                    if not self._queues[user]:
-                        del self._queues[user]
+            self.waited(time.monotonic() - start)
             raise
-        finally:
-            if self._on_wait is not None:
-                self._on_wait(time.monotonic() - start)
-        return time.monotonic() - start
+        return self.waited(time.monotonic() - start)
+
+    # -- shared with broker.SharedConcurrency: the waiting and its errors ----------------------
+
+    def wait(self, wait: Callable[[float], bool], user: str, deadline: float | None,
+             gone: Callable[[], bool], start: float) -> None:
+        """Call ``wait(seconds)`` until it is true; raise when ``deadline`` passes or
+        ``gone()`` says the client left (checked every ``poll_s``)."""
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if wait(self._poll_s if left is None else max(0.0, min(self._poll_s, left))):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise QueryCancelled(
+                    f"{self._what} timed out waiting for a slot: this principal's "
+                    f"{self._what}s were all {self._busy}", reason="timeout", user=user,
+                    limit=self._limit_name, value=self._limit,
+                    waited_ms=round((time.monotonic() - start) * 1000))
+            if gone():
+                raise QueryCancelled(f"{self._what} was cancelled while waiting for a "
+                                     "slot", reason="cancelled")
+
+    def queue_full(self, user: str) -> ResourceLimit:
+        return ResourceLimit(f"too many {self._what}s waiting for a slot for this "
+                             "principal; retry when some finished", user=user,
+                             limit=self._queue_limit_name, value=self._max_queued)
+
+    def waited(self, seconds: float) -> float:
+        if self._on_wait is not None:
+            self._on_wait(seconds)
+        return seconds
 
     def release(self, user: str) -> None:
         with self._lock:
             self._release_locked(user)
 
     def _release_locked(self, user: str) -> None:
-        queue = self._queues.get(user)
-        if queue:  # hand the slot to the oldest waiter: the running count stays
-            queue.popleft().set()
-            if not queue:
-                del self._queues[user]
-            return
-        n = self._running.get(user, 0) - 1
-        if n <= 0:
-            self._running.pop(user, None)
-        else:
-            self._running[user] = n
+        waiter = self._table.give_back(user)
+        if waiter is not None:  # the oldest waiter's now: the running count stays
+            waiter.set()
 
     def count(self) -> int:
         with self._lock:
-            return sum(self._running.values())
+            return self._table.count()
 
     def queued(self) -> int:
         with self._lock:
-            return sum(len(q) for q in self._queues.values())
+            return self._table.queued()

@@ -1,7 +1,7 @@
 """``flightsrv serve --workers N`` (N > 1): a parent process supervising N worker/front pairs.
 
 Each worker is a complete ``flightsrv serve`` (its own DuckDB, manifest cache, sessions,
-tickets and per-principal limits) listening on a private unix socket in a 0700 directory;
+tickets and prepared handles) listening on a private unix socket in a 0700 directory;
 each front shares the public port with the others (SO_REUSEPORT) and passes the connections
 the kernel gives it to its own worker: a relay (``server/relay.py``, bytes both ways)
 without TLS, a gRPC front (``server/front.py``, which ends TLS and forwards each call) with
@@ -12,6 +12,9 @@ Contract:
 - The parent validates the options as a single server does (the CLI), then starts front 0
   (which resolves ``--port 0``), the other fronts on the same port, then the workers, and
   prints the "serving" line once every worker's socket exists.
+- The parent keeps every principal's statement and DoPut slots for the whole server
+  (``server/broker.py``: a ``SlotBroker`` on ``slots.sock`` in the same directory, given to
+  each worker as ``--slots-socket``).
 - Workers get the parent's command line with ``--workers 1`` and their socket; worker 0
   alone serves ``--metrics-port`` (``/metrics`` holds every worker's samples, each labelled
   ``worker``, read from the others' private ``m<index>.sock``; ``/readyz`` is ready when
@@ -41,6 +44,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from flightsrv.server.broker import SlotBroker
 from flightsrv.server.signals import StopOnSignals
 
 log = logging.getLogger("flightsrv.server")
@@ -74,12 +78,15 @@ class _Child:
 
 
 def worker_argv(argv: list[str], n: int, index: int, socket_path: str, public_port: int,
-                threads: int | None, memory_limit: str) -> list[str]:
+                threads: int | None, memory_limit: str,
+                slots_socket: str | None = None) -> list[str]:
     """The command line of worker ``index``: the parent's, with the worker's options last
     (argparse takes the last value of an option)."""
     out = [sys.executable, "-m", "flightsrv.cli", *argv, "--workers", "1",
            "--worker-socket", socket_path, "--public-port", str(public_port),
            "--worker-index", str(index)]
+    if slots_socket:
+        out += ["--slots-socket", slots_socket]
     if threads is None:
         out += ["--threads", str(max(1, (os.cpu_count() or 1) // n))]
     if memory_limit.strip().endswith("%"):
@@ -103,6 +110,11 @@ def supervise(argv: list[str], cfg, on_start) -> int:
     tls = ["--tls-cert", cfg.tls_cert, "--tls-key", cfg.tls_key] if cfg.tls_cert else []
     children: list[_Child] = []
     status = 0
+    # the per-principal statement and DoPut slots of the whole server (server/broker.py)
+    slots = SlotBroker(os.path.join(sockdir, "slots.sock"), {
+        "queries": (cfg.max_concurrent_queries, cfg.max_queued_queries),
+        "puts": (cfg.max_open_puts, cfg.max_queued_queries)})
+    slots.start()
     try:
         port = cfg.port
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
@@ -125,7 +137,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
         for i in range(n):
             sock = os.path.join(sockdir, f"w{i}.sock")
             worker = _Child("worker", i, worker_argv(argv, n, i, sock, port, cfg.threads,
-                                                      cfg.memory_limit), stdin=key)
+                                                      cfg.memory_limit, slots.path), stdin=key)
             worker.start(env)
             children.append(worker)
         _wait_sockets(sockdir, n, children, stop)
@@ -156,6 +168,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
             except subprocess.TimeoutExpired:
                 child.proc.kill()
                 child.proc.wait()
+        slots.stop()
         shutil.rmtree(sockdir, ignore_errors=True)
         signals.restore()
     return status
