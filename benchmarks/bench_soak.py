@@ -7,6 +7,7 @@ port and a fresh local warehouse, so auth is off and every client is the one pri
 runs. The warehouse holds one table ``soak(id BIGINT, writer BIGINT, val BIGINT, pad
 VARCHAR)`` seeded with ``SEED`` rows (``writer = -1``, ``val = 3 * id``) that nobody changes.
 
+``FLIGHTSRV_BENCH_WORKERS`` sets ``serve --workers`` (default 1).
 ``FLIGHTSRV_BENCH_CLIENTS`` (default 32) client processes, each with its own ADBC
 connection, run for ``FLIGHTSRV_BENCH_SECONDS`` (default 30); they start together once all
 have connected:
@@ -360,8 +361,10 @@ def _client_main(role, args) -> None:
 
 
 def _serve(uri: str, port: int, log_path: str) -> subprocess.Popen:
-    """``flightsrv serve`` at its default settings (one worker, the default statement log)."""
-    return _serve_with(uri, port, log_path, 1, log_statements=None)
+    """``flightsrv serve`` at its default settings (the default statement log; one worker,
+    or ``FLIGHTSRV_BENCH_WORKERS``)."""
+    workers = int(os.environ.get("FLIGHTSRV_BENCH_WORKERS", "1"))
+    return _serve_with(uri, port, log_path, workers, log_statements=None)
 
 
 def _seed(uri: str) -> None:

@@ -141,11 +141,17 @@ def _scrape(port: int, token: str) -> dict:
     body = urllib.request.urlopen(req, timeout=10).read().decode()
     out = {}
     for line in body.splitlines():
-        # durations and the maintenance worker's ticks count time, not data
+        # durations, waits for a slot and the maintenance worker's ticks count time, not
+        # data (a slot's wait: a round trip to the parent with ``--workers``)
         if line.startswith("flightsrv_") and "duration" not in line and \
-                "_created" not in line and "maintenance_ticks" not in line:
+                "_created" not in line and "maintenance_ticks" not in line and \
+                not line.startswith(("flightsrv_queue_wait_seconds_bucket",
+                                     "flightsrv_queue_wait_seconds_sum")):
             name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
+            # ``serve --workers N``: which worker served a call is the kernel's pick, not
+            # the data's; the server's totals are the sums over ``worker``
+            name = re.sub(r'\{worker="\d+"\}|,?worker="\d+"', "", name).replace("{,", "{")
+            out[name] = out.get(name, 0.0) + float(value)
     return out
 
 
@@ -171,7 +177,8 @@ def _session(path: str, env, guess: str, score: int) -> dict:
         seen["metrics"] = _scrape(mport, "R")
     finally:
         assert srv.stop() == 0
-    seen["log"] = [_clean({k: v for k, v in e.items() if k not in ("statement",)}, guess)
+    seen["log"] = [_clean({k: v for k, v in e.items() if k not in ("statement", "worker")},
+                          guess)
                    for e in srv.events if e.get("event") in ("statement", "rpc")]
     seen["log_text"] = "".join(srv.lines)
     return seen

@@ -32,11 +32,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: ``FLIGHTSRV_TEST_SERVE_WORKERS=N`` runs every ``Served`` server as ``serve --workers N``
+#: (the suites that start servers, on the multi-process design); unset: one process
+SERVE_WORKERS = int(os.environ.get("FLIGHTSRV_TEST_SERVE_WORKERS") or 1)
+
+
 class Served:
     """A `python -m flightsrv.cli ... serve` child process, its stderr collected."""
 
     def __init__(self, warehouse: str, *args: str, env=None, port: int | None = None):
         self.port = port if port is not None else free_port()
+        if SERVE_WORKERS > 1 and "--workers" not in args:
+            args = (*args, "--workers", str(SERVE_WORKERS))
+        workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
         cmd = [sys.executable, "-m", "flightsrv.cli", "--warehouse", warehouse, "serve",
                "--port", str(self.port), *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
@@ -47,12 +55,14 @@ class Served:
         def drain():
             for line in self.proc.stderr:
                 self.lines.append(line)
+                if workers > 1 and line.startswith("flightsrv: serving"):
+                    started.set()  # the parent's line: every worker is up
                 try:
                     event = json.loads(line)
                 except ValueError:
                     continue
                 self.events.append(event)
-                if event.get("event") == "start":
+                if event.get("event") == "start" and workers == 1:
                     started.set()
             started.set()
 

@@ -182,7 +182,11 @@ def cmd_serve(args) -> int:
 
     def started(port: int, tables: list[str]) -> None:
         if worker is not None:
-            return  # the parent prints the line once every worker is up
+            # the parent prints the line once every worker is up: its socket serves, and
+            # so does its metrics endpoint (worker 0's answers /readyz for all)
+            with open(worker + ".ready", "w"):
+                pass
+            return
         workers = f"{cfg.workers} workers; " if cfg.workers > 1 else ""
         sys.stderr.write(f"flightsrv: serving {wh.uri} on {scheme}://{args.host}:{port} "
                          f"(tables: {', '.join(tables) or '-'}; {workers}Ctrl-C stops)\n")

@@ -11,7 +11,8 @@ Contract:
 
 - The parent validates the options as a single server does (the CLI), then starts front 0
   (which resolves ``--port 0``), the other fronts on the same port, then the workers, and
-  prints the "serving" line once every worker's socket exists.
+  prints the "serving" line once every worker serves (its socket, and worker 0's metrics
+  port: each worker writes ``w<index>.sock.ready`` when it is up).
 - The parent keeps every principal's statement and DoPut slots for the whole server
   (``server/broker.py``: a ``SlotBroker`` on ``slots.sock`` in the same directory, given to
   each worker as ``--slots-socket``).
@@ -186,7 +187,8 @@ def _wait_sockets(sockdir: str, n: int, children: list[_Child], stop: threading.
                   timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not stop.is_set():
-        if all(os.path.exists(os.path.join(sockdir, f"w{i}.sock")) for i in range(n)):
+        # a worker marks itself ready once it serves everything (``w<i>.sock.ready``)
+        if all(os.path.exists(os.path.join(sockdir, f"w{i}.sock.ready")) for i in range(n)):
             return
         for child in children:
             if child.proc.poll() is not None:
