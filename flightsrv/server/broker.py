@@ -172,7 +172,7 @@ class SlotBroker:
                 self._flush(peer)
         except (BlockingIOError, InterruptedError):
             pass
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - one worker's connection, never the loop
             if not isinstance(exc, ConnectionError):
                 log.warning("slot broker dropped a worker's connection", extra={"fields": {
                     "event": "slot_broker_error", "error": f"{type(exc).__name__}: {exc}"}})
