@@ -464,3 +464,41 @@ def test_a_principals_limit_holds_for_the_whole_server_not_per_worker(tmp_path):
             conn.close()
     finally:
         srv.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie nobody reaped yet has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_children_end_with_a_killed_parent_and_free_the_port(tmp_path):
+    """A parent killed outright (SIGKILL: the OOM killer, ``kill -9``) cannot stop its
+    children; they notice (PR_SET_PDEATHSIG), drain and exit, and the port is free for the
+    next server."""
+    import socket
+
+    srv = Workers(str(tmp_path / "wh"), "--drain-timeout", "2")
+    try:
+        children = [*srv.worker_pids().values(), *srv.worker_pids("front").values()]
+        assert len(children) == 4 and all(_alive(p) for p in children)
+        with connect(srv.uri) as c, c.cursor() as cur:
+            cur.execute("SELECT 1")
+            assert cur.fetchall() == [(1,)]
+        srv.proc.kill()
+        srv.proc.wait()
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in children):
+            assert time.monotonic() < deadline, [p for p in children if _alive(p)]
+            time.sleep(0.1)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", srv.port))
+    finally:
+        srv.kill()
+        for pid in [*srv.worker_pids().values(), *srv.worker_pids("front").values()]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

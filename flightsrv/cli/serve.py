@@ -164,6 +164,10 @@ def cmd_serve(args) -> int:
     auth = resolve_auth(args)
     resolve_tls(args)
     worker = getattr(args, "worker_socket", None)
+    if worker is not None:
+        from flightsrv.server.signals import follow_parent
+
+        follow_parent()  # a worker ends (drains) with its parent, however that dies
     if worker is None:
         check_port(args.host, args.port)
     try:

@@ -44,6 +44,8 @@ import sys
 import threading
 from concurrent import futures
 
+from flightsrv.server.signals import follow_parent
+
 SERVICE = "/arrow.flight.protocol.FlightService/"
 PEER_HEADER = "x-flightsrv-peer"
 # headers gRPC itself sets on each hop; forwarding them would duplicate or contradict them
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: stop.set())
+    follow_parent()  # SIGTERM (so: drain) if the parent dies
     try:
         server, port = start(args.listen, args.worker, tls=tls, max_calls=args.max_calls)
     except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."

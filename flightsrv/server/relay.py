@@ -47,6 +47,8 @@ import socket
 import sys
 import time
 
+from flightsrv.server.signals import follow_parent
+
 log = logging.getLogger("flightsrv.server.relay")
 
 PREFIX = "flightsrv/"
@@ -309,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = [False]
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: stop.__setitem__(0, True))
+    follow_parent()  # SIGTERM (so: drain) if the parent dies
     try:
         listener = listen(host, int(port))
     except OSError as exc:

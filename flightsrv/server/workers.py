@@ -29,7 +29,8 @@ Contract:
   work); one that keeps dying within 5 s of its start 5 times in a row stops the server.
 - SIGTERM/SIGINT: every child gets SIGTERM and drains as a single server does; one still
   running ``--drain-timeout`` + 15 s later is killed. Exit status 0 (1 when a process kept
-  dying).
+  dying). A parent that dies without doing so (SIGKILL) takes its children with it: each
+  child asks the kernel for SIGTERM when its parent dies (``signals.follow_parent``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 
 from flightsrv.server.broker import SlotBroker
-from flightsrv.server.signals import StopOnSignals
+from flightsrv.server.signals import PARENT_ENV, StopOnSignals
 
 log = logging.getLogger("flightsrv.server")
 
@@ -106,6 +107,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
     key = os.urandom(32).hex().encode() + b"\n"
     sockdir = tempfile.mkdtemp(prefix="flightsrv-w")  # 0700
     env = dict(os.environ)
+    env[PARENT_ENV] = str(os.getpid())  # children end with this process (follow_parent)
     signals = StopOnSignals()
     stop, received = signals.stop, signals.received
     tls = ["--tls-cert", cfg.tls_cert, "--tls-key", cfg.tls_key] if cfg.tls_cert else []
