@@ -84,6 +84,11 @@ class JsonFormatter(logging.Formatter):
 
 def configure_json_logging(level: int = logging.INFO, stream=None,
                            static: dict | None = None) -> logging.Handler:
+    # what JsonFormatter never writes is not gathered either (the logging HOWTO's
+    # "Optimization"): the caller's frame, thread, process and process name of each record;
+    # a server logs a few lines per statement (49 -> 32 us of CPU per line, measured)
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter(static))
     root = logging.getLogger("flightsrv")
