@@ -176,3 +176,24 @@ def test_a_peer_too_long_for_a_socket_name_is_left_out(relay, monkeypatch):
         assert c.recv(1) == b"z"
         assert echo.peers[0] == b"\0flightsrv/tag.0/1/"
         assert client_peer("unix-abstract:" + echo.peers[0][1:].decode()) is None
+
+
+def test_loads_send_each_connection_to_the_least_loaded_worker(tmp_path):
+    """Relays share a table of their connections per worker: the next connection goes to
+    the worker with the fewest from all relays (the relay's own first among equals), and
+    a restarted relay starts its row from zero (its connections died with it)."""
+    from flightsrv.server.relay import Loads
+
+    path = str(tmp_path / "loads")
+    Loads.create(path, 3)
+    r0, r1 = Loads(path, 3, 0), Loads(path, 3, 1)
+    assert r0.order() == [0, 1, 2] and r1.order() == [1, 0, 2]
+    r0.add(0, 1)
+    assert r1.order() == [1, 2, 0]
+    r1.add(1, 2)
+    r0.add(2, 1)
+    assert r0.order() == [0, 2, 1]  # 1, 1, 2 connections: its own among the two equal
+    r0.add(0, -1)
+    assert r0.order() == [0, 2, 1]  # 0, 2, 1
+    Loads(path, 3, 1)  # relay 1 restarted: 0, 0, 1
+    assert r0.order() == [0, 1, 2] and r1.order() == [1, 0, 2]

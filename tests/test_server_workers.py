@@ -502,3 +502,32 @@ def test_the_children_end_with_a_killed_parent_and_free_the_port(tmp_path):
         for pid in [*srv.worker_pids().values(), *srv.worker_pids("front").values()]:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_new_connections_go_to_the_worker_with_the_fewest(tmp_path):
+    """The kernel picks a relay by a hash of the connection; the relay picks the worker
+    that has the fewest relayed connections, so connections opened one after another
+    split evenly, not at random (at random, 5 and 5 of 10 has a chance of 1 in 4)."""
+    srv = Workers(str(tmp_path / "wh"))
+    clients = []
+    try:
+        since = len(srv.events)
+        for _ in range(10):  # each one connected (a call made) and kept open
+            client = flight.connect(srv.uri)
+            client.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+                proto.CommandStatementQuery(query="SELECT 1"))))
+            clients.append(client)
+        deadline = time.monotonic() + 10
+        while True:
+            peers: dict = {}
+            for e in list(srv.events)[since:]:
+                if e.get("event") == "rpc" and e.get("method") == "GetFlightInfo":
+                    peers.setdefault(e.get("worker"), set()).add(e.get("peer"))
+            if sum(map(len, peers.values())) >= 10 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert sorted(len(p) for p in peers.values()) == [5, 5], peers
+    finally:
+        for client in clients:
+            client.close()
+        srv.kill()

@@ -1,11 +1,12 @@
-"""The relay of one worker (``flightsrv serve --workers N`` without TLS): the public port's
-TCP connections passed, byte for byte, to the worker's private unix socket.
+"""The relays of ``flightsrv serve --workers N`` without TLS: the public port's TCP
+connections passed, byte for byte, to the workers' private unix sockets.
 
 Why it exists: Arrow Flight's gRPC server turns ``SO_REUSEPORT`` off, so two Flight servers
 cannot share a port. N relays share the public port instead, the kernel hands each new
-*connection* to one of them, and each relay joins it to a new connection to its own worker
-(a complete ``FlightSqlServer`` on a unix socket in a 0700 directory). A client connection
-thus always reaches the same worker, so its tickets, prepared handles and session stay valid
+*connection* to one of them, and the relay joins it to a new connection to one worker (a
+complete ``FlightSqlServer`` on a unix socket in a 0700 directory): the one with the fewest
+relayed connections (``Loads``), since the kernel's choice of relay is a hash that spreads
+a few connections unevenly. A client connection thus always reaches the same worker, so its tickets, prepared handles and session stay valid
 without shared state (docs/ARCHITECTURE.md, "Using every core"). Nothing is decoded: gRPC's
 HTTP/2 stream runs end to end between the client and the worker, so a relay costs a few
 system calls per TCP segment instead of a gRPC server and client per call (``front.py``,
@@ -22,8 +23,12 @@ Contract:
   user can connect to the worker's socket at all. A peer too long for a socket name (an
   IPv6 address with a long scope) is left out: the connection is still its own session,
   named by the sequence number.
-- While the worker is down (restarting) a new connection is closed at once (the client
-  sees UNAVAILABLE and reconnects); an open one ends when the worker's end closes.
+- ``--worker`` is repeated, once per worker in order; with ``--loads`` (a file of N x N
+  int32, ``Loads.create``) and ``--index i`` each new connection goes to the worker with
+  the fewest connections from all relays (relay ``i``'s own worker first among equals);
+  without it, to the first. A worker that refuses (down, restarting) is skipped; with all
+  down a new connection is closed at once (the client sees UNAVAILABLE and reconnects);
+  an open one ends when its worker's end closes.
 - At most ``max_connections`` connections are relayed at once; one more is closed at once.
   At most ``CHUNK`` bytes wait per direction of a connection: a side that does not read
   stops the relay reading the other side (TCP's own flow control then holds the sender).
@@ -32,7 +37,8 @@ Contract:
 - SIGTERM/SIGINT: stop accepting, keep relaying open connections (the worker drains its
   calls and closes them) for ``--drain-timeout`` seconds, then exit 0.
 
-Run as ``python -m flightsrv.server.relay --listen HOST:PORT --worker PATH --tag TAG``; it
+Run as ``python -m flightsrv.server.relay --listen HOST:PORT --worker PATH [--worker PATH
+...] [--index I --loads PATH] --tag TAG``; it
 prints ``port N`` on stdout once bound (the real port for port 0).
 """
 
@@ -41,6 +47,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
 import selectors
 import signal
 import socket
@@ -87,20 +94,61 @@ class _Pipe:
 
 
 class _Conn:
-    __slots__ = ("client", "worker", "up", "down")
+    __slots__ = ("client", "worker", "up", "down", "target")
 
-    def __init__(self, client: socket.socket, worker: socket.socket):
+    def __init__(self, client: socket.socket, worker: socket.socket, target: int):
         self.client, self.worker = client, worker
+        self.target = target  # which worker
         self.up = _Pipe(client, worker)  # client -> worker
         self.down = _Pipe(worker, client)  # worker -> client
 
 
-class Relay:
-    """A selector loop relaying every accepted connection to ``worker`` (a unix socket)."""
+class Loads:
+    """How many connections each relay of a server holds to each worker: an N x N table of
+    int32 in a file every relay maps (``path``, made by :meth:`create`). Row ``row`` is this
+    relay's and only it writes there (so no lock; another relay's row may be read while it
+    changes, which only makes a choice slightly stale). A relay (re)starting zeroes its row:
+    its earlier connections died with it."""
 
-    def __init__(self, listener: socket.socket, worker: str, tag: str, max_connections: int):
+    def __init__(self, path: str, n: int, row: int):
+        import mmap
+
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self._mm = mmap.mmap(fd, n * n * 4)
+        finally:
+            os.close(fd)
+        self._a = memoryview(self._mm).cast("i")
+        self.n, self.row = n, row
+        for w in range(n):
+            self._a[row * n + w] = 0
+
+    @staticmethod
+    def create(path: str, n: int) -> None:
+        with open(path, "wb") as f:
+            f.write(bytes(n * n * 4))
+
+    def add(self, worker: int, delta: int) -> None:
+        self._a[self.row * self.n + worker] += delta
+
+    def order(self) -> list[int]:
+        """The workers, fewest relayed connections first (this relay's own first among
+        equals)."""
+        n, a = self.n, self._a
+        totals = [sum(a[r * n + w] for r in range(n)) for w in range(n)]
+        return sorted(range(n), key=lambda w: (totals[w], w != self.row, w))
+
+
+class Relay:
+    """A selector loop relaying every accepted connection to one of ``workers`` (unix
+    sockets): the one with the fewest connections from all relays (``loads``), or the only
+    one."""
+
+    def __init__(self, listener: socket.socket, workers: str | list[str], tag: str,
+                 max_connections: int, loads: Loads | None = None):
         self.listener = listener
-        self.worker = worker
+        self.workers = [workers] if isinstance(workers, str) else list(workers)
+        self.loads = loads
         self.tag = tag
         self.max_connections = max_connections
         self.sel = selectors.DefaultSelector()
@@ -154,6 +202,26 @@ class Relay:
         if len(self.conns) >= self.max_connections:
             client.close()
             return
+        order = self.loads.order() if self.loads is not None else range(len(self.workers))
+        for target in order:
+            worker = self._connect(target, addr)
+            if worker is not None:
+                break
+        else:
+            client.close()  # every worker is down: the client reconnects
+            return
+        for s in (client, worker):
+            s.setblocking(False)
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Conn(client, worker, target)
+        self.conns[client.fileno()] = conn
+        if self.loads is not None:
+            self.loads.add(target, 1)
+        self._update(conn)
+
+    def _connect(self, target: int, addr) -> socket.socket | None:
+        """A new connection to worker ``target`` named for the client at ``addr``, or None
+        when that worker is down (restarting)."""
         worker = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._seq += 1
@@ -162,17 +230,11 @@ class Relay:
                 name = f"{PREFIX}{self.tag}/{self._seq}/".encode()
             worker.bind(b"\0" + name)
             worker.setblocking(False)
-            worker.connect(self.worker)  # a unix socket: done at once, or refused
+            worker.connect(self.workers[target])  # a unix socket: done at once, or refused
         except OSError:
             worker.close()
-            client.close()  # the worker is down: the client reconnects
-            return
-        for s in (client, worker):
-            s.setblocking(False)
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Conn(client, worker)
-        self.conns[client.fileno()] = conn
-        self._update(conn)
+            return None
+        return worker
 
     # -- relaying ---------------------------------------------------------------------------
 
@@ -211,7 +273,8 @@ class Relay:
     def _close(self, conn: _Conn) -> None:
         for s in (conn.client, conn.worker):
             self._set(s, 0, conn)
-        self.conns.pop(conn.client.fileno(), None)
+        if self.conns.pop(conn.client.fileno(), None) is not None and self.loads is not None:
+            self.loads.add(conn.target, -1)
         conn.client.close()
         conn.worker.close()
 
@@ -298,7 +361,12 @@ def listen(host: str, port: int, backlog: int = 1024) -> socket.socket:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m flightsrv.server.relay")
     p.add_argument("--listen", required=True, help="HOST:PORT to share (SO_REUSEPORT)")
-    p.add_argument("--worker", required=True, help="the worker's unix socket path")
+    p.add_argument("--worker", required=True, action="append",
+                   help="a worker's unix socket path (repeated: every worker, in order)")
+    p.add_argument("--index", type=int, default=0,
+                   help="this relay's row in --loads (and its worker among equals)")
+    p.add_argument("--loads", default=None,
+                   help="the file of connections per relay and worker (Loads.create)")
     p.add_argument("--tag", required=True, help="names this server's relayed connections")
     p.add_argument("--max-connections", type=int, default=4096)
     p.add_argument("--drain-timeout", type=float, default=30.0)
@@ -319,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.stdout.write(f"port {listener.getsockname()[1]}\n")
     sys.stdout.flush()
-    Relay(listener, args.worker, args.tag, connection_limit(args.max_connections)).run(
-        stop, args.drain_timeout)
+    loads = Loads(args.loads, len(args.worker), args.index) if args.loads else None
+    Relay(listener, args.worker, args.tag, connection_limit(args.max_connections),
+          loads).run(stop, args.drain_timeout)
     return 0
 
 

@@ -3,9 +3,10 @@
 Each worker is a complete ``flightsrv serve`` (its own DuckDB, manifest cache, sessions,
 tickets and prepared handles) listening on a private unix socket in a 0700 directory;
 each front shares the public port with the others (SO_REUSEPORT) and passes the connections
-the kernel gives it to its own worker: a relay (``server/relay.py``, bytes both ways)
-without TLS, a gRPC front (``server/front.py``, which ends TLS and forwards each call) with
-it. See docs/ARCHITECTURE.md, "Using every core".
+the kernel gives it to a worker: without TLS a relay (``server/relay.py``, bytes both ways,
+to the worker with the fewest connections), with it a gRPC front (``server/front.py``, which
+ends TLS and forwards each call to its own worker). See docs/ARCHITECTURE.md, "Using every
+core".
 
 Contract:
 
@@ -47,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 
 from flightsrv.server.broker import SlotBroker
+from flightsrv.server.relay import Loads
 from flightsrv.server.signals import PARENT_ENV, StopOnSignals
 
 log = logging.getLogger("flightsrv.server")
@@ -122,6 +124,9 @@ def supervise(argv: list[str], cfg, on_start) -> int:
         port = cfg.port
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
         tag = os.urandom(6).hex()  # names this server's relayed connections
+        socks = [os.path.join(sockdir, f"w{i}.sock") for i in range(n)]
+        loads = os.path.join(sockdir, "loads")  # connections per relay and worker
+        Loads.create(loads, n)
         for i in range(n):
             sock = os.path.join(sockdir, f"w{i}.sock")
             if tls:  # TLS ends in a gRPC front; plain connections are relayed as bytes
@@ -129,9 +134,14 @@ def supervise(argv: list[str], cfg, on_start) -> int:
                           "--listen", f"{host}:{port}", "--worker", f"unix:{sock}",
                           "--drain-timeout", str(cfg.drain_timeout_s), *tls]
             else:
+                # every relay reaches every worker: each new connection goes to the
+                # worker with the fewest (the kernel's choice of relay is a hash)
                 argv_i = [sys.executable, "-m", "flightsrv.server.relay",
-                          "--listen", f"{host}:{port}", "--worker", sock, "--tag", f"{tag}.{i}",
+                          "--listen", f"{host}:{port}", "--tag", f"{tag}.{i}",
+                          "--index", str(i), "--loads", loads,
                           "--drain-timeout", str(cfg.drain_timeout_s)]
+                for s in socks:
+                    argv_i += ["--worker", s]
             front = _Child("front", i, argv_i)
             front.start(env)
             port = _read_port(front)
