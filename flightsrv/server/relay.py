@@ -6,8 +6,9 @@ cannot share a port. N relays share the public port instead, the kernel hands ea
 *connection* to one of them, and the relay joins it to a new connection to one worker (a
 complete ``FlightSqlServer`` on a unix socket in a 0700 directory): the one with the fewest
 relayed connections (``Loads``), since the kernel's choice of relay is a hash that spreads
-a few connections unevenly. A client connection thus always reaches the same worker, so its tickets, prepared handles and session stay valid
-without shared state (docs/ARCHITECTURE.md, "Using every core"). Nothing is decoded: gRPC's
+a few connections unevenly. A client connection thus always reaches the same worker, so
+its tickets, prepared handles and session stay valid without shared state
+(docs/ARCHITECTURE.md, "Using every core"). Nothing is decoded: gRPC's
 HTTP/2 stream runs end to end between the client and the worker, so a relay costs a few
 system calls per TCP segment instead of a gRPC server and client per call (``front.py``,
 which the workers still use when TLS is configured, since TLS ends in the front).
