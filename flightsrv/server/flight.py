@@ -244,7 +244,6 @@ class FlightSqlServer(flight.FlightServerBase):
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
         # behind ``serve --workers N`` the slots are the whole server's, kept by the parent
         link = broker.connect(forwarded.slots_socket if forwarded else None)
-        self._broker_link = link
 
         def limit(pool: str, *args, **kwargs):
             if link is None:
