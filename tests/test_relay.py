@@ -129,9 +129,9 @@ def test_connections_beyond_the_limit_are_closed(relay):
     _wait(lambda: not r.conns)
 
 
-def test_stop_drains_open_connections_then_returns(tmp_path):
+def test_stop_drains_then_returns_once_the_worker_is_gone(tmp_path):
     path = str(tmp_path / "w.sock")
-    Echo(path)
+    echo = Echo(path)
     lst = listen("127.0.0.1", 0)
     port = lst.getsockname()[1]
     r = Relay(lst, path, "t", max_connections=8)
@@ -142,15 +142,18 @@ def test_stop_drains_open_connections_then_returns(tmp_path):
     c.sendall(b"a")
     assert c.recv(1) == b"a"
     stop[0] = True
-    time.sleep(0.7)  # no longer accepting, but the open connection still relays
-    with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", port), timeout=2).recv(1)
-    c.sendall(b"b")
+    time.sleep(0.7)  # draining: the open connection still relays, and while the worker
+    c.sendall(b"b")  # accepts, so does a new one (the worker says it is shutting down)
     assert c.recv(1) == b"b"
-    assert t.is_alive()
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as d:
+        d.sendall(b"c")
+        assert d.recv(1) == b"c"
+    echo.sock.close()  # the worker is gone: new connections are refused
     c.close()
     t.join(10)
     assert not t.is_alive()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).recv(1)
 
 
 def test_peer_names():
@@ -197,3 +200,5 @@ def test_loads_send_each_connection_to_the_least_loaded_worker(tmp_path):
     assert r0.order() == [0, 2, 1]  # 0, 2, 1
     Loads(path, 3, 1)  # relay 1 restarted: 0, 0, 1
     assert r0.order() == [0, 1, 2] and r1.order() == [1, 0, 2]
+    # draining, the busiest first: a worker with calls to finish is up the longest
+    assert r0.order(draining=True) == [2, 0, 1]

@@ -167,6 +167,8 @@ def test_sigterm_drains_running_calls_then_exits_zero(tmp_path):
             except flight.FlightUnavailableError as exc:
                 refused = exc
                 break
+            except flight.FlightCancelledError:
+                pass  # with --workers: raced an idle worker's exit (it had nothing to drain)
             time.sleep(0.05)
         assert refused is not None and "shutting down" in str(refused)
         while True:  # the running stream finishes

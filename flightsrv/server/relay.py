@@ -35,8 +35,10 @@ Contract:
   stops the relay reading the other side (TCP's own flow control then holds the sender).
 - An unexpected error on one connection closes that connection (one JSON log line on
   stderr, ``event: relay_error``); the relay goes on.
-- SIGTERM/SIGINT: stop accepting, keep relaying open connections (the worker drains its
-  calls and closes them) for ``--drain-timeout`` seconds, then exit 0.
+- SIGTERM/SIGINT: drain for at most ``--drain-timeout`` seconds, then exit 0: open
+  connections keep relaying and new ones are still relayed while a worker accepts them
+  (the workers drain too: a new call gets UNAVAILABLE "shutting down", as from one
+  server); the relay exits once it relays nothing and no worker accepts.
 
 Run as ``python -m flightsrv.server.relay --listen HOST:PORT --worker PATH [--worker PATH
 ...] [--index I --loads PATH] --tag TAG``; it
@@ -132,12 +134,15 @@ class Loads:
     def add(self, worker: int, delta: int) -> None:
         self._a[self.row * self.n + worker] += delta
 
-    def order(self) -> list[int]:
+    def order(self, draining: bool = False) -> list[int]:
         """The workers, fewest relayed connections first (this relay's own first among
-        equals)."""
+        equals); ``draining`` (the server is stopping): most first, since a worker with
+        nothing to finish exits first and one still finishing calls answers new ones
+        UNAVAILABLE "shutting down" until it is done."""
         n, a = self.n, self._a
         totals = [sum(a[r * n + w] for r in range(n)) for w in range(n)]
-        return sorted(range(n), key=lambda w: (totals[w], w != self.row, w))
+        sign = -1 if draining else 1
+        return sorted(range(n), key=lambda w: (sign * totals[w], w != self.row, w))
 
 
 class Relay:
@@ -157,6 +162,7 @@ class Relay:
         self._seq = 0
         self._want: dict[socket.socket, int] = {}  # registered events per socket
         self._paused_until: float | None = None  # accepting paused (out of descriptors)
+        self._stop = [False]  # run()'s stop flag: set, the server drains
         self.sel.register(listener, _READ, None)
 
     # -- events ---------------------------------------------------------------------------
@@ -203,7 +209,8 @@ class Relay:
         if len(self.conns) >= self.max_connections:
             client.close()
             return
-        order = self.loads.order() if self.loads is not None else range(len(self.workers))
+        order = self.loads.order(self._stop[0]) if self.loads is not None \
+            else range(len(self.workers))
         for target in order:
             worker = self._connect(target, addr)
             if worker is not None:
@@ -294,18 +301,19 @@ class Relay:
             self._update(conn)
 
     def run(self, stop: list[bool], drain_timeout_s: float) -> None:
+        self._stop = stop
         deadline = None
         while True:
-            if stop[0] and deadline is None:  # stop accepting; drain the open connections
+            if stop[0] and deadline is None:
+                # draining: open connections go on, and new ones still reach the workers,
+                # which drain too and answer new calls UNAVAILABLE "shutting down", as
+                # one server does, until they are gone
                 deadline = time.monotonic() + drain_timeout_s
-                if self._paused_until is None:
-                    self.sel.unregister(self.listener)
-                self._paused_until = None
-                self.listener.close()
             if self._paused_until is not None and time.monotonic() >= self._paused_until:
                 self._paused_until = None
                 self.sel.register(self.listener, _READ, None)
-            if deadline is not None and (not self.conns or time.monotonic() >= deadline):
+            if deadline is not None and (time.monotonic() >= deadline or (
+                    not self.conns and not self._any_worker())):
                 break
             for key, events in self.sel.select(0.1 if self._paused_until else 0.5):
                 if key.data is None:
@@ -321,8 +329,22 @@ class Relay:
                         "event": "relay_error", "error_class": type(exc).__name__,
                         "error": str(exc)}})
                     self._close(conn)
+        self.listener.close()
         for conn in list(self.conns.values()):
             self._close(conn)
+
+    def _any_worker(self) -> bool:
+        """Whether some worker still accepts connections (draining, not yet gone)."""
+        for path in self.workers:
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+                return True
+            except OSError:
+                continue
+            finally:
+                probe.close()
+        return False
 
 
 def connection_limit(wanted: int) -> int:
