@@ -428,6 +428,8 @@ class BrokerLink:
                     del buf[: end + 1]
                     with self._lock:
                         self._answer(msg)
+                if len(buf) > MAX_LINE:  # not the broker's protocol: stop trusting it
+                    break
         except (OSError, ValueError):
             pass
         with self._lock:

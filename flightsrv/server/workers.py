@@ -128,7 +128,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
         loads = os.path.join(sockdir, "loads")  # connections per relay and worker
         Loads.create(loads, n)
         for i in range(n):
-            sock = os.path.join(sockdir, f"w{i}.sock")
+            sock = socks[i]
             if tls:  # TLS ends in a gRPC front; plain connections are relayed as bytes
                 argv_i = [sys.executable, "-m", "flightsrv.server.front",
                           "--listen", f"{host}:{port}", "--worker", f"unix:{sock}",
@@ -148,7 +148,7 @@ def supervise(argv: list[str], cfg, on_start) -> int:
             front.argv[front.argv.index("--listen") + 1] = f"{host}:{port}"  # for a restart
             children.append(front)
         for i in range(n):
-            sock = os.path.join(sockdir, f"w{i}.sock")
+            sock = socks[i]
             worker = _Child("worker", i, worker_argv(argv, n, i, sock, port, cfg.threads,
                                                       cfg.memory_limit, slots.path), stdin=key)
             worker.start(env)
