@@ -148,9 +148,6 @@ def _scrape(port: int, token: str) -> dict:
                 not line.startswith(("flightsrv_queue_wait_seconds_bucket",
                                      "flightsrv_queue_wait_seconds_sum")):
             name, value = line.rsplit(" ", 1)
-            # ``serve --workers N``: which worker served a call is the kernel's pick, not
-            # the data's; the server's totals are the sums over ``worker``
-            name = re.sub(r'\{worker="\d+"\}|,?worker="\d+"', "", name).replace("{,", "{")
             out[name] = out.get(name, 0.0) + float(value)
     return out
 

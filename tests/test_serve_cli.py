@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import adbc_driver_manager
@@ -44,7 +45,6 @@ class Served:
         self.port = port if port is not None else free_port()
         if SERVE_WORKERS > 1 and "--workers" not in args:
             args = (*args, "--workers", str(SERVE_WORKERS))
-        workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
         cmd = [sys.executable, "-m", "flightsrv.cli", "--warehouse", warehouse, "serve",
                "--port", str(self.port), *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
@@ -55,14 +55,13 @@ class Served:
         def drain():
             for line in self.proc.stderr:
                 self.lines.append(line)
-                if workers > 1 and line.startswith("flightsrv: serving"):
-                    started.set()  # the parent's line: every worker is up
                 try:
                     event = json.loads(line)
                 except ValueError:
                     continue
                 self.events.append(event)
-                if event.get("event") == "start" and workers == 1:
+                # one start line per server (with --workers N, the parent's once all serve)
+                if event.get("event") == "start":
                     started.set()
             started.set()
 
@@ -109,6 +108,14 @@ def test_serve_local_demo_sql_writes_survive_restart(tmp_path):
     srv = Served(wh)
     try:
         uri = srv.uri()
+        # the one human line names the seeded table (with --workers, worker 0 seeds it
+        # before the parent prints the line)
+        deadline = time.monotonic() + 10  # it follows the JSON start line
+        while not any(ln.startswith("flightsrv: serving") for ln in list(srv.lines)):
+            assert time.monotonic() < deadline, "".join(srv.lines)
+            time.sleep(0.05)
+        (serving,) = [ln for ln in list(srv.lines) if ln.startswith("flightsrv: serving")]
+        assert f"(tables: {DEMO_TABLE};" in serving or f"(tables: {DEMO_TABLE})" in serving
         total, user42 = query(uri, f"SELECT count(*), count(*) FILTER (WHERE user_id = 42) "
                                    f"FROM {DEMO_TABLE}")[0]
         assert 99_000 < total < 100_000 and user42 == 0  # seeded, user 42 erased

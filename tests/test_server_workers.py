@@ -114,6 +114,13 @@ def server(tmp_path_factory, users):
         yield srv
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(timeout=60) == 0  # every child drained and stopped
+        srv._drain.join(10)
+        # one server's stop and stopped lines, the parent's; each worker's are worker_*
+        ends = [e for e in srv.events if e.get("event") in ("stop", "stopped")]
+        assert [e["event"] for e in ends] == ["stop", "stopped"]
+        assert ends[1]["drained"] is True and "worker" not in ends[1]
+        assert sorted(e["worker"] for e in srv.events
+                      if e.get("event") == "worker_stopped") == [0, 1]
     finally:
         srv.kill()
 
@@ -137,10 +144,14 @@ def _client_work(uri: str, i: int) -> tuple[int, int, int]:
 def test_connections_spread_over_workers_and_agree(server):
     pids = server.worker_pids()
     assert sorted(pids) == [0, 1]
-    # each worker's start line names its socket and the port its clients reach
-    starts = [e for e in list(server.events) if e.get("event") == "start" and "worker" in e]
+    # each worker's line names its socket and the port its clients reach; the server's
+    # one start line (the parent's, once all serve) names the port as one process does
+    starts = [e for e in list(server.events) if e.get("event") == "worker_start"]
     assert {e["worker"] for e in starts} >= {0, 1}
     assert all(e["port"] == server.port and e["socket"].endswith(".sock") for e in starts)
+    (start,) = [e for e in list(server.events) if e.get("event") == "start"]
+    assert "worker" not in start and start["port"] == server.port and start["workers"] == 2
+    assert start["pid"] == server.proc.pid and start["tls"] is False
     since = len(server.events)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda i: _client_work(server.uri, i), range(CONNECTIONS)))
@@ -217,7 +228,7 @@ def test_a_killed_worker_is_restarted_and_new_connections_work(server):
         assert time.monotonic() < deadline, "worker 1 was not restarted"
         time.sleep(0.2)
     new = server.worker_pids()[1]
-    while not any(e.get("event") == "start" and e.get("pid") == new
+    while not any(e.get("event") == "worker_start" and e.get("pid") == new
                   for e in list(server.events)):
         assert time.monotonic() < deadline, "restarted worker did not serve"
         time.sleep(0.2)
@@ -292,13 +303,15 @@ def test_tls_ends_at_the_fronts_and_roles_hold(tmp_path):
 def test_worker_command_lines_split_the_machine():
     from flightsrv.server.workers import worker_argv
 
-    first = worker_argv(["serve", "--metrics-port", "9000"], 2, 0, "/s/w0.sock", 31337,
-                        None, "50%")
-    assert first[-12:] == ["--workers", "1", "--worker-socket", "/s/w0.sock",
-                           "--public-port", "31337", "--worker-index", "0", "--threads",
-                           str(max(1, (os.cpu_count() or 1) // 2)), "--memory-limit", "25%"]
-    other = worker_argv(["serve"], 2, 1, "/s/w1.sock", 31337, 3, "4GiB")
-    assert "--threads" not in other and "--memory-limit" not in other  # given: kept as is
+    first = worker_argv(["serve", "--metrics-port", "9000"], 2, 0, "/s/w0.sock", 31337, "50%")
+    # each worker's DuckDB keeps every core (--threads as given, or the CPU count): one
+    # statement alone on the server runs as fast as on one process; memory is split
+    assert first[-10:] == ["--workers", "1", "--worker-socket", "/s/w0.sock",
+                           "--public-port", "31337", "--worker-index", "0",
+                           "--memory-limit", "25%"]
+    assert "--threads" not in first
+    other = worker_argv(["serve", "--threads", "3"], 2, 1, "/s/w1.sock", 31337, "4GiB")
+    assert other.count("--threads") == 1 and "--memory-limit" not in other  # kept as given
     # worker 0 alone seeds the demo and runs the background maintenance; every worker keeps
     # the metrics option (worker 0 serves the port, the others a private socket)
     assert other[-2:] == ["--no-demo", "--no-auto-maintenance"]
@@ -306,8 +319,9 @@ def test_worker_command_lines_split_the_machine():
 
 
 def test_the_metrics_port_answers_for_every_worker(server):
-    """Worker 0 serves --metrics-port; /metrics holds each worker's samples labelled
-    ``worker`` (read from the others' private sockets), /readyz is ready when all are."""
+    """Worker 0 serves --metrics-port; /metrics is one server's (every worker's samples
+    summed, read from the others' private sockets), ``?by=worker`` each worker's labelled
+    ``worker``; /readyz is ready when all are."""
     base = f"http://127.0.0.1:{server.metrics_port}"
     with urllib.request.urlopen(f"{base}/healthz") as r:
         assert r.status == 200
@@ -322,17 +336,32 @@ def test_the_metrics_port_answers_for_every_worker(server):
             cur.execute("SELECT count(*) FROM t")
             cur.fetchall()
         time.sleep(0.05)
-    with urllib.request.urlopen(f"{base}/metrics") as r:
-        text = r.read().decode()
     from prometheus_client.parser import text_string_to_metric_families
 
-    families = {f.name: f for f in text_string_to_metric_families(text)}
-    selects = {s.labels["worker"]: s.value for s in families["flightsrv_statements"].samples
-               if s.name == "flightsrv_statements_total" and s.labels.get("kind") == "select"}
-    assert set(selects) == {"0", "1"} and all(v >= 1 for v in selects.values())
+    def scrape(query: str = "") -> tuple[str, dict]:
+        with urllib.request.urlopen(f"{base}/metrics{query}") as r:
+            text = r.read().decode()
+        return text, {f.name: f for f in text_string_to_metric_families(text)}
+
+    def selects(families) -> dict:
+        return {s.labels.get("worker"): s.value for s in families["flightsrv_statements"].samples
+                if s.name == "flightsrv_statements_total" and s.labels.get("kind") == "select"
+                and s.labels.get("status") == "OK"}
+
+    # ?by=worker: each worker's own samples, labelled
+    text, families = scrape("?by=worker")
+    per_worker = selects(families)
+    assert set(per_worker) == {"0", "1"} and all(v >= 1 for v in per_worker.values())
     assert families["flightsrv_workers_reporting"].samples[0].value == 2
     # one HELP/TYPE per metric, however many workers report it
     assert text.count("# TYPE flightsrv_requests_total ") == 1
+    # the default: one server's samples, the workers' summed, no worker label
+    text, families = scrape()
+    (total,) = selects(families).values()
+    assert total == sum(per_worker.values())  # nothing ran between the two scrapes
+    assert 'worker="' not in text
+    assert text.count("# TYPE flightsrv_requests_total ") == 1
+    assert families["flightsrv_workers_reporting"].samples[0].value == 2
 
 
 def test_a_front_drops_a_callers_own_peer_header():

@@ -186,10 +186,8 @@ def cmd_serve(args) -> int:
 
     def started(port: int, tables: list[str]) -> None:
         if worker is not None:
-            # the parent prints the line once every worker is up: its socket serves, and
-            # so does its metrics endpoint (worker 0's answers /readyz for all)
-            with open(worker + ".ready", "w"):
-                pass
+            # the parent prints the line once every worker is up (each writes its socket's
+            # ".ready" file when it serves everything, its metrics endpoint included)
             return
         workers = f"{cfg.workers} workers; " if cfg.workers > 1 else ""
         sys.stderr.write(f"flightsrv: serving {wh.uri} on {scheme}://{args.host}:{port} "
@@ -201,7 +199,7 @@ def cmd_serve(args) -> int:
 
     try:
         if cfg.workers > 1:
-            return _supervise(cfg, level, wh, started)
+            return _supervise(cfg, level, wh, started, auth)
         if worker is not None:
             return run(cfg, args.warehouse, level, warehouse=wh, auth=auth, on_start=started,
                        worker=(worker, _forwarded(args)))
@@ -232,11 +230,12 @@ def _forwarded(args):
                      slots_socket=getattr(args, "slots_socket", None))
 
 
-def _supervise(cfg, level, wh, started) -> int:
+def _supervise(cfg, level, wh, started, auth) -> int:
     """``--workers N``: worker/front pairs under this process (server/workers.py)."""
     from flightsrv.server.logs import configure_json_logging
     from flightsrv.server.workers import supervise
 
     configure_json_logging(level)
-    names = wh.list_tables() if wh.is_initialized() else []
-    return supervise(sys.argv[1:], cfg, lambda port: started(port, names))
+    # the tables once every worker is up: worker 0 may have seeded the demo table
+    return supervise(sys.argv[1:], cfg, lambda port: started(
+        port, wh.list_tables() if wh.is_initialized() else []), auth=auth is not None)

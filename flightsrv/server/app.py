@@ -18,6 +18,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -25,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from urllib.parse import parse_qs
 
 from flightsrv.server.signals import StopOnSignals
 from flightsrv.engine.api import Engine
@@ -97,10 +99,16 @@ def auth_from_config(cfg: ServerConfig) -> AuthConfig | None:
     return None
 
 
-def report_tables(engine) -> list[str]:
-    """List the warehouse's tables, logging each one that cannot be read."""
+#: a worker's exit status when its drain deadline passed with statements still running
+WORKER_NOT_DRAINED = 75
+
+
+def report_tables(engine, quiet: bool = False) -> list[str]:
+    """List the warehouse's tables, logging each one that cannot be read (unless quiet)."""
     broken: list = []
     names = engine.list_tables(broken)
+    if quiet:
+        return names
     for name, exc in broken:
         ctx = getattr(exc, "context", {}) or {}
         log.warning("table unavailable", extra={"fields": {
@@ -155,7 +163,8 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
     try:
         engine = DuckEngine(wh, threads=cfg.effective_threads, memory_limit=cfg.memory_limit,
                             temp_directory=temp_dir)
-        names = report_tables(engine)
+        # one server logs each unreadable table once: behind --workers N, worker 0 does
+        names = report_tables(engine, quiet=worker is not None and worker[1].index > 0)
 
         def started(port: int) -> None:
             if on_start is not None:
@@ -170,13 +179,14 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
         extra = {}
         if worker is not None:
             extra = dict(location=f"grpc+unix://{worker[0]}", forwarded=worker[1])
-        serve(engine, cfg.host, cfg.port, auth=auth, tls=tls, config=cfg,
-              ready=_readiness(wh), scrub_paths=tuple(paths), log_level=log_level,
-              on_start=started, **extra)
+        drained = serve(engine, cfg.host, cfg.port, auth=auth, tls=tls, config=cfg,
+                        ready=_readiness(wh), scrub_paths=tuple(paths), log_level=log_level,
+                        on_start=started, **extra)
     finally:
         if own_temp:
             shutil.rmtree(temp_dir, ignore_errors=True)
-    return 0
+    # a worker tells its parent whether it drained (the parent logs the server's "stopped")
+    return 0 if drained or worker is None else WORKER_NOT_DRAINED
 
 
 def cap_process_memory(cap: int | None) -> None:
@@ -224,8 +234,9 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
           config: ServerConfig | None = None,
           ready: Callable[[], tuple[bool, str]] | None = None,
           log_level: int = logging.INFO, on_start: Callable[[int], None] | None = None,
-          location: str | None = None, **kwargs) -> None:  # fmt: skip
-    """Serve until SIGINT/SIGTERM, then drain. Must run in the main thread (signals).
+          location: str | None = None, **kwargs) -> bool:  # fmt: skip
+    """Serve until SIGINT/SIGTERM, then drain; True when every call ended within the drain
+    deadline. Must run in the main thread (signals).
     ``on_start(port)`` runs once the port is bound (the real port when ``port`` is 0).
     ``location``: listen there instead of ``host:port`` (a worker's unix socket)."""
     cfg = config or ServerConfig()
@@ -260,12 +271,16 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
     stop, received = signals.stop, signals.received
     # a worker listens on a unix socket (no port of its own): its line names the socket and
     # the port its clients reach, the front's
+    # (its events are worker_* ones: the parent logs the server's start, stop and stopped)
     where = {"host": host, "port": server.port} if fwd is None else \
         {"socket": (location or "").split("://", 1)[-1], "port": fwd.public_port}
+    event = "" if fwd is None else "worker_"
     log.info("serving", extra={"fields": {
-        "event": "start", **where, "tls": tls is not None,
+        "event": event + "start", **where, "tls": tls is not None,
         "auth": auth is not None, "pid": os.getpid(),
         "metrics_port": metrics_http.port if metrics_http else None}})  # fmt: skip
+    if fwd is not None:
+        _mark_ready(where["socket"], metrics_http.port if metrics_http else None)
     if on_start is not None:
         on_start(server.port)
     try:
@@ -273,7 +288,7 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
             pass
     finally:
         log.info("shutting down", extra={"fields": {
-            "event": "stop", "signal": ",".join(received),
+            "event": event + "stop", "signal": ",".join(received),
             "drain_timeout_s": cfg.drain_timeout_s}})
         server.begin_drain()
         if server.maintenance is not None:  # a run in progress may finish its commit
@@ -290,13 +305,24 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
         if callable(close):
             close()
         signals.restore()
-        log.info("stopped", extra={"fields": {"event": "stopped", "drained": drained}})
+        log.info("stopped", extra={"fields": {"event": event + "stopped", "drained": drained}})
+    return drained
+
+
+def _mark_ready(socket_path: str, metrics_port: int | None) -> None:
+    """Tell the parent of ``serve --workers N`` that this worker serves everything: its
+    socket and (worker 0) the metrics port, which the parent's start line names."""
+    tmp = socket_path + ".ready.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"pid": os.getpid(), "metrics_port": metrics_port}, f)
+    os.replace(tmp, socket_path + ".ready")
 
 
 def _worker_metrics(server: FlightSqlServer, fwd: Forwarded, location: str | None, cfg,
                     ready_now: Callable[[], tuple[bool, str]], authorize):
     """A worker's metrics endpoint (``serve --workers N --metrics-port P``): worker 0 serves
-    the port and answers for every worker (each sample labelled ``worker``; ``/readyz`` is
+    the port and answers for every worker (the samples summed as one server's, or with
+    ``?by=worker`` each labelled ``worker``; ``/readyz`` is
     ready when every worker is), the others serve ``m<index>.sock`` beside their own socket
     for worker 0 to read."""
     sockdir = os.path.dirname((location or "").split("://", 1)[-1])
@@ -311,7 +337,7 @@ def _worker_metrics(server: FlightSqlServer, fwd: Forwarded, location: str | Non
                 found.append((name[1:-5], os.path.join(sockdir, name)))
         return sorted(found, key=lambda p: int(p[0]))
 
-    def render() -> bytes:
+    def render(query: str) -> bytes:
         texts = [("0", server.metrics.render())]
         for index, path in peers():
             try:
@@ -323,7 +349,8 @@ def _worker_metrics(server: FlightSqlServer, fwd: Forwarded, location: str | Non
         reporting = ("# HELP flightsrv_workers_reporting workers whose samples this "
                      "scrape holds\n# TYPE flightsrv_workers_reporting gauge\n"
                      f"flightsrv_workers_reporting {len(texts)}\n").encode()
-        return merge_workers(texts) + reporting
+        by_worker = "worker" in parse_qs(query).get("by", [])
+        return merge_workers(texts, by_worker=by_worker) + reporting
 
     def ready_all() -> tuple[bool, str]:
         ok, detail = ready_now()

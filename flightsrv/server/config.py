@@ -41,7 +41,7 @@ class ServerConfig:
     # one value DuckDB builds outside its buffer manager (repeat(), string_agg()) fails
     # its statement with Out of Memory instead of growing the process; "off" = no cap
     memory_headroom: str = "1GiB"
-    threads: int | None = None  # DuckDB threads; None = CPU count (/ workers)
+    threads: int | None = None  # DuckDB threads (each worker's); None = CPU count
     # server processes sharing the port (server/workers.py); 1 = one process, as before
     workers: int = 1
     temp_dir: str | None = None  # DuckDB spill directory; None = a private temp dir

@@ -24,8 +24,9 @@ Contract:
   the front's one channel.
 - The caller's deadline is the forwarded call's deadline; a caller that cancels (or goes
   away) cancels the forwarded call.
-- While the worker is down (restarting), calls fail UNAVAILABLE at once; the front tries
-  to reach the worker again at most a second apart.
+- While the worker is not reachable (starting, restarting), a call waits up to 5 s (within
+  its deadline) for it, then fails UNAVAILABLE; the front tries to reach the worker again
+  at most a second apart.
 - TLS, when configured, ends here; the worker's socket is a private unix socket.
 - At most ``max_calls`` calls are handled at once (threads), ``max_calls * 4`` are accepted
   (the rest wait for a thread); beyond that gRPC answers RESOURCE_EXHAUSTED.
@@ -70,6 +71,36 @@ def forwardable(metadata) -> list[tuple[str, str | bytes]]:
             if not k.startswith(":") and k.lower() not in _HOP_HEADERS]
 
 
+#: how long a call waits for the worker's socket to accept (a worker starting or restarting)
+WORKER_WAIT_S = 5.0
+
+
+class _Reachable:
+    """Whether the channel to the worker is connected, as gRPC reports it (a callback,
+    not a per-call probe)."""
+
+    def __init__(self, channel, grpc):
+        self._ready = threading.Event()
+        c = grpc.ChannelConnectivity
+        # an idle channel connects on the next call; connecting keeps the last answer
+        self._up, self._down = (c.READY, c.IDLE), (c.TRANSIENT_FAILURE, c.SHUTDOWN)
+        self._channel = channel
+        channel.subscribe(self._changed, try_to_connect=True)
+
+    def close(self) -> None:
+        """Unsubscribe (grpcio's channel finalizer can hang at exit on a subscription)."""
+        self._channel.unsubscribe(self._changed)
+
+    def _changed(self, state) -> None:
+        if state in self._up:
+            self._ready.set()
+        elif state in self._down:
+            self._ready.clear()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._ready.wait(timeout_s)
+
+
 class Forwarder:
     """A grpcio generic handler forwarding FlightService calls to ``channel``."""
 
@@ -78,6 +109,11 @@ class Forwarder:
 
         self._grpc = grpc
         self._channel = channel
+        self._reachable = _Reachable(channel, grpc)
+
+    def close(self) -> None:
+        self._reachable.close()
+        self._channel.close()
 
     def service(self, details):
         method = details.method
@@ -97,7 +133,11 @@ class Forwarder:
         metadata.append((PEER_HEADER, context.peer()))
         remaining = context.time_remaining()
         timeout = None if remaining is None or remaining > _NO_DEADLINE_S else remaining
-        call = stub(request, metadata=metadata, timeout=timeout)
+        # a worker still starting (the server's start line follows every worker's ready
+        # file, but the channel may be in its reconnect back-off) or restarting: wait a
+        # little for it within the call's deadline, then the call waits in gRPC's connect
+        self._reachable.wait(min(WORKER_WAIT_S, timeout if timeout is not None else 1e9))
+        call = stub(request, metadata=metadata, timeout=timeout, wait_for_ready=False)
         context.add_callback(call.cancel)
         try:
             context.send_initial_metadata(forwardable(call.initial_metadata()))
@@ -112,13 +152,15 @@ class Forwarder:
 def start(listen: str, worker: str, *, tls: tuple[bytes, bytes] | None = None,
           max_calls: int = 128):
     """Start a front on ``listen`` (``host:port``) forwarding to ``worker`` (a grpcio target,
-    ``unix:PATH``). Returns ``(server, port)``; stop it with ``server.stop(grace)``."""
+    ``unix:PATH``). Returns ``(server, port)``; stop it with ``server.stop(grace)``, then
+    ``server.forwarder.close()``."""
     import grpc
 
     channel = grpc.insecure_channel(worker, options=_UNLIMITED + _RECONNECT)
+    forwarder = Forwarder(channel)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_calls,
                                                     thread_name_prefix="front"),
-                         handlers=[Forwarder(channel)],
+                         handlers=[forwarder],
                          maximum_concurrent_rpcs=max_calls * 4,
                          options=_UNLIMITED + [("grpc.so_reuseport", 1)])
     if tls is not None:
@@ -127,6 +169,7 @@ def start(listen: str, worker: str, *, tls: tuple[bytes, bytes] | None = None,
     else:
         port = server.add_insecure_port(listen)
     server.start()
+    server.forwarder = forwarder  # closed after the server stops (main)
     return server, port
 
 
@@ -157,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.wait(0.5):
         pass
     server.stop(args.drain_timeout).wait(args.drain_timeout + 5)
+    server.forwarder.close()
     return 0
 
 

@@ -11,7 +11,8 @@ Contract:
   ``(True, detail)``, else 503 with the reason; ``/metrics`` the registry in the
   Prometheus text format. Anything else is 404. With ``unix_path`` it listens on a unix
   socket (a worker of ``--workers N``); worker 0's ``/metrics`` joins every worker's text
-  (``unix_get`` reads it, ``merge_workers`` labels each sample ``worker``).
+  (``unix_get`` reads it) into one server's (``merge_workers`` sums the samples; with
+  ``/metrics?by=worker`` it labels each worker's ``worker`` instead).
 
 Metric names (all prefixed ``flightsrv_``):
 
@@ -243,23 +244,42 @@ def unix_get(path: str, url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         conn.close()
 
 
-def merge_workers(texts: list[tuple[str, bytes]]) -> bytes:
-    """One Prometheus exposition of several workers' (``[(worker index, text), ...]``):
-    every sample gets a ``worker`` label, samples of one metric are listed under one HELP
-    and TYPE (parsed and written by prometheus_client)."""
+def merge_workers(texts: list[tuple[str, bytes]], by_worker: bool = False) -> bytes:
+    """One Prometheus exposition of several workers' (``[(worker index, text), ...]``), as
+    one server would answer: samples with the same name and labels are summed (counters,
+    histogram buckets, counts and sums, and the gauges, which all count things: sessions,
+    statements in flight, queued); a ``_created`` time is the earliest. ``by_worker``:
+    every worker's samples as they are, each labelled ``worker`` instead. Parsed and written
+    by prometheus_client (one HELP and TYPE per metric)."""
     from prometheus_client.metrics_core import Metric
     from prometheus_client.parser import text_string_to_metric_families
 
     families: dict[str, Metric] = {}
+    sums: dict[str, dict[tuple, list]] = {}
     for index, text in texts:
         for fam in text_string_to_metric_families(text.decode("utf-8")):
             into = families.get(fam.name)
             if into is None:
                 into = families[fam.name] = Metric(fam.name, fam.documentation, fam.type,
                                                    fam.unit)
+                sums[fam.name] = {}
             for smp in fam.samples:
-                into.add_sample(smp.name, {**smp.labels, "worker": index}, smp.value,
-                                smp.timestamp, smp.exemplar)
+                if by_worker:
+                    into.add_sample(smp.name, {**smp.labels, "worker": index}, smp.value,
+                                    smp.timestamp, smp.exemplar)
+                    continue
+                key = (smp.name, tuple(sorted(smp.labels.items())))
+                seen = sums[fam.name].get(key)
+                if seen is None:
+                    sums[fam.name][key] = [smp.name, smp.labels, smp.value]
+                elif smp.name.endswith("_created"):
+                    seen[2] = min(seen[2], smp.value)
+                else:
+                    seen[2] += smp.value
+    if not by_worker:
+        for name, fam in families.items():
+            for sample_name, labels, value in sums[name].values():
+                fam.add_sample(sample_name, labels, value)
 
     class Merged:
         def collect(self):
@@ -275,18 +295,20 @@ class MetricsHttpServer:
     when given, ``/metrics`` answers 401 unless it accepts the request's ``Authorization``
     header (``--metrics-auth``: the server's bearer tokens). ``unix_path``: serve on that
     unix socket instead of ``host:port`` (a worker of ``--workers N`` whose metrics worker
-    0 gathers); ``render``: what ``/metrics`` answers (default: ``metrics.render``)."""
+    0 gathers); ``render(query)``: what ``/metrics`` answers, given the request's query
+    string (default: ``metrics.render()``)."""
 
     def __init__(self, metrics: Metrics, ready: Callable[[], tuple[bool, str]], port: int,
                  host: str = "127.0.0.1",
                  authorize: Callable[[str | None], bool] | None = None, *,
-                 unix_path: str | None = None, render: Callable[[], bytes] | None = None):
+                 unix_path: str | None = None,
+                 render: Callable[[str], bytes] | None = None):
         outer = self
-        render = render or metrics.render
+        render = render or (lambda query: metrics.render())
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
                 if path == "/healthz":
                     self._send(200, b"ok\n", "text/plain")
                 elif path == "/readyz":
@@ -302,7 +324,7 @@ class MetricsHttpServer:
                                    "text/plain")
                         return
                     try:
-                        body = render()
+                        body = render(query)
                     except Exception as exc:  # noqa: BLE001 - a worker did not answer
                         self._send(503, f"metrics unavailable: {exc}\n".encode(),
                                    "text/plain")

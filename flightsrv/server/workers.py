@@ -20,9 +20,10 @@ Contract:
 - Workers get the parent's command line with ``--workers 1`` and their socket; worker 0
   alone serves ``--metrics-port`` (``/metrics`` holds every worker's samples, each labelled
   ``worker``, read from the others' private ``m<index>.sock``; ``/readyz`` is ready when
-  every worker is) and seeds the demo table. Unless given, DuckDB threads are the CPU count
-  / N each and a ``--memory-limit`` in percent is divided by N, so N workers ask for what
-  one did.
+  every worker is) and seeds the demo table. Each worker's DuckDB runs ``--threads``
+  threads (default: the CPU count), so one statement alone on the server uses every core as
+  one process would (idle DuckDB threads cost nothing); a ``--memory-limit`` in percent is
+  divided by N, so N workers ask for the memory one did.
 - Bearer tokens issued by one worker verify on every worker: the parent makes one random
   HMAC key and hands it to each worker on its stdin (never argv or the environment).
 - A worker or front that exits while the server runs is started again (its clients'
@@ -36,6 +37,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -82,8 +84,7 @@ class _Child:
 
 
 def worker_argv(argv: list[str], n: int, index: int, socket_path: str, public_port: int,
-                threads: int | None, memory_limit: str,
-                slots_socket: str | None = None) -> list[str]:
+                memory_limit: str, slots_socket: str | None = None) -> list[str]:
     """The command line of worker ``index``: the parent's, with the worker's options last
     (argparse takes the last value of an option)."""
     out = [sys.executable, "-m", "flightsrv.cli", *argv, "--workers", "1",
@@ -91,8 +92,6 @@ def worker_argv(argv: list[str], n: int, index: int, socket_path: str, public_po
            "--worker-index", str(index)]
     if slots_socket:
         out += ["--slots-socket", slots_socket]
-    if threads is None:
-        out += ["--threads", str(max(1, (os.cpu_count() or 1) // n))]
     if memory_limit.strip().endswith("%"):
         pct = float(memory_limit.strip()[:-1]) / n
         out += ["--memory-limit", f"{pct:g}%"]
@@ -102,9 +101,10 @@ def worker_argv(argv: list[str], n: int, index: int, socket_path: str, public_po
     return out
 
 
-def supervise(argv: list[str], cfg, on_start) -> int:
+def supervise(argv: list[str], cfg, on_start, auth: bool = False) -> int:
     """Run ``cfg.workers`` pairs until SIGTERM/SIGINT (see the module docstring). ``argv``:
-    the parent's command line after the program name; ``on_start(port)`` prints the line."""
+    the parent's command line after the program name; ``on_start(port)`` prints the line;
+    ``auth``: whether the server asks for credentials (its start line says so)."""
     n = cfg.workers
     key = os.urandom(32).hex().encode() + b"\n"
     sockdir = tempfile.mkdtemp(prefix="flightsrv-w")  # 0700
@@ -149,12 +149,18 @@ def supervise(argv: list[str], cfg, on_start) -> int:
             children.append(front)
         for i in range(n):
             sock = socks[i]
-            worker = _Child("worker", i, worker_argv(argv, n, i, sock, port, cfg.threads,
+            worker = _Child("worker", i, worker_argv(argv, n, i, sock, port,
                                                       cfg.memory_limit, slots.path), stdin=key)
             worker.start(env)
             children.append(worker)
-        _wait_sockets(sockdir, n, children, stop)
+        ready = _wait_sockets(sockdir, n, children, stop)
         if not stop.is_set():
+            # the server's start line, as one process logs it (the workers' are
+            # worker_start): once every worker serves
+            log.info("serving", extra={"fields": {
+                "event": "start", "host": cfg.host, "port": port,
+                "tls": bool(cfg.tls_cert), "auth": auth, "pid": os.getpid(),
+                "metrics_port": ready.get("metrics_port"), "workers": n}})
             on_start(port)
         while not stop.wait(0.5):
             for child in children:
@@ -175,15 +181,19 @@ def supervise(argv: list[str], cfg, on_start) -> int:
             if child.proc and child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + cfg.drain_timeout_s + 15
+        drained = True
         for child in children:
             try:
                 child.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.proc.kill()
                 child.proc.wait()
+            # a worker exits WORKER_NOT_DRAINED when it cancelled calls at its deadline
+            drained = drained and (child.role != "worker" or child.proc.returncode == 0)
         slots.stop()
         shutil.rmtree(sockdir, ignore_errors=True)
         signals.restore()
+        log.info("stopped", extra={"fields": {"event": "stopped", "drained": drained}})
     return status
 
 
@@ -196,12 +206,17 @@ def _read_port(front: _Child) -> int:
 
 
 def _wait_sockets(sockdir: str, n: int, children: list[_Child], stop: threading.Event,
-                  timeout_s: float = 120.0) -> None:
+                  timeout_s: float = 120.0) -> dict:
+    """Wait until every worker serves; worker 0's ready note (its metrics port)."""
     deadline = time.monotonic() + timeout_s
     while not stop.is_set():
         # a worker marks itself ready once it serves everything (``w<i>.sock.ready``)
         if all(os.path.exists(os.path.join(sockdir, f"w{i}.sock.ready")) for i in range(n)):
-            return
+            try:
+                with open(os.path.join(sockdir, "w0.sock.ready")) as f:
+                    return json.load(f)
+            except (OSError, ValueError):
+                return {}
         for child in children:
             if child.proc.poll() is not None:
                 raise OSError(f"{child.role} {child.index} exited while starting "
@@ -209,6 +224,7 @@ def _wait_sockets(sockdir: str, n: int, children: list[_Child], stop: threading.
         if time.monotonic() > deadline:
             raise OSError(f"workers did not start within {timeout_s:g} s")
         time.sleep(0.1)
+    return {}
 
 
 def _restart(child: _Child, env: dict[str, str]) -> None:
