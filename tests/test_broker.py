@@ -234,3 +234,74 @@ def test_a_malformed_message_drops_only_its_connection(broker):
     finally:
         raw.close()
         _close(links)
+
+
+class _Clock:
+    def __init__(self):
+        self.ms = 0
+
+    def now_ms(self) -> int:
+        return self.ms
+
+
+def _registries(path, n=2, limit=2, ttl_s=60.0, gone=None):
+    """``n`` workers' PerPrincipal registries sharing one count of holds (as prepared
+    statements and sessions are under ``serve --workers N``)."""
+    from flightsrv.server.broker import SharedHolds
+    from flightsrv.server.limits import PerPrincipal
+
+    clocks, links, regs = [], [], []
+    for _ in range(n):
+        link, clock = BrokerLink(path), _Clock()
+        reg = PerPrincipal("prepared statements", "max_prepared_statements", limit, ttl_s,
+                           clock, gone=gone, shared=SharedHolds(link, "prepared"))
+        reg._shared.attach(reg)
+        clocks.append(clock), links.append(link), regs.append(reg)
+    return clocks, links, regs
+
+
+@pytest.fixture
+def holds(tmp_path):
+    b = SlotBroker(str(tmp_path / "holds.sock"), {}, holds={"prepared": 2})
+    b.start()
+    yield b
+    b.stop()
+
+
+def test_entries_are_counted_over_every_worker_and_refused_naming_the_limit(holds):
+    clocks, links, (a, b) = _registries(holds.path)
+    try:
+        a.add("alice", b"h1", 1)
+        b.add("alice", b"h2", 2)
+        a.add("alice", b"h1", 11)  # the same key again holds nothing more
+        with pytest.raises(ResourceLimit, match="max_prepared_statements") as ei:
+            b.add("alice", b"h3", 3)
+        assert "value=2" in str(ei.value) or ei.value.context.get("value") == 2
+        b.add("bob", b"h1", 1)  # another principal's count is its own
+        assert a.pop("alice", b"h1") == 11  # closing one frees a place, on any worker
+        b.add("alice", b"h3", 3)
+        assert _settle(holds, "prepared", (3, 0)) == (3, 0)
+        assert a.get("alice", b"h3") is None and b.get("alice", b"h3") == 3  # per worker
+    finally:
+        _close(links)
+    # the workers went: their holds with them
+    assert _settle(holds, "prepared", (0, 0)) == (0, 0)
+
+
+def test_a_full_count_sweeps_the_other_workers_expired_and_dead_entries(holds):
+    dead: set = set()
+    clocks, links, (a, b) = _registries(holds.path, ttl_s=10.0, gone=lambda k: k in dead)
+    try:
+        a.add("alice", b"old", 1)
+        a.add("alice", b"live", 2)
+        with pytest.raises(ResourceLimit):
+            b.add("alice", b"new", 3)
+        clocks[0].ms = 11_000  # a's entries expired: nobody touched a since
+        b.add("alice", b"new", 3)  # the broker asked a to sweep; one server would expire
+        assert a.count("alice") == 0 and b.count("alice") == 1
+        b.add("alice", b"conn", 4)
+        dead.add(b"conn")  # b's entry of a closed connection: b drops it itself
+        a.add("alice", b"x", 5)
+        assert b.get("alice", b"conn") is None and a.get("alice", b"x") == 5
+    finally:
+        _close(links)

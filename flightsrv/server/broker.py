@@ -5,7 +5,8 @@ One server's limits on statements in flight (``--max-concurrent-queries``, with 
 whole server, whichever worker a connection reaches: the parent process keeps the slots
 (``SlotBroker``) and each worker *leases* them (``SharedConcurrency``, the same interface
 as ``limits.Concurrency``), over one unix socket per worker in the server's private 0700
-directory.
+directory. So do the counts of open prepared statements and sessions
+(``--max-prepared-statements``, ``--max-sessions``): *holds* (``SharedHolds``).
 
 Contract:
 
@@ -33,6 +34,14 @@ Contract:
   ``release(user)``; ``count()`` and ``queued()`` are this worker's own (``/metrics`` sums
   them, one series per worker). A request given up while its grant is on the way returns
   that slot at once.
+- ``SlotBroker(..., holds={pool: limit})``: pools without a queue, for entries that live
+  in one worker (``prepared``, ``sessions``): a hold is granted or refused at once and
+  goes back as soon as its entry goes (never kept idle). A request that finds its
+  principal's count full makes the broker ask every other worker holding some of that
+  principal's holds to *sweep* (drop expired entries and sessions of closed connections,
+  giving their holds back), and decides when all have answered or after ``SWEEP_WAIT_S``.
+  ``SharedHolds(link, pool).attach(registry)`` is the worker's side, for
+  ``limits.PerPrincipal(shared=...)``; the sweep runs on the link's own thread.
 - If the broker cannot be reached (the parent is gone), a worker falls back to its own
   ``Concurrency`` with the same limits and logs ``slot_broker_lost`` once.
 - Messages are JSON lines of at most ``MAX_LINE`` bytes. Worker -> broker: ``{"a": id,
@@ -41,7 +50,8 @@ Contract:
   (granted; ``c``: the principal still has waiters, so return slots as they end),
   ``{"f": id}`` (its queue is full), ``{"x": id}`` (the give-up was read: no grant follows
   it), ``{"c": pool, "u": user}`` (recall), ``{"k": pool, "u": user}`` (keep leases
-  again). A broker closes a connection that sends anything else.
+  again), ``{"s": pool, "u": user, "i": id}`` (sweep), answered by the worker's
+  ``{"sd": id}`` after its returns. A broker closes a connection that sends anything else.
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import selectors
 import socket
 import struct
@@ -67,6 +78,8 @@ log = logging.getLogger("flightsrv.server")
 MAX_LINE = 16 << 10
 #: a worker gives up on a broker that has not taken its message for this long
 SEND_TIMEOUT_S = 5
+#: how long a hold request waits for the other workers' sweeps before it is decided
+SWEEP_WAIT_S = 2.0
 
 
 def _line(msg: dict) -> bytes:
@@ -86,11 +99,28 @@ class _Peer:
         self.waiting: dict[int, tuple[str, str]] = {}  # request id -> (pool, user)
 
 
+class _Sweep:
+    """A hold request found its principal's count full: the workers holding some were
+    asked to drop their expired and dead entries; it is answered once all have said so."""
+
+    __slots__ = ("peer", "rid", "key", "left", "until")
+
+    def __init__(self, peer: _Peer, rid: int, key: tuple[str, str], left: set, until: float):
+        self.peer, self.rid, self.key, self.left, self.until = peer, rid, key, left, until
+
+
 class SlotBroker:
-    def __init__(self, path: str, pools: dict[str, tuple[int, int]]):
+    def __init__(self, path: str, pools: dict[str, tuple[int, int]],
+                 holds: dict[str, int] | None = None):
         self.path = path
         self._pools = {name: SlotTable(limit, queued) for name, (limit, queued)
                        in pools.items()}
+        # counts without a queue: a request is granted or refused at once (after a sweep)
+        for name, limit in (holds or {}).items():
+            self._pools[name] = SlotTable(limit, 0)
+        self._holds = set(holds or ())
+        self._sweeps: dict[int, _Sweep] = {}
+        self._sweep_ids = itertools.count(1)
         self._peers: set[_Peer] = set()
         #: (pool, user) with waiters -> the workers told to return their slots
         self._recalled: dict[tuple[str, str], set[_Peer]] = {}
@@ -124,13 +154,18 @@ class SlotBroker:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                for key, events in self._sel.select():
+                timeout = SWEEP_WAIT_S / 2 if self._sweeps else None
+                for key, events in self._sel.select(timeout):
                     if key.data is None:
                         self._accept()
                     elif key.data == "wake":
                         self._wake_r.recv(64)
                     else:
                         self._io(key.data, events)
+                now = time.monotonic()
+                for sid, sweep in list(self._sweeps.items()):
+                    if now >= sweep.until:  # a worker that does not answer: decide now
+                        self._end_sweep(sid)
         finally:
             for key in list(self._sel.get_map().values()):
                 key.fileobj.close()
@@ -185,6 +220,8 @@ class SlotBroker:
             if taken == GRANTED:  # nobody waits: no recall is on
                 peer.held[key] += 1
                 self._send(peer, {"g": rid, "c": 0})
+            elif taken == FULL and key[0] in self._holds:
+                self._sweep(peer, rid, key)
             elif taken == FULL:
                 self._send(peer, {"f": rid})
             else:
@@ -198,8 +235,17 @@ class SlotBroker:
                 raise ValueError(f"return of a slot not leased ({key[0]})")
             for _ in range(n):
                 self._give_back(peer, key)
+        elif "sd" in msg:
+            sweep = self._sweeps.get(int(msg["sd"]))
+            if sweep is not None:
+                sweep.left.discard(peer)
+                if not sweep.left:
+                    self._end_sweep(int(msg["sd"]))
         elif "x" in msg:
             rid = int(msg["x"])
+            for sid, sweep in list(self._sweeps.items()):
+                if sweep.peer is peer and sweep.rid == rid:
+                    del self._sweeps[sid]
             key = peer.waiting.pop(rid, None)
             if key is not None:
                 self._pools[key[0]].withdraw(key[1], (peer, rid))
@@ -207,6 +253,32 @@ class SlotBroker:
             self._send(peer, {"x": rid})
         else:
             raise ValueError("unknown message")
+
+    def _sweep(self, peer: _Peer, rid: int, key: tuple[str, str]) -> None:
+        """A hold of a full principal: ask the other workers holding its entries to drop
+        their expired and dead ones (one server drops its own before refusing), then
+        decide."""
+        others = {p for p in self._peers if p is not peer and p.held.get(key)}
+        if not others:
+            self._send(peer, {"f": rid})
+            return
+        sid = next(self._sweep_ids)
+        self._sweeps[sid] = _Sweep(peer, rid, key, others, time.monotonic() + SWEEP_WAIT_S)
+        for other in others:
+            self._send(other, {"s": key[0], "u": key[1], "i": sid})
+            self._flush(other)
+
+    def _end_sweep(self, sid: int) -> None:
+        sweep = self._sweeps.pop(sid)
+        peer, key = sweep.peer, sweep.key
+        if peer not in self._peers:
+            return
+        if self._pools[key[0]].take(key[1], (peer, sweep.rid)) == GRANTED:
+            peer.held[key] += 1
+            self._send(peer, {"g": sweep.rid, "c": 0})
+        else:
+            self._send(peer, {"f": sweep.rid})
+        self._flush(peer)
 
     def _recall(self, key: tuple[str, str]) -> None:
         """A request of ``key``'s principal waits: every worker leasing its slots returns
@@ -271,6 +343,13 @@ class SlotBroker:
         self._peers.discard(peer)
         for told in self._recalled.values():
             told.discard(peer)
+        for sid, sweep in list(self._sweeps.items()):
+            if sweep.peer is peer:
+                del self._sweeps[sid]
+            else:
+                sweep.left.discard(peer)
+                if not sweep.left:
+                    self._end_sweep(sid)
         for rid, key in list(peer.waiting.items()):
             self._pools[key[0]].withdraw(key[1], (peer, rid))
             self._settled(key)
@@ -332,6 +411,10 @@ class BrokerLink:
         self._leases: dict[tuple[str, str], _Lease] = {}
         self._pending: dict[int, _Request] = {}
         self._abandoned: dict[int, _Request] = {}
+        #: pools whose slots go back as soon as released (holds), and who sweeps them
+        self._sweepers: dict[str, Callable[[str], None]] = {}
+        self._sweep_queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._sweeper: threading.Thread | None = None
         self.lost = False
         self._reader = threading.Thread(target=self._read, name="slot-broker-link",
                                         daemon=True)
@@ -354,6 +437,28 @@ class BrokerLink:
             self._send_locked({"a": req.rid, "p": pool, "u": user})
         return req
 
+    def on_sweep(self, pool: str, sweep: Callable[[str], None]) -> None:
+        """``pool`` holds entries (``SharedHolds``): a slot goes back as soon as it is
+        released, and ``sweep(user)`` drops that principal's expired and dead entries when
+        the broker asks (another worker found the server's count full)."""
+        with self._lock:
+            self._sweepers[pool] = sweep
+            if self._sweeper is None:
+                self._sweeper = threading.Thread(target=self._sweep_loop,
+                                                 name="slot-broker-sweep", daemon=True)
+                self._sweeper.start()
+
+    def _sweep_loop(self) -> None:
+        while True:
+            pool, user, sid = self._sweep_queue.get()
+            try:
+                self._sweepers[pool](user)  # gives its holds back (messages before ours)
+            except Exception as exc:  # noqa: BLE001 - the broker decides without it
+                log.warning("sweep failed", extra={"fields": {
+                    "event": "slot_broker_error", "error": f"{type(exc).__name__}: {exc}"}})
+            with self._lock:
+                self._send_locked({"sd": sid})
+
     def give_up(self, req: _Request) -> bool:
         """Withdraw ``req``; True when it had been granted already (the caller then holds
         the slot and must release it)."""
@@ -374,7 +479,7 @@ class BrokerLink:
             if lease is None or lease.busy <= 0:
                 return False
             lease.busy -= 1
-            if lease.recalled or self.lost:
+            if lease.recalled or self.lost or pool in self._sweepers:
                 lease.leased -= 1
                 self._send_locked({"r": pool, "u": user, "n": 1})
             if not lease.leased:
@@ -456,6 +561,8 @@ class BrokerLink:
                 req.event.set()
         elif "x" in msg:
             self._abandoned.pop(msg["x"], None)
+        elif "s" in msg:  # not here: the sweep takes its registry's lock
+            self._sweep_queue.put((str(msg["s"]), str(msg["u"]), int(msg["i"])))
         elif "c" in msg or "k" in msg:
             key = (msg.get("c") or msg.get("k"), msg["u"])
             lease = self._leases.get(key)
@@ -521,6 +628,36 @@ class SharedConcurrency:
         with self._lock:
             waiting = self._waiting
         return waiting + self._local.queued()
+
+
+class SharedHolds:
+    """The whole server's count of a principal's entries of one kind (``pool``:
+    ``prepared``, ``sessions``), for ``limits.PerPrincipal(shared=...)``: ``take(user)``
+    is True (one more is allowed), False (the server holds the limit, after every worker
+    dropped its expired and dead entries) or None (the broker is gone: count this worker's
+    own); ``give_back(user)`` when an entry goes."""
+
+    def __init__(self, link: BrokerLink, pool: str, wait_s: float = 10.0):
+        self._link, self._pool, self._wait_s = link, pool, wait_s
+
+    def attach(self, registry) -> SharedHolds:
+        self._link.on_sweep(self._pool, registry.sweep)
+        return self
+
+    def take(self, user: str) -> bool | None:
+        req = self._link.take(self._pool, user)
+        if req is None:
+            return True
+        if not req.event.wait(self._wait_s):
+            if self._link.give_up(req):
+                return True
+            return False
+        if req.answer == "lost":
+            return None
+        return req.answer == "g"
+
+    def give_back(self, user: str) -> None:
+        self._link.release(self._pool, user)
 
 
 def connect(path: str | None) -> BrokerLink | None:

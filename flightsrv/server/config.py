@@ -225,11 +225,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     lim = p.add_argument_group("per-principal limits")
     lim.add_argument("--max-prepared-statements", type=_positive_int,
                      default=d.max_prepared_statements,
-                     help="open prepared statements per principal (per worker with --workers N; "
-                          "default: %(default)s)")
+                     help="open prepared statements per principal (in the whole server, "
+                          "with --workers N too; default: %(default)s)")
     lim.add_argument("--max-sessions", type=_positive_int, default=d.max_sessions,
                      help="sessions (connections holding SET values) per principal "
-                          "(per worker with --workers N; default: %(default)s)")
+                          "(in the whole server, with --workers N too; default: %(default)s)")
     lim.add_argument("--max-concurrent-queries", type=_positive_int,
                      default=d.max_concurrent_queries,
                      help="statements running at once per principal (in the whole server, "

@@ -231,19 +231,30 @@ class FlightSqlServer(flight.FlightServerBase):
         self._runtime = runtime or Runtime()
         clock = self._runtime.clock
         self._codec = TicketCodec(self._runtime, cfg.ticket_ttl_s, ticket_key)
+        # behind ``serve --workers N`` the slots, and the counts of prepared statements and
+        # sessions, are the whole server's, kept by the parent (server/broker.py)
+        link = broker.connect(forwarded.slots_socket if forwarded else None)
+
+        def shared(pool: str):
+            return None if link is None else broker.SharedHolds(link, pool)
+
+        holds = {"prepared": shared("prepared"), "sessions": shared("sessions")}
         self._prepared: PerPrincipal[bytes, _PreparedEntry] = PerPrincipal(
             "prepared statements", "max_prepared_statements", cfg.max_prepared_statements,
-            cfg.prepared_ttl_s, clock)
+            cfg.prepared_ttl_s, clock, shared=holds["prepared"])
         # a session belongs to a connection: one whose connection closed is released when
         # its principal's table is full (pyarrow tells no one about a closed connection)
         self._sessions: PerPrincipal[str, Session] = PerPrincipal(
             "sessions", "max_sessions", cfg.max_sessions, cfg.session_ttl_s, clock,
             gone=lambda peer: not connection_open(
-                peer, forwarded.public_port if forwarded else self.port))
+                peer, forwarded.public_port if forwarded else self.port),
+            shared=holds["sessions"])
+        if link is not None:
+            holds["prepared"].attach(self._prepared)
+            holds["sessions"].attach(self._sessions)
+        # kept results are this process's: a full table evicts its oldest, never refuses
         self._results: PerPrincipal[str, pa.Table] = PerPrincipal(
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
-        # behind ``serve --workers N`` the slots are the whole server's, kept by the parent
-        link = broker.connect(forwarded.slots_socket if forwarded else None)
 
         def limit(pool: str, *args, **kwargs):
             if link is None:

@@ -12,6 +12,10 @@ Contract:
   used entry (``on_full="evict"``, used for results nobody fetched). Expired entries are
   dropped first in both cases, and so are entries ``gone(key)`` says are dead (a session
   whose connection closed).
+- ``PerPrincipal(..., shared=...)``: the count of a principal's entries is the whole
+  server's (``serve --workers N``: ``broker.SharedHolds``), while the entries stay in this
+  process: every entry that goes (closed, expired, evicted, dead) gives its hold back, and
+  ``sweep(user)`` drops expired and dead entries when another process needs the room.
 - ``Concurrency`` is admission control: each principal has ``limit`` statement slots.
   ``acquire(user, deadline)`` takes a free one, or WAITS for one in that principal's FIFO
   queue (at most ``max_queued`` waiting; more is ``ResourceLimit`` naming
@@ -50,39 +54,125 @@ V = TypeVar("V")
 W = TypeVar("W")
 
 
+class _Table(TTLCache):
+    """A principal's TTLCache that reports every entry it drops by itself (expired, or
+    evicted for room), so that a shared count of holds can be given back."""
+
+    def __init__(self, maxsize: int, ttl: float, timer, dropped: Callable[[int], None]):
+        super().__init__(maxsize, ttl, timer=timer)
+        self._dropped = dropped
+
+    def expire(self, time=None):
+        gone = super().expire(time)
+        if gone:
+            self._dropped(len(gone))
+        return gone
+
+    def popitem(self):
+        item = super().popitem()
+        self._dropped(1)
+        return item
+
+
 class PerPrincipal(Generic[K, V]):
     def __init__(self, what: str, limit_name: str, limit: int, ttl_s: float, clock: Clock,
-                 on_full: str = "raise", gone: Callable[[K], bool] | None = None):
+                 on_full: str = "raise", gone: Callable[[K], bool] | None = None,
+                 shared=None):
         self._what, self._limit_name, self._limit = what, limit_name, limit
         self._gone = gone
         self._ttl = ttl_s
         self._timer = lambda: clock.now_ms() / 1000.0
         self._on_full = on_full
-        self._tables: dict[str, TTLCache] = {}
+        self._tables: dict[str, _Table] = {}
         self._lock = threading.Lock()
+        #: the whole server's count of entries (``serve --workers N``: ``broker.SharedHolds``,
+        #: ``take(user)`` True / False when full / None when not shared any more, and
+        #: ``give_back(user)``); None: this process's tables are the count
+        self._shared = shared
 
-    def _table(self, user: str, create: bool) -> TTLCache | None:
+    def _table(self, user: str, create: bool) -> _Table | None:
         table = self._tables.get(user)
         if table is None and create:
             # one more slot than the limit, so that TTLCache itself never evicts silently
-            table = self._tables[user] = TTLCache(self._limit + 1, self._ttl, timer=self._timer)
+            table = self._tables[user] = _Table(self._limit + 1, self._ttl, self._timer,
+                                                lambda n: self._give_back(user, n))
         return table
+
+    def _give_back(self, user: str, n: int) -> None:
+        if self._shared is not None:
+            for _ in range(n):
+                self._shared.give_back(user)
+
+    def _full(self, user: str) -> ResourceLimit:
+        return ResourceLimit(f"too many open {self._what} for this principal; close some "
+                             f"first", user=user, limit=self._limit_name, value=self._limit)
+
+    def _drop_gone(self, table: _Table) -> int:
+        if self._gone is None:
+            return 0
+        dead = [k for k in list(table.keys()) if self._gone(k)]
+        for k in dead:
+            del table[k]
+        return len(dead)
 
     def add(self, user: str, key: K, value: V) -> None:
         with self._lock:
             table = self._table(user, create=True)
             table.expire()
-            if key not in table and len(table) >= self._limit and self._gone is not None:
-                for dead in [k for k in list(table.keys()) if self._gone(k)]:
-                    del table[dead]
-            if key not in table and len(table) >= self._limit:
-                if self._on_full == "evict":
-                    table.popitem()  # this principal's least recently used entry
-                else:
-                    raise ResourceLimit(f"too many open {self._what} for this principal; "
-                                        f"close some first", user=user,
-                                        limit=self._limit_name, value=self._limit)
+            if key in table:
+                table[key] = value
+                return
+            if self._shared is None:
+                self._add_local(user, table, key, value)
+                return
+        self._add_shared(user, key, value)
+
+    def _add_local(self, user: str, table: _Table, key: K, value: V) -> None:
+        if len(table) >= self._limit and self._gone is not None:
+            self._drop_gone(table)
+        if len(table) >= self._limit:
+            if self._on_full == "evict":
+                table.popitem()  # this principal's least recently used entry
+            else:
+                raise self._full(user)
+        table[key] = value
+
+    def _add_shared(self, user: str, key: K, value: V) -> None:
+        """Take one of the server's holds for ``key`` (never under the lock: the answer
+        may wait for other workers to sweep theirs), then keep it."""
+        got = self._shared.take(user)
+        if got is False:
+            with self._lock:  # this worker's own dead entries first, as one server does
+                table = self._table(user, create=True)
+                dead = self._drop_gone(table)
+                self._give_back(user, dead)
+                freed = dead + len(table.expire())  # expire gives its own back
+            got = self._shared.take(user) if freed else False
+        with self._lock:
+            table = self._table(user, create=True)
+            if got is None:  # the broker is gone: count this worker's own
+                self._add_local(user, table, key, value)
+                return
+            if not got:
+                if not table:
+                    del self._tables[user]
+                raise self._full(user)
+            if key in table:  # added meanwhile by another call: one hold is enough
+                self._shared.give_back(user)
             table[key] = value
+
+    def sweep(self, user: str) -> None:
+        """Drop ``user``'s expired and dead entries now, giving their holds back (the
+        broker asks every worker to when one of them finds the server's count full)."""
+        with self._lock:
+            table = self._table(user, create=False)
+            if table is None:
+                return
+            table.expire()
+            freed = self._drop_gone(table)
+            self._give_back(user, freed)
+            if not table:
+                del self._tables[user]
 
     def get(self, user: str, key: K) -> V | None:
         with self._lock:
@@ -100,6 +190,8 @@ class PerPrincipal(Generic[K, V]):
             if table is None:
                 return None
             value = table.pop(key, None)
+            if value is not None:
+                self._give_back(user, 1)
             if not table:
                 del self._tables[user]
             return value
@@ -138,7 +230,7 @@ class SlotTable(Generic[W]):
         if n < self.limit and not queue:
             self._running[user] = n + 1
             return GRANTED
-        if queue is not None and len(queue) >= self.max_queued:
+        if (len(queue) if queue else 0) >= self.max_queued:
             return FULL
         self._queues.setdefault(user, deque()).append(waiter)
         return QUEUED

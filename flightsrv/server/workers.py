@@ -14,9 +14,11 @@ Contract:
   (which resolves ``--port 0``), the other fronts on the same port, then the workers, and
   prints the "serving" line once every worker serves (its socket, and worker 0's metrics
   port: each worker writes ``w<index>.sock.ready`` when it is up).
-- The parent keeps every principal's statement and DoPut slots for the whole server
-  (``server/broker.py``: a ``SlotBroker`` on ``slots.sock`` in the same directory, given to
-  each worker as ``--slots-socket``).
+- The parent keeps every principal's statement and DoPut slots, and its counts of prepared
+  statements and sessions, for the whole server (``server/broker.py``: a ``SlotBroker`` on
+  ``slots.sock`` in the same directory, given to each worker as ``--slots-socket``).
+- The parent logs the server's ``start`` line once every worker serves, and ``stop`` and
+  ``stopped`` (``drained``: every worker exited 0, not ``WORKER_NOT_DRAINED``).
 - Workers get the parent's command line with ``--workers 1`` and their socket; worker 0
   alone serves ``--metrics-port`` (``/metrics`` holds every worker's samples, each labelled
   ``worker``, read from the others' private ``m<index>.sock``; ``/readyz`` is ready when
@@ -118,7 +120,8 @@ def supervise(argv: list[str], cfg, on_start, auth: bool = False) -> int:
     # the per-principal statement and DoPut slots of the whole server (server/broker.py)
     slots = SlotBroker(os.path.join(sockdir, "slots.sock"), {
         "queries": (cfg.max_concurrent_queries, cfg.max_queued_queries),
-        "puts": (cfg.max_open_puts, cfg.max_queued_queries)})
+        "puts": (cfg.max_open_puts, cfg.max_queued_queries)}, holds={
+        "prepared": cfg.max_prepared_statements, "sessions": cfg.max_sessions})
     slots.start()
     try:
         port = cfg.port
