@@ -98,7 +98,8 @@ def connect(uri, **db_kwargs):
 @pytest.fixture(scope="module")
 def users(tmp_path_factory):
     path = tmp_path_factory.mktemp("users") / "users"
-    path.write_text(f"alice:{hash_password('alice-pw', iterations=1000)}:writer\n")
+    path.write_text(f"alice:{hash_password('alice-pw', iterations=1000)}:writer\n"
+                    f"bob:{hash_password('bob-pw', iterations=1000)}:reader\n")
     return path
 
 
@@ -621,3 +622,33 @@ def test_prepared_statements_and_sessions_are_counted_for_the_whole_server(tmp_p
             srv.proc.wait(timeout=60)
         finally:
             srv.kill()
+
+
+def test_a_ticket_redeems_on_every_worker_and_only_for_its_principal(server):
+    """Tickets are signed with one key for the whole server: a query's ticket from one
+    connection runs on a connection at the other worker too, as on one server, and
+    another principal's redemption is PERMISSION_DENIED (a genuine ticket, not its holder)
+    on every worker, never an unknown signature."""
+    def client(user):
+        c = flight.connect(server.uri)
+        header = c.authenticate_basic_token(user, f"{user}-pw")
+        return c, flight.FlightCallOptions(headers=[header])
+
+    alices = [client("alice") for _ in range(4)]
+    bobs = [client("bob") for _ in range(4)]
+    try:
+        c0, o0 = alices[0]
+        info = c0.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
+            proto.CommandStatementQuery(query="SELECT count(*) AS n FROM t"))), o0)
+        ticket = info.endpoints[0].ticket
+        since = len(server.events)
+        for c, o in alices:  # connections opened one after another alternate workers
+            assert c.do_get(ticket, o).read_all().column("n")[0].as_py() >= 1000 - 20
+        assert served_by(server, since, {0, 1}) == {0, 1}
+        for c, o in bobs:
+            with pytest.raises(flight.FlightUnauthorizedError, match="PermissionDenied|"
+                               "another principal|not .*holder"):
+                c.do_get(ticket, o).read_all()
+    finally:
+        for c, _ in alices + bobs:
+            c.close()

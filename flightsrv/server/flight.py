@@ -37,6 +37,8 @@ the statement commands of GetFlightInfo, ``_PUT`` for DoPut and ``_ACTIONS`` for
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import threading
 import time
@@ -230,6 +232,12 @@ class FlightSqlServer(flight.FlightServerBase):
         self.config = cfg = config or ServerConfig()
         self._runtime = runtime or Runtime()
         clock = self._runtime.clock
+        if ticket_key is None and forwarded is not None:
+            # every worker of one server signs tickets with the same key (derived from the
+            # key the parent handed them all), so a ticket redeems on whichever worker a
+            # connection reaches, as on one server (a kept result's lives where it was made)
+            ticket_key = hmac.new(forwarded.token_key, b"flightsrv tickets",
+                                  hashlib.sha256).digest()
         self._codec = TicketCodec(self._runtime, cfg.ticket_ttl_s, ticket_key)
         # behind ``serve --workers N`` the slots, and the counts of prepared statements and
         # sessions, are the whole server's, kept by the parent (server/broker.py)

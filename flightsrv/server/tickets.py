@@ -4,8 +4,9 @@ Contract:
 
 - A ticket is ``Any(TicketStatementQuery{statement_handle})`` (the Flight SQL shape) whose
   handle is ``MAGIC | body | HMAC-SHA256(key, MAGIC | body)``. ``key`` is 32 random bytes
-  per server process (or injected), so a ticket is valid only on the server that issued it
-  and only until it restarts.
+  per server (or injected: the workers of ``serve --workers N`` share one, derived from
+  their parent's key), so a ticket is valid only on the server that issued it and only
+  until it restarts.
 - The body (JSON) binds the ticket to the principal that obtained it (``u``), to an expiry
   (``x``, ms since the epoch) and carries a random nonce (``n``), so two identical
   queries get distinct tickets and cancelling one never touches the other.
