@@ -652,3 +652,19 @@ def test_a_ticket_redeems_on_every_worker_and_only_for_its_principal(server):
     finally:
         for c, _ in alices + bobs:
             c.close()
+
+
+def test_workers_auto_starts_one_per_usable_core(tmp_path):
+    from flightsrv.server.config import usable_cores
+
+    n = usable_cores()
+    srv = Workers(str(tmp_path / "wh"), "--workers", "auto")  # the last --workers counts
+    try:
+        (start,) = [e for e in list(srv.events) if e.get("event") == "start"]
+        assert start["workers"] == n
+        assert f"{n} workers;" in "".join(srv.lines) or n == 1
+        assert query(srv.uri, "SELECT 41 + 1") == [(42,)]
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(timeout=60) == 0
+    finally:
+        srv.kill()

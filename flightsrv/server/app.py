@@ -272,7 +272,7 @@ def serve(engine: Engine, host: str = "0.0.0.0", port: int = 31337, *,
     # a worker listens on a unix socket (no port of its own): its line names the socket and
     # the port its clients reach, the front's
     # (its events are worker_* ones: the parent logs the server's start, stop and stopped)
-    where = {"host": host, "port": server.port} if fwd is None else \
+    where = {"host": host, "port": server.port, "workers": 1} if fwd is None else \
         {"socket": (location or "").split("://", 1)[-1], "port": fwd.public_port}
     event = "" if fwd is None else "worker_"
     log.info("serving", extra={"fields": {

@@ -174,6 +174,25 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask: taskset, cpusets)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _workers(text: str) -> int:
+    """``--workers``: a count, or ``auto`` for one worker per usable core."""
+    if text.strip().lower() == "auto":
+        return usable_cores()
+    try:
+        return _positive_int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("a number of processes, or auto (one per "
+                                         "core)") from None
+
+
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """The ``serve`` options; defaults come from ``ServerConfig``."""
     d = ServerConfig()
@@ -205,10 +224,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                           "default: %(default)s)")
     res.add_argument("--threads", type=_positive_int, default=None,
                      help="DuckDB worker threads (default: CPU count)")
-    res.add_argument("--workers", type=_positive_int, default=d.workers,
-                     help="server processes sharing the port, each with its own DuckDB "
-                          "(default: %(default)s; more is opt-in: docs/SERVER.md, "
-                          "\"Several worker processes\")")
+    res.add_argument("--workers", type=_workers, default=d.workers, metavar="N|auto",
+                     help="server processes sharing the port, each with its own DuckDB; "
+                          "auto: one per usable core (default: %(default)s; more is "
+                          "opt-in: docs/SERVER.md, \"Several worker processes\")")
     # one worker of --workers N, started by the parent (server/workers.py); not for users
     res.add_argument("--worker-socket", default=None, help=argparse.SUPPRESS)
     res.add_argument("--public-port", type=int, default=None, help=argparse.SUPPRESS)
