@@ -531,6 +531,20 @@ def test_the_children_end_with_a_killed_parent_and_free_the_port(tmp_path):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", srv.port))
+        # its private directory (sockets, ready files) outlived it; the next server's
+        # parent removes it (its parent.pid names no live process)
+        sockdir = os.path.dirname(next(e["socket"] for e in list(srv.events)
+                                       if e.get("event") == "worker_start"))
+        assert os.path.isdir(sockdir)
+        again = Workers(str(tmp_path / "wh"))
+        try:
+            assert not os.path.exists(sockdir)
+            assert any(e.get("event") == "stale_dir_removed" and e["path"] == sockdir
+                       for e in list(again.events))
+        finally:
+            again.proc.send_signal(signal.SIGTERM)
+            again.proc.wait(timeout=60)
+            again.kill()
     finally:
         srv.kill()
         for pid in [*srv.worker_pids().values(), *srv.worker_pids("front").values()]:

@@ -57,6 +57,7 @@ from flightsrv.server.signals import PARENT_ENV, StopOnSignals
 
 log = logging.getLogger("flightsrv.server")
 
+_DIR_PREFIX = "flightsrv-w"
 _FAST_EXIT_S = 5.0
 _MAX_FAST_EXITS = 5
 
@@ -109,7 +110,10 @@ def supervise(argv: list[str], cfg, on_start, auth: bool = False) -> int:
     ``auth``: whether the server asks for credentials (its start line says so)."""
     n = cfg.workers
     key = os.urandom(32).hex().encode() + b"\n"
-    sockdir = tempfile.mkdtemp(prefix="flightsrv-w")  # 0700
+    _remove_stale_dirs()
+    sockdir = tempfile.mkdtemp(prefix=_DIR_PREFIX)  # 0700
+    with open(os.path.join(sockdir, "parent.pid"), "w") as f:
+        f.write(str(os.getpid()))
     env = dict(os.environ)
     env[PARENT_ENV] = str(os.getpid())  # children end with this process (follow_parent)
     signals = StopOnSignals()
@@ -198,6 +202,41 @@ def supervise(argv: list[str], cfg, on_start, auth: bool = False) -> int:
         signals.restore()
         log.info("stopped", extra={"fields": {"event": "stopped", "drained": drained}})
     return status
+
+
+def _remove_stale_dirs() -> None:
+    """Remove the private directories of servers whose parent died without cleaning up
+    (SIGKILL, the OOM killer: its children exit by PR_SET_PDEATHSIG, its sockets stay).
+    Only this user's, and only those whose ``parent.pid`` names no live process."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_DIR_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid():
+                continue
+            with open(os.path.join(path, "parent.pid")) as f:
+                pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            continue  # not one of ours, or one being created: left alone
+        if pid <= 0 or _alive(pid):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        log.info("removed a dead server's directory", extra={"fields": {
+            "event": "stale_dir_removed", "path": path, "pid": pid}})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _read_port(front: _Child) -> int:
