@@ -682,3 +682,60 @@ def test_workers_auto_starts_one_per_usable_core(tmp_path):
         assert srv.proc.wait(timeout=60) == 0
     finally:
         srv.kill()
+
+
+def test_a_prepared_handle_works_on_a_connection_at_the_other_worker(server):
+    """A client that reconnects (an idle gRPC channel does) may reach another worker: its
+    prepared handles still work there (the handle names its statement, signed for the
+    server), bound parameters and all, and stay the principal's own."""
+    from _server_harness import desc
+
+    def client(user):
+        c = flight.connect(server.uri)
+        return c, flight.FlightCallOptions(headers=[c.authenticate_basic_token(
+            user, f"{user}-pw")])
+
+    alices = [client("alice") for _ in range(4)]
+    bob, bob_opts = client("bob")
+    try:
+        since = len(server.events)
+        for c, o in alices:  # one statement each: the log names each one's worker
+            info = c.get_flight_info(desc(proto.CommandStatementQuery(query="SELECT 1")), o)
+            c.do_get(info.endpoints[0].ticket, o).read_all()
+        assert served_by(server, since, {0, 1}) == {0, 1}
+        at = [e["worker"] for e in list(server.events)[since:]
+              if e.get("event") == "statement"][:4]
+        (home, home_opts) = alices[at.index(0)]
+        (away, away_opts) = alices[at.index(1)]
+        (res,) = home.do_action(flight.Action("CreatePreparedStatement", proto.pack(
+            proto.ActionCreatePreparedStatementRequest(query="SELECT v FROM t WHERE id = ?"))),
+            home_opts)
+        raw = res.body.to_pybytes()
+        handle = proto.unpack(raw).prepared_statement_handle
+        cmd = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
+
+        def run(c, o, i):
+            writer, reader = c.do_put(cmd, pa.schema([("p", pa.int64())]), o)
+            writer.write_batch(pa.record_batch([pa.array([i], pa.int64())], names=["p"]))
+            writer.done_writing()
+            reader.read()
+            writer.close()
+            info = c.get_flight_info(cmd, o)
+            return c.do_get(info.endpoints[0].ticket, o).read_all().column("v")[0].as_py()
+
+        assert run(home, home_opts, 7) == 14
+        assert run(away, away_opts, 8) == 16  # the other worker prepares it again
+        assert any(e.get("event") == "prepared_revived" and e.get("worker") == 1
+                   for e in list(server.events)[since:])
+        assert run(home, home_opts, 9) == 18
+        with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
+            bob.get_flight_info(cmd, bob_opts)  # another principal's: NOT_FOUND
+        for c, o in (away, away_opts), (home, home_opts):  # closed on each worker
+            c.do_action(flight.Action("ClosePreparedStatement", proto.pack(
+                proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle))),
+                o)
+        with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
+            home.get_flight_info(cmd, home_opts)  # closed where it was made: gone there
+    finally:
+        for c, _ in [*alices, (bob, bob_opts)]:
+            c.close()

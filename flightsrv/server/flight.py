@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import threading
 import time
@@ -132,6 +133,12 @@ def _sized_table(table: pa.Table) -> pa.Table:
 class TlsConfig:
     cert_path: str
     key_path: str
+
+
+#: prepared handles behind ``--workers`` name their statement up to this many characters
+#: (a longer one gets a plain handle, valid on its worker only)
+_PORTABLE_SQL = 16 << 10
+_HANDLE_MAGIC = b"FSQH1"
 
 
 @dataclass
@@ -239,6 +246,11 @@ class FlightSqlServer(flight.FlightServerBase):
             ticket_key = hmac.new(forwarded.token_key, b"flightsrv tickets",
                                   hashlib.sha256).digest()
         self._codec = TicketCodec(self._runtime, cfg.ticket_ttl_s, ticket_key)
+        #: behind ``serve --workers N``: prepared handles name their statement, signed with
+        #: one key for all workers, so a connection that reaches another worker (a client
+        #: that reconnected) can still use them (``_revive``)
+        self._handle_key = None if forwarded is None else hmac.new(
+            forwarded.token_key, b"flightsrv prepared handles", hashlib.sha256).digest()
         # behind ``serve --workers N`` the slots, and the counts of prepared statements and
         # sessions, are the whole server's, kept by the parent (server/broker.py)
         link = broker.connect(forwarded.slots_socket if forwarded else None)
@@ -486,12 +498,59 @@ class FlightSqlServer(flight.FlightServerBase):
                 limit = own if limit is None else min(limit, own)
         return limit
 
-    def _lookup(self, principal: Principal, handle: bytes) -> _PreparedEntry:
+    def _lookup(self, context, principal: Principal, handle: bytes) -> _PreparedEntry:
         entry = self._prepared.get(principal.user, handle)
+        if entry is None:
+            entry = self._revive(context, principal, handle)
         if entry is None:
             raise NotFound("unknown or expired prepared statement handle",
                            handle=handle.hex()[:16])
         self._note(statement=entry.prepared.sql)
+        return entry
+
+    # -- prepared handles of ``serve --workers N`` ------------------------------------------
+
+    def _new_handle(self, user: str, sql: str) -> bytes:
+        """A new prepared statement's handle: a random id; behind ``--workers`` also the
+        worker, the principal and the statement text (up to ``_PORTABLE_SQL``), signed."""
+        base = self._runtime.ids.new_id().encode()
+        if self._handle_key is None or len(sql) > _PORTABLE_SQL:
+            return base
+        body = _HANDLE_MAGIC + json.dumps(
+            {"i": base.decode(), "w": self._forwarded.index, "u": user, "s": sql},
+            separators=(",", ":"), ensure_ascii=False).encode()
+        return body + hmac.new(self._handle_key, body, hashlib.sha256).digest()
+
+    def _portable(self, principal: Principal, handle: bytes) -> str | None:
+        """The statement of a genuine handle of ``principal``'s made by another worker,
+        else None (not signed by this server, another principal's, or this worker's own:
+        then it was closed or expired here, NOT_FOUND as on one server)."""
+        if self._handle_key is None or not handle.startswith(_HANDLE_MAGIC) or \
+                len(handle) <= len(_HANDLE_MAGIC) + 32:
+            return None
+        body, sig = handle[:-32], handle[-32:]
+        if not hmac.compare_digest(sig, hmac.new(self._handle_key, body,
+                                                 hashlib.sha256).digest()):
+            return None
+        try:
+            fields = json.loads(body[len(_HANDLE_MAGIC):].decode())
+        except ValueError:
+            return None
+        if fields.get("u") != principal.user or fields.get("w") == self._forwarded.index:
+            return None
+        return str(fields.get("s", ""))
+
+    def _revive(self, context, principal: Principal, handle: bytes) -> _PreparedEntry | None:
+        """A handle another worker made, used on a connection that reached this one:
+        prepare its statement here (as its creator did) under the same handle. Parameters
+        bound on the other worker stay there: bind again."""
+        sql = self._portable(principal, handle)
+        if sql is None:
+            return None
+        entry = _PreparedEntry(self._prepare(context, principal, self._check_sql(sql)))
+        self._prepared.add(principal.user, handle, entry)
+        log.info("prepared statement re-created", extra={"fields": {
+            "event": "prepared_revived", "user": principal.user}})
         return entry
 
     def _sql_info(self, principal: Principal) -> dict[int, object]:
@@ -729,7 +788,7 @@ class FlightSqlServer(flight.FlightServerBase):
         return self._prepare(context, principal, sql), None
 
     def _prepared_query(self, context, principal, cmd):
-        entry = self._lookup(principal, cmd.prepared_statement_handle)
+        entry = self._lookup(context, principal, cmd.prepared_statement_handle)
         return entry.prepared, entry.params
 
     def _substrait_plan(self, context, principal, cmd):
@@ -859,11 +918,11 @@ class FlightSqlServer(flight.FlightServerBase):
         self._write_count(writer, self._update("DoPut", context, principal, prepared, None))
 
     def _put_bind(self, context, principal, cmd, reader, writer):
-        entry = self._lookup(principal, cmd.prepared_statement_handle)
+        entry = self._lookup(context, principal, cmd.prepared_statement_handle)
         entry.params = ingest.read_params(reader, self.config.max_message_bytes)
 
     def _put_prepared_update(self, context, principal, cmd, reader, writer):
-        entry = self._lookup(principal, cmd.prepared_statement_handle)
+        entry = self._lookup(context, principal, cmd.prepared_statement_handle)
         params = ingest.read_params(reader, self.config.max_message_bytes)
         if params is None:
             params = entry.params
@@ -924,7 +983,7 @@ class FlightSqlServer(flight.FlightServerBase):
         self._no_transaction(req)
         sql = self._check_sql(req.query)
         prepared = self._prepare(context, principal, sql)
-        handle = self._runtime.ids.new_id().encode()
+        handle = self._new_handle(principal.user, sql)
         self._prepared.add(principal.user, handle, _PreparedEntry(prepared))
         dataset = md.annotate_result_schema(prepared.dataset_schema) \
             if prepared.kind == StatementKind.QUERY else EMPTY_SCHEMA
@@ -940,9 +999,13 @@ class FlightSqlServer(flight.FlightServerBase):
         req = proto.unpack(body)
         if not isinstance(req, proto.ActionClosePreparedStatementRequest):
             raise invalid(f"ClosePreparedStatement got {proto.arrow_name(req)}")
-        if self._prepared.pop(principal.user, req.prepared_statement_handle) is None:
+        handle = req.prepared_statement_handle
+        if self._prepared.pop(principal.user, handle) is None and \
+                self._portable(principal, handle) is None:
+            # (a handle another worker made and holds: closed here is done; there it
+            # expires after --prepared-ttl)
             raise NotFound("unknown or expired prepared statement handle",
-                           handle=req.prepared_statement_handle.hex()[:16])
+                           handle=handle.hex()[:16])
         return []
 
     def _act_cancel_flight_info(self, context, principal, body):
