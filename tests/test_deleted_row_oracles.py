@@ -141,10 +141,11 @@ def _scrape(port: int, token: str) -> dict:
     body = urllib.request.urlopen(req, timeout=10).read().decode()
     out = {}
     for line in body.splitlines():
-        # durations, waits for a slot and the maintenance worker's ticks count time, not
-        # data (a slot's wait: a round trip to the parent with ``--workers``)
+        # durations, start times, waits for a slot and the maintenance worker's ticks count
+        # time, not data (a slot's wait: a round trip to the parent with ``--workers``)
         if line.startswith("flightsrv_") and "duration" not in line and \
                 "_created" not in line and "maintenance_ticks" not in line and \
+                "start_time_seconds" not in line and \
                 not line.startswith(("flightsrv_queue_wait_seconds_bucket",
                                      "flightsrv_queue_wait_seconds_sum")):
             name, value = line.rsplit(" ", 1)

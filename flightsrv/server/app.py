@@ -35,7 +35,13 @@ from flightsrv.server.auth import AuthConfig, static_tokens
 from flightsrv.server.config import ServerConfig, resolve_temp_dir
 from flightsrv.server.flight import FlightSqlServer, Forwarded, TlsConfig
 from flightsrv.server.logs import JsonFormatter, configure_json_logging  # noqa: F401
-from flightsrv.server.metrics import MetricsHttpServer, bearer_check, merge_workers, unix_get
+from flightsrv.server.metrics import (
+    CounterCarry,
+    MetricsHttpServer,
+    bearer_check,
+    merge_workers,
+    unix_get,
+)
 
 log = logging.getLogger("flightsrv.server")
 
@@ -337,6 +343,8 @@ def _worker_metrics(server: FlightSqlServer, fwd: Forwarded, location: str | Non
                 found.append((name[1:-5], os.path.join(sockdir, name)))
         return sorted(found, key=lambda p: int(p[0]))
 
+    carry = CounterCarry()  # the summed counters stay monotonic across worker restarts
+
     def render(query: str) -> bytes:
         texts = [("0", server.metrics.render())]
         for index, path in peers():
@@ -350,7 +358,7 @@ def _worker_metrics(server: FlightSqlServer, fwd: Forwarded, location: str | Non
                      "scrape holds\n# TYPE flightsrv_workers_reporting gauge\n"
                      f"flightsrv_workers_reporting {len(texts)}\n").encode()
         by_worker = "worker" in parse_qs(query).get("by", [])
-        return merge_workers(texts, by_worker=by_worker) + reporting
+        return merge_workers(texts, by_worker=by_worker, carry=carry) + reporting
 
     def ready_all() -> tuple[bool, str]:
         ok, detail = ready_now()

@@ -309,7 +309,7 @@ class FlightSqlServer(flight.FlightServerBase):
             "queries_queued": lambda: self._slots.queued(),
             "puts_open": lambda: self._puts.count(),
             "puts_queued": lambda: self._puts.queued(),
-        })
+        }, started_s=clock.now_ms() / 1000.0)
         middleware = {}
         if auth is not None:
             middleware[MIDDLEWARE_KEY] = AuthMiddlewareFactory(

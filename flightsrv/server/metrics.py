@@ -28,6 +28,7 @@ commit_conflicts_total{table,op...}    counter    commit attempts that lost a ra
 files_scanned_total / files_pruned     counter    data files read / skipped by statistics
 row_groups_scanned / row_groups_pruned counter    row groups read / skipped
 rows_masked_total                      counter    rows hidden by deletion vectors while read
+start_time_seconds                     gauge      when the server (a worker) started
 auth_failures_total                    counter    failed authentications
 sessions / prepared_statements         gauge      open now
 queries_in_flight                      gauge      statements running now
@@ -74,7 +75,8 @@ _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 
 
 class Metrics:
-    def __init__(self, gauges: dict[str, Callable[[], float]] | None = None):
+    def __init__(self, gauges: dict[str, Callable[[], float]] | None = None,
+                 started_s: float = 0.0):
         r = self.registry = CollectorRegistry()
         p = "flightsrv_"
         self.requests = Counter(p + "requests", "RPCs by method and gRPC status",
@@ -130,6 +132,10 @@ class Metrics:
                                  registry=r)
         for name, fn in (gauges or {}).items():
             Gauge(p + name, name.replace("_", " "), registry=r).set_function(fn)
+        # when this server started (``started_s``, unix time from the server's clock): a
+        # worker's restart shows as a new value
+        Gauge(p + "start_time_seconds", "when this server started (unix time)",
+              registry=r).set(started_s)
         self._children: dict = {}  # (id(metric), labels) -> its child (see _child)
         self._unsubscribe = telemetry.subscribe(self._on_event)
 
@@ -244,7 +250,58 @@ def unix_get(path: str, url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         conn.close()
 
 
-def merge_workers(texts: list[tuple[str, bytes]], by_worker: bool = False) -> bytes:
+class CounterCarry:
+    """Keeps the server's summed counters monotonic while its workers restart (worker 0
+    keeps one): a worker that restarted counts from zero again, and one that is restarting
+    does not answer a scrape. Remembers each worker's last counter values (counters and
+    histograms, not gauges); when a worker's counters went down since its last scrape (it
+    restarted), its old totals become a base added to its new ones, and a worker missing
+    from a scrape contributes its last totals. Increments between a worker's last scrape
+    and its death are lost."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._last: dict[str, dict[tuple, tuple[str, str, dict, float]]] = {}
+        self._base: dict[str, dict[tuple, tuple[str, str, dict, float]]] = {}
+        self._started: dict[str, float] = {}
+
+    def adjust(self, scraped: dict[str, list],
+               started: dict[str, float] | None = None) -> dict[str, list]:
+        """``scraped``: worker index -> [(family name, sample name, labels, value), ...] of
+        its counter samples; ``started``: worker index -> its start time (a new one means
+        it restarted). Returns the same with the base added, plus the last samples of
+        every worker known before and missing now."""
+        out: dict[str, list] = {}
+        started = started or {}
+        with self._lock:
+            for index, samples in scraped.items():
+                last = self._last.get(index, {})
+                now = {(s, tuple(sorted(lab.items()))): (f, s, lab, v) for f, s, lab, v
+                       in samples}
+                base = self._base.setdefault(index, {})
+                was = self._started.get(index)
+                if index in started:
+                    self._started[index] = started[index]
+                if (was is not None and started.get(index, was) != was) or any(
+                        key in now and now[key][3] < old[3] for key, old in last.items()):
+                    for key, (f, s, lab, v) in last.items():  # it restarted: old totals stay
+                        had = base.get(key)
+                        base[key] = (f, s, lab, v + (had[3] if had else 0.0))
+                self._last[index] = now
+                out[index] = [(f, s, lab, v + (base[key][3] if key in base else 0.0))
+                              for key, (f, s, lab, v) in now.items()]
+                out[index] += [b for key, b in base.items() if key not in now]
+            for index, last in self._last.items():
+                if index not in scraped:  # restarting: its last totals
+                    base = self._base.get(index, {})
+                    out[index] = [(f, s, lab, v + (base[key][3] if key in base else 0.0))
+                                  for key, (f, s, lab, v) in last.items()]
+                    out[index] += [b for key, b in base.items() if key not in last]
+        return out
+
+
+def merge_workers(texts: list[tuple[str, bytes]], by_worker: bool = False,
+                  carry: CounterCarry | None = None) -> bytes:
     """One Prometheus exposition of several workers' (``[(worker index, text), ...]``), as
     one server would answer: samples with the same name and labels are summed (counters,
     histogram buckets, counts and sums, and the gauges, which all count things: sessions,
@@ -256,7 +313,21 @@ def merge_workers(texts: list[tuple[str, bytes]], by_worker: bool = False) -> by
 
     families: dict[str, Metric] = {}
     sums: dict[str, dict[tuple, list]] = {}
+
+    def add(fam_name: str, name: str, labels: dict, value: float) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        seen = sums[fam_name].get(key)
+        if seen is None:
+            sums[fam_name][key] = [name, labels, value]
+        elif name.endswith(("_created", "_start_time_seconds")):
+            seen[2] = min(seen[2], value)  # the earliest worker's
+        else:
+            seen[2] += value
+
+    counted: dict[str, list] = {}
+    started: dict[str, float] = {}
     for index, text in texts:
+        counted[index] = []
         for fam in text_string_to_metric_families(text.decode("utf-8")):
             into = families.get(fam.name)
             if into is None:
@@ -264,18 +335,21 @@ def merge_workers(texts: list[tuple[str, bytes]], by_worker: bool = False) -> by
                                                    fam.unit)
                 sums[fam.name] = {}
             for smp in fam.samples:
+                if smp.name == "flightsrv_start_time_seconds":
+                    started[index] = smp.value
                 if by_worker:
                     into.add_sample(smp.name, {**smp.labels, "worker": index}, smp.value,
                                     smp.timestamp, smp.exemplar)
-                    continue
-                key = (smp.name, tuple(sorted(smp.labels.items())))
-                seen = sums[fam.name].get(key)
-                if seen is None:
-                    sums[fam.name][key] = [smp.name, smp.labels, smp.value]
-                elif smp.name.endswith("_created"):
-                    seen[2] = min(seen[2], smp.value)
+                elif carry is not None and fam.type in ("counter", "histogram") and \
+                        not smp.name.endswith("_created"):
+                    counted[index].append((fam.name, smp.name, smp.labels, smp.value))
                 else:
-                    seen[2] += smp.value
+                    add(fam.name, smp.name, smp.labels, smp.value)
+    if carry is not None and not by_worker:
+        for samples in carry.adjust(counted, started).values():
+            for fam_name, name, labels, value in samples:
+                if fam_name in sums:
+                    add(fam_name, name, labels, value)
     if not by_worker:
         for name, fam in families.items():
             for sample_name, labels, value in sums[name].values():
