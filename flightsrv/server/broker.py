@@ -31,8 +31,8 @@ Contract:
   thread reads the broker's messages). ``SharedConcurrency(link, pool, limit, max_queued,
   ...)``: ``acquire(user, deadline, gone)`` takes a leased slot or asks the broker and
   waits for its grant with the same deadline, cancellation and errors as ``Concurrency``;
-  ``release(user)``; ``count()`` and ``queued()`` are this worker's own (``/metrics`` sums
-  them, one series per worker). A request given up while its grant is on the way returns
+  ``release(user)``; ``count()`` and ``queued()`` are this worker's own (worker 0's
+  ``/metrics`` sums them over the workers). A request given up while its grant is on the way returns
   that slot at once.
 - ``SlotBroker(..., holds={pool: limit})``: pools without a queue, for entries that live
   in one worker (``prepared``, ``sessions``): a hold is granted or refused at once and
