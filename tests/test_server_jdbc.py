@@ -355,8 +355,8 @@ def test_tls_with_self_signed_ca(java_program, servers):
 
 def test_the_driver_through_worker_relays(java_program, servers, tmp_path):
     """``serve --workers 2`` relays each connection's bytes to a worker (server/relay.py):
-    the JDBC driver's queries, prepared statements with parameters and login work the same
-    through it, on the same warehouse."""
+    the JDBC driver's queries, prepared statements with parameters, parameters typed by
+    their context, metadata and login work the same through it, on the same warehouse."""
     from test_server_workers import Workers
 
     users = tmp_path / "users"
@@ -377,6 +377,11 @@ def test_the_driver_through_worker_relays(java_program, servers, tmp_path):
         got = java_program(_url(srv.port, user="bob", password="bob-pw"), "prepared")
         assert (got["prepared_count"], got["prepared_count_2"], got["prepared_string"]) \
             == (1, 1, "two")
+        # parameters typed by their context, and the metadata a BI tool reads first: the
+        # same answers as the one-process server's on the same warehouse
+        for suite in ("context_params", "metadata"):
+            one = java_program(_url(servers["plain"], user="bob", password="bob-pw"), suite)
+            assert java_program(_url(srv.port, user="bob", password="bob-pw"), suite) == one
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(timeout=60) == 0
     finally:
