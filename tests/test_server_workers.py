@@ -235,11 +235,14 @@ def _requests_total(metrics_port: int) -> tuple[float, float]:
 def test_a_killed_worker_is_restarted_and_new_connections_work(server):
     # worker 1 has served something: its counters are part of the server's sums
     since = len(server.events)
-    while served_by(server, since, {1}, wait=0) != {1}:
+    deadline = time.monotonic() + 60
+    while 1 not in served_by(server, since, {1}, wait=0):
+        assert time.monotonic() < deadline, "no connection reached worker 1"
         with connect(server.uri, username="alice", password="alice-pw") as c, \
                 c.cursor() as cur:
             cur.execute("SELECT 1")
             cur.fetchall()
+        time.sleep(0.05)  # its statement line reaches the log
     before, reporting = _requests_total(server.metrics_port)
     assert reporting == 2
     old = server.worker_pids()[1]
