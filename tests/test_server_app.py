@@ -90,3 +90,29 @@ def test_tls(tmp_path):
             assert cur.fetchone() == (1,)
     finally:
         server.shutdown()
+
+
+def test_a_stop_signal_never_deadlocks_the_serving_loop():
+    """The serving loops wait on ``StopOnSignals.stop`` while SIGTERMs arrive; a Python
+    signal handler runs in the main thread between any two lines, so it must work wherever
+    the main thread is inside ``stop.wait``. A handler that took ``threading.Event``'s lock
+    hung when it ran while the waiting thread held that lock (seen: a worker stuck for 48
+    min). Here the handler runs at every line executed inside ``wait`` (a trace function,
+    in a child process with a deadline); the old Event-based flag deadlocks on it."""
+    child = textwrap.dedent("""
+        import signal, sys
+        from flightsrv.server.signals import StopOnSignals
+        signals = StopOnSignals()
+        def tracer(frame, event, arg):
+            if event == "line" and len(signals.received) < 100 and \\
+                    frame.f_code.co_filename.endswith(("threading.py", "signals.py")):
+                signals._on_signal(signal.SIGTERM, None)  # as a signal would, here
+            return tracer
+        sys.settrace(tracer)
+        stopped = signals.stop.wait(5)
+        sys.settrace(None)
+        print("stopped" if stopped else "timeout")
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.stdout.strip() == "stopped", proc.stderr[-2000:]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import threading
+import time
 
 #: set by the parent of ``serve --workers N`` in its children's environment: its pid
 PARENT_ENV = "FLIGHTSRV_SUPERVISOR_PID"
@@ -32,14 +32,44 @@ def follow_parent() -> None:
         raise SystemExit(1)
 
 
+class StopFlag:
+    """``threading.Event``'s ``set``/``is_set``/``wait``, safe to set from a signal handler.
+
+    A Python signal handler runs in the main thread between two bytecodes, and that thread
+    may be inside ``Event.wait`` holding the event's (non-reentrant) lock at that moment:
+    ``Event.set`` in the handler then waits for the lock forever (seen: a worker hung in
+    ``StopOnSignals._on_signal`` after two SIGTERMs, its drain never began). ``set`` here
+    takes no lock (one attribute store), and ``wait`` polls it."""
+
+    POLL_S = 0.05
+
+    def __init__(self):
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._set:
+            left = self.POLL_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(self.POLL_S, left))
+        return self._set
+
+
 class StopOnSignals:
-    """While open, SIGINT and SIGTERM set ``stop`` and are recorded by name in ``received``;
-    ``restore()`` puts the previous handlers back."""
+    """While open, SIGINT and SIGTERM set ``stop`` (a ``StopFlag``) and are recorded by name
+    in ``received``; ``restore()`` puts the previous handlers back."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
-        self.stop = threading.Event()
+        self.stop = StopFlag()
         self.received: list[str] = []
         self._previous = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
 

@@ -47,13 +47,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 
 from flightsrv.server.broker import SlotBroker
 from flightsrv.server.relay import Loads
-from flightsrv.server.signals import PARENT_ENV, StopOnSignals
+from flightsrv.server.signals import PARENT_ENV, StopFlag, StopOnSignals
 
 log = logging.getLogger("flightsrv.server")
 
@@ -247,7 +246,7 @@ def _read_port(front: _Child) -> int:
     return int(line.split()[1])
 
 
-def _wait_sockets(sockdir: str, n: int, children: list[_Child], stop: threading.Event,
+def _wait_sockets(sockdir: str, n: int, children: list[_Child], stop: StopFlag,
                   timeout_s: float = 120.0) -> dict:
     """Wait until every worker serves; worker 0's ready note (its metrics port)."""
     deadline = time.monotonic() + timeout_s
