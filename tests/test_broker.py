@@ -255,7 +255,6 @@ def _registries(path, n=2, limit=2, ttl_s=60.0, gone=None):
         link, clock = BrokerLink(path), _Clock()
         reg = PerPrincipal("prepared statements", "max_prepared_statements", limit, ttl_s,
                            clock, gone=gone, shared=SharedHolds(link, "prepared"))
-        reg._shared.attach(reg)
         clocks.append(clock), links.append(link), regs.append(reg)
     return clocks, links, regs
 

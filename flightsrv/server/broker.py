@@ -40,8 +40,8 @@ Contract:
   principal's count full makes the broker ask every other worker holding some of that
   principal's holds to *sweep* (drop expired entries and sessions of closed connections,
   giving their holds back), and decides when all have answered or after ``SWEEP_WAIT_S``.
-  ``SharedHolds(link, pool).attach(registry)`` is the worker's side, for
-  ``limits.PerPrincipal(shared=...)``; the sweep runs on the link's own thread.
+  ``SharedHolds(link, pool)`` is the worker's side, for ``limits.PerPrincipal(shared=...)``
+  (which attaches itself as the sweeper); the sweep runs on the link's own thread.
 - If the broker cannot be reached (the parent is gone), a worker falls back to its own
   ``Concurrency`` with the same limits and logs ``slot_broker_lost`` once.
 - Messages are JSON lines of at most ``MAX_LINE`` bytes. Worker -> broker: ``{"a": id,

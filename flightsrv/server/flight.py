@@ -37,9 +37,6 @@ the statement commands of GetFlightInfo, ``_PUT`` for DoPut and ``_ACTIONS`` for
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import logging
 import threading
 import time
@@ -89,7 +86,7 @@ from flightsrv.server.status import (
     to_flight_error,
     unimplemented,
 )
-from flightsrv.server.tickets import ForeignTicket, TicketCodec
+from flightsrv.server.tickets import ForeignTicket, TicketCodec, derive_key, seal, unseal
 
 log = logging.getLogger("flightsrv.server")
 log.addHandler(logging.NullHandler())
@@ -243,14 +240,13 @@ class FlightSqlServer(flight.FlightServerBase):
             # every worker of one server signs tickets with the same key (derived from the
             # key the parent handed them all), so a ticket redeems on whichever worker a
             # connection reaches, as on one server (a kept result's lives where it was made)
-            ticket_key = hmac.new(forwarded.token_key, b"flightsrv tickets",
-                                  hashlib.sha256).digest()
+            ticket_key = derive_key(forwarded.token_key, b"flightsrv tickets")
         self._codec = TicketCodec(self._runtime, cfg.ticket_ttl_s, ticket_key)
         #: behind ``serve --workers N``: prepared handles name their statement, signed with
         #: one key for all workers, so a connection that reaches another worker (a client
         #: that reconnected) can still use them (``_revive``)
-        self._handle_key = None if forwarded is None else hmac.new(
-            forwarded.token_key, b"flightsrv prepared handles", hashlib.sha256).digest()
+        self._handle_key = None if forwarded is None else derive_key(
+            forwarded.token_key, b"flightsrv prepared handles")
         # behind ``serve --workers N`` the slots, and the counts of prepared statements and
         # sessions, are the whole server's, kept by the parent (server/broker.py)
         link = broker.connect(forwarded.slots_socket if forwarded else None)
@@ -269,9 +265,6 @@ class FlightSqlServer(flight.FlightServerBase):
             gone=lambda peer: not connection_open(
                 peer, forwarded.public_port if forwarded else self.port),
             shared=holds["sessions"])
-        if link is not None:
-            holds["prepared"].attach(self._prepared)
-            holds["sessions"].attach(self._sessions)
         # kept results are this process's: a full table evicts its oldest, never refuses
         self._results: PerPrincipal[str, pa.Table] = PerPrincipal(
             "results", "max_results", cfg.max_results, cfg.result_ttl_s, clock, on_full="evict")
@@ -516,27 +509,17 @@ class FlightSqlServer(flight.FlightServerBase):
         base = self._runtime.ids.new_id().encode()
         if self._handle_key is None or len(sql) > _PORTABLE_SQL:
             return base
-        body = _HANDLE_MAGIC + json.dumps(
-            {"i": base.decode(), "w": self._forwarded.index, "u": user, "s": sql},
-            separators=(",", ":"), ensure_ascii=False).encode()
-        return body + hmac.new(self._handle_key, body, hashlib.sha256).digest()
+        return seal(self._handle_key, _HANDLE_MAGIC,
+                    {"i": base.decode(), "w": self._forwarded.index, "u": user, "s": sql})
 
     def _portable(self, principal: Principal, handle: bytes) -> str | None:
         """The statement of a genuine handle of ``principal``'s made by another worker,
         else None (not signed by this server, another principal's, or this worker's own:
         then it was closed or expired here, NOT_FOUND as on one server)."""
-        if self._handle_key is None or not handle.startswith(_HANDLE_MAGIC) or \
-                len(handle) <= len(_HANDLE_MAGIC) + 32:
-            return None
-        body, sig = handle[:-32], handle[-32:]
-        if not hmac.compare_digest(sig, hmac.new(self._handle_key, body,
-                                                 hashlib.sha256).digest()):
-            return None
-        try:
-            fields = json.loads(body[len(_HANDLE_MAGIC):].decode())
-        except ValueError:
-            return None
-        if fields.get("u") != principal.user or fields.get("w") == self._forwarded.index:
+        fields = None if self._handle_key is None else \
+            unseal(self._handle_key, _HANDLE_MAGIC, handle)
+        if fields is None or fields.get("u") != principal.user or \
+                fields.get("w") == self._forwarded.index:
             return None
         return str(fields.get("s", ""))
 

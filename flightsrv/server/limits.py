@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from cachetools import TTLCache
+from cachetools import Cache, TTLCache
 
 from flightsrv.errors import QueryCancelled
 from flightsrv.runtime import Clock
@@ -55,23 +55,28 @@ W = TypeVar("W")
 
 
 class _Table(TTLCache):
-    """A principal's TTLCache that reports every entry it drops by itself (expired, or
-    evicted for room), so that a shared count of holds can be given back."""
+    """A principal's TTLCache that reports every entry that leaves it, however (deleted,
+    popped, evicted for room, expired), so that a shared count of holds is given back in
+    one place. (``TTLCache.expire`` removes without ``__delitem__``; eviction and ``pop``
+    go through it.)"""
 
     def __init__(self, maxsize: int, ttl: float, timer, dropped: Callable[[int], None]):
         super().__init__(maxsize, ttl, timer=timer)
         self._dropped = dropped
+
+    def __delitem__(self, key):
+        held = Cache.__contains__(self, key)  # expired ones too: TTLCache removes those,
+        try:  # then raises KeyError
+            super().__delitem__(key)
+        finally:
+            if held:
+                self._dropped(1)
 
     def expire(self, time=None):
         gone = super().expire(time)
         if gone:
             self._dropped(len(gone))
         return gone
-
-    def popitem(self):
-        item = super().popitem()
-        self._dropped(1)
-        return item
 
 
 class PerPrincipal(Generic[K, V]):
@@ -89,6 +94,8 @@ class PerPrincipal(Generic[K, V]):
         #: ``take(user)`` True / False when full / None when not shared any more, and
         #: ``give_back(user)``); None: this process's tables are the count
         self._shared = shared
+        if shared is not None:
+            shared.attach(self)  # the broker may ask this registry to sweep
 
     def _table(self, user: str, create: bool) -> _Table | None:
         table = self._tables.get(user)
@@ -143,10 +150,8 @@ class PerPrincipal(Generic[K, V]):
         got = self._shared.take(user)
         if got is False:
             with self._lock:  # this worker's own dead entries first, as one server does
-                table = self._table(user, create=True)
-                dead = self._drop_gone(table)
-                self._give_back(user, dead)
-                freed = dead + len(table.expire())  # expire gives its own back
+                table = self._table(user, create=True)  # (each gives its hold back)
+                freed = self._drop_gone(table) + len(table.expire())
             got = self._shared.take(user) if freed else False
         with self._lock:
             table = self._table(user, create=True)
@@ -168,9 +173,8 @@ class PerPrincipal(Generic[K, V]):
             table = self._table(user, create=False)
             if table is None:
                 return
-            table.expire()
-            freed = self._drop_gone(table)
-            self._give_back(user, freed)
+            table.expire()  # each entry dropped gives its hold back
+            self._drop_gone(table)
             if not table:
                 del self._tables[user]
 
@@ -189,9 +193,7 @@ class PerPrincipal(Generic[K, V]):
             table = self._table(user, create=False)
             if table is None:
                 return None
-            value = table.pop(key, None)
-            if value is not None:
-                self._give_back(user, 1)
+            value = table.pop(key, None)  # gives its hold back
             if not table:
                 del self._tables[user]
             return value

@@ -101,6 +101,38 @@ class Ticket:
         return self.nonce
 
 
+def _mac(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
+def derive_key(key: bytes, label: bytes) -> bytes:
+    """A key for one use (``label``) from a server's shared secret: the workers of ``serve
+    --workers N`` derive their ticket and prepared-handle keys from the parent's."""
+    return _mac(key, label)
+
+
+def seal(key: bytes, magic: bytes, body: dict) -> bytes:
+    """``magic | JSON(body) | HMAC-SHA256(key, magic | JSON(body))``: a ticket's handle, and
+    a prepared statement handle behind ``--workers``."""
+    data = magic + json.dumps(body, separators=(",", ":")).encode()
+    return data + _mac(key, data)
+
+
+def unseal(key: bytes, magic: bytes, raw: bytes) -> dict | None:
+    """The body of what ``seal(key, magic, ...)`` made, or None: other framing, another
+    key's signature, or not a JSON object."""
+    if len(raw) <= len(magic) + _SIG or not raw.startswith(magic):
+        return None
+    data, sig = raw[:-_SIG], raw[-_SIG:]
+    if not hmac.compare_digest(sig, _mac(key, data)):
+        return None
+    try:
+        body = json.loads(data[len(magic):])
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
 class TicketCodec:
     def __init__(self, runtime: Runtime, ttl_s: int, key: bytes | None = None):
         self._runtime = runtime
@@ -108,7 +140,7 @@ class TicketCodec:
         self._key = key if key is not None else os.urandom(32)
 
     def _sign(self, data: bytes) -> bytes:
-        return hmac.new(self._key, data, hashlib.sha256).digest()
+        return _mac(self._key, data)
 
     def issue(self, kind: str, user: str, *, sql: str | None = None,
               params: pa.RecordBatch | None = None, result_id: str | None = None,
@@ -132,9 +164,8 @@ class TicketCodec:
             body["r"] = result_id
         if command is not None:
             body["c"] = base64.b64encode(command).decode()
-        data = MAGIC + json.dumps(body, separators=(",", ":")).encode()
-        handle = data + self._sign(data)
-        return proto.pack(proto.TicketStatementQuery(statement_handle=handle))
+        return proto.pack(proto.TicketStatementQuery(
+            statement_handle=seal(self._key, MAGIC, body)))
 
     def open(self, raw: bytes, user: str) -> Ticket:
         """The ticket in ``raw`` if ``user`` may redeem it now; see the module docstring."""
