@@ -758,8 +758,11 @@ def test_a_prepared_handle_works_on_a_connection_at_the_other_worker(server):
 
         assert run(home, home_opts, 7) == 14
         assert run(away, away_opts, 8) == 16  # the other worker prepares it again
-        assert any(e.get("event") == "prepared_revived" and e.get("worker") == 1
-                   for e in list(server.events)[since:])
+        deadline = time.monotonic() + 10  # log lines are read by the drain thread
+        while not any(e.get("event") == "prepared_revived" and e.get("worker") == 1
+                      for e in list(server.events)[since:]):
+            assert time.monotonic() < deadline, "worker 1 did not prepare it again"
+            time.sleep(0.05)
         assert run(home, home_opts, 9) == 18
         with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
             bob.get_flight_info(cmd, bob_opts)  # another principal's: NOT_FOUND
