@@ -304,3 +304,38 @@ def test_a_full_count_sweeps_the_other_workers_expired_and_dead_entries(holds):
         assert b.get("alice", b"conn") is None and a.get("alice", b"x") == 5
     finally:
         _close(links)
+
+
+def test_a_notice_reaches_every_other_worker_before_notify_returns(broker):
+    """``notify`` returns once every other worker ran its handler (a cancel or a close
+    is then in force everywhere); without any other worker it returns at once; a worker
+    whose handler is stuck delays it at most the broker's wait, and the sender hears it."""
+    links = [BrokerLink(broker.path) for _ in range(3)]
+    seen: list = []
+    stuck = threading.Event()
+    try:
+        for i, link in enumerate(links[1:], 1):
+            link.on_notice("cancel", lambda u, v, i=i: (time.sleep(0.2), seen.append((i, u, v))))
+        assert links[0].notify("cancel", "alice", "n1") is True
+        assert sorted(seen) == [(1, "alice", "n1"), (2, "alice", "n1")]  # both ran already
+        assert links[1].notify("unknown kind", "alice", "x") is True  # nobody handles it
+        links[2].on_notice("close", lambda u, v: stuck.wait(30))
+        started = time.monotonic()
+        assert links[0].notify("close", "alice", "h") is False
+        assert time.monotonic() - started < 10
+        stuck.set()
+        assert links[0].notify("cancel", "bob", "n2", wait=False) is True
+        deadline = time.monotonic() + 5
+        while len(seen) < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        stuck.set()
+        _close(links)
+    alone = BrokerLink(broker.path)
+    try:
+        started = time.monotonic()
+        assert alone.notify("cancel", "alice", "n3") is True
+        assert time.monotonic() - started < 1
+    finally:
+        alone.close()

@@ -766,14 +766,75 @@ def test_a_prepared_handle_works_on_a_connection_at_the_other_worker(server):
         assert run(home, home_opts, 9) == 18
         with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
             bob.get_flight_info(cmd, bob_opts)  # another principal's: NOT_FOUND
-        for c, o in (away, away_opts), (home, home_opts):  # closed on each worker
-            c.do_action(flight.Action("ClosePreparedStatement", proto.pack(
-                proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle))),
-                o)
+        close = flight.Action("ClosePreparedStatement", proto.pack(
+            proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle)))
+        list(away.do_action(close, away_opts))  # closed on the worker that re-created it
+        for c, o in (home, home_opts), (away, away_opts):  # ... is closed on both, as on
+            with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
+                c.get_flight_info(cmd, o)  # one server: neither runs nor re-creates it
+            with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
+                list(c.do_action(close, o))  # a second close is NOT_FOUND
+        # a handle made at home, re-created away and closed at home: gone away as well
+        (res,) = home.do_action(flight.Action("CreatePreparedStatement", proto.pack(
+            proto.ActionCreatePreparedStatementRequest(query="SELECT v FROM t WHERE id = ?"))),
+            home_opts)
+        handle = proto.unpack(res.body.to_pybytes()).prepared_statement_handle
+        cmd = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
+        assert run(away, away_opts, 3) == 6
+        list(home.do_action(flight.Action("ClosePreparedStatement", proto.pack(
+            proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle))),
+            home_opts))
         with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
-            home.get_flight_info(cmd, home_opts)  # closed where it was made: gone there
+            away.get_flight_info(cmd, away_opts)
     finally:
         for c, _ in [*alices, (bob, bob_opts)]:
+            c.close()
+
+
+def test_a_cancel_reaching_the_other_worker_cancels_the_stream(server):
+    """CancelFlightInfo sent on a connection at another worker than the one streaming (or
+    about to stream) the ticket cancels it there, as on one server: a running stream ends
+    CANCELLED, and a ticket cancelled before its DoGet fails CANCELLED on either worker."""
+    from _server_harness import desc
+
+    def client():
+        c = flight.connect(server.uri)
+        return c, flight.FlightCallOptions(headers=[c.authenticate_basic_token(
+            "alice", "alice-pw")])
+
+    alices = [client() for _ in range(4)]
+    try:
+        since = len(server.events)
+        for c, o in alices:
+            info = c.get_flight_info(desc(proto.CommandStatementQuery(query="SELECT 1")), o)
+            c.do_get(info.endpoints[0].ticket, o).read_all()
+        assert served_by(server, since, {0, 1}) == {0, 1}
+        at = [e["worker"] for e in list(server.events)[since:]
+              if e.get("event") == "statement"][:4]
+        (home, home_opts), (away, away_opts) = alices[at.index(0)], alices[at.index(1)]
+
+        def cancel(info):
+            req = proto.CancelFlightInfoRequest(info=info.serialize())
+            (raw,) = list(away.do_action(flight.Action(
+                "CancelFlightInfo", req.SerializeToString()), away_opts))
+            return proto.parse(proto.CancelFlightInfoResult, raw.body.to_pybytes()).status
+
+        long = desc(proto.CommandStatementQuery(query="SELECT range AS i FROM range(50000000)"))
+        info = home.get_flight_info(long, home_opts)
+        reader = home.do_get(info.endpoints[0].ticket, home_opts)
+        rows = reader.read_chunk().data.num_rows
+        assert cancel(info) == proto.CancelStatus.CANCELLED
+        with pytest.raises(flight.FlightCancelledError, match="cancelled"):
+            while True:
+                rows += reader.read_chunk().data.num_rows
+        assert rows < 50_000_000
+        info = home.get_flight_info(long, home_opts)  # cancelled before its DoGet
+        assert cancel(info) == proto.CancelStatus.CANCELLED
+        for c, o in (home, home_opts), (away, away_opts):
+            with pytest.raises(flight.FlightCancelledError, match="cancelled"):
+                c.do_get(info.endpoints[0].ticket, o).read_all()
+    finally:
+        for c, _ in alices:
             c.close()
 
 

@@ -51,7 +51,16 @@ Contract:
   ``{"f": id}`` (its queue is full), ``{"x": id}`` (the give-up was read: no grant follows
   it), ``{"c": pool, "u": user}`` (recall), ``{"k": pool, "u": user}`` (keep leases
   again), ``{"s": pool, "u": user, "i": id}`` (sweep), answered by the worker's
-  ``{"sd": id}`` after its returns. A broker closes a connection that sends anything else.
+  ``{"sd": id}`` after its returns. Notices: ``{"b": kind, "u": user, "v": value, "i": id}``
+  (worker -> broker: tell every other worker), forwarded as ``{"n": kind, "u": user, "v":
+  value, "i": id}`` and answered by each ``{"nd": id}`` once handled; the sender gets
+  ``{"bd": id, "ok": 1}`` when all have answered (``"ok": 0`` after ``SWEEP_WAIT_S``).
+  A broker closes a connection that sends anything else.
+- Notices (``BrokerLink.notify(kind, user, value)``, handled by what ``on_notice(kind,
+  fn)`` registered, on the link's own thread) carry what one server does to all of a
+  principal's calls and entries whichever worker holds them: ``cancel`` (a ticket's nonce:
+  CancelFlightInfo reaching another worker than the stream's) and ``close`` (a prepared
+  handle closed, or re-created, on another worker than its own).
 """
 
 from __future__ import annotations
@@ -101,11 +110,13 @@ class _Peer:
 
 class _Sweep:
     """A hold request found its principal's count full: the workers holding some were
-    asked to drop their expired and dead entries; it is answered once all have said so."""
+    asked to drop their expired and dead entries; it is answered once all have said so.
+    Also a notice on its way to the other workers (``key`` is then None)."""
 
     __slots__ = ("peer", "rid", "key", "left", "until")
 
-    def __init__(self, peer: _Peer, rid: int, key: tuple[str, str], left: set, until: float):
+    def __init__(self, peer: _Peer, rid: int, key: tuple[str, str] | None, left: set,
+                 until: float):
         self.peer, self.rid, self.key, self.left, self.until = peer, rid, key, left, until
 
 
@@ -235,12 +246,15 @@ class SlotBroker:
                 raise ValueError(f"return of a slot not leased ({key[0]})")
             for _ in range(n):
                 self._give_back(peer, key)
-        elif "sd" in msg:
-            sweep = self._sweeps.get(int(msg["sd"]))
+        elif "sd" in msg or "nd" in msg:
+            sid = int(msg.get("sd") or msg.get("nd"))
+            sweep = self._sweeps.get(sid)
             if sweep is not None:
                 sweep.left.discard(peer)
                 if not sweep.left:
-                    self._end_sweep(int(msg["sd"]))
+                    self._end_sweep(sid)
+        elif "b" in msg:
+            self._notice(peer, int(msg["i"]), str(msg["b"]), str(msg["u"]), str(msg["v"]))
         elif "x" in msg:
             rid = int(msg["x"])
             for sid, sweep in list(self._sweeps.items()):
@@ -268,10 +282,26 @@ class SlotBroker:
             self._send(other, {"s": key[0], "u": key[1], "i": sid})
             self._flush(other)
 
+    def _notice(self, peer: _Peer, rid: int, kind: str, user: str, value: str) -> None:
+        """Tell every other worker; the sender hears when all have handled it."""
+        others = {p for p in self._peers if p is not peer}
+        if not others:
+            self._send(peer, {"bd": rid, "ok": 1})
+            return
+        sid = next(self._sweep_ids)
+        self._sweeps[sid] = _Sweep(peer, rid, None, others, time.monotonic() + SWEEP_WAIT_S)
+        for other in others:
+            self._send(other, {"n": kind, "u": user, "v": value, "i": sid})
+            self._flush(other)
+
     def _end_sweep(self, sid: int) -> None:
         sweep = self._sweeps.pop(sid)
         peer, key = sweep.peer, sweep.key
         if peer not in self._peers:
+            return
+        if key is None:  # a notice: every other worker handled it, or some did not answer
+            self._send(peer, {"bd": sweep.rid, "ok": int(not sweep.left)})
+            self._flush(peer)
             return
         if self._pools[key[0]].take(key[1], (peer, sweep.rid)) == GRANTED:
             peer.held[key] += 1
@@ -413,6 +443,9 @@ class BrokerLink:
         self._abandoned: dict[int, _Request] = {}
         #: pools whose slots go back as soon as released (holds), and who sweeps them
         self._sweepers: dict[str, Callable[[str], None]] = {}
+        #: notice kind -> its handler (user, value), run on the sweep thread
+        self._noticed: dict[str, Callable[[str, str], None]] = {}
+        self._notices: dict[int, _Request] = {}
         self._sweep_queue: queue.SimpleQueue = queue.SimpleQueue()
         self._sweeper: threading.Thread | None = None
         self.lost = False
@@ -443,21 +476,56 @@ class BrokerLink:
         the broker asks (another worker found the server's count full)."""
         with self._lock:
             self._sweepers[pool] = sweep
-            if self._sweeper is None:
-                self._sweeper = threading.Thread(target=self._sweep_loop,
-                                                 name="slot-broker-sweep", daemon=True)
-                self._sweeper.start()
+            self._start_sweeper_locked()
+
+    def on_notice(self, kind: str, handle: Callable[[str, str], None]) -> None:
+        """Run ``handle(user, value)`` for every ``kind`` notice another worker sends."""
+        with self._lock:
+            self._noticed[kind] = handle
+            self._start_sweeper_locked()
+
+    def notify(self, kind: str, user: str, value: str, wait: bool = True) -> bool:
+        """Tell every other worker (``on_notice``). With ``wait``: return once all have
+        handled it (True), or False after ``SWEEP_WAIT_S`` and a little more, or at once
+        without a broker."""
+        with self._lock:
+            if self.lost:
+                return False
+            rid = next(self._ids)
+            done = _Request(rid, (kind, user))
+            if wait:
+                self._notices[rid] = done
+            self._send_locked({"b": kind, "u": user, "v": value, "i": rid})
+        if not wait:
+            return True
+        done.event.wait(SWEEP_WAIT_S + 1.0)
+        with self._lock:
+            self._notices.pop(rid, None)
+        return done.answer == "ok"
+
+    def _start_sweeper_locked(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = threading.Thread(target=self._sweep_loop,
+                                             name="slot-broker-sweep", daemon=True)
+            self._sweeper.start()
 
     def _sweep_loop(self) -> None:
         while True:
-            pool, user, sid = self._sweep_queue.get()
+            item = self._sweep_queue.get()
             try:
-                self._sweepers[pool](user)  # gives its holds back (messages before ours)
+                if item[0] == "n":
+                    _, kind, user, value, sid = item
+                    handle = self._noticed.get(kind)
+                    if handle is not None:
+                        handle(user, value)
+                else:
+                    _, pool, user, sid = item
+                    self._sweepers[pool](user)  # gives its holds back (messages before ours)
             except Exception as exc:  # noqa: BLE001 - the broker decides without it
                 log.warning("sweep failed", extra={"fields": {
                     "event": "slot_broker_error", "error": f"{type(exc).__name__}: {exc}"}})
             with self._lock:
-                self._send_locked({"sd": sid})
+                self._send_locked({"nd" if item[0] == "n" else "sd": sid})
 
     def give_up(self, req: _Request) -> bool:
         """Withdraw ``req``; True when it had been granted already (the caller then holds
@@ -517,6 +585,9 @@ class BrokerLink:
             req.event.set()
         self._pending.clear()
         self._abandoned.clear()
+        for done in self._notices.values():
+            done.answer = "lost"
+            done.event.set()
         for lease in self._leases.values():  # idle slots are gone; held ones end here
             lease.leased = lease.busy
 
@@ -562,7 +633,16 @@ class BrokerLink:
         elif "x" in msg:
             self._abandoned.pop(msg["x"], None)
         elif "s" in msg:  # not here: the sweep takes its registry's lock
-            self._sweep_queue.put((str(msg["s"]), str(msg["u"]), int(msg["i"])))
+            self._sweep_queue.put(("s", str(msg["s"]), str(msg["u"]), int(msg["i"])))
+        elif "n" in msg:  # nor a notice: it takes its own locks
+            self._start_sweeper_locked()  # answered even with no handler for its kind
+            self._sweep_queue.put(("n", str(msg["n"]), str(msg["u"]), str(msg["v"]),
+                                   int(msg["i"])))
+        elif "bd" in msg:
+            done = self._notices.get(msg["bd"])
+            if done is not None:
+                done.answer = "ok" if msg.get("ok") else "late"
+                done.event.set()
         elif "c" in msg or "k" in msg:
             key = (msg.get("c") or msg.get("k"), msg["u"])
             lease = self._leases.get(key)

@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from cachetools import TTLCache
 from pyarrow import flight
 
 from flightsrv import errors
@@ -282,6 +283,18 @@ class FlightSqlServer(flight.FlightServerBase):
         self._puts = limit("puts", cfg.max_open_puts, cfg.max_queued_queries,
                            what="DoPut stream", limit_name="max_open_puts", busy="open")
         self._calls = CallTracker()
+        #: the parent's broker link behind ``--workers``: what one server does to a
+        #: principal's calls and handles reaches every worker (``_tell_workers``)
+        self._link = link
+        #: prepared handles of this server closed on some worker: never re-created here
+        self._closed_handles: TTLCache = TTLCache(100_000, cfg.prepared_ttl_s)
+        #: handles made here and re-created on another worker: closed everywhere
+        self._revived_handles: TTLCache = TTLCache(100_000, cfg.prepared_ttl_s)
+        self._closed_lock = threading.Lock()
+        if link is not None:
+            link.on_notice("cancel", self._calls.cancel_ticket)
+            link.on_notice("close", self._closed_elsewhere)
+            link.on_notice("revived", self._revived_elsewhere)
         self._active = 0  # RPCs and streams in progress (for draining)
         self._active_lock = threading.Condition()
         self._draining = threading.Event()
@@ -512,29 +525,72 @@ class FlightSqlServer(flight.FlightServerBase):
         return seal(self._handle_key, _HANDLE_MAGIC,
                     {"i": base.decode(), "w": self._forwarded.index, "u": user, "s": sql})
 
-    def _portable(self, principal: Principal, handle: bytes) -> str | None:
-        """The statement of a genuine handle of ``principal``'s made by another worker,
-        else None (not signed by this server, another principal's, or this worker's own:
-        then it was closed or expired here, NOT_FOUND as on one server)."""
+    def _sealed(self, user: str, handle: bytes) -> dict | None:
         fields = None if self._handle_key is None else \
             unseal(self._handle_key, _HANDLE_MAGIC, handle)
-        if fields is None or fields.get("u") != principal.user or \
-                fields.get("w") == self._forwarded.index:
+        if fields is None or fields.get("u") != user:
             return None
+        return fields
+
+    def _made_by(self, principal: Principal, handle: bytes) -> int | None:
+        """The worker that made a genuine handle of ``principal``'s, else None."""
+        fields = self._sealed(principal.user, handle)
+        return None if fields is None else int(fields.get("w", -1))
+
+    def _portable(self, principal: Principal, handle: bytes) -> str | None:
+        """The statement of a genuine handle of ``principal``'s made by another worker and
+        not closed, else None (not signed by this server, another principal's, closed on
+        some worker, or this worker's own: then it was closed or expired here, NOT_FOUND
+        as on one server)."""
+        fields = self._sealed(principal.user, handle)
+        if fields is None or fields.get("w") == self._forwarded.index:
+            return None
+        with self._closed_lock:
+            if handle in self._closed_handles:
+                return None
         return str(fields.get("s", ""))
 
     def _revive(self, context, principal: Principal, handle: bytes) -> _PreparedEntry | None:
         """A handle another worker made, used on a connection that reached this one:
         prepare its statement here (as its creator did) under the same handle. Parameters
-        bound on the other worker stay there: bind again."""
+        bound on the other worker stay there: bind again. Its maker is told (it closes
+        the handle everywhere when it is closed there)."""
         sql = self._portable(principal, handle)
         if sql is None:
             return None
         entry = _PreparedEntry(self._prepare(context, principal, self._check_sql(sql)))
         self._prepared.add(principal.user, handle, entry)
+        self._tell_workers("revived", principal.user, handle.hex(), wait=False)
         log.info("prepared statement re-created", extra={"fields": {
             "event": "prepared_revived", "user": principal.user}})
         return entry
+
+    def _remember_closed(self, handle: bytes) -> None:
+        with self._closed_lock:
+            self._closed_handles[handle] = True
+
+    def _revived_elsewhere(self, user: str, handle_hex: str) -> None:
+        """A ``revived`` notice: a handle, maybe this worker's, was re-created elsewhere."""
+        handle = bytes.fromhex(handle_hex)
+        fields = self._sealed(user, handle)
+        if fields is not None and fields.get("w") == self._forwarded.index:
+            with self._closed_lock:
+                self._revived_handles[handle] = True
+
+    def _closed_elsewhere(self, user: str, handle_hex: str) -> None:
+        """A ``close`` notice: another worker closed this handle of ``user``'s."""
+        handle = bytes.fromhex(handle_hex)
+        self._remember_closed(handle)
+        self._prepared.pop(user, handle)
+
+    def _tell_workers(self, kind: str, user: str, value: str, wait: bool = True) -> None:
+        """Behind ``--workers``: tell every other worker (``broker.BrokerLink.notify``).
+        A worker that does not answer within the broker's wait is logged, not waited for."""
+        if self._link is None:
+            return
+        if not self._link.notify(kind, user, value, wait=wait) and wait:
+            log.warning("a notice did not reach every worker", extra={"fields": {
+                "event": "notice_unanswered", "kind": kind, "user": user}})
 
     def _sql_info(self, principal: Principal) -> dict[int, object]:
         read_only = self._read_only or principal.role == Role.READER
@@ -983,12 +1039,21 @@ class FlightSqlServer(flight.FlightServerBase):
         if not isinstance(req, proto.ActionClosePreparedStatementRequest):
             raise invalid(f"ClosePreparedStatement got {proto.arrow_name(req)}")
         handle = req.prepared_statement_handle
-        if self._prepared.pop(principal.user, handle) is None and \
-                self._portable(principal, handle) is None:
-            # (a handle another worker made and holds: closed here is done; there it
-            # expires after --prepared-ttl)
+        here = self._prepared.pop(principal.user, handle) is not None
+        made = self._made_by(principal, handle)
+        with self._closed_lock:
+            revived = self._revived_handles.pop(handle, None) is not None
+            closed = handle in self._closed_handles
+        if not here and (made is None or made == self._forwarded.index or closed):
+            # never made, another principal's, or closed or expired already: on its own
+            # worker, or on any after a close (as one server answers a second close)
             raise NotFound("unknown or expired prepared statement handle",
                            handle=handle.hex()[:16])
+        if made is not None and (made != self._forwarded.index or revived):
+            # made by another worker, or re-created on one: closed everywhere, as on one
+            # server (each worker holding it gives back its count; none re-creates it)
+            self._remember_closed(handle)
+            self._tell_workers("close", principal.user, handle.hex())
         return []
 
     def _act_cancel_flight_info(self, context, principal, body):
@@ -1042,6 +1107,8 @@ class FlightSqlServer(flight.FlightServerBase):
                                     user=principal.user)
             if t.kind in ("query", "metadata"):
                 self._calls.cancel_ticket(principal.user, t.nonce)
+                # its stream may run, or start, on another worker: cancelled there too
+                self._tell_workers("cancel", principal.user, t.nonce)
                 status = proto.CancelStatus.CANCELLED
         return int(status)
 

@@ -45,7 +45,7 @@ import sys
 import threading
 from concurrent import futures
 
-from flightsrv.server.signals import follow_parent
+from flightsrv.server.signals import StopFlag, follow_parent
 
 SERVICE = "/arrow.flight.protocol.FlightService/"
 PEER_HEADER = "x-flightsrv-peer"
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tls_cert:
         with open(args.tls_cert, "rb") as c, open(args.tls_key, "rb") as k:
             tls = (c.read(), k.read())
-    stop = threading.Event()
+    stop = StopFlag()  # set from a signal handler: never a threading.Event (signals.py)
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: stop.set())
     follow_parent()  # SIGTERM (so: drain) if the parent dies
