@@ -786,6 +786,21 @@ def test_a_prepared_handle_works_on_a_connection_at_the_other_worker(server):
             home_opts))
         with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
             away.get_flight_info(cmd, away_opts)
+        # a handle naming a long statement (larger than a message to the parent) as well
+        long_sql = "SELECT v FROM t WHERE id = ? AND '" + "x" * 15_000 + "' <> ''"
+        (res,) = home.do_action(flight.Action("CreatePreparedStatement", proto.pack(
+            proto.ActionCreatePreparedStatementRequest(query=long_sql))), home_opts)
+        handle = proto.unpack(res.body.to_pybytes()).prepared_statement_handle
+        assert len(handle.hex()) > 16 << 10  # as text, more than a broker message holds
+        cmd = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
+        assert run(away, away_opts, 4) == 8
+        list(away.do_action(flight.Action("ClosePreparedStatement", proto.pack(
+            proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle))),
+            away_opts))
+        with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
+            home.get_flight_info(cmd, home_opts)
+        assert not any(e.get("event") in ("slot_broker_lost", "slot_broker_error")
+                       for e in list(server.events))
     finally:
         for c, _ in [*alices, (bob, bob_opts)]:
             c.close()

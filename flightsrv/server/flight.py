@@ -37,6 +37,7 @@ the statement commands of GetFlightInfo, ``_PUT`` for DoPut and ``_ACTIONS`` for
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -137,6 +138,11 @@ class TlsConfig:
 #: (a longer one gets a plain handle, valid on its worker only)
 _PORTABLE_SQL = 16 << 10
 _HANDLE_MAGIC = b"FSQH1"
+
+
+def _digest(handle: bytes) -> str:
+    """A prepared handle's name in a notice to the other workers."""
+    return hashlib.blake2b(handle, digest_size=16).hexdigest()
 
 
 @dataclass
@@ -286,9 +292,10 @@ class FlightSqlServer(flight.FlightServerBase):
         #: the parent's broker link behind ``--workers``: what one server does to a
         #: principal's calls and handles reaches every worker (``_tell_workers``)
         self._link = link
-        #: prepared handles of this server closed on some worker: never re-created here
+        #: digests of prepared handles closed on some worker: never re-created here
         self._closed_handles: TTLCache = TTLCache(100_000, cfg.prepared_ttl_s)
-        #: handles made here and re-created on another worker: closed everywhere
+        #: digests of handles made here and re-created on another worker: a close here
+        #: closes them everywhere
         self._revived_handles: TTLCache = TTLCache(100_000, cfg.prepared_ttl_s)
         self._closed_lock = threading.Lock()
         if link is not None:
@@ -546,7 +553,7 @@ class FlightSqlServer(flight.FlightServerBase):
         if fields is None or fields.get("w") == self._forwarded.index:
             return None
         with self._closed_lock:
-            if handle in self._closed_handles:
+            if _digest(handle) in self._closed_handles:
                 return None
         return str(fields.get("s", ""))
 
@@ -560,28 +567,40 @@ class FlightSqlServer(flight.FlightServerBase):
             return None
         entry = _PreparedEntry(self._prepare(context, principal, self._check_sql(sql)))
         self._prepared.add(principal.user, handle, entry)
-        self._tell_workers("revived", principal.user, handle.hex(), wait=False)
+        self._tell_workers("revived", principal.user, _digest(handle), wait=False)
         log.info("prepared statement re-created", extra={"fields": {
             "event": "prepared_revived", "user": principal.user}})
         return entry
 
     def _remember_closed(self, handle: bytes) -> None:
         with self._closed_lock:
-            self._closed_handles[handle] = True
+            self._closed_handles[_digest(handle)] = True
 
-    def _revived_elsewhere(self, user: str, handle_hex: str) -> None:
+    def _held(self, user: str, digest: str) -> bytes | None:
+        """The handle of ``user``'s held here whose digest is ``digest`` (a notice names a
+        handle by its digest: a handle may be larger than a broker message)."""
+        for handle in self._prepared.keys(user):
+            if _digest(handle) == digest:
+                return handle
+        return None
+
+    def _revived_elsewhere(self, user: str, digest: str) -> None:
         """A ``revived`` notice: a handle, maybe this worker's, was re-created elsewhere."""
-        handle = bytes.fromhex(handle_hex)
+        handle = self._held(user, digest)
+        if handle is None:
+            return
         fields = self._sealed(user, handle)
         if fields is not None and fields.get("w") == self._forwarded.index:
             with self._closed_lock:
-                self._revived_handles[handle] = True
+                self._revived_handles[digest] = True
 
-    def _closed_elsewhere(self, user: str, handle_hex: str) -> None:
+    def _closed_elsewhere(self, user: str, digest: str) -> None:
         """A ``close`` notice: another worker closed this handle of ``user``'s."""
-        handle = bytes.fromhex(handle_hex)
-        self._remember_closed(handle)
-        self._prepared.pop(user, handle)
+        with self._closed_lock:
+            self._closed_handles[digest] = True
+        handle = self._held(user, digest)
+        if handle is not None:
+            self._prepared.pop(user, handle)
 
     def _tell_workers(self, kind: str, user: str, value: str, wait: bool = True) -> None:
         """Behind ``--workers``: tell every other worker (``broker.BrokerLink.notify``).
@@ -1042,8 +1061,8 @@ class FlightSqlServer(flight.FlightServerBase):
         here = self._prepared.pop(principal.user, handle) is not None
         made = self._made_by(principal, handle)
         with self._closed_lock:
-            revived = self._revived_handles.pop(handle, None) is not None
-            closed = handle in self._closed_handles
+            revived = self._revived_handles.pop(_digest(handle), None) is not None
+            closed = _digest(handle) in self._closed_handles
         if not here and (made is None or made == self._forwarded.index or closed):
             # never made, another principal's, or closed or expired already: on its own
             # worker, or on any after a close (as one server answers a second close)
@@ -1053,7 +1072,7 @@ class FlightSqlServer(flight.FlightServerBase):
             # made by another worker, or re-created on one: closed everywhere, as on one
             # server (each worker holding it gives back its count; none re-creates it)
             self._remember_closed(handle)
-            self._tell_workers("close", principal.user, handle.hex())
+            self._tell_workers("close", principal.user, _digest(handle))
         return []
 
     def _act_cancel_flight_info(self, context, principal, body):

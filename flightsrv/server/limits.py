@@ -198,6 +198,12 @@ class PerPrincipal(Generic[K, V]):
                 del self._tables[user]
             return value
 
+    def keys(self, user: str) -> list[K]:
+        """``user``'s keys now (expired ones included until the table next expires)."""
+        with self._lock:
+            table = self._table(user, create=False)
+            return [] if table is None else list(table.keys())
+
     def count(self, user: str | None = None) -> int:
         with self._lock:
             tables = [self._tables.get(user)] if user is not None else list(self._tables.values())
