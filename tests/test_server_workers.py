@@ -882,3 +882,42 @@ def test_summed_counters_stay_monotonic_over_a_worker_restart():
     # without a carry (one scrape, or ?by=worker): the plain sums
     assert merge_workers([("0", text(100, 1, 0)), ("1", text(100, 2, 0))]).decode().count(
         "flightsrv_requests_total{") == 1
+
+
+def test_a_kept_result_is_fetched_once_from_whichever_worker(server):
+    """A statement with effects runs at GetFlightInfo and its report is kept for one fetch
+    where it ran; a DoGet of its ticket on a connection at the other worker fetches it from
+    there, as on one server, and a second fetch anywhere is NOT_FOUND (it never runs
+    again)."""
+    from _server_harness import desc
+
+    def client():
+        c = flight.connect(server.uri)
+        return c, flight.FlightCallOptions(headers=[c.authenticate_basic_token(
+            "alice", "alice-pw")])
+
+    alices = [client() for _ in range(4)]
+    try:
+        since = len(server.events)
+        for c, o in alices:
+            info = c.get_flight_info(desc(proto.CommandStatementQuery(query="SELECT 1")), o)
+            c.do_get(info.endpoints[0].ticket, o).read_all()
+        assert served_by(server, since, {0, 1}) == {0, 1}
+        at = [e["worker"] for e in list(server.events)[since:]
+              if e.get("event") == "statement"][:4]
+        (home, home_opts), (away, away_opts) = alices[at.index(0)], alices[at.index(1)]
+        for first in (away, away_opts), (home, home_opts):
+            since = len(server.events)
+            info = home.get_flight_info(desc(proto.CommandStatementQuery(
+                query="OPTIMIZE t")), home_opts)
+            report = first[0].do_get(info.endpoints[0].ticket, first[1]).read_all()
+            assert report.num_rows >= 1 and "table" in report.column_names
+            for c, o in (home, home_opts), (away, away_opts):
+                with pytest.raises(pa.ArrowKeyError, match="already fetched or expired"):
+                    c.do_get(info.endpoints[0].ticket, o).read_all()
+            runs = [e for e in list(server.events)[since:]
+                    if e.get("event") == "statement" and e.get("kind") == "maintenance"]
+            assert len(runs) == 1  # ran once, at GetFlightInfo
+    finally:
+        for c, _ in alices:
+            c.close()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 import weakref
@@ -68,6 +69,7 @@ from flightsrv.server.auth import (
     AuthMiddlewareFactory,
     HandshakeHandler,
     Principal,
+    TokenIssuer,
     principal_of,
 )
 from flightsrv.server.calls import Call, CallTracker, client_gone, connection_open
@@ -292,6 +294,10 @@ class FlightSqlServer(flight.FlightServerBase):
         #: the parent's broker link behind ``--workers``: what one server does to a
         #: principal's calls and handles reaches every worker (``_tell_workers``)
         self._link = link
+        #: behind ``--workers`` with auth: bearer tokens for a call to another worker on
+        #: behalf of a principal (a kept result fetched where it lives)
+        self._internal_tokens = None if forwarded is None or auth is None else \
+            TokenIssuer(clock, 300, forwarded.token_key)
         #: digests of prepared handles closed on some worker: never re-created here
         self._closed_handles: TTLCache = TTLCache(100_000, cfg.prepared_ttl_s)
         #: digests of handles made here and re-created on another worker: a close here
@@ -764,6 +770,8 @@ class FlightSqlServer(flight.FlightServerBase):
         st.affected = table.num_rows
         self._end(st)
         result_id = self._runtime.ids.new_id()
+        if self._forwarded is not None:  # its worker: a DoGet elsewhere fetches it here
+            result_id = f"{self._forwarded.index}.{result_id}"
         self._results.add(user, result_id, table)
         ticket = self._codec.issue("result", user, result_id=result_id,
                                    ttl_ms=int(self.config.result_ttl_s * 1000))
@@ -887,9 +895,45 @@ class FlightSqlServer(flight.FlightServerBase):
     def _get_result(self, context, principal: Principal, t) -> flight.RecordBatchStream:
         table = self._results.pop(principal.user, t.result_id)
         if table is None:
+            owner = self._result_owner(t.result_id)
+            if owner is not None:
+                table = self._result_from(owner, principal, t)
+        if table is None:
             raise NotFound("result already fetched or expired; the statement that "
                            "produced it is not run again", ticket=t.nonce[:12])
         return flight.RecordBatchStream(_sized_table(table))
+
+    def _result_owner(self, result_id: str | None) -> int | None:
+        """Behind ``--workers``: the other worker that keeps a result, else None."""
+        fwd = self._forwarded
+        if fwd is None or not fwd.slots_socket or not result_id or "." not in result_id:
+            return None
+        head = result_id.split(".", 1)[0]
+        if not head.isdigit() or int(head) == fwd.index:
+            return None
+        return int(head)
+
+    def _result_from(self, owner: int, principal: Principal, t) -> pa.Table | None:
+        """A kept result of worker ``owner``'s, fetched (and so taken: it is fetched once)
+        from it over its private socket as ``principal``; None if it is not there."""
+        path = os.path.join(os.path.dirname(self._forwarded.slots_socket), f"w{owner}.sock")
+        headers = []
+        if self._internal_tokens is not None:
+            token = self._internal_tokens.issue(principal)
+            headers.append((b"authorization", f"Bearer {token}".encode()))
+        ticket = self._codec.issue("result", principal.user, result_id=t.result_id,
+                                   ttl_ms=60_000)
+        timeout = self.config.query_timeout_s or 300.0
+        client = flight.FlightClient(f"grpc+unix://{path}")
+        try:
+            return client.do_get(flight.Ticket(ticket), flight.FlightCallOptions(
+                headers=headers, timeout=timeout)).read_all()
+        except pa.ArrowKeyError:  # NOT_FOUND there: fetched already, or expired
+            return None
+        except (flight.FlightUnavailableError, OSError):  # the worker is gone or restarted
+            return None
+        finally:
+            client.close()
 
     def _stream_query(self, context, principal: Principal, t) -> flight.GeneratorStream:
         self._note(statement=t.sql, params=t.params)
