@@ -921,3 +921,39 @@ def test_a_kept_result_is_fetched_once_from_whichever_worker(server):
     finally:
         for c, _ in alices:
             c.close()
+
+
+def test_failed_logins_back_off_for_the_whole_server(server):
+    """A password guesser that opens a new connection per guess reaches both workers; the
+    back-off still counts every failure of the name (5 free), as one server does; and a
+    credential that verified on one worker is not backed off on the other."""
+    def login(user, password):
+        c = flight.connect(server.uri)
+        try:
+            c.authenticate_basic_token(user, password)
+            return "ok"
+        except flight.FlightUnauthenticatedError as exc:
+            return "backoff" if "too many failed logins" in str(exc) else "denied"
+        finally:
+            c.close()
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def failures() -> dict:
+        url = f"http://127.0.0.1:{server.metrics_port}/metrics?by=worker"
+        with urllib.request.urlopen(url) as r:
+            fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+        return {s.labels["worker"]: s.value for s in fams["flightsrv_auth_failures"].samples
+                if s.name == "flightsrv_auth_failures_total"}
+
+    before = failures()
+    guesses = [login("mallory", f"guess{i}") for i in range(8)]
+    after = failures()
+    assert all(after.get(w, 0) > before.get(w, 0) for w in ("0", "1"))  # on both workers
+    # 5 free failures, the 6th is checked and then backs the name off (1 s, then 2 s)
+    assert guesses == ["denied"] * 6 + ["backoff"] * 2
+    assert login("alice", "alice-pw") == "ok"  # verified on one worker
+    time.sleep(0.5)  # its notice is told without waiting
+    assert [login("alice", f"wrong{i}") for i in range(8)][-1] == "backoff"
+    # ... is known as verified on both: her own logins are never backed off
+    assert [login("alice", "alice-pw") for _ in range(4)] == ["ok"] * 4

@@ -17,10 +17,11 @@ Contract:
 - Basic auth costs the same for unknown and known users: an unknown name is checked
   against a dummy hash with as many PBKDF2 iterations as the costliest user in the file.
 - Password checks (PBKDF2) run at most ``max_concurrent_logins`` at once server-wide
-  (default: half the cores, at least 1): a flood of logins, with random names or not,
-  cannot take the cores from callers who are logged in (bearer tokens and recently
-  verified credentials need no hash). A login that waits ``login_wait_s`` for a check is
-  refused UNAVAILABLE naming ``limit=max_concurrent_logins``.
+  (default: half the cores, at least 1; over all workers of ``--workers N``): a flood of
+  logins, with random names or not, cannot take the cores from callers who are logged in
+  (bearer tokens and recently verified credentials need no hash). A login that waits
+  ``login_wait_s`` for a check is refused UNAVAILABLE naming
+  ``limit=max_concurrent_logins``.
 - Failed basic logins back off exponentially per user name (known or not): after
   ``free_failures`` failures, that name's unproven credentials are refused without a
   password check for ``base_s * 2**(n - free_failures - 1)`` seconds (at most ``max_s``).
@@ -29,7 +30,9 @@ Contract:
   caller failing logins under a name cannot lock its owner out once the owner has logged
   in; it can delay only a first login after a restart. Verified credentials of the last
   minute skip the hash altogether. (pyarrow's server middleware is not told the peer
-  address, so the back-off cannot be per peer.)
+  address, so the back-off cannot be per peer.) With ``--workers N`` the failures and the
+  verified credentials are the whole server's: each worker tells the others of every
+  basic login it checked (a failure, or the verified credential's HMAC).
   Bearer tokens are not throttled: issued ones are 256-bit HMACs, and static tokens must
   be long random strings.
 
@@ -54,6 +57,7 @@ import hashlib
 import hmac
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +66,7 @@ from cachetools import TTLCache
 from pyarrow import flight
 
 from flightsrv.engine.api import Role
-from flightsrv.errors import ConfigurationError
+from flightsrv.errors import ConfigurationError, FlightsrvError
 from flightsrv.runtime import Clock
 
 MIDDLEWARE_KEY = "auth"
@@ -270,18 +274,29 @@ class AuthMiddleware(flight.ServerMiddleware):
 class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
     def __init__(self, config: AuthConfig, clock: Clock | None = None,
                  on_failure: Callable[[str], None] | None = None,
-                 token_key: bytes | None = None):
+                 token_key: bytes | None = None, logins=None,
+                 on_login: Callable[[str, bytes | None], None] | None = None):
+        """``logins``: the server's count of password checks running at once, shared by
+        the workers of ``--workers N`` (``broker.SharedConcurrency``), else this process's
+        own. ``on_login(user, proof)``: a basic login was checked here (``proof`` of its
+        credential when it verified, None when it failed); ``--workers`` tells the other
+        workers, which call ``remote_login``, so the back-off and the verified credentials
+        are the whole server's."""
         self._config = config
         self._clock = clock or Clock()
         # token_key: shared by the workers of one server (--workers), else random
         self._issuer = TokenIssuer(self._clock, config.token_ttl_s, token_key)
+        self._logins = logins
+        self._on_login = on_login or (lambda user, proof: None)
         self._basic_cache: TTLCache = TTLCache(4096, 60,
                                                timer=lambda: self._clock.now_ms() / 1000.0)
         self._cache_lock = threading.Lock()
         self._backoff = _Backoff(self._clock, config.free_failures, config.backoff_base_s,
                                  config.backoff_max_s)
-        # credentials that verified (HMACs): exempt from the back-off for token_ttl_s
-        self._proven_key = os.urandom(32)
+        # credentials that verified (HMACs): exempt from the back-off for token_ttl_s; the
+        # workers of one server share the key (a proof made on one is known to all)
+        self._proven_key = os.urandom(32) if token_key is None else \
+            hmac.new(token_key, b"flightsrv verified credentials", hashlib.sha256).digest()
         self._proven: TTLCache = TTLCache(4096, max(config.token_ttl_s, 60),
                                           timer=lambda: self._clock.now_ms() / 1000.0)
         self._hashing = threading.BoundedSemaphore(max(1, config.max_concurrent_logins))
@@ -332,24 +347,54 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
                              f"{wait:.0f} s")
         record = self._config.users.get(user)
         encoded = record.password_hash if record is not None else self._dummy_hash
-        if not self._hashing.acquire(timeout=self._config.login_wait_s):
-            raise flight.FlightUnavailableError(
-                "too many logins being checked at once; retry (limit=max_concurrent_logins "
-                f"value={self._config.max_concurrent_logins})")
+        self._take_check()
         try:
             ok = verify_password(password, encoded)  # always runs: same cost either way
         finally:
-            self._hashing.release()
+            self._give_check()
         if record is None or not ok:
             if not proven:
                 self._backoff.failed(user)
+                self._on_login(user, None)
             raise self._fail("password", "invalid user or password")
         self._backoff.succeeded(user)
         principal = Principal(record.name, record.role)
         with self._cache_lock:
             self._basic_cache[cache_key] = principal
             self._proven[proof] = True
+        self._on_login(user, proof)
         return principal
+
+    def _busy(self) -> flight.FlightUnavailableError:
+        return flight.FlightUnavailableError(
+            "too many logins being checked at once; retry (limit=max_concurrent_logins "
+            f"value={self._config.max_concurrent_logins})")
+
+    def _take_check(self) -> None:
+        if self._logins is None:
+            if not self._hashing.acquire(timeout=self._config.login_wait_s):
+                raise self._busy()
+            return
+        try:
+            self._logins.acquire("*", time.monotonic() + self._config.login_wait_s)
+        except FlightsrvError:  # waited login_wait_s, or too many waiting
+            raise self._busy() from None
+
+    def _give_check(self) -> None:
+        if self._logins is None:
+            self._hashing.release()
+        else:
+            self._logins.release("*")
+
+    def remote_login(self, user: str, proof: bytes | None) -> None:
+        """Another worker of this server checked a basic login of ``user``: count a
+        failure, or (``proof``) forget the failures and know the credential as verified."""
+        if proof is None:
+            self._backoff.failed(user)
+            return
+        self._backoff.succeeded(user)
+        with self._cache_lock:
+            self._proven[proof] = True
 
     def _check_bearer(self, token: str) -> Principal:
         static = self._static.get(hashlib.sha256(token.encode()).digest())

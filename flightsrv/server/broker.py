@@ -10,7 +10,8 @@ directory. So do the counts of open prepared statements and sessions
 
 Contract:
 
-- ``SlotBroker(path, pools)``: ``pools`` maps a pool name (``queries``, ``puts``) to its
+- ``SlotBroker(path, pools)``: ``pools`` maps a pool name (``queries``, ``puts``,
+  ``logins``: password checks, one key ``*`` for the whole server) to its
   (limit, max_queued). ``start()`` listens on ``path`` and serves in a thread; ``stop()``
   closes it. Each principal's slots and FIFO queue are one ``limits.SlotTable`` per pool:
   a slot is leased to one worker at a time, the slots leased to all workers never exceed
@@ -59,8 +60,10 @@ Contract:
 - Notices (``BrokerLink.notify(kind, user, value)``, handled by what ``on_notice(kind,
   fn)`` registered, on the link's own thread) carry what one server does to all of a
   principal's calls and entries whichever worker holds them: ``cancel`` (a ticket's nonce:
-  CancelFlightInfo reaching another worker than the stream's) and ``close`` (a prepared
-  handle closed, or re-created, on another worker than its own).
+  CancelFlightInfo reaching another worker than the stream's), ``close`` and ``revived``
+  (a prepared handle's digest: closed, or re-created, on another worker than its own) and
+  ``login`` (a basic login checked: empty when it failed, else the verified credential's
+  HMAC), so that the back-off of failed logins is the whole server's.
 """
 
 from __future__ import annotations
@@ -89,6 +92,9 @@ MAX_LINE = 16 << 10
 SEND_TIMEOUT_S = 5
 #: how long a hold request waits for the other workers' sweeps before it is decided
 SWEEP_WAIT_S = 2.0
+#: logins waiting for a password check (pool ``logins``, the whole server's; one process
+#: waits on its semaphore): each waiter holds a gRPC thread for at most ``login_wait_s``
+LOGINS_QUEUED = 256
 
 
 def _line(msg: dict) -> bytes:

@@ -331,9 +331,23 @@ class FlightSqlServer(flight.FlightServerBase):
         }, started_s=clock.now_ms() / 1000.0)
         middleware = {}
         if auth is not None:
-            middleware[MIDDLEWARE_KEY] = AuthMiddlewareFactory(
+            # behind --workers: password checks counted, and failed logins backed off, for
+            # the whole server (one server's bounds, whichever worker a login reaches)
+            logins = None if link is None else broker.SharedConcurrency(
+                link, "logins", auth.max_concurrent_logins, broker.LOGINS_QUEUED, what="login",
+                limit_name="max_concurrent_logins", queue_limit_name="max_concurrent_logins",
+                busy="being checked")
+
+            def told(user: str, proof: bytes | None) -> None:
+                self._tell_workers("login", user, proof.hex() if proof else "", wait=False)
+
+            factory = middleware[MIDDLEWARE_KEY] = AuthMiddlewareFactory(
                 auth, clock, on_failure=lambda reason: self.metrics.auth_failures.inc(),
-                token_key=forwarded.token_key if forwarded else None)
+                token_key=forwarded.token_key if forwarded else None, logins=logins,
+                on_login=told if link is not None else None)
+            if link is not None:
+                link.on_notice("login", lambda user, proof: factory.remote_login(
+                    user, bytes.fromhex(proof) if proof else None))
         if forwarded is not None and forwarded.via == "front":
             middleware[PEER_KEY] = _PeerMiddlewareFactory()
         # Handshake is answered even without auth: JDBC tools that send a user name by

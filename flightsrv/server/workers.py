@@ -50,7 +50,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from flightsrv.server.broker import SlotBroker
+from flightsrv.server.broker import LOGINS_QUEUED, SlotBroker
 from flightsrv.server.relay import Loads
 from flightsrv.server.signals import PARENT_ENV, StopFlag, StopOnSignals
 
@@ -123,7 +123,8 @@ def supervise(argv: list[str], cfg, on_start, auth: bool = False) -> int:
     # the per-principal statement and DoPut slots of the whole server (server/broker.py)
     slots = SlotBroker(os.path.join(sockdir, "slots.sock"), {
         "queries": (cfg.max_concurrent_queries, cfg.max_queued_queries),
-        "puts": (cfg.max_open_puts, cfg.max_queued_queries)}, holds={
+        "puts": (cfg.max_open_puts, cfg.max_queued_queries),
+        "logins": (cfg.max_concurrent_logins, LOGINS_QUEUED)}, holds={
         "prepared": cfg.max_prepared_statements, "sessions": cfg.max_sessions})
     slots.start()
     try:
