@@ -947,13 +947,15 @@ def test_failed_logins_back_off_for_the_whole_server(server):
                 if s.name == "flightsrv_auth_failures_total"}
 
     before = failures()
-    guesses = [login("mallory", f"guess{i}") for i in range(8)]
+    guesses = [login("mallory", f"guess{i}") for i in range(10)]
     after = failures()
     assert all(after.get(w, 0) > before.get(w, 0) for w in ("0", "1"))  # on both workers
-    # 5 free failures, the 6th is checked and then backs the name off (1 s, then 2 s)
-    assert guesses == ["denied"] * 6 + ["backoff"] * 2
+    # 5 free failures; the 6th is checked and backs the name off for 1 s, a 7th checked
+    # (one that came later than that) for 2 s, ... (without the whole server's count each
+    # worker would have seen 5 of the 10 guesses: none backed off)
+    assert guesses[:6] == ["denied"] * 6 and "backoff" in guesses[6:]
     assert login("alice", "alice-pw") == "ok"  # verified on one worker
     time.sleep(0.5)  # its notice is told without waiting
-    assert [login("alice", f"wrong{i}") for i in range(8)][-1] == "backoff"
+    assert "backoff" in [login("alice", f"wrong{i}") for i in range(10)]
     # ... is known as verified on both: her own logins are never backed off
     assert [login("alice", "alice-pw") for _ in range(4)] == ["ok"] * 4

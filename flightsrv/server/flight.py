@@ -339,7 +339,10 @@ class FlightSqlServer(flight.FlightServerBase):
                 busy="being checked")
 
             def told(user: str, proof: bytes | None) -> None:
-                self._tell_workers("login", user, proof.hex() if proof else "", wait=False)
+                # a failure is known everywhere before it is answered (the next guess, on
+                # a new connection, may reach any worker); a success need not wait
+                self._tell_workers("login", user, proof.hex() if proof else "",
+                                   wait=proof is None)
 
             factory = middleware[MIDDLEWARE_KEY] = AuthMiddlewareFactory(
                 auth, clock, on_failure=lambda reason: self.metrics.auth_failures.inc(),
