@@ -261,3 +261,36 @@ def test_rows_wider_than_a_client_message_stream_in_slices(conn):
         assert all(rows[i] == "x" * 220 + str(i) for i in range(150000))
         cur.execute("SELECT payload FROM wide_rows WHERE id = ?", parameters=[149999])
         assert cur.fetchall() == [("x" * 220 + "149999",)]
+
+
+def test_current_catalog_schema_and_session_options(server, conn):
+    """ADBC reads (and sets) its current catalog and schema through Flight's session
+    options; the session's SET values are session options too."""
+    assert conn.adbc_current_catalog == "flightsrv"
+    assert conn.adbc_current_db_schema == "main"
+    conn.adbc_current_catalog = "flightsrv"  # the one there is: accepted
+    conn.adbc_current_db_schema = "main"
+    with pytest.raises(adbc_driver_manager.Error, match="catalog|INVALID"):
+        conn.adbc_current_catalog = "other"
+    with pytest.raises(adbc_driver_manager.Error, match="schema|INVALID"):
+        conn.adbc_current_db_schema = "other"
+    raw = conn.adbc_connection
+    raw.set_options(**{"adbc.flight.sql.session.option.statement_timeout": "30s",
+                       "adbc.flight.sql.session.option.delete_mode": "SPLICE"})
+    import json
+
+    options = json.loads(raw.get_option("adbc.flight.sql.session.options"))
+    assert options == {"catalog": "flightsrv", "schema": "main",
+                       "statement_timeout": "30000", "delete_mode": "splice"}
+    for bad in ({"adbc.flight.sql.session.option.statement_timeout": "soon"},
+                {"adbc.flight.sql.session.option.search_path": "x"}):
+        with pytest.raises(adbc_driver_manager.Error):
+            raw.set_options(**bad)
+    raw.set_options(**{"adbc.flight.sql.session.optionerase.delete_mode": ""})  # unset
+    options = json.loads(raw.get_option("adbc.flight.sql.session.options"))
+    assert "delete_mode" not in options and options["statement_timeout"] == "30000"
+    if type(server[1]).__name__ == "DuckEngine":  # SET is the product engine's
+        with conn.cursor() as cur:
+            cur.execute("SET statement_timeout = '1min'")
+        options = json.loads(raw.get_option("adbc.flight.sql.session.options"))
+        assert options["statement_timeout"] == "60000"  # one session, two spellings

@@ -90,6 +90,7 @@ from flightsrv.server.status import (
     to_flight_error,
     unimplemented,
 )
+from flightsrv.sql.statements import SESSION_SETTINGS
 from flightsrv.server.tickets import ForeignTicket, TicketCodec, derive_key, seal, unseal
 
 log = logging.getLogger("flightsrv.server")
@@ -140,6 +141,23 @@ class TlsConfig:
 #: (a longer one gets a plain handle, valid on its worker only)
 _PORTABLE_SQL = 16 << 10
 _HANDLE_MAGIC = b"FSQH1"
+
+
+#: Flight session options every session has: ADBC reads its current catalog and schema
+#: from them (``adbc_current_catalog``), and may set them to these values only
+_FIXED_SESSION_OPTIONS = {"catalog": "flightsrv", "schema": "main"}
+
+
+def _option_text(value) -> tuple[str | None, str | None]:
+    """A ``SessionOptionValue`` as the text ``SET`` would read, and which kind it is (None,
+    None: valueless, i.e. unset; None for a list, which no option takes)."""
+    for kind in ("string_value", "bool_value", "int64_value", "double_value"):
+        if value.HasField(kind):
+            v = getattr(value, kind)
+            return (str(v).lower() if kind == "bool_value" else str(v)), kind
+    if value.HasField("string_list_value"):
+        return None, "string_list_value"
+    return None, None
 
 
 def _digest(handle: bytes) -> str:
@@ -1153,6 +1171,53 @@ class FlightSqlServer(flight.FlightServerBase):
         result = proto.CloseSessionResult(status=proto.CloseSessionStatus.CLOSED)
         return [flight.Result(result.SerializeToString())]
 
+    def _act_get_session_options(self, context, principal, body):
+        proto.parse(proto.GetSessionOptionsRequest, body)
+        session = self._session(context, principal)
+        result = proto.GetSessionOptionsResult()
+        for name, value in {**_FIXED_SESSION_OPTIONS, **session.settings}.items():
+            result.session_options[name].string_value = str(value)
+        return [flight.Result(result.SerializeToString())]
+
+    def _act_set_session_options(self, context, principal, body):
+        """Flight's session options: ``catalog`` and ``schema`` (ADBC's current catalog
+        and schema) may be set to the one catalog and schema there are; the session
+        settings ``SET`` changes (``delete_mode``, ``statement_timeout``) are set as by
+        ``SET``, and unset (a valueless option) back to their defaults. Every other name
+        is INVALID_NAME; a value that ``SET`` would refuse is INVALID_VALUE."""
+        req = proto.parse(proto.SetSessionOptionsRequest, body)
+        errs: dict[str, proto.SessionOptionError] = {}
+        changes: dict[str, str | None] = {}
+        for name, value in req.session_options.items():
+            key = name.lower()
+            raw, kind = _option_text(value)
+            if key in _FIXED_SESSION_OPTIONS:
+                if raw is None or raw.lower() != _FIXED_SESSION_OPTIONS[key]:
+                    errs[name] = proto.SessionOptionError.INVALID_VALUE
+            elif key in SESSION_SETTINGS:
+                if kind is None:
+                    changes[key] = None  # unset: back to the default
+                    continue
+                try:
+                    if raw is None:
+                        raise ValueError("a list")
+                    changes[key] = SESSION_SETTINGS[key](raw)
+                except ValueError:
+                    errs[name] = proto.SessionOptionError.INVALID_VALUE
+            else:
+                errs[name] = proto.SessionOptionError.INVALID_NAME
+        if changes:  # the others are set even when one was refused, as the spec has it
+            session = self._session(context, principal, keep=True)
+            for key, v in changes.items():
+                if v is None:
+                    session.settings.pop(key, None)
+                else:
+                    session.settings[key] = v
+        result = proto.SetSessionOptionsResult()
+        for name, code in errs.items():
+            result.errors[name].value = int(code)
+        return [flight.Result(result.SerializeToString())]
+
     def _act_transaction(self, context, principal, body):
         raise unimplemented("transactions are not supported")
 
@@ -1168,6 +1233,11 @@ class FlightSqlServer(flight.FlightServerBase):
                         _act_cancel_query),
         "CloseSession": ("Close your session on this connection (drops its SET values)",
                          _act_close_session),
+        "GetSessionOptions": ("Your session's options: catalog, schema and its SET values",
+                              _act_get_session_options),
+        "SetSessionOptions": ("Set session options: the SET values (delete_mode, "
+                              "statement_timeout); catalog and schema name the only ones",
+                              _act_set_session_options),
         "BeginTransaction": ("Unsupported: transactions", _act_transaction),
         "EndTransaction": ("Unsupported: transactions", _act_transaction),
         "BeginSavepoint": ("Unsupported: transactions", _act_transaction),

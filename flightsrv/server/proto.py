@@ -124,9 +124,44 @@ _MESSAGES: dict[str, list[tuple[str, int, str, str]]] = {
     "CancelFlightInfoResult": [("status", 1, "int32", "")],
     "CloseSessionRequest": [],
     "CloseSessionResult": [("status", 1, "int32", "")],
+    # the session options actions (raw as well). SessionOptionValue's ``oneof
+    # option_value`` is declared as proto3-optional fields: the same wire format, and
+    # HasField says which one a client set
+    "SessionOptionValue.StringListValue": [("values", 1, "string", "rep")],
+    "SessionOptionValue": [
+        ("string_value", 1, "string", "opt"),
+        ("bool_value", 2, "bool", "opt"),
+        ("int64_value", 3, "sfixed64", "opt"),
+        ("double_value", 4, "double", "opt"),
+        ("string_list_value", 5, "SessionOptionValue.StringListValue", "opt"),
+    ],
+    "SetSessionOptionsRequest.SessionOptionsEntry": [
+        ("key", 1, "string", ""),
+        ("value", 2, "SessionOptionValue", ""),
+    ],
+    "SetSessionOptionsRequest": [
+        ("session_options", 1, "SetSessionOptionsRequest.SessionOptionsEntry", "rep"),
+    ],
+    "SetSessionOptionsResult.Error": [("value", 1, "int32", "")],
+    "SetSessionOptionsResult.ErrorsEntry": [
+        ("key", 1, "string", ""),
+        ("value", 2, "SetSessionOptionsResult.Error", ""),
+    ],
+    "SetSessionOptionsResult": [("errors", 1, "SetSessionOptionsResult.ErrorsEntry", "rep")],
+    "GetSessionOptionsRequest": [],
+    "GetSessionOptionsResult.SessionOptionsEntry": [
+        ("key", 1, "string", ""),
+        ("value", 2, "SessionOptionValue", ""),
+    ],
+    "GetSessionOptionsResult": [
+        ("session_options", 1, "GetSessionOptionsResult.SessionOptionsEntry", "rep"),
+    ],
 }
 
-_MAP_ENTRIES = {"CommandStatementIngest.OptionsEntry"}
+_MAP_ENTRIES = {"CommandStatementIngest.OptionsEntry",
+                "SetSessionOptionsRequest.SessionOptionsEntry",
+                "SetSessionOptionsResult.ErrorsEntry",
+                "GetSessionOptionsResult.SessionOptionsEntry"}
 
 _SCALARS = {
     "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
@@ -135,6 +170,8 @@ _SCALARS = {
     "int32": descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
     "int64": descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
     "uint32": descriptor_pb2.FieldDescriptorProto.TYPE_UINT32,
+    "sfixed64": descriptor_pb2.FieldDescriptorProto.TYPE_SFIXED64,
+    "double": descriptor_pb2.FieldDescriptorProto.TYPE_DOUBLE,
 }
 
 
@@ -213,6 +250,11 @@ CancelFlightInfoRequest = _cls("CancelFlightInfoRequest")
 CancelFlightInfoResult = _cls("CancelFlightInfoResult")
 CloseSessionRequest = _cls("CloseSessionRequest")
 CloseSessionResult = _cls("CloseSessionResult")
+SessionOptionValue = _cls("SessionOptionValue")
+SetSessionOptionsRequest = _cls("SetSessionOptionsRequest")
+SetSessionOptionsResult = _cls("SetSessionOptionsResult")
+GetSessionOptionsRequest = _cls("GetSessionOptionsRequest")
+GetSessionOptionsResult = _cls("GetSessionOptionsResult")
 
 # Messages that may arrive inside an Any, by their Arrow name.
 _BY_ARROW_NAME: dict[str, type[Message]] = {
@@ -280,6 +322,13 @@ class CancelStatus(enum.IntEnum):  # Flight.proto CancelStatus
     CANCELLED = 1
     CANCELLING = 2
     NOT_CANCELLABLE = 3
+
+
+class SessionOptionError(enum.IntEnum):  # Flight.proto SetSessionOptionsResult.ErrorValue
+    UNSPECIFIED = 0
+    INVALID_NAME = 1
+    INVALID_VALUE = 2
+    ERROR = 3
 
 
 class CloseSessionStatus(enum.IntEnum):  # Flight.proto CloseSessionResult.Status
