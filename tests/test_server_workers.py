@@ -89,6 +89,29 @@ def served_by(server: Workers, since: int, want: set[int], wait: float = 10.0) -
         time.sleep(0.1)
 
 
+def _flight_client(server: Workers, user: str = "alice"):
+    """A pyarrow.flight connection of ``user``'s (a new TCP connection) and its options."""
+    c = flight.connect(server.uri)
+    return c, flight.FlightCallOptions(headers=[c.authenticate_basic_token(
+        user, f"{user}-pw")])
+
+
+def _home_and_away(server: Workers, n: int = 4):
+    """``n`` connections of alice's, and one at worker 0 (home) and one at worker 1 (away):
+    each runs a statement, whose log line names its worker."""
+    from _server_harness import desc
+
+    clients = [_flight_client(server) for _ in range(n)]
+    since = len(server.events)
+    for c, o in clients:
+        info = c.get_flight_info(desc(proto.CommandStatementQuery(query="SELECT 1")), o)
+        c.do_get(info.endpoints[0].ticket, o).read_all()
+    assert served_by(server, since, {0, 1}) == {0, 1}
+    at = [e["worker"] for e in list(server.events)[since:]
+          if e.get("event") == "statement"][:n]
+    return clients, clients[at.index(0)], clients[at.index(1)]
+
+
 def connect(uri, **db_kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -676,13 +699,8 @@ def test_a_ticket_redeems_on_every_worker_and_only_for_its_principal(server):
     connection runs on a connection at the other worker too, as on one server, and
     another principal's redemption is PERMISSION_DENIED (a genuine ticket, not its holder)
     on every worker, never an unknown signature."""
-    def client(user):
-        c = flight.connect(server.uri)
-        header = c.authenticate_basic_token(user, f"{user}-pw")
-        return c, flight.FlightCallOptions(headers=[header])
-
-    alices = [client("alice") for _ in range(4)]
-    bobs = [client("bob") for _ in range(4)]
+    alices = [_flight_client(server) for _ in range(4)]
+    bobs = [_flight_client(server, "bob") for _ in range(4)]
     try:
         c0, o0 = alices[0]
         info = c0.get_flight_info(flight.FlightDescriptor.for_command(proto.pack(
@@ -723,23 +741,10 @@ def test_a_prepared_handle_works_on_a_connection_at_the_other_worker(server):
     server), bound parameters and all, and stay the principal's own."""
     from _server_harness import desc
 
-    def client(user):
-        c = flight.connect(server.uri)
-        return c, flight.FlightCallOptions(headers=[c.authenticate_basic_token(
-            user, f"{user}-pw")])
-
-    alices = [client("alice") for _ in range(4)]
-    bob, bob_opts = client("bob")
+    alices, (home, home_opts), (away, away_opts) = _home_and_away(server)
+    bob, bob_opts = _flight_client(server, "bob")
+    since = len(server.events)
     try:
-        since = len(server.events)
-        for c, o in alices:  # one statement each: the log names each one's worker
-            info = c.get_flight_info(desc(proto.CommandStatementQuery(query="SELECT 1")), o)
-            c.do_get(info.endpoints[0].ticket, o).read_all()
-        assert served_by(server, since, {0, 1}) == {0, 1}
-        at = [e["worker"] for e in list(server.events)[since:]
-              if e.get("event") == "statement"][:4]
-        (home, home_opts) = alices[at.index(0)]
-        (away, away_opts) = alices[at.index(1)]
         (res,) = home.do_action(flight.Action("CreatePreparedStatement", proto.pack(
             proto.ActionCreatePreparedStatementRequest(query="SELECT v FROM t WHERE id = ?"))),
             home_opts)
@@ -774,29 +779,27 @@ def test_a_prepared_handle_works_on_a_connection_at_the_other_worker(server):
                 c.get_flight_info(cmd, o)  # one server: neither runs nor re-creates it
             with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
                 list(c.do_action(close, o))  # a second close is NOT_FOUND
+        def prepare(sql):
+            (res,) = home.do_action(flight.Action("CreatePreparedStatement", proto.pack(
+                proto.ActionCreatePreparedStatementRequest(query=sql))), home_opts)
+            made = proto.unpack(res.body.to_pybytes()).prepared_statement_handle
+            return made, desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=made))
+
+        def close_at(c, o, made):
+            list(c.do_action(flight.Action("ClosePreparedStatement", proto.pack(
+                proto.ActionClosePreparedStatementRequest(prepared_statement_handle=made))), o))
+
         # a handle made at home, re-created away and closed at home: gone away as well
-        (res,) = home.do_action(flight.Action("CreatePreparedStatement", proto.pack(
-            proto.ActionCreatePreparedStatementRequest(query="SELECT v FROM t WHERE id = ?"))),
-            home_opts)
-        handle = proto.unpack(res.body.to_pybytes()).prepared_statement_handle
-        cmd = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
+        handle, cmd = prepare("SELECT v FROM t WHERE id = ?")
         assert run(away, away_opts, 3) == 6
-        list(home.do_action(flight.Action("ClosePreparedStatement", proto.pack(
-            proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle))),
-            home_opts))
+        close_at(home, home_opts, handle)
         with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
             away.get_flight_info(cmd, away_opts)
         # a handle naming a long statement (larger than a message to the parent) as well
-        long_sql = "SELECT v FROM t WHERE id = ? AND '" + "x" * 15_000 + "' <> ''"
-        (res,) = home.do_action(flight.Action("CreatePreparedStatement", proto.pack(
-            proto.ActionCreatePreparedStatementRequest(query=long_sql))), home_opts)
-        handle = proto.unpack(res.body.to_pybytes()).prepared_statement_handle
+        handle, cmd = prepare("SELECT v FROM t WHERE id = ? AND '" + "x" * 15_000 + "' <> ''")
         assert len(handle.hex()) > 16 << 10  # as text, more than a broker message holds
-        cmd = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=handle))
         assert run(away, away_opts, 4) == 8
-        list(away.do_action(flight.Action("ClosePreparedStatement", proto.pack(
-            proto.ActionClosePreparedStatementRequest(prepared_statement_handle=handle))),
-            away_opts))
+        close_at(away, away_opts, handle)
         with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
             home.get_flight_info(cmd, home_opts)
         assert not any(e.get("event") in ("slot_broker_lost", "slot_broker_error")
@@ -812,21 +815,8 @@ def test_a_cancel_reaching_the_other_worker_cancels_the_stream(server):
     CANCELLED, and a ticket cancelled before its DoGet fails CANCELLED on either worker."""
     from _server_harness import desc
 
-    def client():
-        c = flight.connect(server.uri)
-        return c, flight.FlightCallOptions(headers=[c.authenticate_basic_token(
-            "alice", "alice-pw")])
-
-    alices = [client() for _ in range(4)]
+    alices, (home, home_opts), (away, away_opts) = _home_and_away(server)
     try:
-        since = len(server.events)
-        for c, o in alices:
-            info = c.get_flight_info(desc(proto.CommandStatementQuery(query="SELECT 1")), o)
-            c.do_get(info.endpoints[0].ticket, o).read_all()
-        assert served_by(server, since, {0, 1}) == {0, 1}
-        at = [e["worker"] for e in list(server.events)[since:]
-              if e.get("event") == "statement"][:4]
-        (home, home_opts), (away, away_opts) = alices[at.index(0)], alices[at.index(1)]
 
         def cancel(info):
             req = proto.CancelFlightInfoRequest(info=info.serialize())
@@ -891,21 +881,8 @@ def test_a_kept_result_is_fetched_once_from_whichever_worker(server):
     again)."""
     from _server_harness import desc
 
-    def client():
-        c = flight.connect(server.uri)
-        return c, flight.FlightCallOptions(headers=[c.authenticate_basic_token(
-            "alice", "alice-pw")])
-
-    alices = [client() for _ in range(4)]
+    alices, (home, home_opts), (away, away_opts) = _home_and_away(server)
     try:
-        since = len(server.events)
-        for c, o in alices:
-            info = c.get_flight_info(desc(proto.CommandStatementQuery(query="SELECT 1")), o)
-            c.do_get(info.endpoints[0].ticket, o).read_all()
-        assert served_by(server, since, {0, 1}) == {0, 1}
-        at = [e["worker"] for e in list(server.events)[since:]
-              if e.get("event") == "statement"][:4]
-        (home, home_opts), (away, away_opts) = alices[at.index(0)], alices[at.index(1)]
         for first in (away, away_opts), (home, home_opts):
             since = len(server.events)
             info = home.get_flight_info(desc(proto.CommandStatementQuery(
