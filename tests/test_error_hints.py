@@ -53,6 +53,7 @@ MISSING = [
     "SELECT * FROM peple",
     "SELECT o.id FROM people p JOIN ordrs o ON p.id = o.person_id",
     "DELETE FROM peple WHERE id = 1",
+    "INSERT INTO peple VALUES (3, 'cy', NULL)",
 ]
 
 
@@ -282,3 +283,18 @@ def test_diagnoses_at_once_each_see_their_own_catalog_and_no_file():
     finally:
         scratch.close()
     assert Scratch(concurrent=0).explain("SELECT nme FROM t", {}) is None  # busy: no help
+
+
+@pytest.mark.parametrize("statement", ["INSERT INTO zzqx_nothing VALUES (1)",
+                                       "DESCRIBE zzqx_nothing", "OPTIMIZE zzqx_nothing"])
+def test_a_table_nothing_resembles_names_the_statement_and_no_other(server, statement):
+    """No table to offer: the error still names the statement, and shows no caret into a
+    statement the user did not write (the suggestion is asked of DuckDB with a stand-in
+    SELECT, whose LINE once leaked when DuckDB had nothing to suggest)."""
+    uri, conn, _ = server
+    text = adbc_error(conn, statement)
+    first, rest = _split(text)
+    assert first == "no such table"
+    assert "statement=" in text and statement.split()[0] in text
+    assert "LINE" not in rest and "SELECT" not in text
+

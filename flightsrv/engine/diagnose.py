@@ -189,10 +189,13 @@ class Scratch:
         found = self.explain(f"SELECT * FROM {_quote(missing)}", {}, names, missing=missing)
         if found is None or found.kind != "CatalogException":
             return None
-        hint = found.detail.split("\n\nLINE ")[0].strip("\n")
+        # only the hint: the caret would point into the stand-in statement, not the user's
+        # (a detail with no "Did you mean" begins with it)
+        hint = _LINE.split(found.detail, maxsplit=1)[0].strip("\n")
         return hint or None
 
 
+_LINE = re.compile(r"(?:^|\n)\s*LINE \d+:")
 _SUGGESTION = re.compile(r'Did you mean "((?:[^"]|"")*)"\?\n?')
 
 

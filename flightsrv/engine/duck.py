@@ -1359,8 +1359,8 @@ class DuckEngine:
                     missing.lower() in found.first.lower():
                 return TableNotFound(exc.message, **context).with_detail(found.detail)
         hint = self._scratch.suggestion(missing, self.list_tables())
-        if hint is None:
-            return None
+        if hint is None:  # nothing to offer: the error still names the statement
+            return TableNotFound(exc.message, **context)
         return TableNotFound(exc.message, **context).with_detail(hint)
 
     # -- helpers -----------------------------------------------------------------------------------
