@@ -40,6 +40,14 @@ class FlightsrvError(Exception):
         self.args = (_fmt(self.message, self.context) + ("\n" + detail if detail else ""),)
         return self
 
+    def with_context(self, **context) -> "FlightsrvError":
+        """This error naming also ``context``'s pairs it does not name yet."""
+        added = {k: v for k, v in context.items() if k not in self.context}
+        if added:
+            self.context = {**self.context, **added}
+            self.with_detail(self.detail)
+        return self
+
 
 class ConfigurationError(FlightsrvError):
     """Bad input or configuration: fix the request, do not retry."""

@@ -298,3 +298,18 @@ def test_a_table_nothing_resembles_names_the_statement_and_no_other(server, stat
     assert "statement=" in text and statement.split()[0] in text
     assert "LINE" not in rest and "SELECT" not in text
 
+
+
+@pytest.mark.parametrize("statement", ["CREATE TABLE people (x INT)",
+                                       "SELECT * FROM people AT (VERSION => 99999)",
+                                       "ALTER TABLE people ALTER COLUMN id TYPE INT"])
+def test_every_bad_input_error_names_its_statement(server, statement):
+    """Bad input of any kind (a name taken, a version that does not exist, a narrowing type
+    change) names the statement beside its table, as a binding error does: through the
+    server, and from the engine itself (the one-shot CLI on the warehouse)."""
+    uri, conn, wh = server
+    text = adbc_error(conn, statement)
+    assert f"statement={statement!r}" in text.split("\n")[0] and "table=people" in text
+    local = run("sql", statement, "--warehouse", wh.uri)  # the engine's own error
+    assert local.returncode != 0 and "Traceback" not in local.stderr
+    assert f"statement={statement!r}" in local.stderr and "table=people" in local.stderr

@@ -290,7 +290,7 @@ class DuckEngine:
         try:
             with one_statement():  # each pass over the text once, even when none is cached
                 return self._prepare(sql, session, params, cancel=cancel)
-        except (SqlError, TableNotFound) as e:
+        except ConfigurationError as e:  # bad input: named with the statement
             raise self._helped(e, sql) from None
 
     def _write_parameter_schema(self, stmt: st.Statement, sql: str, pinner) -> pa.Schema:
@@ -440,7 +440,7 @@ class DuckEngine:
         try:
             with one_statement():  # each pass over the text once, even when none is cached
                 return self._execute_query(sql, session, params, cancel=cancel, extra=extra)
-        except (SqlError, TableNotFound) as e:
+        except ConfigurationError as e:  # bad input: named with the statement
             raise self._helped(e, sql, extra) from None
 
     def _execute_query(self, sql: str, session: Session, params: pa.RecordBatch | None,
@@ -1141,7 +1141,7 @@ class DuckEngine:
             with one_statement():  # each pass over the text once, even when none is cached
                 return self._execute_update(sql, session, params, cancel=cancel, info=info,
                                             extra=extra)
-        except (SqlError, TableNotFound) as e:
+        except ConfigurationError as e:  # bad input: named with the statement
             raise self._helped(e, sql, extra) from None
 
     def _execute_update(self, sql: str, session: Session, params: pa.RecordBatch | None,
@@ -1256,7 +1256,7 @@ class DuckEngine:
             found = None
         found = found or exc
         found.helped = True
-        return found
+        return found.with_context(statement=st._short(sql))
 
     def _help(self, exc: FlightsrvError, sql: str) -> FlightsrvError | None:
         if isinstance(exc, TableNotFound):
