@@ -365,6 +365,12 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):
         self._on_login(user, proof)
         return principal
 
+    @property
+    def issuer(self) -> TokenIssuer:
+        """The issuer of this server's bearer tokens (a worker's call to another worker on
+        a principal's behalf carries one)."""
+        return self._issuer
+
     def _busy(self) -> flight.FlightUnavailableError:
         return flight.FlightUnavailableError(
             "too many logins being checked at once; retry (limit=max_concurrent_logins "

@@ -312,10 +312,10 @@ class FlightSqlServer(flight.FlightServerBase):
         #: the parent's broker link behind ``--workers``: what one server does to a
         #: principal's calls and handles reaches every worker (``_tell_workers``)
         self._link = link
-        #: behind ``--workers`` with auth: bearer tokens for a call to another worker on
-        #: behalf of a principal (a kept result fetched where it lives)
-        self._internal_tokens = None if forwarded is None or auth is None else \
-            TokenIssuer(clock, 300, forwarded.token_key)
+        #: behind ``--workers`` with auth: the issuer of bearer tokens for a call to another
+        #: worker on behalf of a principal (a kept result fetched where it lives); the auth
+        #: middleware's own, whose key every worker shares (set below)
+        self._internal_tokens: TokenIssuer | None = None
         #: digests of prepared handles closed on some worker: never re-created here
         self._closed_handles: TTLCache = TTLCache(100_000, cfg.prepared_ttl_s)
         #: digests of handles made here and re-created on another worker: a close here
@@ -369,6 +369,8 @@ class FlightSqlServer(flight.FlightServerBase):
             if link is not None:
                 link.on_notice("login", lambda user, proof: factory.remote_login(
                     user, bytes.fromhex(proof) if proof else None))
+            if forwarded is not None:
+                self._internal_tokens = factory.issuer
         if forwarded is not None and forwarded.via == "front":
             middleware[PEER_KEY] = _PeerMiddlewareFactory()
         # Handshake is answered even without auth: JDBC tools that send a user name by
@@ -612,10 +614,6 @@ class FlightSqlServer(flight.FlightServerBase):
         log.info("prepared statement re-created", extra={"fields": {
             "event": "prepared_revived", "user": principal.user}})
         return entry
-
-    def _remember_closed(self, handle: bytes) -> None:
-        with self._closed_lock:
-            self._closed_handles[_digest(handle)] = True
 
     def _held(self, user: str, digest: str) -> bytes | None:
         """The handle of ``user``'s held here whose digest is ``digest`` (a notice names a
@@ -1138,20 +1136,27 @@ class FlightSqlServer(flight.FlightServerBase):
             raise invalid(f"ClosePreparedStatement got {proto.arrow_name(req)}")
         handle = req.prepared_statement_handle
         here = self._prepared.pop(principal.user, handle) is not None
-        made = self._made_by(principal, handle)
+        made = self._made_by(principal, handle)  # None: one process, or not a handle here
+        if made is None:
+            if not here:
+                raise NotFound("unknown or expired prepared statement handle",
+                               handle=handle.hex()[:16])
+            return []
+        digest = _digest(handle)
         with self._closed_lock:
-            revived = self._revived_handles.pop(_digest(handle), None) is not None
-            closed = _digest(handle) in self._closed_handles
-        if not here and (made is None or made == self._forwarded.index or closed):
-            # never made, another principal's, or closed or expired already: on its own
-            # worker, or on any after a close (as one server answers a second close)
+            revived = self._revived_handles.pop(digest, None) is not None
+            closed = digest in self._closed_handles
+        if not here and (made == self._forwarded.index or closed):
+            # closed or expired already: on its own worker, or on any after a close (as
+            # one server answers a second close)
             raise NotFound("unknown or expired prepared statement handle",
                            handle=handle.hex()[:16])
-        if made is not None and (made != self._forwarded.index or revived):
+        if made != self._forwarded.index or revived:
             # made by another worker, or re-created on one: closed everywhere, as on one
             # server (each worker holding it gives back its count; none re-creates it)
-            self._remember_closed(handle)
-            self._tell_workers("close", principal.user, _digest(handle))
+            with self._closed_lock:
+                self._closed_handles[digest] = True
+            self._tell_workers("close", principal.user, digest)
         return []
 
     def _act_cancel_flight_info(self, context, principal, body):
