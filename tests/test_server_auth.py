@@ -122,3 +122,4 @@ def test_writer_may_delete(server):
         cur.execute("CREATE TABLE w AS SELECT range AS id FROM range(4)")
         cur.execute("DELETE FROM w WHERE id < 2")
         assert cur.rowcount == 2
+

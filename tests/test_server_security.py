@@ -10,6 +10,7 @@ import threading
 import time
 
 import adbc_driver_manager
+from adbc_driver_flightsql import dbapi as adbc_dbapi
 import pyarrow as pa
 import pytest
 from _server_harness import (
@@ -505,3 +506,67 @@ def test_cancel_query_action_checks_the_principal(served):
     garbage = proto.pack(proto.ActionCancelQueryRequest(info=b"\xff\x00junk"))
     with pytest.raises(pa.ArrowInvalid, match="FlightInfo"):
         action(client, "CancelQuery", garbage, WRITER)
+
+
+def test_current_user_is_the_principal_running_the_statement(tmp_path):
+    """``current_user`` (``user``, ``session_user``) and ``current_role`` answer for the
+    principal of each statement: connections of different principals interleaved (their
+    statements share the server's kept DuckDB cursors), prepared with a parameter, stored
+    by INSERT VALUES (the call form, on the fast path) and by INSERT ... SELECT."""
+    users = tmp_path / "users"
+    users.write_text(f"alice:{hash_password('alice-pw', iterations=1000)}:writer\n"
+                     f"bob:{hash_password('bob-pw', iterations=1000)}:reader\n")
+    from flightsrv import Warehouse
+    from flightsrv.engine import DuckEngine
+    from flightsrv.engine.api import Role
+    from flightsrv.server.app import start_in_thread
+    from flightsrv.server.auth import Principal
+
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    make_table(wh, "secret", batches=1, rows=10)
+    engine = DuckEngine(wh)
+    auth = AuthConfig.from_users_file(users, tokens={
+        "static-writer": Principal("svc", Role.WRITER),
+        "static-reader": Principal("viewer", Role.READER)})  # fmt: skip
+    server, port = start_in_thread(engine, auth=auth)
+    uri = f"grpc://127.0.0.1:{port}"
+    token = "adbc.flight.sql.authorization_header"
+
+    def _connect(uri, **db_kwargs):
+        return adbc_dbapi.connect(uri, db_kwargs=db_kwargs)
+
+    who = {"alice": ({"username": "alice", "password": "alice-pw"}, "writer"),
+           "bob": ({"username": "bob", "password": "bob-pw"}, "reader"),
+           "svc": ({token: "Bearer static-writer"}, "writer"),
+           "viewer": ({token: "Bearer static-reader"}, "reader")}
+    conns = {name: _connect(uri, **creds) for name, (creds, _) in who.items()}
+    try:
+        for _ in range(3):  # interleaved, so a kept cursor serves each in turn
+            for name, conn in conns.items():
+                with conn.cursor() as cur:
+                    cur.execute("SELECT current_user, user, session_user(), current_role "
+                                "FROM secret WHERE id = 0")
+                    assert cur.fetchall() == [(name, name, name, who[name][1])]
+                    cur.execute("SELECT count(*) FROM secret WHERE current_user = ?",
+                                parameters=[name])
+                    assert cur.fetchone() == (10,)
+        with conns["alice"].cursor() as cur:
+            cur.execute("CREATE TABLE audit (id BIGINT, who VARCHAR)")
+            cur.execute("INSERT INTO audit VALUES (1, current_user()), (2, 'x')")
+            # a long statement (not searched for the names: the variable is set anyway)
+            cur.execute("INSERT INTO audit VALUES " + ", ".join(
+                f"({i}, 'padding {i:05d}')" for i in range(100, 600)) + ", (4, user)")
+            cur.execute("DELETE FROM audit WHERE id >= 100")
+        with conns["svc"].cursor() as cur:
+            cur.execute("INSERT INTO audit SELECT 3, current_user")
+            cur.execute("UPDATE audit SET who = who || '+' || current_user WHERE id = 2")
+        with conns["bob"].cursor() as cur:
+            cur.execute("SELECT * FROM audit ORDER BY id")
+            assert cur.fetchall() == [(1, "alice"), (2, "x+svc"), (3, "svc"), (4, "alice")]
+            cur.execute("SELECT count(*) FROM audit WHERE who = current_user")
+            assert cur.fetchone() == (0,)
+    finally:
+        for conn in conns.values():
+            conn.close()
+        server.shutdown()
+        engine.close()

@@ -124,7 +124,7 @@ def _attacks(wh) -> list[str]:
     out = [shape.format(r=r) for shape, r in itertools.product(shapes, spellings)]
     # functions that read settings, files, the environment or the catalog, anywhere
     for fn in ["current_setting('allowed_directories')", "current_setting('TimeZone')",
-               "getvariable('x')", "getenv('HOME')", "version()", "current_database()",
+               "getvariable('x')", "getenv('HOME')", "version()", "current_connection_id()",
                "current_schemas(true)", "json_serialize_sql('SELECT 1')", "txid_current()",
                "current_query()", "nextval('s')", "pg_typeof(1)", "setseed(0.5)"]:
         out += [f"SELECT {fn}", f"SELECT * FROM events WHERE email <> {fn}::VARCHAR",
@@ -291,28 +291,58 @@ def test_vacuum_after_drop_removes_the_dropped_tables_objects(tmp_path):
 
 # -- SQL value functions and what GetSqlInfo advertises -------------------------------------
 
-VALUE_FUNCTIONS = ["current_catalog", "current_schema", "current_role", "current_user",
-                   "session_user", "user"]
+#: each value function -> what it answers for the server without authentication
+VALUE_FUNCTIONS = {"current_catalog": "flightsrv", "current_database": "flightsrv",
+                   "current_schema": "main", "current_role": "writer",
+                   "current_user": "anonymous", "session_user": "anonymous",
+                   "user": "anonymous"}
 
 
-def test_bare_value_functions_are_refused_like_their_call_forms(served):
-    """``current_catalog`` and friends bind to DuckDB's own catalog and user (``memory``,
-    ``duckdb``), not the server's (GetCatalogs reports ``flightsrv``): refused, like
-    ``current_schema()``; a column of that name is still a column."""
+def test_value_functions_answer_for_the_server(served):
+    """``current_user`` and friends answer for the server, not for DuckDB's in-memory
+    catalog and user (``memory``, ``duckdb``): the principal (``anonymous`` without
+    authentication) and its role, the catalog and schema GetCatalogs and GetDbSchemas
+    report; bare and called alike; a column of that name is still a column."""
     wh, url, _ = served
     with connect(url) as cur:
-        for name in VALUE_FUNCTIONS:
-            for sql in (f"SELECT {name}", f"SELECT {name}()",
-                        f"SELECT count(*) FROM events WHERE {name} IS NOT NULL"):
-                rows, err = run(cur, sql)
-                assert rows is None and "not allowed" in err and "INVALID_ARGUMENT" in err, \
-                    (sql, err)
+        for name, want in VALUE_FUNCTIONS.items():
+            forms = [f"{name}()"] + ([name] if name != "current_database" else [])
+            for form in forms:
+                rows, err = run(cur, f"SELECT {form} AS v")
+                assert err is None and rows.to_pylist() == [{"v": want}], (form, err)
+                rows, err = run(cur, f"SELECT count(*) AS n FROM events WHERE {form} = '{want}'")
+                assert err is None and rows.to_pylist() == [{"n": len(LIVE_IDS)}], (form, err)
         rows, err = run(cur, 'CREATE TABLE named AS SELECT 1 AS "user", 2 AS current_schema')
         assert err is None, err
         rows, err = run(cur, "SELECT user, current_schema FROM named")
         assert err is None and rows.to_pylist() == [{"user": 1, "current_schema": 2}], err
         rows, err = run(cur, "WITH x AS (SELECT 3 AS current_role) SELECT current_role FROM x")
         assert err is None and rows.to_pylist() == [{"current_role": 3}], err
+        # DuckDB's own answers are not reachable through a qualified name either
+        for sql in ("SELECT main.current_user()", "SELECT system.main.current_user()",
+                    "SELECT pg_catalog.current_user()"):
+            rows, err = run(cur, sql)
+            assert rows is None and "INVALID_ARGUMENT" in err, (sql, err)
+
+
+def test_value_functions_answer_in_every_statement_and_phase(served):
+    """The principal is the answer wherever an expression of the user runs: a SELECT, a
+    DELETE's find, UPDATE's SET and FROM, MERGE's conditions and values (phase 2, in the
+    second database), INSERT's VALUES and query, CTAS."""
+    wh, url, _ = served
+    with connect(url) as cur:
+        for sql in _phases("current_user"):
+            rows, err = run(cur, sql)
+            assert err is None, (sql, err)
+        rows, err = run(cur, "SELECT s FROM stolen")
+        assert err is None and rows.to_pylist() == [{"s": "anonymous"}], err
+        # row 1 is deleted by the MERGE whose condition calls it, every other row by the
+        # two MERGEs ... NOT MATCHED BY SOURCE THEN DELETE (the source's column and the ON
+        # condition calling it); then INSERT VALUES and INSERT SELECT add one row each
+        rows, err = run(cur, "SELECT id, email = current_user AS mine FROM events "
+                             "WHERE id IN (1, 999)")
+        assert err is None and rows.to_pylist() == [{"id": 999, "mine": True}] * 2, \
+            rows.to_pylist()
 
 
 SYNTAX_PROBES = {
@@ -356,7 +386,8 @@ def test_advertised_functions_are_callable(served):
 
 
 REFUSED_FUNCTIONS = ["current_setting('temp_directory')", "version()", "current_query()",
-                     "setseed(0.5)", "getenv('HOME')", "current_database()", "sleep_ms(1)"]
+                     "setseed(0.5)", "getenv('HOME')", "current_transaction_id()",
+                     "getvariable('flightsrv_session')", "sleep_ms(1)"]
 
 
 def _phases(fn: str) -> list[str]:

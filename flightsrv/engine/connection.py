@@ -15,11 +15,14 @@ Lock-down, in this order (FIELD_NOTES, DuckDB 2.0 section):
    ``read_parquet`` of any path all fail; registered Arrow objects still work;
 3. ``SET lock_configuration=true``: no later ``SET`` can undo the above.
 
-DuckDB binds a bare name that is no column in scope (``current_catalog``, ``user``, ...) to
-one of its SQL value functions; the function-call forms of these are not on the allow-list
-(:mod:`flightsrv.engine.guard`), so the bare forms are refused too (:data:`VALUE_FUNCTIONS`:
-macros of the same names in the connection's schema, which DuckDB resolves first, that
-raise). A column of that name still wins, as in DuckDB.
+DuckDB's SQL value functions (``current_user``, ``current_catalog``, ``current_schema()``,
+...) would answer for DuckDB's own in-memory catalog and user ``duckdb``. Each connection
+shadows them with macros of the same names (:data:`SESSION_MACROS`; DuckDB resolves a macro
+of the connection's schema first, for the bare name as for the call) answering for the
+server: the principal running the statement and its role (a DuckDB variable of the
+statement's cursor, set by :func:`session_values` when the statement's text names one of
+them), the catalog ``flightsrv`` and the schema ``main`` that GetCatalogs and GetDbSchemas
+report. A column of that name still wins, as in DuckDB.
 
 Requests each take a ``cursor()`` (a connection to the same in-memory database with its own
 registrations and its own open result), so there is no global lock around queries.
@@ -29,9 +32,13 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import threading
 
 import duckdb
+
+from flightsrv.sql import validate
+from flightsrv.sql.allowed_functions import SESSION_FUNCTIONS
 
 LOCKDOWN = (
     "SET enable_progress_bar=false",
@@ -43,16 +50,49 @@ LOCKDOWN = (
 )
 
 
-#: DuckDB's SQL value functions that are refused: the catalog and schema DuckDB would name
-#: are its own in-memory ones (GetCatalogs reports ``flightsrv``), the users and roles are
-#: DuckDB's (``duckdb``), not the server's principal.
-VALUE_FUNCTIONS = ("current_catalog", "current_schema", "current_role", "current_user",
-                   "session_user", "user")
+#: the DuckDB variable holding who runs the statement on a cursor: a struct ``{user, role}``
+SESSION_VARIABLE = "flightsrv_session"
+
+#: DuckDB's SQL value functions, each a macro answering for the server: the name -> its
+#: body. The principal and role come from :data:`SESSION_VARIABLE`; a cursor that runs a
+#: statement without it set (a column DEFAULT computed once, when the table is created)
+#: fails with a clear error rather than answer NULL or DuckDB's user.
+SESSION_MACROS = {
+    **{name: f"coalesce(CAST(getvariable('{SESSION_VARIABLE}').{field} AS VARCHAR), "
+             f"error('{name} is not available here: only a statement run by a principal "
+             f"has one'))"
+       for name, field in (("current_user", "user"), ("session_user", "user"),
+                           ("user", "user"), ("current_role", "role"))},
+    "current_catalog": f"'{validate.CATALOG}'", "current_database": f"'{validate.CATALOG}'",
+    "current_schema": f"'{validate.SCHEMA}'",
+}
+assert set(SESSION_MACROS) == SESSION_FUNCTIONS
+
+#: a statement text that may call a macro reading :data:`SESSION_VARIABLE` (a superset:
+#: the name quoted, in a string or a comment, or a column of that name, match too)
+_NAMES_PRINCIPAL = re.compile(r"(?<![\w$])(?:current_user|session_user|user|current_role)"
+                              r"(?![\w$])", re.I)
+#: characters of a statement text searched for those names before setting the variable
+#: anyway costs less than the search
+_SCAN_LIMIT = 4096
 
 
-def _refuse_value_functions(con: duckdb.DuckDBPyConnection) -> None:
-    for name in VALUE_FUNCTIONS:
-        con.execute(f"CREATE MACRO {name}() AS error('{name} is not allowed')")
+def _session_macros(con: duckdb.DuckDBPyConnection) -> None:
+    for name, body in SESSION_MACROS.items():
+        con.execute(f"CREATE MACRO {name}() AS {body}")
+
+
+def session_values(cur: duckdb.DuckDBPyConnection, text: str, user: str, role: str) -> None:
+    """Make ``current_user`` (``user``, ``session_user``) and ``current_role`` answer
+    ``user`` and ``role`` for the statement ``text`` about to run on ``cur``, when the
+    text names one of them: one ``SET VARIABLE`` on the cursor (a variable is the cursor's
+    own, and every statement that names them sets it again, so a kept cursor never answers
+    for an earlier statement's principal). A text longer than :data:`_SCAN_LIMIT` is not
+    searched (a 500 kB INSERT VALUES takes ~20 ms to search, the SET ~0.3 ms): it sets the
+    variable whatever it names."""
+    if len(text) > _SCAN_LIMIT or _NAMES_PRINCIPAL.search(text):
+        cur.execute(f"SET VARIABLE {SESSION_VARIABLE} = {{'user': $1, 'role': $2}}",
+                    [user, role])
 
 
 def open_locked(threads: int | None = None, memory_limit: str | None = None,
@@ -85,7 +125,7 @@ def open_locked(threads: int | None = None, memory_limit: str | None = None,
         # statements run on (measured there: an aggregate over 10M rows 27.6 -> 19.8 ms, a
         # point query 4.1 -> 3.1 ms)
         con.execute("SET GLOBAL disable_parquet_prefetching=true")
-    _refuse_value_functions(con)
+    _session_macros(con)
     for stmt in LOCKDOWN:
         con.execute(stmt)
     return con

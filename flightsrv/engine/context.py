@@ -19,6 +19,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from flightsrv.engine.api import Cancel, ExecInfo, Session
+from flightsrv.engine.connection import session_values
 from flightsrv.errors import ConfigurationError, TableNotFound
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
@@ -43,6 +44,12 @@ class StatementContext:
     def check(self, sql: str) -> None:
         if self.cancel is not None:
             self.cancel.check(statement=st._short(sql))
+
+    def session_values(self, cur, sql: str) -> None:
+        """Let ``current_user`` and ``current_role`` in ``sql`` (the user's statement, or
+        a phase's text made from it), about to run on the DuckDB cursor ``cur``, answer for
+        this statement's principal (:func:`~flightsrv.engine.connection.session_values`)."""
+        session_values(cur, sql, self.session.user, self.session.role.value)
 
 
 def table_pinner(warehouse) -> sqlplan.Pinner:

@@ -462,7 +462,7 @@ class Dml:
                                        self._target_columns(tree, target, snap), prune)
             # live rows only, in both modes: a row a deletion vector hides is never seen by
             # the user's condition (its value could otherwise decide an error or a count)
-            with self.engine._statement_cursor(ctx) as cur:
+            with self.engine._statement_cursor(ctx, sql) as cur:
                 file_list = self.engine._register(cur, ctx, target_scan, hidden=True)
                 for scan in scans:
                     self.engine._register(cur, ctx, scan)
@@ -615,7 +615,7 @@ class Dml:
             target_scan = sqlplan.Scan(TARGET_RELATION, stmt.table, snap,
                                        None if whole else
                                        self._target_columns(tree, target, snap), prune)
-            with self.engine._statement_cursor(ctx) as cur:
+            with self.engine._statement_cursor(ctx, sql) as cur:
                 file_list = self.engine._register(cur, ctx, target_scan, hidden=True)
                 others = {}
                 for scan in scans:
@@ -645,7 +645,7 @@ class Dml:
             # only them when the mask extension is loaded, else the row groups holding one)
             deletes = _positions(found, file_list)
             if not whole:
-                with self.engine._statement_cursor(ctx) as cur:
+                with self.engine._statement_cursor(ctx, sql) as cur:
                     rows = self.engine._take(
                         cur, ctx, snap, {path: np.asarray(bm.to_array(), dtype=np.int64)
                                          for path, bm in deletes.items()}, file_list, sql)

@@ -362,7 +362,7 @@ class DuckEngine:
         native = _native_params(values) if qp.needs_params and stmt.param_count else None
         ctx = _Ctx(session, cancel)  # cancel interrupts DuckDB's bind (it may fold calls)
         ctx.check(sql)
-        with self._statement_cursor(ctx) as cur:
+        with self._statement_cursor(ctx, sql) as cur:
             for fn in qp.functions:
                 cur.register(fn.relation, self._function_relation(fn))
             try:
@@ -660,6 +660,7 @@ class DuckEngine:
                             first.forget(name)
                             self._install(cur, ctx, name, rel)
                     text = _with_relations(inline, text)
+                ctx.session_values(cur, sql)
                 if check_types is not None:  # the result's DuckDB types, before it runs
                     rel = cur.sql(text, params=params)
                     check_types(rel.columns, rel.types)
@@ -1018,12 +1019,14 @@ class DuckEngine:
         return part.drop_columns(["__fsrv_fi", "__fsrv_fr"])
 
     @contextlib.contextmanager
-    def _statement_cursor(self, ctx: _Ctx):
-        """A fresh cursor of the warehouse database, interrupted when ``ctx`` is cancelled."""
+    def _statement_cursor(self, ctx: _Ctx, sql: str):
+        """A fresh cursor of the warehouse database for the statement ``sql``, interrupted
+        when ``ctx`` is cancelled."""
         cur = self._cursors.cursor()
         unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
             else (lambda: None)
         try:
+            ctx.session_values(cur, sql)
             for name, obj in ctx.extra.items():
                 cur.register(name, obj)
             yield cur
@@ -1061,6 +1064,7 @@ class DuckEngine:
         unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
             else (lambda: None)
         try:
+            ctx.session_values(cur, sql)
             cur.register("__fsrv_rows", rows)
             # one statement creates and fills it (a temp table of this cursor: closing the
             # cursor drops it); the rows came from the table, so its constraints hold

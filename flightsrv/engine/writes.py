@@ -167,6 +167,7 @@ class Writes:
             unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
                 else (lambda: None)
             try:
+                ctx.session_values(cur, stmt.sql)
                 cur.execute(create)
                 try:
                     run(cur)

@@ -177,9 +177,12 @@ STRING_FUNCTIONS = _callable([
     "REPLACE", "REVERSE", "RIGHT", "RPAD", "RTRIM", "SPLIT_PART", "STARTS_WITH", "STRPOS",
     "SUBSTR", "SUBSTRING", "TRIM", "UCASE", "UPPER",
 ])  # fmt: skip
-# CURRENT_SCHEMA, CURRENT_USER and VERSION are refused (they would answer for DuckDB's
-# in-memory catalog and user, not for the server; flightsrv.engine.connection)
-SYSTEM_FUNCTIONS = _callable(["COALESCE", "IFNULL", "NULLIF"])
+# the session's values answer for the server (the principal, flightsrv, main:
+# flightsrv.engine.connection); VERSION is refused
+SYSTEM_FUNCTIONS = _callable([
+    "COALESCE", "CURRENT_CATALOG", "CURRENT_DATABASE", "CURRENT_ROLE", "CURRENT_SCHEMA",
+    "CURRENT_USER", "IFNULL", "NULLIF", "SESSION_USER", "USER",
+])  # fmt: skip
 DATETIME_FUNCTIONS = _callable([
     "AGE", "CURRENT_DATE", "CURRENT_TIME", "CURRENT_TIMESTAMP", "DATE_ADD", "DATE_DIFF",
     "DATE_PART", "DATE_TRUNC", "DAYNAME", "DAYOFMONTH", "DAYOFWEEK", "DAYOFYEAR", "EPOCH",
