@@ -493,12 +493,30 @@ def test_version_and_usage_errors():
 
 
 def test_runtime_errors_exit_1_and_debug_shows_the_traceback(wh):
-    failed(run("--warehouse", wh, "table", "scan", "nope"), 1, "no such table", "table=nope")
+    failed(run("--warehouse", wh, "table", "scan", "zzzzzzzz"), 1, "no such table",
+           "table=zzzzzzzz")  # nothing resembles it: no hint line
     failed(run("--warehouse", wh, "table", "scan", "people", "--version", "99"), 1,
            "version=99")
-    proc = run("--warehouse", wh, "table", "scan", "nope", "--debug")
+    proc = run("--warehouse", wh, "table", "scan", "zzzzzzzz", "--debug")
     assert proc.returncode == 1 and "Traceback" in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith("flightsrv: error: no such table")
+
+
+def test_an_unknown_table_gets_the_hint_sql_gives(wh):
+    """A table command naming a table that does not exist says which one resembles it,
+    as the same name in a SQL statement does (DuckDB's suggestion over the warehouse's
+    tables); a name nothing resembles gets the one-line error alone."""
+    for cmd in (["describe", "peple"], ["scan", "peopl"], ["delete", "peeople", "--where",
+                                                            "id = 1"]):
+        proc = run("--warehouse", wh, "table", *cmd)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.splitlines() == [
+            f"flightsrv: error: no such table (table={cmd[1]})", 'Did you mean "people"?'], \
+            proc.stderr
+        sql = run("--warehouse", wh, "sql", f"SELECT * FROM {cmd[1]}")
+        assert 'Did you mean "people"?' in sql.stderr, sql.stderr
+    failed(run("--warehouse", wh, "table", "describe", "zzzzzzzz"), 1, "no such table")
+    assert people(wh).head().version == 1  # the delete changed nothing
 
 
 def test_describe_drop_and_history(wh):

@@ -174,6 +174,32 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _suggest_table(exc: BaseException, args) -> None:
+    """A table command's unknown table (``table describe evnts``) gets DuckDB's "Did you
+    mean" over the warehouse's tables, as the same name in a SQL statement does; nothing
+    when DuckDB suggests nothing, the error already has a hint, or the tables cannot be
+    listed."""
+    from flightsrv.errors import TableNotFound
+
+    name = getattr(exc, "context", {}).get("table") if isinstance(exc, TableNotFound) else None
+    if not name or exc.detail or getattr(args, "warehouse", None) is None:
+        return
+    try:
+        from flightsrv.engine.diagnose import Scratch
+        from flightsrv.warehouse import Warehouse
+
+        names = Warehouse.open(args.warehouse).list_tables()
+        scratch = Scratch()
+        try:
+            hint = scratch.suggestion(str(name), names) if names else None
+        finally:
+            scratch.close()
+    except Exception:  # noqa: BLE001 - a hint is a courtesy: the error stands without it
+        return
+    if hint:
+        exc.with_detail(hint)
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
 
@@ -202,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the one place every error becomes one line
         if debug:
             traceback.print_exc(limit=_log_frames())
+        _suggest_table(exc, locals().get("args"))
         try:
             sys.stderr.write(f"flightsrv: error: {error_text(exc)}\n")
         except BrokenPipeError:
