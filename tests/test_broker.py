@@ -339,3 +339,24 @@ def test_a_notice_reaches_every_other_worker_before_notify_returns(broker):
         assert time.monotonic() - started < 1
     finally:
         alone.close()
+
+
+def test_busy_boards_show_each_worker_the_others_running_statements(tmp_path):
+    """``server/busy.py``: each worker's count, as it last wrote it, read by the others; a
+    worker started again in the same place starts from 0."""
+    from flightsrv.server.busy import BusyBoard
+
+    zero, one, two = (BusyBoard(str(tmp_path), i) for i in range(3))
+    one.add(2)
+    two.add(1)
+    assert zero.others() == 3 and one.others() == 1 and two.others() == 2
+    one.add(-2)
+    assert zero.others() == 1
+    two.add(4)
+    two.close()  # it died with 5 running: what it wrote stays until it starts again
+    two.add(-5)  # a statement ending after the close writes nothing
+    assert zero.others() == 5
+    two = BusyBoard(str(tmp_path), 2)
+    assert zero.others() == 0
+    for board in (zero, one, two):
+        board.close()

@@ -936,3 +936,67 @@ def test_failed_logins_back_off_for_the_whole_server(server):
     assert "backoff" in [login("alice", f"wrong{i}") for i in range(10)]
     # ... is known as verified on both: her own logins are never backed off
     assert [login("alice", "alice-pw") for _ in range(4)] == ["ok"] * 4
+
+
+def test_maintenance_yields_to_statements_on_every_worker(tmp_path, users):
+    """Worker 0 runs the background maintenance; it waits (up to ``--maintenance-yield``)
+    while a statement runs on any worker, not only on its own, as one server's maintenance
+    waits for its statements: 20 small files made due while a long statement runs on
+    worker 1 are compacted only once that statement ends."""
+    from _server_harness import desc
+
+    srv = Workers(str(tmp_path / "wh"), "--users-file", str(users),
+                  "--maintenance-interval", "0.3", "--maintenance-yield", "60")
+    alices = []
+    try:
+        c0, o0 = _flight_client(srv)
+        alices.append((c0, o0))
+
+        def update(c, o, sql):
+            writer, reader = c.do_put(desc(proto.CommandStatementUpdate(query=sql)),
+                                      pa.schema([]), o)
+            writer.done_writing()
+            reader.read()
+            writer.close()
+
+        update(c0, o0, "CREATE TABLE small (id BIGINT)")
+        alices, _, (away, away_opts) = _home_and_away(srv, n=6)
+        alices.append((c0, o0))
+        long = desc(proto.CommandStatementQuery(
+            query="SELECT count(*) AS n FROM range(4000000000) WHERE range % 7 = 3"))
+        info = away.get_flight_info(long, away_opts)
+        ended = []
+
+        def stream():
+            try:
+                away.do_get(info.endpoints[0].ticket, away_opts).read_all()
+            except flight.FlightCancelledError:
+                ended.append(time.monotonic())
+
+        t = threading.Thread(target=stream, daemon=True)
+        t.start()
+        time.sleep(1.0)  # the statement runs on worker 1
+        # the same connection (so the same worker) makes the small files meanwhile
+        for i in range(20):
+            update(away, away_opts, f"INSERT INTO small VALUES ({i})")
+        time.sleep(3.0)  # ten maintenance ticks
+        runs = [e for e in list(srv.events) if e.get("event") == "maintenance_run"]
+        assert runs == [], runs  # yielding to worker 1's statement
+        req = proto.CancelFlightInfoRequest(info=info.serialize())
+        list(away.do_action(flight.Action("CancelFlightInfo", req.SerializeToString()),
+                            away_opts))
+        t.join(30)
+        assert ended, "the long statement was not cancelled"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            runs = [e for e in list(srv.events) if e.get("event") == "maintenance_run"
+                    and e.get("table") == "small" and e.get("status") == "ok"]
+            if runs:
+                break
+            time.sleep(0.1)
+        assert runs and runs[0]["worker"] == 0, srv.lines[-20:]
+    finally:
+        for c, _ in alices:
+            c.close()
+        srv.kill()
+

@@ -79,7 +79,7 @@ def start_maintenance(server: FlightSqlServer, engine: Engine, cfg: ServerConfig
         warehouse, interval_s=cfg.maintenance_interval_s,
         bytes_per_s=cfg.maintenance_bytes_per_s, yield_s=cfg.maintenance_yield_s,
         wake_commits=cfg.maintenance_wake_commits,
-        busy=lambda: server.statements_running() > 0, on_run=server.metrics.maintenance_run,
+        busy=server.server_busy, on_run=server.metrics.maintenance_run,
         on_tick=server.metrics.maintenance_tick)
     server.maintenance = scheduler.start()
     return scheduler

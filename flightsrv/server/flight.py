@@ -62,6 +62,7 @@ from flightsrv.engine.api import (
 )
 from flightsrv.runtime import Runtime
 from flightsrv.server import broker, commands, ingest, proto
+from flightsrv.server.busy import BusyBoard, CountedSlots
 from flightsrv.server import metadata as md
 from flightsrv.server.auth import (
     MIDDLEWARE_KEY,
@@ -303,6 +304,12 @@ class FlightSqlServer(flight.FlightServerBase):
 
         self._slots = limit("queries", cfg.max_concurrent_queries, cfg.max_queued_queries,
                             on_wait=lambda s: self.metrics.queue_wait.observe(s))
+        #: behind ``--workers``: each worker's running statements, for worker 0's maintenance
+        #: to yield to the whole server (``server/busy.py``)
+        self._busy = None
+        if forwarded is not None and forwarded.slots_socket is not None:
+            self._busy = BusyBoard(os.path.dirname(forwarded.slots_socket), forwarded.index)
+            self._slots = CountedSlots(self._slots, self._busy)
         # a DoPut stream over max_open_puts waits for one of its principal's to close
         # (executemany from many writers queues like their statements do), within the
         # statement deadline
@@ -1292,8 +1299,13 @@ class FlightSqlServer(flight.FlightServerBase):
         return self._calls.cancel_all(reason)
 
     def statements_running(self) -> int:
-        """Statements holding a concurrency slot now (all principals)."""
+        """Statements holding a concurrency slot now (all principals) in this process."""
         return self._slots.count()
+
+    def server_busy(self) -> bool:
+        """Whether any statement is running on the server: in this process, or behind
+        ``--workers`` in any worker (as each last published it)."""
+        return self._slots.count() > 0 or (self._busy is not None and self._busy.others() > 0)
 
     def shutdown(self):
         self._draining.set()
@@ -1303,6 +1315,8 @@ class FlightSqlServer(flight.FlightServerBase):
         super().shutdown()
         self._calls.close()
         self.metrics.close()
+        if self._busy is not None:
+            self._busy.close()
         if getattr(self, "_frameless", False):
             self._frameless = False
             frameless_tracebacks(False)
