@@ -424,3 +424,65 @@ def test_struct_field_through_a_relation_name_as_duckdb(engine, session, sql, wa
     assert engine.execute_update("DELETE FROM h USING g AS s WHERE h.id = s.id AND "
                                  "s.st.b = 'y'", session) == 1
     assert rows(engine, "SELECT * FROM h", session).to_pylist() == [{"id": 1, "v": "x"}]
+
+
+
+_TZ_SCRIPT = r"""
+import json, sys
+import duckdb
+from flightsrv import Warehouse
+from flightsrv.engine import DuckEngine, Session
+wh = Warehouse.open(sys.argv[1])
+s = Session("tz")
+out = {}
+SQL = ("SELECT id, CAST(ts AS DATE)::VARCHAR AS d, ts::VARCHAR AS shown, "
+       "CAST(date_trunc('day', ts) AS VARCHAR) AS day FROM ev ORDER BY id")
+for zone in (None, "UTC", "Asia/Tokyo"):
+    e = DuckEngine(wh, time_zone=zone)
+    if zone is None:
+        e.execute_update("CREATE TABLE ev (id BIGINT, ts TIMESTAMPTZ)", s)
+        e.execute_update("INSERT INTO ev VALUES (1, TIMESTAMPTZ '2024-01-01 03:00:00+00'), "
+                         "(2, TIMESTAMPTZ '2024-01-01 20:00:00+00')", s)
+    rows = e.execute_query(SQL, s).reader.read_all().to_pylist()
+    picked = e.execute_query("SELECT id FROM ev WHERE CAST(ts AS DATE) = DATE '2024-01-01'",
+                             s).reader.read_all().column("id").to_pylist()
+    out[zone or "default"] = {"rows": rows, "picked": picked}
+    e.close()
+plain = duckdb.connect()
+plain.execute("CREATE TABLE ev AS SELECT * FROM (VALUES (1, TIMESTAMPTZ '2024-01-01 03:00:00+00'),"
+              " (2, TIMESTAMPTZ '2024-01-01 20:00:00+00')) v(id, ts)")
+out["plain"] = plain.sql(SQL).to_arrow_table().to_pylist()
+print(json.dumps(out))
+"""
+
+
+def test_statements_run_in_the_configured_time_zone(tmp_path):
+    """DuckDB's ``TimeZone`` is the host's by default (the answers plain DuckDB gives on the
+    same host), and ``time_zone`` (``serve --time-zone``) pins it for every cursor: how a
+    TIMESTAMPTZ is shown, cast to a date, truncated and compared in a WHERE (pruning too)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TZ="America/New_York")
+    proc = subprocess.run([sys.executable, "-c", _TZ_SCRIPT, str(tmp_path / "wh")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["default"] == {"rows": got["plain"], "picked": [2]}
+    assert got["default"]["rows"][0] == {"id": 1, "d": "2023-12-31",
+                                         "shown": "2023-12-31 22:00:00-05",
+                                         "day": "2023-12-31 00:00:00-05"}
+    assert got["UTC"] == {"rows": [
+        {"id": 1, "d": "2024-01-01", "shown": "2024-01-01 03:00:00+00",
+         "day": "2024-01-01 00:00:00+00"},
+        {"id": 2, "d": "2024-01-01", "shown": "2024-01-01 20:00:00+00",
+         "day": "2024-01-01 00:00:00+00"}], "picked": [1, 2]}
+    assert got["Asia/Tokyo"] == {"rows": [
+        {"id": 1, "d": "2024-01-01", "shown": "2024-01-01 12:00:00+09",
+         "day": "2024-01-01 00:00:00+09"},
+        {"id": 2, "d": "2024-01-02", "shown": "2024-01-02 05:00:00+09",
+         "day": "2024-01-02 00:00:00+09"}], "picked": [1]}
+    with pytest.raises(ConfigurationError, match="unknown time zone 'Mars/Olympus'"):
+        DuckEngine(Warehouse.open(str(tmp_path / "wh")), time_zone="Mars/Olympus")

@@ -209,6 +209,27 @@ def test_serve_refuses_half_tls_config(tmp_path):
     assert "--tls-key" in proc.stderr
 
 
+def test_serve_time_zone_pins_what_timestamptz_statements_answer(tmp_path):
+    """``serve --time-zone``: every statement (on every worker) runs in that zone whatever
+    the host's ``TZ``; an unknown zone is refused before anything is created."""
+    sql = ("SELECT CAST(TIMESTAMPTZ '2024-01-01 20:00:00+00' AS DATE)::VARCHAR AS d, "
+           "TIMESTAMPTZ '2024-01-01 20:00:00+00'::VARCHAR AS shown")
+    env = dict(os.environ, TZ="America/New_York")
+    srv = Served(str(tmp_path / "wh"), "--no-demo", "--time-zone", "Asia/Tokyo", env=env)
+    try:
+        for _ in range(4):  # connections spread over the workers when there are several
+            assert query(srv.uri(), sql) == [("2024-01-02", "2024-01-02 05:00:00+09")]
+    finally:
+        assert srv.stop() == 0
+    proc = subprocess.run([sys.executable, "-m", "flightsrv.cli", "--warehouse",
+                           str(tmp_path / "wh2"), "serve", "--port", "0",
+                           "--time-zone", "Mars/Olympus"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr  # a bad option, as --tls-cert without a key
+    assert "--time-zone: unknown time zone 'Mars/Olympus'" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "wh2").exists()
+
+
 def _env(**values: str) -> dict[str, str]:
     """This process's environment without any FLIGHTSRV_* variable, plus ``values``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLIGHTSRV_")}

@@ -37,6 +37,7 @@ import threading
 
 import duckdb
 
+from flightsrv.errors import ConfigurationError
 from flightsrv.sql import validate
 from flightsrv.sql.allowed_functions import SESSION_FUNCTIONS
 
@@ -95,17 +96,49 @@ def session_values(cur: duckdb.DuckDBPyConnection, text: str, user: str, role: s
                     [user, role])
 
 
+#: the time zone statements run in unless configured (``serve --time-zone``): None, DuckDB's
+#: own default (the host's zone), as plain DuckDB on the same host answers
+DEFAULT_TIME_ZONE = None
+
+
+def _set_time_zone(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    try:
+        # GLOBAL: every cursor is a session of its own, which a plain SET would not reach
+        con.execute("SET GLOBAL TimeZone=?", [name])
+    except duckdb.Error as e:
+        raise ConfigurationError(f"unknown time zone {name!r}: give an IANA name such as "
+                                 "UTC or Europe/Berlin", time_zone=name,
+                                 error=str(e).splitlines()[0]) from None
+
+
+def check_time_zone(name: str) -> None:
+    """ConfigurationError unless DuckDB knows the time zone ``name`` (checked before a
+    server changes anything)."""
+    with duckdb.connect(":memory:") as con:
+        _set_time_zone(con, name)
+
+
 def open_locked(threads: int | None = None, memory_limit: str | None = None,
                 allowed_directory: str | None = None,
                 temp_directory: str | None = None,
-                con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+                con: duckdb.DuckDBPyConnection | None = None,
+                time_zone: str | None = DEFAULT_TIME_ZONE) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB connection with external access disabled and settings frozen;
     ``allowed_directory`` (an absolute path) stays readable; ``temp_directory`` is where
     DuckDB spills (its default is ``.tmp`` in the working directory). ``con``: a fresh
     connection to lock instead of a new one (the deletion-mask extension's, which loaded
-    that one file before it is locked: :mod:`flightsrv.engine.maskext`)."""
+    that one file before it is locked: :mod:`flightsrv.engine.maskext`). ``time_zone``: the
+    IANA name DuckDB's ``TimeZone`` is set to for every cursor (what a ``TIMESTAMPTZ`` is
+    shown, cast to a date or truncated in); ConfigurationError naming it if DuckDB knows no
+    such zone."""
     if con is None:
         con = duckdb.connect(":memory:")
+    if time_zone is not None:
+        try:
+            _set_time_zone(con, time_zone)
+        except ConfigurationError:
+            con.close()
+            raise
     if threads is not None:
         con.execute(f"SET threads={int(threads)}")
     if memory_limit is not None:

@@ -66,6 +66,7 @@ from flightsrv.engine.api import (
 )
 from flightsrv.engine import maskext
 from flightsrv.engine.connection import (
+    DEFAULT_TIME_ZONE,
     CursorSource,
     ViewCursors,
     open_locked,
@@ -202,8 +203,11 @@ class DuckEngine:
                  threads: int | None = None, memory_limit: str | None = None,
                  temp_directory: str | None = None,
                  group_commit: bool = True, native_scans: bool = True,
-                 masked_scans: str = MASKED_SCANS, mask_extension: bool | None = None):
+                 masked_scans: str = MASKED_SCANS, mask_extension: bool | None = None,
+                 time_zone: str | None = DEFAULT_TIME_ZONE):
         self.warehouse = warehouse
+        #: the time zone every statement runs in (DuckDB's ``TimeZone``; None: the host's)
+        self.time_zone = time_zone
         self.batch_size = batch_size
         self.min_batch_rows = min(min_batch_rows, batch_size)
         self.committer = GroupCommitter() if group_commit else None
@@ -231,12 +235,14 @@ class DuckEngine:
             con, self.mask_slots = maskext.connect(mask_extension)
         self._cursors = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  allowed_directory=self.native_root,
-                                                 temp_directory=temp_directory, con=con))
+                                                 temp_directory=temp_directory, con=con,
+                                                 time_zone=time_zone))
         #: cursors kept between queries with their views over pinned data files
         self._views = ViewCursors(self._cursors)
         #: phase 2 of UPDATE/MERGE: a database that can open no file at all
         self._sandbox = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
-                                                 temp_directory=temp_directory))
+                                                 temp_directory=temp_directory,
+                                                 time_zone=time_zone))
         #: where an error of the user's statement is asked again, against its own text
         self._scratch = diagnose.Scratch()
         self._dml = Dml(self)

@@ -168,7 +168,7 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
     cap_process_memory(cfg.process_memory_cap)
     try:
         engine = DuckEngine(wh, threads=cfg.effective_threads, memory_limit=cfg.memory_limit,
-                            temp_directory=temp_dir)
+                            temp_directory=temp_dir, time_zone=cfg.time_zone)
         # one server logs each unreadable table once: behind --workers N, worker 0 does
         names = report_tables(engine, quiet=worker is not None and worker[1].index > 0)
 

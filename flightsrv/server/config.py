@@ -42,6 +42,10 @@ class ServerConfig:
     # its statement with Out of Memory instead of growing the process; "off" = no cap
     memory_headroom: str = "1GiB"
     threads: int | None = None  # DuckDB threads (each worker's); None = CPU count
+    # the time zone statements run in (DuckDB's TimeZone): a TIMESTAMPTZ shown, cast to a
+    # date or truncated; None = DuckDB's default, the host's (servers of one warehouse on
+    # hosts of different zones should all set it)
+    time_zone: str | None = None
     # server processes sharing the port (server/workers.py); 1 = one process, as before
     workers: int = 1
     temp_dir: str | None = None  # DuckDB spill directory; None = a private temp dir
@@ -129,6 +133,13 @@ class ServerConfig:
         if self.query_timeout_s < 0:
             raise ConfigurationError("--query-timeout must be >= 0 (0: none)",
                                      value=self.query_timeout_s)
+        from flightsrv.engine.connection import check_time_zone
+
+        try:
+            if self.time_zone is not None:
+                check_time_zone(self.time_zone)
+        except ConfigurationError as e:
+            raise ConfigurationError("--time-zone: " + e.message, **e.context) from None
 
     @property
     def process_memory_cap(self) -> int | None:
@@ -224,6 +235,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                           "default: %(default)s)")
     res.add_argument("--threads", type=_positive_int, default=None,
                      help="DuckDB worker threads (default: CPU count)")
+    res.add_argument("--time-zone", default=d.time_zone, metavar="NAME",
+                     help="IANA time zone statements run in: how a TIMESTAMPTZ is shown, "
+                          "cast to a date or truncated (default: the host's, as DuckDB's; "
+                          "set it where servers of one warehouse run on hosts of different "
+                          "zones)")
     res.add_argument("--workers", type=_workers, default=d.workers, metavar="N|auto",
                      help="server processes sharing the port, each with its own DuckDB; "
                           "auto: one per usable core (default: %(default)s; more is "
