@@ -434,3 +434,56 @@ def test_one_allow_list_for_every_statement_and_phase(served):
             assert err is None, (sql, err)
     assert wh.list_tables() == ["events"]
     assert wh.table("events").head().version > before  # only the allowed ones committed
+
+
+def _close(rows: list[dict]) -> list[dict]:
+    """SUMMARIZE's rows with its floating-point figures (a sum's order varies with
+    DuckDB's threads) rounded to 9 significant digits."""
+    out = []
+    for row in rows:
+        row = dict(row)
+        for key in ("avg", "std"):
+            if row.get(key) is not None:
+                row[key] = float(f"{float(row[key]):.9g}")
+        out.append(row)
+    return out
+
+
+def test_summarize_and_describe_a_query_see_live_rows_only(served):
+    """DuckDB's SUMMARIZE (of a table or a query) and DESCRIBE of a query run over the
+    pinned, masked relations like any query: every figure equals plain DuckDB's SUMMARIZE
+    of the live rows (the erased user's rows count nowhere, not even in approx_unique);
+    SHOW of DuckDB's own catalog stays refused, bare or nested."""
+    import duckdb
+
+    wh, url, _ = served
+    live = wh.table("events").scan().read_all()
+    plain = duckdb.connect()
+    plain.register("events", live)
+    with connect(url) as cur:
+        for sql, base in [
+            ("SUMMARIZE events", "SUMMARIZE events"),
+            ("SUMMARIZE TABLE events", "SUMMARIZE events"),
+            ("SUMMARIZE SELECT user_id FROM events WHERE id < 150",
+             "SUMMARIZE SELECT user_id FROM events WHERE id < 150"),
+            ("SELECT column_name, approx_unique, max FROM (SUMMARIZE SELECT * FROM events) "
+             "WHERE column_name = 'user_id'",
+             "SELECT column_name, approx_unique, max FROM (SUMMARIZE SELECT * FROM events) "
+             "WHERE column_name = 'user_id'"),
+            ("DESCRIBE SELECT id, email || 'x' AS e FROM events",
+             "DESCRIBE SELECT id, email || 'x' AS e FROM events"),
+        ]:
+            rows, err = run(cur, sql)
+            assert err is None, (sql, err)
+            want = plain.sql(base).to_arrow_table()
+            assert _close(rows.to_pylist()) == _close(want.to_pylist()), (sql, rows.to_pylist())
+        rows, err = run(cur, "SELECT approx_unique, min, max FROM (SUMMARIZE SELECT user_id "
+                             f"FROM events WHERE user_id = {SECRET_USER})")
+        assert err is None and rows.to_pylist() == [
+            {"approx_unique": 0, "min": None, "max": None}], (rows, err)
+        for sql in ["SELECT * FROM (SHOW ALL TABLES)", "SELECT * FROM (SHOW TABLES)",
+                    "SELECT * FROM (SHOW events)", "SELECT * FROM (SUMMARIZE events)",
+                    "SELECT * FROM (DESCRIBE events)"]:
+            rows, err = run(cur, sql)  # (SHOW TABLES) reads as a table "show" aliased
+            assert rows is None and ("INVALID_ARGUMENT" in err or "NOT_FOUND" in err), \
+                (sql, err)

@@ -154,6 +154,14 @@ class _Walk:
         if kind in _TABLE_REFS:
             self.table(node, kind, scope)
             return
+        if kind == "SHOW_REF":
+            # SUMMARIZE / DESCRIBE of a query: a function of the query's rows (or columns),
+            # whose own tree is checked as any subquery; SHOW of a name reads DuckDB's
+            # catalog, never
+            if node.get("show_type") not in ("SUMMARY", "DESCRIBE") or node.get("table_name") \
+                    or not isinstance(node.get("query"), dict):
+                raise self.refuse("show_ref is not allowed")
+            return
         if kind.endswith("_MODIFIER") or kind.startswith("ORDER_") or kind in (
                 "ASCENDING", "DESCENDING"):
             return

@@ -441,6 +441,11 @@ def _parse_statement(sql: str, fast: bool = True) -> Statement:
             statement=_short(sql), line=line, col=col,
         )
     tree = trees[0]
+    for node in tree.find_all(exp.Summarize, exp.Describe):
+        if node is not tree and not isinstance(node.this, exp.Query):  # (SUMMARIZE t) nested
+            verb = "SUMMARIZE" if isinstance(node, exp.Summarize) else "DESCRIBE"
+            raise error(f"{verb} of a table inside a statement is not supported; write "
+                        f"{verb} SELECT * FROM t there (or {verb} t on its own)", sql, node)
     columns_changed = validate.normalize_qualified(tree, sql)
     stmt = _classify(sql, tree, nparams)
     object.__setattr__(stmt, "text", text)
@@ -486,6 +491,27 @@ def _parse_special(sql: str, text: str) -> Statement | None:
     if words == ["SHOW", "TABLES"] and len(toks) == 2 or words == ["SHOW", "ALL", "TABLES"] \
             and len(toks) == 3:
         return _metadata_query(sql, "SELECT * FROM flightsrv_tables()")
+    if verb in ("SUMMARIZE", "DESCRIBE", "DESC") and len(toks) >= 3 and words[1] == "TABLE":
+        toks = [toks[0], *toks[2:]]  # DESCRIBE TABLE t, SUMMARIZE TABLE t: the same as without
+        words = [t.text.upper() for t in toks[:3]]
+    if verb in ("SUMMARIZE", "DESCRIBE", "DESC") and len(toks) >= 2:
+        # DuckDB's SUMMARIZE (of a table or a query) and DESCRIBE of a query: the query
+        # over DuckDB's own SHOW_REF they stand for, so a table in them is bound, pinned
+        # and masked like any query's (the guard admits SUMMARIZE/DESCRIBE of a query only)
+        rest = text[toks[1].start:toks[-1].end + 1]
+        query = toks[1].token_type == TokenType.L_PAREN or \
+            toks[1].text.upper() in ("SELECT", "WITH", "FROM", "VALUES")
+        if query or verb == "SUMMARIZE":
+            if not query:  # SUMMARIZE t [AT (...)]: its rows
+                rest = f"SELECT * FROM {rest}"
+            keyword = "SUMMARIZE" if verb == "SUMMARIZE" else "DESCRIBE"
+            stmt = _parse_statement(f"SELECT * FROM ({keyword} {rest})")
+            object.__setattr__(stmt, "sql", sql)
+            return stmt
+    if verb == "SHOW" and len(toks) >= 2 and words[1] not in ("TABLES", "ALL") \
+            and toks[1].text.upper() not in SHOW_FUNCTIONS \
+            and _after_table(toks, 1) == len(toks):
+        verb, words, toks = "DESCRIBE", ["DESCRIBE", *words[1:]], toks  # SHOW t is DESCRIBE t
     describe = 1 if verb in ("DESCRIBE", "DESC") and len(toks) >= 2 else \
         3 if words[:2] == ["SHOW", "COLUMNS"] and len(toks) >= 4 and words[2] in ("FROM", "IN") \
         else None
