@@ -31,6 +31,7 @@ from flightsrv.cli.common import (
     warn,
 )
 from flightsrv.errors import ConfigurationError, FlightsrvError
+from flightsrv.sql.types import MAX_DECIMAL_PRECISION
 
 TABLE_HELP = """\
 Create, load, read, change and maintain the tables of the warehouse. Commands that only read
@@ -62,7 +63,13 @@ def parse_schema(text: str) -> pa.Schema:
         name, sep, typ = part.strip().rpartition(":")
         typ = typ.strip().lower()
         m = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", typ)
-        t = pa.decimal128(int(m.group(1)), int(m.group(2))) if m else SCHEMA_TYPES.get(typ)
+        if m:
+            precision, scale = int(m.group(1)), int(m.group(2))
+            # DuckDB's limits, as CREATE TABLE checks them (flightsrv.sql.types)
+            if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
+                raise UsageError(f"--schema: {part.strip()!r}: decimal(p,s) needs 1 <= p <= "
+                                 f"{MAX_DECIMAL_PRECISION} and s <= p")
+        t = pa.decimal128(precision, scale) if m else SCHEMA_TYPES.get(typ)
         if not sep or not name.strip() or t is None:
             raise UsageError(f"--schema: {part.strip()!r} is not name:type (types: "
                              f"{', '.join(sorted(SCHEMA_TYPES))}, decimal(p,s))")
