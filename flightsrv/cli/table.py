@@ -14,6 +14,7 @@ import datetime as dt
 import signal
 
 import pyarrow as pa
+from sqlglot import exp
 
 from flightsrv.cli import output
 from flightsrv.cli.common import (
@@ -30,8 +31,8 @@ from flightsrv.cli.common import (
     say,
     warn,
 )
-from flightsrv.errors import ConfigurationError, FlightsrvError
-from flightsrv.sql.types import MAX_DECIMAL_PRECISION
+from flightsrv.errors import ConfigurationError, FlightsrvError, SqlError
+from flightsrv.sql.types import MAX_DECIMAL_PRECISION, arrow_type
 
 TABLE_HELP = """\
 Create, load, read, change and maintain the tables of the warehouse. Commands that only read
@@ -63,13 +64,14 @@ def parse_schema(text: str) -> pa.Schema:
         name, sep, typ = part.strip().rpartition(":")
         typ = typ.strip().lower()
         m = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", typ)
-        if m:
-            precision, scale = int(m.group(1)), int(m.group(2))
-            # DuckDB's limits, as CREATE TABLE checks them (flightsrv.sql.types)
-            if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
+        if m:  # checked against DuckDB's limits as CREATE TABLE checks it
+            try:
+                t = arrow_type(exp.DataType.build(f"DECIMAL({m.group(1)}, {m.group(2)})"))
+            except SqlError:
                 raise UsageError(f"--schema: {part.strip()!r}: decimal(p,s) needs 1 <= p <= "
-                                 f"{MAX_DECIMAL_PRECISION} and s <= p")
-        t = pa.decimal128(precision, scale) if m else SCHEMA_TYPES.get(typ)
+                                 f"{MAX_DECIMAL_PRECISION} and s <= p") from None
+        else:
+            t = SCHEMA_TYPES.get(typ)
         if not sep or not name.strip() or t is None:
             raise UsageError(f"--schema: {part.strip()!r} is not name:type (types: "
                              f"{', '.join(sorted(SCHEMA_TYPES))}, decimal(p,s))")

@@ -71,8 +71,9 @@ assert set(SESSION_MACROS) == SESSION_FUNCTIONS
 
 #: a statement text that may call a macro reading :data:`SESSION_VARIABLE` (a superset:
 #: the name quoted, in a string or a comment, or a column of that name, match too)
-_NAMES_PRINCIPAL = re.compile(r"(?<![\w$])(?:current_user|session_user|user|current_role)"
-                              r"(?![\w$])", re.I)
+_NAMES_PRINCIPAL = re.compile(
+    r"(?<![\w$])(?:" + "|".join(n for n, body in SESSION_MACROS.items()
+                               if SESSION_VARIABLE in body) + r")(?![\w$])", re.I)
 #: characters of a statement text searched for those names before setting the variable
 #: anyway costs less than the search
 _SCAN_LIMIT = 4096

@@ -206,8 +206,6 @@ class DuckEngine:
                  masked_scans: str = MASKED_SCANS, mask_extension: bool | None = None,
                  time_zone: str | None = DEFAULT_TIME_ZONE):
         self.warehouse = warehouse
-        #: the time zone every statement runs in (DuckDB's ``TimeZone``; None: the host's)
-        self.time_zone = time_zone
         self.batch_size = batch_size
         self.min_batch_rows = min(min_batch_rows, batch_size)
         self.committer = GroupCommitter() if group_commit else None
