@@ -390,3 +390,37 @@ def test_delta_features_continue_from_an_older_mirror(local_uri):
     t.publish("delta")
     assert dm.declared(2) == {"columnMapping", "deletionVectors"}
     assert canonical(delta_rows(_reader_path(t), 2)) == canonical(t.to_table())
+
+
+def test_dates_delta_cannot_spell_publish_without_their_bounds(local_uri):
+    """DuckDB holds dates Delta's ``yyyy-MM-dd`` bounds cannot spell (``infinity``, years BC);
+    both formats publish them, the rows read back the same, and Delta's statistics leave
+    out only the bounds it cannot write (was: OverflowError from PUBLISH)."""
+    wh = Warehouse.open(local_uri)
+    wh.sql("CREATE TABLE d (id BIGINT, d DATE)")
+    wh.sql("INSERT INTO d VALUES (1, DATE 'infinity'), (2, DATE '0044-03-15 (BC)'), "
+           "(3, DATE '2020-01-01')")
+    wh.sql("INSERT INTO d VALUES (4, DATE '2021-06-01'), (5, DATE '2021-01-01')")
+    t = wh.table("d")
+    result = t.publish("all")
+
+    def days(table):  # Python's date cannot hold these; compare the day numbers
+        return canonical(table.select(["id", "d"]).cast(
+            pa.schema([("id", pa.int64()), ("d", pa.int32())])))
+
+    for v in t.log.versions():
+        want = days(t.to_table(version=v))
+        assert days(delta_rows(_reader_path(t), v)) == want, v
+        assert days(iceberg_rows(result.locations["iceberg"], v)) == want, v
+    assert {r["id"]: r["d"] for r in want}[1] == 2**31 - 1
+    stats = []
+    for meta in t.store.list("_delta_log/"):
+        if meta.key.endswith(".json"):
+            for line in t.store.get(meta.key)[0].decode().splitlines():
+                if '"add"' in line:
+                    stats.append(json.loads(json.loads(line)["add"]["stats"]))
+    by_rows = {s["numRecords"]: s for s in stats}
+    assert "d" not in by_rows[3]["minValues"] and "d" not in by_rows[3]["maxValues"]
+    assert by_rows[3]["minValues"]["id"] == 1
+    assert by_rows[2]["minValues"]["d"] == "2021-01-01"
+    assert by_rows[2]["maxValues"]["d"] == "2021-06-01"

@@ -263,9 +263,18 @@ _ICEBERG_BOUNDS = {
 _DELTA_BOUNDS = {
     "byte": int, "short": int, "integer": int, "long": int,
     "float": float, "double": float, "string": str,
-    "date": lambda v: (dt.date(1970, 1, 1) + dt.timedelta(days=int(v))).isoformat(),
+    "date": lambda v: _delta_date(int(v)),
 }
 _FLOATS = {"float", "double"}
+
+
+def _delta_date(days: int) -> str | None:
+    """A date bound as Delta writes it (``yyyy-MM-dd``); ``None`` (no bound) for a date
+    that format cannot spell: before year 1 or after 9999 (DuckDB's ``infinity`` too)."""
+    try:
+        return (dt.date(1970, 1, 1) + dt.timedelta(days=days)).isoformat()
+    except OverflowError:
+        return None
 
 
 def _bounds_ok(entry: dict, kind: str) -> bool:
@@ -317,10 +326,9 @@ def delta_stats(mapped: MappedSchema, stats: dict, rows: int, *, tight: bool) ->
         enc = _DELTA_BOUNDS.get(kind)
         if enc is None or not _bounds_ok(entry, kind):
             continue
-        if entry.get("min") is not None:
-            mins[name] = enc(entry["min"])
-        if entry.get("max") is not None:
-            maxs[name] = enc(entry["max"])
+        for bound, out in (("min", mins), ("max", maxs)):
+            if entry.get(bound) is not None and (value := enc(entry[bound])) is not None:
+                out[name] = value
     out = {"numRecords": rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls,
            "tightBounds": tight}
     return json.dumps(out, separators=(",", ":"))
