@@ -230,6 +230,46 @@ def test_a_bad_file_mid_append_commits_nothing_and_leaves_no_files(wh, tmp_path)
         <= {k for k in after if (Path(wh) / k).is_dir()}
 
 
+def test_ctrl_c_while_duckdb_reads_a_json_input_exits_130_and_commits_nothing(wh, tmp_path):
+    """JSON lines are read by DuckDB, which turns a SIGINT arriving during its query into
+    its own error ("RuntimeError: Query interrupted"): that is still an interrupt (exit 130,
+    "interrupted"), not an unexpected error (exit 1). The input is a FIFO: DuckDB blocks
+    reading it, so the signal lands inside the query every time."""
+    fifo = tmp_path / "in.jsonl"
+    os.mkfifo(fifo)
+    v = people(wh).head().version
+    proc = subprocess.Popen([*CMD, "--warehouse", wh, "table", "append", "people", str(fifo)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # opening for writing succeeds once the reader has the FIFO open
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:
+                assert exc.errno == errno.ENXIO, exc
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the append never opened its input"
+                time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)  # the signal is pending in the blocked query; now let the read go on
+        os.set_blocking(fd, True)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write('{"id": 1, "name": "x"}\n' * 1000)
+        except BrokenPipeError:
+            pass
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    lines = err.splitlines()
+    assert lines[-1] == "flightsrv: interrupted" and "unexpected" not in err, err
+    assert lines[-2].startswith("append people") and "interrupted after" in lines[-2], err
+    assert people(wh).head().version == v
+
+
 def test_a_csv_conversion_error_names_the_row(wh, tmp_path):
     bad = tmp_path / "bad.csv"  # row 2 spans two lines: the row, not the line, is counted
     bad.write_text('id,name\n7,ok\n8,"two\nlines"\nnot-a-number,x\n9,y\n')

@@ -12,12 +12,18 @@ import argparse
 import os
 import re
 import sys
+import threading
 
 from flightsrv.errors import ConfigurationError, FlightsrvError
 
 DEFAULT_WAREHOUSE = "./warehouse"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+#: set by ``main``'s SIGINT handler when Ctrl-C comes. An error raised after it is the
+#: interrupt's doing: DuckDB turns the signal into its own error (``RuntimeError: Query
+#: interrupted``) when it arrives during a query, and the command exits 130 all the same
+CTRL_C = threading.Event()
 
 
 class UsageError(ConfigurationError):

@@ -15,6 +15,7 @@ import traceback
 
 from flightsrv.cli import output, serve, sql, store, table, tools, warehouse
 from flightsrv.cli.common import (
+    CTRL_C,
     error_text,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -207,6 +208,26 @@ def main(argv: list[str] | None = None) -> int:
             and threading.current_thread() is threading.main_thread() \
             and getattr(signal.getsignal(signal.SIGINT), "__module__", "") == "flightsrv.cli":
         signal.signal(signal.SIGINT, signal.default_int_handler)  # see flightsrv/cli/__init__
+    CTRL_C.clear()
+    previous = None
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous = signal.signal(signal.SIGINT, _on_ctrl_c)
+    try:
+        return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _on_ctrl_c(signum, frame):
+    CTRL_C.set()
+    raise KeyboardInterrupt
+
+
+def _run(argv: list[str] | None) -> int:
+    """``main``'s body: every error becomes one line and an exit code; one raised after
+    Ctrl-C exits 130 like the interrupt (``common.CTRL_C``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
@@ -228,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the one place every error becomes one line
         if debug:
             traceback.print_exc(limit=_log_frames())
+        if CTRL_C.is_set():
+            sys.stderr.write("flightsrv: interrupted\n")
+            return EXIT_INTERRUPTED
         _suggest_table(exc, locals().get("args"))
         try:
             sys.stderr.write(f"flightsrv: error: {error_text(exc)}\n")

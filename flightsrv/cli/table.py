@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from flightsrv.cli import output
 from flightsrv.cli.common import (
+    CTRL_C,
     EXIT_FAILED,
     UsageError,
     error_text,
@@ -152,6 +153,24 @@ def _loading(path: str, table: str):
         raise type(exc)(exc.message, **{**exc.context, "file": path}) from None
 
 
+@contextlib.contextmanager
+def _input(path: str, table: str, schema):
+    """The rows of input file ``path`` (``read_input``), errors named as ``_loading`` does.
+    The reader is closed on the way out, whatever happened: a Parquet scan still reading
+    ahead in pyarrow's threads when Ctrl-C ends the process crashed it (SIGSEGV at exit)."""
+    try:
+        with _loading(path, table):
+            reader = read_input(path, schema)
+            try:
+                yield reader
+            finally:
+                reader.close()
+    except Exception:
+        if CTRL_C.is_set():  # DuckDB's "Query interrupted": the Ctrl-C, not a bad file
+            raise KeyboardInterrupt from None
+        raise
+
+
 def append_files(t, paths: list[str], label: str):
     """Write every file's rows as data files, then commit them all in one version.
     Returns (manifest or None, rows, files). On any failure or Ctrl-C before the commit,
@@ -168,9 +187,8 @@ def append_files(t, paths: list[str], label: str):
     with Progress(label, total=len(paths), unit=" files") as progress:
         try:
             for path in paths:
-                with _loading(path, t.name):
-                    files, b, n = t.write_files(read_input(path, schema), head=head,
-                                                keys=keys)
+                with _input(path, t.name, schema) as reader:
+                    files, b, n = t.write_files(reader, head=head, keys=keys)
                 written += files
                 rows += n
                 nbytes += b
@@ -270,9 +288,9 @@ def cmd_create(args) -> int:
 
     path = args.from_file
     with Progress(f"load {args.table.lower()}", total=1, unit=" files") as progress:
-        with _loading(path, args.table.lower()):
+        with _input(path, args.table.lower(), normalize_schema(schema)) as reader:
             t = wh.create_table(args.table, schema, props, partition_by=partition_by,
-                                data=read_input(path, normalize_schema(schema)))
+                                data=reader)
         head = t.head()
         progress.advance(1, f"{path}: {head.live_rows} rows")
     print(f"created {t.name} at version {head.version} in {wh.uri}")
