@@ -599,6 +599,15 @@ def test_delete_dry_run_counts_with_the_engine_and_changes_nothing(wh):
     first, *hint = proc.stderr.splitlines()
     assert first.startswith("flightsrv: error: ") and "nope" in first, first
     assert 'Candidate bindings: "name"' in hint and any(ln.lstrip().startswith("^") for ln in hint)
+    # the caret points into --where as typed, not at a line of the statement built around it
+    for extra in ([], ["--dry-run"]):
+        proc = run("--warehouse", wh, "table", "delete", "people", "--where",
+                   "id = 1 AND nope = 1", *extra)
+        lines = proc.stderr.splitlines()
+        assert proc.returncode == 1 and "--where: id = 1 AND nope = 1" in lines, proc.stderr
+        caret = lines[lines.index("--where: id = 1 AND nope = 1") + 1]
+        assert caret == " " * len("--where: id = 1 AND ") + "^^^^", proc.stderr
+        assert not [ln for ln in lines if ln.startswith("LINE ")], proc.stderr
 
 
 def test_compact_and_expire_dry_runs_change_nothing(wh, tmp_path):

@@ -430,25 +430,44 @@ def where_predicate(text: str, option: str = "--where") -> str:
     return f"(\n{text}\n)"
 
 
+def _caret_at_option(exc: FlightsrvError, option: str) -> FlightsrvError:
+    """DuckDB's error for a statement built around ``where_predicate``'s text points at
+    ``LINE 2`` of that statement (the predicate's own line): point at the option instead,
+    the caret under the same characters."""
+    lines = exc.detail.split("\n")
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("LINE 2: ") and lines[i + 1].startswith(" " * 8):
+            lines[i] = f"{option}: {line[8:]}"
+            lines[i + 1] = " " * (len(option) + 2) + lines[i + 1][8:]
+            return exc.with_detail("\n".join(lines))
+    return exc
+
+
 def cmd_delete(args) -> int:
     predicate = where_predicate(args.where)
     wh = open_warehouse(args)
     t = wh.table(args.table)
     engine, session = _engine_session(wh, args.mode)
     try:
-        if args.dry_run:
-            # DuckDB decides which rows match, exactly as the DELETE would
-            res = engine.execute_query(f"SELECT count(*) FROM {_quote(t.name)} "
-                                       f"WHERE {predicate}", session)
-            n = res.reader.read_all().column(0)[0].as_py()
-            print(f"dry run: would delete {n} rows from {t.name} (version "
-                  f"{t.head().version}); nothing changed")
-            return 0
-        # the DELETE as SQL would run it; a splice's certificate records source cli
-        n = engine.delete_statement(f"DELETE FROM {_quote(t.name)} WHERE {predicate}",
-                                    session, mode=args.mode, source="cli")
+        return _delete(args, t, engine, session, predicate)
+    except FlightsrvError as exc:
+        raise _caret_at_option(exc, "--where") from None
     finally:
         engine.close()
+
+
+def _delete(args, t, engine, session, predicate: str) -> int:
+    if args.dry_run:
+        # DuckDB decides which rows match, exactly as the DELETE would
+        res = engine.execute_query(f"SELECT count(*) FROM {_quote(t.name)} "
+                                   f"WHERE {predicate}", session)
+        n = res.reader.read_all().column(0)[0].as_py()
+        print(f"dry run: would delete {n} rows from {t.name} (version "
+              f"{t.head().version}); nothing changed")
+        return 0
+    # the DELETE as SQL would run it; a splice's certificate records source cli
+    n = engine.delete_statement(f"DELETE FROM {_quote(t.name)} WHERE {predicate}",
+                                session, mode=args.mode, source="cli")
     if n:
         print(f"deleted {n} rows from {t.name}; now at version {t.head().version}")
     else:
