@@ -44,7 +44,9 @@ def _ident(name: str) -> str:
 
 
 def _expression(text: str, what: str) -> str:
-    """``text`` if it is one SQL expression (checked on DuckDB's tokens), else SqlError."""
+    """``text`` if it is one SQL expression (checked on DuckDB's tokens), else SqlError.
+    Text holding a ``--`` comment comes on a line of its own, so the comment ends before
+    the rest of the statement (the closing parenthesis) does."""
     from flightsrv.engine.text import clause_starts, tokenize
 
     if not isinstance(text, str) or not text.strip():
@@ -58,7 +60,7 @@ def _expression(text: str, what: str) -> str:
                 break
     else:
         if depth == 0 and not clause_starts(toks, _CLAUSE_WORDS):
-            return text.strip()
+            return text.strip() if "--" not in text else f"\n{text.strip()}\n"
     raise SqlError(f"{what} must be one SQL expression (no query clauses or ';')",
                    statement=repr(" ".join(text.split())[:200]))
 

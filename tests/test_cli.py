@@ -684,6 +684,31 @@ def test_every_option_has_help_and_shows_its_default():
             if d is not None and d is not False and d is not argparse.SUPPRESS and d != []:
                 text = parser.formatter_class(parser.prog)._get_help_string(action)
                 assert "default" in text, (parser.prog, action.dest)
+        shown = " ".join(parser.format_help().split())
+        # a default is shown once, and only a real one
+        assert "(default: None)" not in shown and "(default: False)" not in shown, parser.prog
+
+
+def test_an_unknown_option_points_at_the_help_of_its_command(wh):
+    for argv, prog in ((["table", "list", "--bogus"], "flightsrv table list"),
+                       (["table", "scan", "people", "--bogus"], "flightsrv table scan"),
+                       (["sql", "--bogus", "SELECT 1"], "flightsrv sql"),
+                       (["store", "check", "--bogus"], "flightsrv store check")):
+        proc = run("--warehouse", wh, *argv)
+        failed(proc, 2, "unrecognized arguments: --bogus", f"(see `{prog} --help`)")
+
+
+def test_scan_filter_is_one_expression_like_delete_where(wh):
+    proc = run("--warehouse", wh, "table", "scan", "people", "--filter",
+               "id = 1; DROP TABLE people")
+    failed(proc, 2, "--filter", "holds 2 statements")
+    proc = run("--warehouse", wh, "table", "scan", "people", "--filter", "id = 1 -- one",
+               "--format", "csv")
+    assert proc.returncode == 0 and proc.stdout.splitlines()[1:] == ['1,"ann"'], proc
+    proc = run("--warehouse", wh, "table", "scan", "people", "--filter", "nope = 1 -- one")
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and "--filter: nope = 1 -- one" in lines, proc.stderr
+    assert lines[lines.index("--filter: nope = 1 -- one") + 1] == " " * 10 + "^^^^"
 
 
 def test_pipeline_without_pyspark_gives_the_install_hint(monkeypatch, capsys):

@@ -602,3 +602,15 @@ def test_a_duration_longer_than_python_holds_means_keep_everything(tmp_path, com
     if "purge" not in command:  # PURGE ... EXPIRE expires what reaches the erased bytes
         assert [h["version"] for h in t.history()][-1] == 0  # nothing expired
     assert sorted(t.to_table().column("id").to_pylist()) == [1, 3]
+
+
+def test_purge_with_nothing_to_rewrite_says_so(tmp_path):
+    """The total row names the committed version, or says none was (was "version None")."""
+    wh = tmp_path / "wh"
+    t = Warehouse.open(str(wh)).create_table("t", pa.schema([("id", pa.int64())]))
+    t.append(pa.table({"id": [1, 2, 3]}))
+    proc = run("--warehouse", wh, "table", "purge", "t", "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    total = [ln for ln in proc.stdout.splitlines() if ln.startswith('"total"')]
+    assert len(total) == 1 and '"no new version (read v1)"' in total[0], proc.stdout
+    assert "None" not in proc.stdout

@@ -55,6 +55,8 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        # the deepest command parsed sets it last: "unrecognized arguments" names its help
+        self.set_defaults(command_prog=self.prog)
 
     def error(self, message):
         raise UsageError(f"{message} (see `{self.prog} --help`)")

@@ -132,7 +132,10 @@ def parse_args(argv: list[str]):
     rest = None
     if i is not None and argv[i] == "pipeline":
         argv, rest = argv[:i + 1], argv[i + 1:]
-    args = build_parser().parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:  # argparse's own message, with the help of the command they were given to
+        raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see "
+                         f"`{getattr(args, 'command_prog', 'flightsrv')} --help`)")
     if rest is not None:
         g = Parser(prog="flightsrv pipeline", add_help=False)
         add_global_options(g, top=False)

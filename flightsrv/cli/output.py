@@ -46,12 +46,13 @@ _MAX_CELL = 80
 def add_output_options(parser, *, default: str = "table") -> None:
     g = parser.add_argument_group("output")
     g.add_argument("--format", choices=FORMATS, default=default,
-                   help="result format: an aligned table, CSV, a JSON array, JSON lines or "
-                   "Parquet")
+                   help="result format: an aligned table, CSV, a JSON array, JSON lines, "
+                   "Parquet, or line: a record per row, a line per column")
     g.add_argument("--output", "-o", metavar="FILE",
                    help="write the result to FILE (atomically) instead of stdout")
     g.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, metavar="N",
-                   help="rows shown by --format table (0: all); other formats write every row")
+                   help="rows shown by --format table or line (0: all); other formats write "
+                   "every row")
 
 
 def check_output_args(args) -> None:

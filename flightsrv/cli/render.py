@@ -138,7 +138,10 @@ def _(result: PurgeResult) -> list[dict]:
     if result.certificate:
         out.append({"kind": "certificate", "object": result.certificate, **blank,
                     "status": "stored"})
-    out.append({"kind": "total", "object": f"version {result.version}", **blank,
+    committed = (f"version {result.version}" if result.version is not None else
+                 "no new version" + (f" (read v{result.read_version})"
+                                     if result.read_version is not None else ""))
+    out.append({"kind": "total", "object": committed, **blank,
                 "rows_removed": result.rows_removed,
                 "downloaded": sum(f.bytes_downloaded for f in result.files),
                 "uploaded": sum(f.bytes_uploaded for f in result.files),

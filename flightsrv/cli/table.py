@@ -378,9 +378,14 @@ def cmd_scan(args) -> int:
             parse_timestamp_ms(args.as_of)
         except ConfigurationError as exc:
             raise UsageError(f"--as-of: {exc}") from None
+    if args.filter is not None:
+        where_predicate(args.filter, "--filter")  # one expression, or a usage error
     t = open_warehouse(args).table(args.table)
     cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
-    reader = t.scan(cols, args.filter, version=args.version, as_of=args.as_of)
+    try:
+        reader = t.scan(cols, args.filter, version=args.version, as_of=args.as_of)
+    except FlightsrvError as exc:
+        raise _caret_at_option(exc, "--filter") from None
     output.write_result(_limited(reader, args.limit), args)
     return 0
 
@@ -756,7 +761,8 @@ def add_parser(sub, command) -> None:
     p.add_argument("--schema", metavar="NAME:TYPE,...",
                    help="columns, e.g. id:int64,name:string,amount:decimal(12,2),ts:timestamptz")
     p.add_argument("--from-file", metavar="FILE",
-                   help="take the columns from a Parquet, CSV or JSON-lines file and load its rows")
+                   help="take the columns from a Parquet, CSV, TSV or JSON-lines file and load "
+                   "its rows")
     p.add_argument("--schema-only", action="store_true",
                    help="with --from-file: take the columns only, load no rows")
     p.add_argument("--property", action="append", metavar="KEY=VALUE",
@@ -769,7 +775,8 @@ def add_parser(sub, command) -> None:
     p.add_argument("--if-not-exists", action="store_true",
                    help="succeed without changes if the table exists")
 
-    p = command(ts, "append", "append Parquet, CSV or JSON-lines files in one commit", cmd_append)
+    p = command(ts, "append", "append Parquet, CSV, TSV or JSON-lines files in one commit",
+                cmd_append)
     name_arg(p)
     p.add_argument("files", nargs="+", metavar="FILE",
                    help=".parquet/.pq (or a directory of them), .csv/.csv.gz, .tsv, "
@@ -885,7 +892,8 @@ def add_parser(sub, command) -> None:
         p = command(ts, name, text, func)
         name_arg(p)
         p.add_argument("--json", action="store_true",
-                       help="one JSON document per line (the certificates as stored)")
+                       help="one JSON document per line, as stored" if name == "erasures"
+                       else "the status as one JSON document")
         output.add_output_options(p)
 
 

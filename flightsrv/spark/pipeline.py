@@ -66,13 +66,26 @@ def generate(input_dir: str, n: int, *, files: int = 8, fmt: str = "json", users
     return erase
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless it has none (None, a flag's False) or its help
+    already says it."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flightsrv pipeline", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="flightsrv pipeline", formatter_class=_Help,
+        description="The example Spark pipeline: generate sample events (--generate), ingest "
+        "them, apply an erasure list, compact, and print the table's history.")
     p.add_argument("action", nargs="?", choices=["run"], default="run",
-                   help="'run' (optional; the only action)")
+                   help="the only action (optional)")
     p.add_argument("--warehouse", default=os.environ.get("FLIGHTSRV_WAREHOUSE", "./warehouse"),
-                   help="where the tables live ($FLIGHTSRV_WAREHOUSE sets the default)")
+                   help="where the tables live (default: $FLIGHTSRV_WAREHOUSE, else "
+                   "./warehouse)")
     p.add_argument("--table", default="events", help="the table the events go into")
     p.add_argument("--input", default="./raw", help="directory of raw event files")
     p.add_argument("--format", choices=("json", "csv"), default="json",
