@@ -43,8 +43,10 @@ class Progress:
             frac = min(1.0, self.done / self.total)
             bar = "#" * int(frac * 30)
             text = f"{self.label} [{bar:<30}] {self.done}/{self.total}{self.unit} {note}"
-        else:
+        elif self.done or self.unit:
             text = f"{self.label} {self.done}{self.unit} {note}"
+        else:  # nothing counted yet, and no unit to say what: no bare "0"
+            text = f"{self.label} {note}"
         if self.tty:
             self.stream.write("\r" + text[:120].ljust(120))
         else:

@@ -796,6 +796,22 @@ def test_progress_ends_with_how_the_work_ended(error, word):
         assert "bad row 7" in last
 
 
+
+def test_progress_without_a_count_shows_none():
+    """Work that counted nothing and has no unit ends without a bare 0 ("purge t 0 done")."""
+    import io
+
+    from flightsrv.progress import Progress
+
+    buf = io.StringIO()
+    with Progress("purge t", stream=buf):
+        pass
+    assert buf.getvalue().splitlines()[-1].startswith("purge t done in ")
+    buf = io.StringIO()
+    with Progress("compact t", stream=buf, unit=" files"):
+        pass
+    assert buf.getvalue().splitlines()[-1].startswith("compact t 0 files done in ")
+
 def test_create_partitioned_and_describe_shows_format_and_partitioning(tmp_path):
     """`table create --partition-by` is SQL's PARTITIONED BY: rows of two days land in two
     files; describe names the format version and the partitioning; a bad field is one line
