@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from flightsrv.cli import output
 from flightsrv.cli.common import (
+    CTRL_C,
     PlainError,
     NoWarehouse,
     UsageError,
@@ -574,6 +575,7 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
             try:
                 text = session.prompt(PROMPT)
             except KeyboardInterrupt:
+                CTRL_C.clear()
                 continue
             except EOFError:
                 break
@@ -592,6 +594,7 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
                 try:
                     run_statement(runner, sql, args)
                 except KeyboardInterrupt:
+                    CTRL_C.clear()  # handled here: the shell goes on
                     err.write("flightsrv: query interrupted\n")
                     break
                 except QueryCancelled:
