@@ -178,3 +178,51 @@ def test_a_damaged_data_file_is_corrupt_object_on_every_decode(warehouse_uri):
         assert f"version={version}" in text, (what, text)
         assert "OSError" not in text and "/tmp" not in text, (what, text)
     assert t.head().version == version  # nothing was committed
+
+
+TEMPORAL = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us")),
+                      ("tms", pa.timestamp("ms")), ("tz", pa.timestamp("us", tz="UTC")),
+                      ("d", pa.date32())])
+
+
+@pytest.mark.parametrize("where", [
+    "ts = TIMESTAMP '2026-01-03 06:00:00'",
+    "ts = DATETIME '2026-01-03 06:00:00'",
+    "ts = CAST('2026-01-03 06:00:00' AS TIMESTAMP)",
+    "ts = '2026-01-03 06:00:00'",
+    "ts >= TIMESTAMP_MS '2026-01-03' AND ts < TIMESTAMP_NS '2026-01-04'",
+    "ts BETWEEN TIMESTAMP_S '2026-01-03' AND TIMESTAMP_US '2026-01-03 23:00:00'",
+    "tms = TIMESTAMP '2026-01-03 06:00:00'",
+    "tz = TIMESTAMPTZ '2026-01-03 06:00:00+00'",
+    "d = DATE '2026-01-03'",
+    "ts IN (TIMESTAMP '2026-01-03 06:00:00', TIMESTAMP '2026-01-03 07:00:00')",
+])
+def test_a_typed_temporal_constant_prunes_files_by_their_statistics(local_uri, where):
+    """Event logs are queried by time: a constant of every spelling of a timestamp, date or
+    timestamptz type skips the files whose statistics rule it out (sqlglot reads DuckDB's
+    TIMESTAMP as TIMESTAMPNTZ; that spelling pruned nothing, and a point query read every
+    file). The rows are DuckDB's own answer over the same rows either way."""
+    import datetime as dt
+
+    import duckdb
+
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("ev", TEMPORAL)
+    every = []
+    for day in range(5):  # one file per day, 24 rows each
+        stamps = [dt.datetime(2026, 1, 1 + day, h) for h in range(24)]
+        part = pa.table({"id": range(day * 24, day * 24 + 24), "ts": stamps, "tms": stamps,
+                         "tz": [s.replace(tzinfo=dt.timezone.utc) for s in stamps],
+                         "d": [s.date() for s in stamps]}, schema=TEMPORAL)
+        t.append(part)
+        every.append(part)
+    res = wh.engine.execute_query(f"SELECT id FROM ev WHERE {where} ORDER BY id",
+                                  Session("test"))
+    got = res.reader.read_all().column("id").to_pylist()
+    assert (res.info.files_scanned, res.info.files_pruned) == (1, 4), where
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("ev", pa.concat_tables(every))
+    want = [r[0] for r in con.execute(f"SELECT id FROM ev WHERE {where} ORDER BY id")
+            .fetchall()]
+    assert got == want and got, where

@@ -514,6 +514,13 @@ class PruneTerm:
     params: tuple[int, ...] | None = field(default=None, compare=False)
 
 
+#: the types of a ``TIMESTAMP '...'`` constant without a time zone, in every unit: sqlglot
+#: reads DuckDB's TIMESTAMP (and DATETIME) as TIMESTAMPNTZ, TIMESTAMP_US as TIMESTAMP
+_PLAIN_TIMESTAMPS = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ,
+                     exp.DataType.Type.TIMESTAMP_S, exp.DataType.Type.TIMESTAMP_MS,
+                     exp.DataType.Type.TIMESTAMP_NS)
+
+
 def _constant_class(node: exp.Expression) -> str | None:
     """'num' | 'str' | 'bool' | 'date' | 'timestamp' | 'timestamptz' | None for a constant
     operand we are willing to push (literals, signed numbers, typed literals)."""
@@ -536,7 +543,7 @@ def _constant_class(node: exp.Expression) -> str | None:
             return "date"
         if to.is_type(exp.DataType.Type.TIMESTAMPTZ):
             return "timestamptz"
-        if to.is_type(exp.DataType.Type.TIMESTAMP):
+        if to.is_type(*_PLAIN_TIMESTAMPS):
             return "timestamp"
     return None
 
