@@ -196,6 +196,8 @@ TEMPORAL = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us")),
     "tz = TIMESTAMPTZ '2026-01-03 06:00:00+00'",
     "d = DATE '2026-01-03'",
     "ts IN (TIMESTAMP '2026-01-03 06:00:00', TIMESTAMP '2026-01-03 07:00:00')",
+    "ts >= DATE '2026-01-03' AND ts < DATE '2026-01-04'",
+    "tms BETWEEN DATE '2026-01-03' AND '2026-01-03 23:59:59'",
 ])
 def test_a_typed_temporal_constant_prunes_files_by_their_statistics(local_uri, where):
     """Event logs are queried by time: a constant of every spelling of a timestamp, date or

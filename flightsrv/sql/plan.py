@@ -564,10 +564,16 @@ def _column_class(t: pa.DataType) -> str | None:
 
 def _comparable(column_class: str, constant_class: str | None) -> bool:
     """Whether DuckDB compares the column with the constant in an order-preserving way:
-    same class, or a string literal that DuckDB casts to a temporal column's own type."""
+    same class, a string literal that DuckDB casts to a temporal column's own type, or a
+    DATE against a TIMESTAMP column (``ts >= DATE '2026-02-01'``: the date becomes its
+    midnight). Never a date or timestamp against a TIMESTAMPTZ column, nor a TIMESTAMPTZ
+    against a TIMESTAMP column: those casts go through the time zone, and local time is not
+    monotonic in UTC (a DST fall-back repeats an hour)."""
     if constant_class is None:
         return False
     if column_class == constant_class:
+        return True
+    if column_class == "timestamp" and constant_class == "date":
         return True
     return column_class in ("date", "timestamp", "timestamptz") and constant_class == "str"
 
