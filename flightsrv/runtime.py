@@ -81,11 +81,15 @@ class IdSource:
 
 @dataclass
 class Runtime:
-    """Clock, ids and the RNG used for retry jitter."""
+    """Clock, ids and the RNG used for retry jitter. ``overlap_reads``: a head read on a
+    remote store may probe for the next version while it reads the pointer (two requests
+    at once, see ``TableLog.head``); a deterministic runtime makes every store call in
+    order, one at a time, so a seeded run replays exactly."""
 
     clock: Clock = field(default_factory=Clock)
     ids: IdSource = field(default_factory=IdSource)
     rng: random.Random = field(default_factory=lambda: random.Random(os.urandom(8)))
+    overlap_reads: bool = True
 
     @classmethod
     def deterministic(cls, seed: int, start_ms: int = 1_700_000_000_000) -> "Runtime":
@@ -93,6 +97,7 @@ class Runtime:
             clock=ManualClock(start_ms),
             ids=IdSource(random.Random(seed)),
             rng=random.Random(seed ^ 0x5EED),
+            overlap_reads=False,
         )
 
 

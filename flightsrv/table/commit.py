@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from cachetools import LRUCache
@@ -52,6 +53,10 @@ BACKOFF_BASE_S = 0.005
 BACKOFF_MAX_S = 0.5
 
 
+#: head reads' probes for the next version, made while the pointer is read (remote stores)
+_PROBES = ThreadPoolExecutor(max_workers=16, thread_name_prefix="flightsrv-head")
+
+
 class TableLog:
     """Reads and writes one table's pointer and manifests. Manifests are cached (immutable),
     and so are the manifest chunks of format-2 versions (``self.chunks``)."""
@@ -69,6 +74,10 @@ class TableLog:
         self._seen_pointer: tuple[Pointer, str] | None = None
         #: callables ``hook(manifest)`` run after each commit of this log (best effort)
         self.after_commit: list[Callable[[Manifest], None]] = []
+        #: a head read overlaps its two requests (see :meth:`head`): on a remote store,
+        #: where each is a round trip, unless the runtime replays store calls in order
+        local = getattr(store, "local_path", lambda key: None)(POINTER_KEY) is not None
+        self._overlap = runtime.overlap_reads and not local
 
     def run_after_commit(self, m: Manifest) -> None:
         for hook in list(self.after_commit):
@@ -147,8 +156,25 @@ class TableLog:
         return m
 
     def head(self) -> Manifest | None:
-        """The latest committed manifest: pointer, then roll forward. None: no table."""
+        """The latest committed manifest: pointer, then roll forward. None: no table.
+
+        On a remote store the probe for the version after the latest one this log knows
+        is sent while the pointer is read, so a head read with no new commit costs one
+        round trip, not two. The probe starts after this call did, so it sees every
+        version created before the call (a commit is the create of its manifest); when
+        the pointer is not past that known version, the probe's answer is the roll
+        forward's first step."""
+        known = self._latest_known() if self._overlap else None
+        probe = _PROBES.submit(self.try_load, known.version + 1) if known is not None \
+            else None
         ptr, _ = self.read_pointer()
+        if probe is not None and ptr is not None and ptr.table_uuid == known.table_uuid \
+                and ptr.version <= known.version:
+            m, nxt = known, probe.result()
+            while nxt is not None:
+                m = nxt
+                nxt = self.try_load(m.version + 1)
+            return m
         if ptr is None:
             m = self.try_load(0)
             if m is None:
@@ -163,6 +189,14 @@ class TableLog:
             if nxt is None:
                 return m
             m = nxt
+
+    def _latest_known(self) -> Manifest | None:
+        """The newest manifest this log holds of the table's current incarnation."""
+        with self._lock:
+            if self._uuid is None or not self._cache:
+                return None
+            m = self._cache.get(max(self._cache))
+        return m if m is not None and m.table_uuid == self._uuid else None
 
     def versions(self) -> list[int]:
         out = []
