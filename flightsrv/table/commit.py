@@ -165,8 +165,12 @@ class TableLog:
         the pointer is not past that known version, the probe's answer is the roll
         forward's first step."""
         known = self._latest_known() if self._overlap else None
-        probe = _PROBES.submit(self.try_load, known.version + 1) if known is not None \
-            else None
+        probe = None
+        if known is not None:
+            try:
+                probe = _PROBES.submit(self.try_load, known.version + 1)
+            except RuntimeError:  # the interpreter is shutting down: read in order
+                probe = None
         ptr, _ = self.read_pointer()
         if probe is not None and ptr is not None and ptr.table_uuid == known.table_uuid \
                 and ptr.version <= known.version:
