@@ -174,11 +174,8 @@ class TableLog:
         ptr, _ = self.read_pointer()
         if probe is not None and ptr is not None and ptr.table_uuid == known.table_uuid \
                 and ptr.version <= known.version:
-            m, nxt = known, probe.result()
-            while nxt is not None:
-                m = nxt
-                nxt = self.try_load(m.version + 1)
-            return m
+            nxt = probe.result()
+            return known if nxt is None else self._roll_forward(nxt)
         if ptr is None:
             m = self.try_load(0)
             if m is None:
@@ -188,6 +185,10 @@ class TableLog:
                 with self._lock:
                     self._cache.clear()
             m = self.load(ptr.version)
+        return self._roll_forward(m)
+
+    def _roll_forward(self, m: Manifest) -> Manifest:
+        """The last of ``m``, ``v{m+1}``, ``v{m+2}``, ... that exists."""
         while True:
             nxt = self.try_load(m.version + 1)
             if nxt is None:
