@@ -66,11 +66,19 @@ def generate(input_dir: str, n: int, *, files: int = 8, fmt: str = "json", users
     return erase
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from flightsrv.cli.common import HelpFormatter  # the CLI's: each real default, once
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless it has none (None, a flag's False) or its help
+    already says it."""
 
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="flightsrv pipeline", formatter_class=HelpFormatter,
+        prog="flightsrv pipeline", formatter_class=_Help,
         description="The example Spark pipeline: generate sample events (--generate), ingest "
         "them, apply an erasure list, compact, and print the table's history.")
     p.add_argument("action", nargs="?", choices=["run"], default="run",
