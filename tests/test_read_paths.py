@@ -228,3 +228,101 @@ def test_a_typed_temporal_constant_prunes_files_by_their_statistics(local_uri, w
     want = [r[0] for r in con.execute(f"SELECT id FROM ev WHERE {where} ORDER BY id")
             .fetchall()]
     assert got == want and got, where
+
+
+def _recent_days(t, days: int = 10):
+    """``days`` files, one per UTC day ending today (24 hourly rows each, at minute 30 so
+    no row sits on a whole-hour boundary), as Arrow tables."""
+    import datetime as dt
+
+    today = dt.datetime.now(dt.timezone.utc).replace(hour=0, minute=0, second=0,
+                                                       microsecond=0, tzinfo=None)
+    every = []
+    for k in range(days):
+        day = today - dt.timedelta(days=days - 1 - k)
+        stamps = [day + dt.timedelta(hours=h, minutes=30) for h in range(24)]
+        part = pa.table({"id": range(k * 24, k * 24 + 24), "ts": stamps, "tms": stamps,
+                         "tz": [s.replace(tzinfo=dt.timezone.utc) for s in stamps],
+                         "d": [s.date() for s in stamps]}, schema=TEMPORAL)
+        t.append(part)
+        every.append(part)
+    return every
+
+
+def _duckdb_ids(rows: pa.Table, where: str) -> list[int]:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register("ev", rows)
+    return [r[0] for r in con.execute(f"SELECT id FROM ev WHERE {where} ORDER BY id")
+            .fetchall()]
+
+
+# (WHERE, at least this many of the 10 daily files pruned). A bound that reads the clock is
+# widened by 48 hours for statistics (twice when the comparison casts through the time zone)
+@pytest.mark.parametrize("where,pruned", [
+    ("tz > now() - INTERVAL 1 DAY", 5),
+    ("tz >= current_timestamp - INTERVAL '36 hours'", 5),
+    ("now() - INTERVAL 1 DAY < tz", 5),
+    ("tz >= date_trunc('day', now())", 5),
+    ("tz >= CAST(now() AS DATE)", 3),
+    ("ts > now() - INTERVAL 1 DAY", 3),
+    ("ts >= date_trunc('day', localtimestamp) - INTERVAL 2 DAY", 3),
+    ("tms >= current_date - 1", 5),
+    ("d >= current_date - 1", 5),
+    ("d >= today() - INTERVAL 1 DAY", 5),
+    ("ts BETWEEN current_date - 2 AND localtimestamp", 3),
+    ("tz < now() - INTERVAL 7 DAY", 4),
+    ("d < current_date - 7", 4),
+    ("ts <= CAST(now() AS TIMESTAMP) - INTERVAL 7 DAY", 4),
+])
+def test_a_bound_relative_to_the_clock_prunes_files_and_never_a_match(local_uri, where, pruned):
+    """Dashboards ask for "the last day": ``ts > now() - INTERVAL 1 DAY``. The pruner reads
+    the clock a moment before the statement does (in a transaction of its own), so such a
+    bound prunes by statistics only widened in the safe direction, and the statement's own
+    WHERE still decides every row: the rows are DuckDB's answer over the same rows."""
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("ev", TEMPORAL)
+    rows = pa.concat_tables(_recent_days(t))
+    before = _duckdb_ids(rows, where)
+    res = wh.engine.execute_query(f"SELECT id FROM ev WHERE {where} ORDER BY id",
+                                  Session("test"))
+    got = res.reader.read_all().column("id").to_pylist()
+    after = _duckdb_ids(rows, where)
+    assert got in (before, after), where  # a row can only change sides between the reads
+    assert res.info.files_pruned >= pruned, (where, res.info.files_pruned)
+    assert res.info.files_scanned + res.info.files_pruned == 10
+
+
+@pytest.mark.parametrize("where", [
+    "tz > now() - INTERVAL 3 DAY",
+    "ts > now() - INTERVAL 3 DAY",
+    "d < current_date - 2",
+    "ts BETWEEN current_date - 3 AND now()",
+])
+def test_a_clock_bound_over_deleted_rows_reads_only_live_rows(local_uri, where):
+    """Files with deleted rows are read with the clock bound as a row condition (in the
+    scan, or in a prefetch that runs before the statement): the answer is DuckDB's over the
+    live rows, and a DELETE by a clock bound removes exactly the rows DuckDB matches."""
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("ev", TEMPORAL)
+    rows = pa.concat_tables(_recent_days(t))
+    gone = list(range(0, 240, 5))
+    t.delete(f"id IN ({', '.join(map(str, gone))})")
+    live = rows.filter(pa.compute.invert(pa.compute.is_in(rows["id"], pa.array(gone))))
+    session = Session("test")
+    before = _duckdb_ids(live, where)
+    got = wh.engine.execute_query(f"SELECT id FROM ev WHERE {where} ORDER BY id",
+                                  session).reader.read_all().column("id").to_pylist()
+    after = _duckdb_ids(live, where)
+    assert got in (before, after) and got, where
+    point = wh.engine.execute_query(f"SELECT id FROM ev WHERE {where} AND id = {got[0]}",
+                                    session).reader.read_all().column("id").to_pylist()
+    assert point == [got[0]], where
+    before = _duckdb_ids(live, where)
+    wh.engine.execute_update(f"DELETE FROM ev WHERE {where}", session)
+    after = _duckdb_ids(live, where)
+    left = sorted(t.scan(["id"]).read_all().column("id").to_pylist())
+    assert left in ([i for i in live.column("id").to_pylist() if i not in before],
+                    [i for i in live.column("id").to_pylist() if i not in after]), where

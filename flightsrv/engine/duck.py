@@ -572,7 +572,7 @@ class DuckEngine:
             scans.append((scan.relation, scan.table, pin,
                           None if scan.columns is None else tuple(scan.columns), scan.prune))
             size += 128 + sum(len(c) for c in scan.columns or ()) \
-                + sum(sum(map(len, t.operands)) + 64 for t in scan.prune)
+                + sum(sum(map(len, t.operands + (t.bounds or ()))) + 64 for t in scan.prune)
         size += sum(len(r) + len(shown) + 16 for r, shown, _ in qp.names)
         self._plans.put(key, (qp.text, tuple(scans), tuple(qp.names)), stmt.sql, size)
 

@@ -137,7 +137,7 @@ def _integer_unit_may_match(op: str, vals: list[int], lo: int, hi: int) -> bool:
 
 
 def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = None) -> str:
-    op, vals = term.op, term.operands
+    op, vals = term.op, term.stat_operands
     ints = _int_list(vals) if op == "in" and len(vals) > IN_LIST_EXACT and params is not None \
         else None
     if ints is not None:
@@ -396,6 +396,7 @@ class Pruner:
             if c is None:
                 continue  # no statistics for the column: every unit stays
             if term.op not in _INTEGER_OPS or c.get("ranges") or c.get("buckets") or \
+                    term.bounds is not None or \
                     not pa.types.is_integer(self.schema.field(term.column).type):
                 return None
             vals = [_int_operand(v) for v in term.operands]

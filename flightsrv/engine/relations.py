@@ -535,6 +535,14 @@ def _term_sql(term, column_type: pa.DataType, qualifier: str = "__fsrv_t.",
     c, op, vals = qualifier + _ident(term.column), term.op, term.operands
     if pa.types.is_decimal(column_type):
         return None
+    if term.bounds is not None:
+        # an operand that reads the clock: a prefetch runs before the statement, in a
+        # transaction of its own, so it gets the widened bounds (NULL: keep the row)
+        if op not in ("<", "<=", ">", ">=", "between"):
+            return None
+        b = term.bounds
+        cond = f"{c} BETWEEN {b[0]} AND {b[1]}" if op == "between" else f"{c} {op} {b[0]}"
+        return f"coalesce({cond}, TRUE)"
     if pa.types.is_integer(column_type) and not all(_SAFE_FOR_INTEGER.fullmatch(v)
                                                     for v in vals):
         return None
@@ -562,7 +570,7 @@ def _row_conditions(pruner, schema: pa.Schema, names, qualifier: str = "__fsrv_t
         return []
     out = []
     for t in pruner.terms:
-        if t.column in names:
+        if t.column in names and t.rows:
             cond = _term_sql(t, schema.field(t.column).type, qualifier, exact_lists)
             if cond is not None:
                 out.append((t, cond))

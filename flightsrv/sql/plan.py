@@ -512,6 +512,20 @@ class PruneTerm:
     #: constant of the text; None when unknown (a parameter nested inside an operand):
     #: see :func:`rebind_term`
     params: tuple[int, ...] | None = field(default=None, compare=False)
+    #: the operands as statistics may use them, when that differs from ``operands``: an
+    #: operand that reads the clock (``now() - INTERVAL 1 DAY``) is evaluated before the
+    #: statement starts, so statistics get it widened by :data:`CLOCK_SLACK_HOURS` in the
+    #: direction that keeps more (:func:`_clock_bound`); ``operands`` themselves, as row
+    #: conditions, run in the statement and read its own clock
+    bounds: tuple[str, ...] | None = None
+    #: whether the term may run as a row condition (below the deletion barrier, on deleted
+    #: rows too): false when DuckDB would cast the column's stored values to compare
+    rows: bool = True
+
+    @property
+    def stat_operands(self) -> tuple[str, ...]:
+        """The operands the statistics query compares bounds with."""
+        return self.operands if self.bounds is None else self.bounds
 
 
 #: the types of a ``TIMESTAMP '...'`` constant without a time zone, in every unit: sqlglot
@@ -546,6 +560,140 @@ def _constant_class(node: exp.Expression) -> str | None:
         if to.is_type(*_PLAIN_TIMESTAMPS):
             return "timestamp"
     return None
+
+
+#: how far a clock-relative bound is widened for statistics: the pruner evaluates it a few
+#: milliseconds before the statement reads its own transaction time, and local-time steps
+#: (DST, a zone's offset change: at most a day) may move a value built from local time
+#: (``current_date``, a cast or ``date_trunc`` in the session's zone) back by that much
+CLOCK_SLACK_HOURS = 48
+#: DuckDB's ``typeof()`` of a constant of each class, checked when the bound is evaluated
+_TYPEOF = {"date": "DATE", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMP WITH TIME ZONE"}
+#: functions DuckDB answers with the transaction's start time (a TIMESTAMPTZ)
+_NOW_FUNCTIONS = frozenset({"NOW", "GET_CURRENT_TIMESTAMP", "TRANSACTION_TIMESTAMP"})
+
+
+def _clock_leaf(node: exp.Expression) -> str | None:
+    """The class of a call that reads the statement's clock, else None."""
+    if isinstance(node, exp.CurrentTimestamp) and not node.args.get("this"):
+        return "timestamptz"
+    if isinstance(node, exp.Anonymous) and str(node.this).upper() in _NOW_FUNCTIONS \
+            and not node.expressions:
+        return "timestamptz"
+    if isinstance(node, exp.CurrentDate) and not node.args.get("this"):
+        return "date"
+    if isinstance(node, exp.Localtimestamp) and not node.args.get("this"):
+        return "timestamp"
+    return None
+
+
+def _interval_constant(node: exp.Expression) -> bool:
+    """``INTERVAL '1' DAY``, ``INTERVAL '1 day'``, ``'1 day'::INTERVAL`` (no column, no
+    call: a constant the statement and the pruner read alike)."""
+    if isinstance(node, exp.Paren):
+        return _interval_constant(node.this)
+    if isinstance(node, exp.Interval):
+        return isinstance(node.this, exp.Literal)
+    return isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.INTERVAL) \
+        and isinstance(node.this, exp.Literal) and node.this.is_string
+
+
+def _integer_constant(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Paren):
+        return _integer_constant(node.this)
+    if isinstance(node, exp.Neg):
+        return _integer_constant(node.this)
+    return isinstance(node, exp.Literal) and not node.is_string \
+        and str(node.this).isdigit()
+
+
+def _clock_class(node: exp.Expression) -> str | None:
+    """The class of an operand that is a non-decreasing function of the statement's clock,
+    built only of: ``now()``/``current_timestamp``/``get_current_timestamp()``/
+    ``transaction_timestamp()`` (TIMESTAMPTZ), ``current_date``/``today()`` (DATE),
+    ``localtimestamp`` (TIMESTAMP); ``+``/``-`` a constant interval (a DATE becomes a
+    TIMESTAMP, as in DuckDB), a DATE ``+``/``-`` a constant integer; ``date_trunc`` by a
+    literal part (a DATE becomes a TIMESTAMP); a cast to DATE, TIMESTAMP or TIMESTAMPTZ.
+    Local-time steps can make such a function step back (at most a day), which the slack
+    of :func:`_clock_bound` covers. None for anything else."""
+    if isinstance(node, exp.Paren):
+        return _clock_class(node.this)
+    leaf = _clock_leaf(node)
+    if leaf is not None:
+        return leaf
+    if isinstance(node, (exp.Add, exp.Sub)):
+        left, right = node.this, node.expression
+        pairs = [(left, right)] + ([(right, left)] if isinstance(node, exp.Add) else [])
+        for x, c in pairs:
+            k = _clock_class(x)
+            if k is None:
+                continue
+            if _interval_constant(c):
+                return "timestamp" if k == "date" else k
+            if k == "date" and _integer_constant(c):
+                return "date"
+        return None
+    if isinstance(node, exp.TimestampTrunc):
+        unit = node.args.get("unit")
+        if not isinstance(unit, (exp.Var, exp.Literal)):
+            return None
+        k = _clock_class(node.this)
+        return "timestamp" if k == "date" else k
+    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast) \
+            and _clock_class(node.this) is not None:
+        to = node.to
+        if to.is_type(exp.DataType.Type.DATE):
+            return "date"
+        if to.is_type(exp.DataType.Type.TIMESTAMPTZ):
+            return "timestamptz"
+        if to.is_type(exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ):
+            return "timestamp"
+    return None
+
+
+def _clock_pairing(column_class: str, kind: str) -> tuple[bool, bool] | None:
+    """How a column of ``column_class`` compares with a clock-relative operand of class
+    ``kind``: None when it may not prune, else (``widen``, ``rows``). ``widen``: the
+    comparison casts through the session's time zone (TIMESTAMPTZ against a DATE or
+    TIMESTAMP), whose local time may step back by up to a day, so the bound is widened by
+    the slack once more after it is computed. ``rows``: the term may also run as a row
+    condition below the deletion barrier, false when DuckDB casts the column's values
+    (a TIMESTAMPTZ or TIMESTAMP constant against a DATE column, a TIMESTAMPTZ one against a
+    TIMESTAMP column: a cast of a stored value can fail, which a deleted row must not
+    make happen)."""
+    if column_class == kind or (column_class, kind) == ("timestamp", "date"):
+        return False, True
+    if column_class == "timestamptz" and kind in ("date", "timestamp"):
+        return True, True  # DuckDB casts the constant
+    if column_class == "date" and kind == "timestamp":
+        return False, False  # a DATE becomes its midnight: monotone, but a value can fail
+    if column_class in ("date", "timestamp") and kind == "timestamptz":
+        return True, False
+    return None
+
+
+def _clock_bound(node: exp.Expression, kind: str, later: bool, widen: bool) -> str:
+    """The statistics operand for the clock-relative ``node`` of class ``kind``: every
+    clock read moved :data:`CLOCK_SLACK_HOURS` earlier (a lower bound of the column) or
+    ``later`` (an upper bound), and with ``widen`` the result moved as far again, so it
+    keeps every unit the statement, starting a moment after the pruner, could match; NULL
+    (keep everything) should DuckDB type it other than :func:`_clock_class` says."""
+    sign = "+" if later else "-"
+
+    def step(k: str) -> str:
+        return f"{sign} {CLOCK_SLACK_HOURS // 24}" if k == "date" \
+            else f"{sign} INTERVAL '{CLOCK_SLACK_HOURS}' HOUR"
+
+    def shift(n: exp.Expression) -> exp.Expression:
+        leaf = _clock_leaf(n)
+        if leaf is None:
+            return n
+        return sqlglot.parse_one(f"({n.sql(DIALECT)} {step(leaf)})", read=DIALECT)
+
+    text = node.copy().transform(shift).sql(DIALECT)
+    if widen:
+        text = f"(({text}) {step(kind)})"
+    return f"(CASE WHEN typeof({text}) = '{_TYPEOF[kind]}' THEN {text} END)"
 
 
 def _column_class(t: pa.DataType) -> str | None:
@@ -622,10 +770,28 @@ def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
     if f is None:
         return None
     cclass = _column_class(f.type)
-    if cclass is None or not all(_comparable(cclass, _constant_class(o)) for o in operands):
+    if cclass is None:
         return None
+    bounds: list[str] | None = None
+    rows = True
+    for i, o in enumerate(operands):
+        if _comparable(cclass, _constant_class(o)):
+            continue
+        # an operand that reads the clock bounds the column from one side only (a bound
+        # widened by the slack), and only as a lower or upper bound
+        kind = _clock_class(o)
+        pairing = _clock_pairing(cclass, kind) if kind is not None else None
+        if pairing is None or op not in ("<", "<=", ">", ">=", "between") or \
+                any(n._meta and PARAM_META in n.meta for n in o.walk()):
+            return None
+        if bounds is None:
+            bounds = [_operand_sql(x) for x in operands]
+        later = op in ("<", "<=") or (op == "between" and i == 1)
+        bounds[i] = _clock_bound(o, kind, later, pairing[0])
+        rows = rows and pairing[1]
     return PruneTerm(f.name, op, tuple(_operand_sql(o) for o in operands),
-                     _operand_params(operands))
+                     _operand_params(operands), None if bounds is None else tuple(bounds),
+                     rows)
 
 
 def _operand_params(operands: list[exp.Expression]) -> tuple[int, ...] | None:
@@ -652,20 +818,24 @@ def rebind_term(term: PruneTerm, values: Sequence[pa.Scalar], schema: pa.Schema
         return term
     cclass = _column_class(schema.field(term.column).type)
     operands = []
-    for text, k in zip(term.operands, term.params, strict=True):
+    bounds = list(term.stat_operands)  # a clock operand keeps its widened bound
+    for i, (text, k) in enumerate(zip(term.operands, term.params, strict=True)):
         if k < 0:
             operands.append(text)
             continue
         value = values[k]
         shape = _integer_shape(value.type) if value.is_valid and cclass == "num" else None
         if shape is not None:  # what the lines below give, without parsing the literal
-            operands.append(f"{shape[0]}{value.as_py()}{shape[1]}")
+            operands.append(bound := f"{shape[0]}{value.as_py()}{shape[1]}")
+            bounds[i] = bound
             continue
         node = _parse_literal(sqltypes.parameter_literal(value, k + 1))
         if cclass is None or not _comparable(cclass, _constant_class(node)):
             return None
-        operands.append(_operand_sql(node))
-    return PruneTerm(term.column, term.op, tuple(operands), term.params)
+        operands.append(bound := _operand_sql(node))
+        bounds[i] = bound
+    return PruneTerm(term.column, term.op, tuple(operands), term.params,
+                     None if term.bounds is None else tuple(bounds), term.rows)
 
 
 @functools.lru_cache(maxsize=64)
