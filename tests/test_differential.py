@@ -129,8 +129,8 @@ def arrow_rows(data: list[dict], schema: pa.Schema = SCHEMA) -> pa.Table:
 
 # -- expressions ----------------------------------------------------------------------------
 
-INT_LIT = st.sampled_from(["NULL", "-1", "0", "1", "2", "3", "5", "2.5"])
-FLOAT_LIT = st.sampled_from(["NULL", "0.0", "-0.0", "1.5", "3.0", "2.0", "'NaN'::DOUBLE",
+INT_LIT = st.sampled_from(["NULL", "-1", "0", "1", "2", "3", "5", "2.5", "'3'", "'-1'", "'2.5'"])
+FLOAT_LIT = st.sampled_from(["NULL", "0.0", "-0.0", "1.5", "3.0", "2.0", "'NaN'::DOUBLE", "'1.5'",
                              "'inf'::DOUBLE", "'-inf'::DOUBLE"])
 STR_LIT = st.sampled_from(["NULL", "''", "'a'", "'ab'", "'AB'", "'b'", "'é'", "'a_b'"])
 DATE_LIT = st.sampled_from(["DATE '2026-11-01'", "'2026-10-31'", "NULL", "'2026-11-02'",
@@ -152,10 +152,18 @@ TNS_LIT = st.sampled_from(["NULL", "'infinity'", "'-infinity'",
                            "'1677-09-22 00:00:00'", "TIMESTAMP_NS '2026-11-01 05:00:00.000000001'",
                            "TIMESTAMP '1969-12-31 23:59:59.999999'", "DATE '2026-11-01'"])
 U_LIT = st.sampled_from(["NULL", "0", "1", "9223372036854775807", "9223372036854775808",
-                         "18446744073709551615"])
-DEC_LIT = st.sampled_from(["0", "2.25", "-1.5", "10", "NULL", "2.250"])
+                         "18446744073709551615", "'1'"])
+DEC_LIT = st.sampled_from(["0", "2.25", "-1.5", "10", "NULL", "2.250", "'2.25'"])
 OPS = st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM",
                        "IS NOT DISTINCT FROM"])
+#: bounds relative to the clock (the pruner reads the clock before the statement does: it
+#: prunes with them widened, and the statement's own WHERE decides)
+CLOCK = st.sampled_from(["now()", "current_timestamp - INTERVAL 28 DAY", "current_date - 28",
+                         "localtimestamp - INTERVAL '4 weeks'", "date_trunc('month', now())",
+                         "CAST(now() AS DATE) - 3650", "now() - INTERVAL 100 YEAR",
+                         "today() + INTERVAL 1 DAY", "CAST(localtimestamp AS DATE)",
+                         "date_trunc('day', current_date) - INTERVAL 27 DAY"])
+TEMPORAL_COLUMNS = ["d", "ts", "tss", "tms", "tns"]
 COLUMNS = [("i", INT_LIT), ("f", FLOAT_LIT), ("s", STR_LIT), ("d", DATE_LIT), ("ts", TS_LIT),
            ("dec", DEC_LIT), ("id", INT_LIT), ("u", U_LIT), ("tss", TSS_LIT),
            ("tms", TMS_LIT), ("tns", TNS_LIT)]
@@ -164,7 +172,12 @@ COLUMNS = [("i", INT_LIT), ("f", FLOAT_LIT), ("s", STR_LIT), ("d", DATE_LIT), ("
 @st.composite
 def comparison(draw):
     col, lit = draw(st.sampled_from(COLUMNS))
-    kind = draw(st.integers(0, 5))
+    kind = draw(st.integers(0, 6))
+    if kind == 6:
+        col = draw(st.sampled_from(TEMPORAL_COLUMNS))
+        if draw(st.booleans()):
+            return f"{col} BETWEEN {draw(CLOCK)} AND {draw(CLOCK)}"
+        return f"{col} {draw(st.sampled_from(['<', '<=', '>', '>=']))} {draw(CLOCK)}"
     if kind == 0:
         return f"{col} {draw(OPS)} {draw(lit)}"
     if kind == 1:

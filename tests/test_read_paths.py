@@ -326,3 +326,36 @@ def test_a_clock_bound_over_deleted_rows_reads_only_live_rows(local_uri, where):
     left = sorted(t.scan(["id"]).read_all().column("id").to_pylist())
     assert left in ([i for i in live.column("id").to_pylist() if i not in before],
                     [i for i in live.column("id").to_pylist() if i not in after]), where
+
+
+@pytest.mark.parametrize("where,scanned", [
+    ("id = '77'", 1), ("id IN ('3', '77')", 2), ("id BETWEEN '30' AND 50", 2),
+    ("id > '95'", 1), ("f >= '8.5'", 1), ("id = '7.6'", 1),
+])
+def test_a_string_literal_against_a_number_column_prunes_as_its_number(local_uri, where,
+                                                                       scanned):
+    """``id = '77'`` (a BI tool quoting a number): DuckDB casts the literal to the column's
+    type, so the files whose bounds rule that number out are skipped; the rows, and the
+    error for a literal that is no number, are DuckDB's."""
+    import duckdb
+
+    wh = Warehouse.open(local_uri)
+    schema = pa.schema([("id", pa.int64()), ("f", pa.float64())])
+    t = wh.create_table("nums", schema)
+    every = []
+    for k in range(5):  # ids 0..99 in 5 files of 20
+        part = pa.table({"id": range(k * 20, k * 20 + 20),
+                         "f": [float(i) / 10 for i in range(k * 20, k * 20 + 20)]}, schema=schema)
+        t.append(part)
+        every.append(part)
+    res = wh.engine.execute_query(f"SELECT id FROM nums WHERE {where} ORDER BY id",
+                                  Session("test"))
+    got = res.reader.read_all().column("id").to_pylist()
+    assert (res.info.files_scanned, res.info.files_pruned) == (scanned, 5 - scanned), where
+    con = duckdb.connect()
+    con.register("nums", pa.concat_tables(every))
+    assert got == [r[0] for r in con.execute(f"SELECT id FROM nums WHERE {where} ORDER BY id")
+                   .fetchall()], where
+    with pytest.raises(Exception, match="Could not convert string 'abc'"):
+        wh.engine.execute_query("SELECT id FROM nums WHERE id = 'abc'", Session("test")
+                                ).reader.read_all()

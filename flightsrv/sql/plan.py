@@ -716,14 +716,30 @@ def _comparable(column_class: str, constant_class: str | None) -> bool:
     DATE against a TIMESTAMP column (``ts >= DATE '2026-02-01'``: the date becomes its
     midnight). Never a date or timestamp against a TIMESTAMPTZ column, nor a TIMESTAMPTZ
     against a TIMESTAMP column: those casts go through the time zone, and local time is not
-    monotonic in UTC (a DST fall-back repeats an hour)."""
+    monotonic in UTC (a DST fall-back repeats an hour). A string literal against a number
+    column is cast by DuckDB to the column's type (``id = '77'``; ``'abc'`` fails, in the
+    statement as in the statistics query), so it compares as that number would."""
     if constant_class is None:
         return False
     if column_class == constant_class:
         return True
+    if column_class == "num" and constant_class == "str":
+        return True
     if column_class == "timestamp" and constant_class == "date":
         return True
     return column_class in ("date", "timestamp", "timestamptz") and constant_class == "str"
+
+
+def _operand_comparable(column_class: str, node: exp.Expression) -> bool:
+    """:func:`_comparable` for the operand ``node``: a string against a number column only
+    as a plain literal (DuckDB casts a literal to the column's type, but refuses to compare
+    a number with a VARCHAR expression such as ``CAST('7' AS VARCHAR)``)."""
+    k = _constant_class(node)
+    if column_class == "num" and k == "str":
+        while isinstance(node, exp.Paren):
+            node = node.this
+        return isinstance(node, exp.Literal) and node.is_string
+    return _comparable(column_class, k)
 
 
 def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
@@ -775,7 +791,7 @@ def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
     bounds: list[str] | None = None
     rows = True
     for i, o in enumerate(operands):
-        if _comparable(cclass, _constant_class(o)):
+        if _operand_comparable(cclass, o):
             continue
         # an operand that reads the clock bounds the column from one side only (a bound
         # widened by the slack), and only as a lower or upper bound
@@ -830,7 +846,7 @@ def rebind_term(term: PruneTerm, values: Sequence[pa.Scalar], schema: pa.Schema
             bounds[i] = bound
             continue
         node = _parse_literal(sqltypes.parameter_literal(value, k + 1))
-        if cclass is None or not _comparable(cclass, _constant_class(node)):
+        if cclass is None or not _operand_comparable(cclass, node):
             return None
         operands.append(bound := _operand_sql(node))
         bounds[i] = bound
