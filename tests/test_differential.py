@@ -172,7 +172,21 @@ COLUMNS = [("i", INT_LIT), ("f", FLOAT_LIT), ("s", STR_LIT), ("d", DATE_LIT), ("
 @st.composite
 def comparison(draw):
     col, lit = draw(st.sampled_from(COLUMNS))
-    kind = draw(st.integers(0, 6))
+    kind = draw(st.integers(0, 7))
+    if kind == 7:  # a non-decreasing function of a column (pruned by its bounds)
+        col = draw(st.sampled_from(["d", "tss", "tms", "tns", "ts"]))
+        fn, lit = draw(st.sampled_from([
+            ("CAST({} AS DATE)", DATE_LIT), ("{}::DATE", CLOCK), ("date({})", DATE_LIT),
+            ("date_trunc('month', {})", TSS_LIT), ("date_trunc('day', {})", DATE_LIT),
+            ("date_trunc('hour', {})", TMS_LIT), ("date_trunc('year', {})", CLOCK),
+            ("year({})", INT_LIT), ("EXTRACT(YEAR FROM {})", st.sampled_from(
+                ["2026", "2025", "'2026'", "-43", "12345", "NULL"]))]))
+        side = fn.format(col)
+        if draw(st.booleans()):
+            return f"{side} BETWEEN {draw(lit)} AND {draw(lit)}"
+        if draw(st.booleans()):
+            return f"{side} IN ({', '.join(draw(st.lists(lit, min_size=1, max_size=3)))})"
+        return f"{side} {draw(OPS)} {draw(lit)}"
     if kind == 6:
         col = draw(st.sampled_from(TEMPORAL_COLUMNS))
         if draw(st.booleans()):

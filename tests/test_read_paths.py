@@ -359,3 +359,42 @@ def test_a_string_literal_against_a_number_column_prunes_as_its_number(local_uri
     with pytest.raises(Exception, match="Could not convert string 'abc'"):
         wh.engine.execute_query("SELECT id FROM nums WHERE id = 'abc'", Session("test")
                                 ).reader.read_all()
+
+
+@pytest.mark.parametrize("where,scanned", [
+    ("CAST(ts AS DATE) = DATE '2023-03-01'", 1),
+    ("ts::DATE BETWEEN '2022-01-01' AND '2022-12-31'", 1),
+    ("date(tms) >= DATE '2026-01-01'", 1),
+    ("date_trunc('month', ts) = TIMESTAMP '2024-05-01'", 1),
+    ("date_trunc('year', d) = DATE '2025-01-01'", 1),
+    ("year(ts) = 2022", 1),
+    ("EXTRACT(YEAR FROM d) IN (2021, 2026)", 2),
+    ("year(ts) BETWEEN 2023 AND '2024'", 2),
+    ("date_trunc('day', ts) < DATE '2022-06-01'", 2),
+    # through the time zone: never pruned
+    ("CAST(tz AS DATE) = DATE '2023-03-01'", 6),
+    ("date_trunc('week', tz) = TIMESTAMPTZ '2024-01-01 00:00:00+00'", 6),
+])
+def test_a_function_of_a_time_column_prunes_by_the_function_of_its_bounds(local_uri, where,
+                                                                          scanned):
+    """BI tools filter on ``CAST(ts AS DATE)``, ``date_trunc('month', ts)`` or
+    ``EXTRACT(YEAR FROM ts)``: non-decreasing functions of a DATE or TIMESTAMP column map a
+    file's bounds to bounds of theirs, so the files they rule out are skipped (never one of a
+    TIMESTAMPTZ column: that cast goes through local time). The rows are DuckDB's."""
+    import datetime as dt
+
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("ev", TEMPORAL)
+    every = []
+    for k in range(6):  # one file per year 2021..2026
+        stamps = [dt.datetime(2021 + k, 1 + m // 2, 1 + (m % 2) * 14, m) for m in range(24)]
+        part = pa.table({"id": range(k * 24, k * 24 + 24), "ts": stamps, "tms": stamps,
+                         "tz": [s.replace(tzinfo=dt.timezone.utc) for s in stamps],
+                         "d": [s.date() for s in stamps]}, schema=TEMPORAL)
+        t.append(part)
+        every.append(part)
+    res = wh.engine.execute_query(f"SELECT id FROM ev WHERE {where} ORDER BY id",
+                                  Session("test"))
+    got = res.reader.read_all().column("id").to_pylist()
+    assert (res.info.files_scanned, res.info.files_pruned) == (scanned, 6 - scanned), where
+    assert got and got == _duckdb_ids(pa.concat_tables(every), where), where

@@ -138,6 +138,10 @@ def _integer_unit_may_match(op: str, vals: list[int], lo: int, hi: int) -> bool:
 
 def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = None) -> str:
     op, vals = term.op, term.stat_operands
+    if term.over is not None:  # a non-decreasing function of the column: of its bounds
+        if op not in ("=", "<", "<=", ">", ">=", "in", "between"):
+            return "TRUE"
+        mn, mx = term.over[0].format(mn), term.over[0].format(mx)
     ints = _int_list(vals) if op == "in" and len(vals) > IN_LIST_EXACT and params is not None \
         else None
     if ints is not None:
@@ -396,7 +400,7 @@ class Pruner:
             if c is None:
                 continue  # no statistics for the column: every unit stays
             if term.op not in _INTEGER_OPS or c.get("ranges") or c.get("buckets") or \
-                    term.bounds is not None or \
+                    term.bounds is not None or term.over is not None or \
                     not pa.types.is_integer(self.schema.field(term.column).type):
                 return None
             vals = [_int_operand(v) for v in term.operands]
@@ -469,7 +473,8 @@ class Pruner:
     def _bucket_hashes(self, term, t: pa.DataType, nb: int) -> set[int] | None:
         """The buckets (of ``nb``) of the column values that can equal a constant of an
         ``=`` / ``IN`` term; None when DuckDB cannot confirm every constant exactly."""
-        if term.op not in ("=", "in") or len(term.operands) > BUCKET_LIST_MAX:
+        if term.op not in ("=", "in") or len(term.operands) > BUCKET_LIST_MAX or \
+                term.over is not None or term.bounds is not None:
             return None
         key = (term, str(t))
         if key not in self._hashes:

@@ -521,6 +521,11 @@ class PruneTerm:
     #: whether the term may run as a row condition (below the deletion barrier, on deleted
     #: rows too): false when DuckDB would cast the column's stored values to compare
     rows: bool = True
+    #: (template, class) when the WHERE compares a function of the column, not the column
+    #: (``CAST(ts AS DATE) = DATE '2026-01-03'``): statistics compare ``template`` applied
+    #: to each bound (the function is non-decreasing, so it maps the bounds of a unit's
+    #: values to bounds of theirs); such a term is never a row condition (``rows``)
+    over: tuple[str, str] | None = None
 
     @property
     def stat_operands(self) -> tuple[str, ...]:
@@ -750,21 +755,73 @@ def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
     return [cond]
 
 
-def _term(conj: exp.Expression) -> tuple[exp.Column, str, list[exp.Expression]] | None:
-    """(column, op, constant operands) when ``conj`` has a prunable shape."""
+#: ``date_trunc`` parts a term may truncate a column to (each a non-decreasing function)
+_TRUNC_PARTS = frozenset({"MILLENNIUM", "CENTURY", "DECADE", "YEAR", "QUARTER", "MONTH", "WEEK",
+                          "DAY", "HOUR", "MINUTE", "SECOND"})
+
+
+def _column_side(node: exp.Expression) -> exp.Column | None:
+    """The column of a prunable column side: the column itself, or a non-decreasing
+    function of it whose bounds are that function of the column's bounds (for a DATE or
+    TIMESTAMP column, checked in :func:`_transform`): ``CAST(c AS DATE)``/``c::DATE``/
+    ``date(c)``, ``date_trunc('<part>', c)``, ``year(c)``/``EXTRACT(YEAR FROM c)``."""
+    if isinstance(node, exp.Column):
+        return node
+    if _transform_shape(node) is not None:
+        return node.expression if isinstance(node, exp.Extract) else node.this
+    return None
+
+
+def _transform_shape(node: exp.Expression) -> tuple[str, str] | None:
+    """(template with ``{}`` for the column, result class) of an allowed function of a
+    bare column, else None."""
+    inner = node.this if isinstance(node, (exp.Cast, exp.Date, exp.TimestampTrunc, exp.Year,
+                                           exp.Extract)) else None
+    if isinstance(node, exp.Extract):
+        inner = node.expression
+        part = node.this
+        if isinstance(inner, exp.Column) and isinstance(part, (exp.Var, exp.Literal)) \
+                and str(part.this).upper() == "YEAR":
+            return "year({})", "num"
+        return None
+    if not isinstance(inner, exp.Column):
+        return None
+    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast) \
+            and node.to.is_type(exp.DataType.Type.DATE):
+        return "CAST({} AS DATE)", "date"
+    if isinstance(node, exp.Date) and not node.expressions and not node.args.get("zone"):
+        return "CAST({} AS DATE)", "date"
+    if isinstance(node, exp.TimestampTrunc) and not node.args.get("zone"):
+        unit = node.args.get("unit")
+        part = str(unit.this).upper() if isinstance(unit, (exp.Var, exp.Literal)) else ""
+        if part in _TRUNC_PARTS:
+            return f"date_trunc('{part.lower()}', {{}})", "timestamp"
+        return None
+    if isinstance(node, exp.Year):
+        return "year({})", "num"
+    return None
+
+
+def _side(node: exp.Expression) -> bool:
+    return _column_side(node) is not None
+
+
+def _term(conj: exp.Expression) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
+    """(column side, op, constant operands) when ``conj`` has a prunable shape; the column
+    side is a column or an allowed function of one (:func:`_column_side`)."""
     for cls, op in _COMPARISONS.items():
         if isinstance(conj, cls):
             left, right = conj.this, conj.expression
-            if isinstance(left, exp.Column) and not isinstance(right, exp.Column):
+            if _side(left) and not _side(right):
                 return left, op, [right]
-            if isinstance(right, exp.Column) and not isinstance(left, exp.Column):
+            if _side(right) and not _side(left):
                 return right, _FLIPPED[op], [left]
             return None
-    if isinstance(conj, exp.In) and isinstance(conj.this, exp.Column):
+    if isinstance(conj, exp.In) and _side(conj.this):
         if conj.args.get("query") or conj.args.get("unnest") or conj.args.get("field"):
             return None
         return conj.this, "in", list(conj.expressions)
-    if isinstance(conj, exp.Between) and isinstance(conj.this, exp.Column):
+    if isinstance(conj, exp.Between) and _side(conj.this):
         if conj.args.get("symmetric"):
             return None
         return conj.this, "between", [conj.args["low"], conj.args["high"]]
@@ -779,17 +836,26 @@ def _term(conj: exp.Expression) -> tuple[exp.Column, str, list[exp.Expression]] 
 
 
 def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
-               schema: pa.Schema) -> PruneTerm | None:
-    """The hint for ``col op operands`` on a table of ``schema``, when DuckDB compares that
-    column with those constants in an order-preserving way; else None."""
+               schema: pa.Schema, side: exp.Expression | None = None) -> PruneTerm | None:
+    """The hint for ``side op operands`` (``side``: ``col`` or an allowed function of it)
+    on a table of ``schema``, when DuckDB compares that column (or function) with those
+    constants in an order-preserving way; else None."""
     f = {f.name.lower(): f for f in schema}.get(col.name.lower())
     if f is None:
         return None
     cclass = _column_class(f.type)
     if cclass is None:
         return None
+    over = None
+    if side is not None and side is not col:
+        # a function of a DATE or TIMESTAMP column (never TIMESTAMPTZ: local time), compared
+        # with constants that do not go through the time zone; statistics only
+        shape = _transform_shape(side)
+        if shape is None or cclass not in ("date", "timestamp"):
+            return None
+        over, cclass = shape, shape[1]
     bounds: list[str] | None = None
-    rows = True
+    rows = over is None
     for i, o in enumerate(operands):
         if _operand_comparable(cclass, o):
             continue
@@ -797,6 +863,8 @@ def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
         # widened by the slack), and only as a lower or upper bound
         kind = _clock_class(o)
         pairing = _clock_pairing(cclass, kind) if kind is not None else None
+        if over is not None and (kind == "timestamptz" or (pairing and pairing[0])):
+            pairing = None
         if pairing is None or op not in ("<", "<=", ">", ">=", "between") or \
                 any(n._meta and PARAM_META in n.meta for n in o.walk()):
             return None
@@ -807,7 +875,7 @@ def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
         rows = rows and pairing[1]
     return PruneTerm(f.name, op, tuple(_operand_sql(o) for o in operands),
                      _operand_params(operands), None if bounds is None else tuple(bounds),
-                     rows)
+                     rows, over)
 
 
 def _operand_params(operands: list[exp.Expression]) -> tuple[int, ...] | None:
@@ -832,7 +900,8 @@ def rebind_term(term: PruneTerm, values: Sequence[pa.Scalar], schema: pa.Schema
         raise ValueError("a term without parameter sources cannot be rebound")
     if all(k < 0 for k in term.params):
         return term
-    cclass = _column_class(schema.field(term.column).type)
+    cclass = term.over[1] if term.over is not None \
+        else _column_class(schema.field(term.column).type)
     operands = []
     bounds = list(term.stat_operands)  # a clock operand keeps its widened bound
     for i, (text, k) in enumerate(zip(term.operands, term.params, strict=True)):
@@ -851,7 +920,7 @@ def rebind_term(term: PruneTerm, values: Sequence[pa.Scalar], schema: pa.Schema
         operands.append(bound := _operand_sql(node))
         bounds[i] = bound
     return PruneTerm(term.column, term.op, tuple(operands), term.params,
-                     None if term.bounds is None else tuple(bounds), term.rows)
+                     None if term.bounds is None else tuple(bounds), term.rows, term.over)
 
 
 @functools.lru_cache(maxsize=64)
@@ -875,12 +944,17 @@ def _integer_shape(t: pa.DataType) -> tuple[str, str] | None:
 
 
 def _column_terms(cond: exp.Expression):
-    """(column, op, operands) of each prunable conjunct of ``cond`` whose column is not
-    schema- or catalog-qualified."""
+    """(column, op, operands, side) of each prunable conjunct of ``cond`` whose column is
+    not schema- or catalog-qualified (``side``: the column, or the function of it the
+    conjunct compares)."""
     for conj in _conjuncts(cond):
         hit = _term(conj)
-        if hit is not None and not (hit[0].args.get("db") or hit[0].args.get("catalog")):
-            yield hit
+        if hit is None:
+            continue
+        side, op, operands = hit
+        col = _column_side(side)
+        if not (col.args.get("db") or col.args.get("catalog")):
+            yield col, op, operands, side
 
 
 def dml_prune_terms(cond: exp.Expression | None, target: exp.Table, schema: pa.Schema, *,
@@ -891,9 +965,9 @@ def dml_prune_terms(cond: exp.Expression | None, target: exp.Table, schema: pa.S
     if cond is None:
         return ()
     out = []
-    for col, op, operands in _column_terms(cond):
+    for col, op, operands, side in _column_terms(cond):
         if (col.table.lower() == _alias(target)) if col.table else only_target:
-            term = _make_term(col, op, operands, schema)
+            term = _make_term(col, op, operands, schema, side)
             if term is not None:
                 out.append(term)
     return tuple(out)
@@ -929,7 +1003,7 @@ def _prune_terms(tree: exp.Expression, refs: list[exp.Table],
         direct = [ref_ids[id(s)] for s in sources if id(s) in ref_ids]
         only_refs = len(direct) == len(sources)
         by_alias = {_alias(refs[i]): i for i in direct}
-        for col, op, operands in _column_terms(where.this):
+        for col, op, operands, side in _column_terms(where.this):
             if col.table:
                 ref = by_alias.get(col.table.lower())
             elif only_refs:
@@ -938,7 +1012,8 @@ def _prune_terms(tree: exp.Expression, refs: list[exp.Table],
                 ref = owners[0] if len(owners) == 1 else None
             else:
                 ref = None
-            term = _make_term(col, op, operands, schemas[ref]) if ref is not None else None
+            term = _make_term(col, op, operands, schemas[ref], side) \
+                if ref is not None else None
             if term is not None:
                 found[ref].append(term)
     return [tuple(f) for f in found]
