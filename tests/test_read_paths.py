@@ -331,12 +331,16 @@ def test_a_clock_bound_over_deleted_rows_reads_only_live_rows(local_uri, where):
 @pytest.mark.parametrize("where,scanned", [
     ("id = '77'", 1), ("id IN ('3', '77')", 2), ("id BETWEEN '30' AND 50", 2),
     ("id > '95'", 1), ("f >= '8.5'", 1), ("id = '7.6'", 1),
+    # a multi-select filter spelled as ORs of one column: the listed values
+    ("id = 3 OR id = 77", 2), ("(id = '3') OR (ID IN (77, 78)) OR id = 79", 2),
+    ("(id = 3 OR id = 4) AND f < 1", 1), ("id = 3 OR f > 9.5", 5), ("id = 3 OR id > 90", 5),
 ])
 def test_a_string_literal_against_a_number_column_prunes_as_its_number(local_uri, where,
                                                                        scanned):
     """``id = '77'`` (a BI tool quoting a number): DuckDB casts the literal to the column's
     type, so the files whose bounds rule that number out are skipped; the rows, and the
-    error for a literal that is no number, are DuckDB's."""
+    error for a literal that is no number, are DuckDB's. ``id = 3 OR id = 77`` prunes as
+    ``id IN (3, 77)``; an OR over two columns or of a range prunes nothing."""
     import duckdb
 
     wh = Warehouse.open(local_uri)

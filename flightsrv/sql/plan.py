@@ -806,6 +806,35 @@ def _side(node: exp.Expression) -> bool:
     return _column_side(node) is not None
 
 
+def _disjuncts(cond: exp.Expression) -> list[exp.Expression]:
+    if isinstance(cond, exp.Or):
+        return _disjuncts(cond.this) + _disjuncts(cond.expression)
+    if isinstance(cond, exp.Paren):
+        return _disjuncts(cond.this)
+    return [cond]
+
+
+def _listed_disjuncts(cond: exp.Or) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
+    """``c = 1 OR c = 2 OR c IN (3, 4)`` (how BI tools spell a multi-select filter) as the
+    term ``c IN (1, 2, 3, 4)``: every disjunct an ``=`` or ``IN`` of the same column side,
+    so a row can match only when its value is one of the listed constants."""
+    side, key, operands = None, None, []
+    for d in _disjuncts(cond):
+        hit = _term(d) if not isinstance(d, exp.Or) else None
+        if hit is None or hit[1] not in ("=", "in"):
+            return None
+        col = _column_side(hit[0])
+        # DuckDB's identifiers are case-insensitive, quoted or not
+        k = (col.name.lower(), col.table.lower(), col.db.lower(), col.catalog.lower(),
+             _transform_shape(hit[0]) if hit[0] is not col else None)
+        if side is None:
+            side, key = hit[0], k
+        elif k != key:
+            return None
+        operands += hit[2]
+    return (side, "in", operands) if side is not None else None
+
+
 def _term(conj: exp.Expression) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
     """(column side, op, constant operands) when ``conj`` has a prunable shape; the column
     side is a column or an allowed function of one (:func:`_column_side`)."""
@@ -817,6 +846,8 @@ def _term(conj: exp.Expression) -> tuple[exp.Expression, str, list[exp.Expressio
             if _side(right) and not _side(left):
                 return right, _FLIPPED[op], [left]
             return None
+    if isinstance(conj, exp.Or):
+        return _listed_disjuncts(conj)
     if isinstance(conj, exp.In) and _side(conj.this):
         if conj.args.get("query") or conj.args.get("unnest") or conj.args.get("field"):
             return None
