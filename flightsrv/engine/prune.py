@@ -166,6 +166,11 @@ def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = No
                                  for v in vals) + ")"
     elif op == "between":
         cond = f"({mx} >= {vals[0]} AND {mn} <= {vals[1]})"
+    elif op == "prefix":
+        # every string starting with p is >= p; a unit whose min is above p without
+        # starting with it is above all of them
+        p = vals[0]
+        cond = f"({mx} >= {p} AND ({mn} <= {p} OR starts_with({mn}, {p})))"
     elif op == "is_null":
         cond = f"({nulls} > 0)"
     elif op == "not_null":

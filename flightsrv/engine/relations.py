@@ -555,6 +555,8 @@ def _term_sql(term, column_type: pa.DataType, qualifier: str = "__fsrv_t.",
         return None if ints is None else f"{c} BETWEEN {min(ints)} AND {max(ints)}"
     if op == "between":
         return f"{c} BETWEEN {vals[0]} AND {vals[1]}"
+    if op == "prefix":
+        return f"starts_with({c}, {vals[0]})"
     if op == "is_null":
         return f"{c} IS NULL"
     if op == "not_null":

@@ -506,7 +506,7 @@ class PruneTerm:
     (:mod:`flightsrv.engine.prune`). ``operands`` are DuckDB SQL texts of constants."""
 
     column: str  # the table's own column name
-    op: str  # = <> < <= > >= in between is_null not_null
+    op: str  # = <> < <= > >= in between is_null not_null prefix
     operands: tuple[str, ...] = ()
     #: per operand, the index of the bound parameter it is the value of, or -1 for a
     #: constant of the text; None when unknown (a parameter nested inside an operand):
@@ -835,6 +835,25 @@ def _listed_disjuncts(cond: exp.Or) -> tuple[exp.Expression, str, list[exp.Expre
     return (side, "in", operands) if side is not None else None
 
 
+def _pattern_prefix(conj: exp.Expression) -> str | None:
+    """The text every match of ``c LIKE 'p...'`` / ``c GLOB 'p...'`` / ``starts_with(c,
+    'p')`` starts with: the pattern up to its first wildcard; None for a pattern that is no
+    plain string literal of the text (a parameter: a kept plan would keep its prefix), one
+    holding a backslash (an escape in some dialects), or an empty prefix."""
+    pat = conj.expression
+    if not (isinstance(pat, exp.Literal) and pat.is_string) or \
+            (pat._meta and PARAM_META in pat.meta):
+        return None
+    text = pat.this
+    if "\\" in text:
+        return None
+    if isinstance(conj, exp.Like):
+        text = re.split(r"[%_]", text, maxsplit=1)[0]
+    elif isinstance(conj, exp.Glob):
+        text = re.split(r"[*?\[]", text, maxsplit=1)[0]
+    return text or None
+
+
 def _term(conj: exp.Expression) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
     """(column side, op, constant operands) when ``conj`` has a prunable shape; the column
     side is a column or an allowed function of one (:func:`_column_side`)."""
@@ -848,6 +867,10 @@ def _term(conj: exp.Expression) -> tuple[exp.Expression, str, list[exp.Expressio
             return None
     if isinstance(conj, exp.Or):
         return _listed_disjuncts(conj)
+    if isinstance(conj, (exp.Like, exp.Glob, exp.StartsWith)) and \
+            isinstance(conj.this, exp.Column) and not conj.args.get("negate"):
+        prefix = _pattern_prefix(conj)
+        return (conj.this, "prefix", [exp.Literal.string(prefix)]) if prefix else None
     if isinstance(conj, exp.In) and _side(conj.this):
         if conj.args.get("query") or conj.args.get("unnest") or conj.args.get("field"):
             return None
@@ -875,8 +898,8 @@ def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
     if f is None:
         return None
     cclass = _column_class(f.type)
-    if cclass is None:
-        return None
+    if cclass is None or (op == "prefix" and cclass != "str"):
+        return None  # LIKE casts any other column to VARCHAR: not its order
     over = None
     if side is not None and side is not col:
         # a function of a DATE or TIMESTAMP column (never TIMESTAMPTZ: local time), compared
