@@ -65,6 +65,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from flightsrv.sql.types import quote_ident
@@ -106,14 +107,24 @@ def _int_list(vals) -> list[int] | None:
 #: operators :meth:`Pruner._run_integers` decides without DuckDB
 _INTEGER_OPS = frozenset({"=", "in", "between", "<", "<=", ">", ">="})
 #: an integer constant as the planner spells it: a literal, or a bound BIGINT parameter
-_INT_OPERAND = re.compile(r"(-?[0-9]+)|CAST\((-?[0-9]+) AS BIGINT\)")
+#: (or a quoted one, ``'77'``, which DuckDB casts to the column's integer type exactly)
+_INT_OPERAND = re.compile(r"(-?[0-9]+)|CAST\((-?[0-9]+) AS BIGINT\)|'(-?[0-9]+)'")
 
 
-def _int_operand(text: str) -> int | None:
+def _int_operand(text: str, column: pa.DataType | None = None) -> int | None:
+    """The integer ``text`` spells, or None. A quoted one only when it fits ``column``'s
+    type: DuckDB casts it to that type, and one that does not fit fails the statement, but
+    only when a row is read, so pruning must not decide it (the statistics query fails the
+    same way and prunes nothing)."""
     m = _INT_OPERAND.fullmatch(text)
     if m is None:
         return None
-    v = int(m.group(1) or m.group(2))
+    v = int(m.group(1) or m.group(2) or m.group(3))
+    if m.group(3) is not None:
+        if column is None or not pa.types.is_integer(column):
+            return None
+        info = np.iinfo(column.to_pandas_dtype())
+        return v if info.min <= v <= info.max else None
     return v if _INT64[0] <= v <= _INT64[1] else None
 
 
@@ -408,7 +419,8 @@ class Pruner:
                     term.bounds is not None or term.over is not None or \
                     not pa.types.is_integer(self.schema.field(term.column).type):
                 return None
-            vals = [_int_operand(v) for v in term.operands]
+            vals = [_int_operand(v, self.schema.field(term.column).type)
+                    for v in term.operands]
             if not vals or None in vals or (term.op == "between" and len(vals) != 2):
                 return None
             mins, maxs = c["mins"].to_pylist(), c["maxs"].to_pylist()
