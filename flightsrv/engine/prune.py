@@ -763,12 +763,16 @@ class Pruner:
         if not self.terms or not files:
             return list(files), {}
         files = list(files)
-        if len(files) > FILE_PREFILTER:
+        # many files: the manifest statistics prune first; the files they keep are then
+        # not checked on those very statistics again (only ``by_group`` files' row groups
+        # are new units), so a query by time over a year of daily files runs one query
+        prefiltered = len(files) > FILE_PREFILTER
+        if prefiltered:
             files = self.files(files)
         parts: list[tuple[int, list, dict]] = []  # (units, rows, cols)
         owners: list[tuple[DataFile, int | None]] = []
         whole = [f for f in files if id(f) not in by_group]
-        if whole:
+        if whole and not prefiltered:
             parts.append((len(whole), [f.rows for f in whole], self._file_cols(whole)))
             owners += [(f, None) for f in whole]
         for f in files:
@@ -782,10 +786,13 @@ class Pruner:
                                           hidden(f) if hidden is not None else None)
             parts.append((len(live), rows, cols))
             owners += [(f, g) for g in live]
-        n, rows, cols = self._concat(parts)
-        keep = self._run(n, rows, cols)
+        if parts:
+            n, rows, cols = self._concat(parts)
+            keep = self._run(n, rows, cols)
+        else:
+            keep = set()
         groups: dict[int, list[int]] = {id(f): [] for f in files if id(f) in by_group}
-        kept_files: set[int] = set()
+        kept_files: set[int] = {id(f) for f in whole} if prefiltered else set()
         for i, (f, g) in enumerate(owners):
             if i in keep:
                 kept_files.add(id(f))
