@@ -276,6 +276,13 @@ def _duckdb_ids(rows: pa.Table, where: str) -> list[int]:
     ("tz < now() - INTERVAL 7 DAY", 4),
     ("d < current_date - 7", 4),
     ("ts <= CAST(now() AS TIMESTAMP) - INTERVAL 7 DAY", 4),
+    # equal to a function of the clock: between its values two days either side
+    ("d = current_date - 8", 5),
+    ("CAST(ts AS DATE) = current_date - 8", 5),
+    ("date_trunc('day', tms) = date_trunc('day', localtimestamp) - INTERVAL 8 DAY", 5),
+    ("tz = now()", 5),
+    ("year(ts) = year(now()) - 1 OR year(ts) = year(now()) - 2", 0),
+    ("year(d) >= EXTRACT(YEAR FROM current_date) + 1", 10),
 ])
 def test_a_bound_relative_to_the_clock_prunes_files_and_never_a_match(local_uri, where, pruned):
     """Dashboards ask for "the last day": ``ts > now() - INTERVAL 1 DAY``. The pruner reads

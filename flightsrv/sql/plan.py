@@ -573,7 +573,8 @@ def _constant_class(node: exp.Expression) -> str | None:
 #: (``current_date``, a cast or ``date_trunc`` in the session's zone) back by that much
 CLOCK_SLACK_HOURS = 48
 #: DuckDB's ``typeof()`` of a constant of each class, checked when the bound is evaluated
-_TYPEOF = {"date": "DATE", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMP WITH TIME ZONE"}
+_TYPEOF = {"date": "DATE", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMP WITH TIME ZONE",
+           "num": "BIGINT"}
 #: functions DuckDB answers with the transaction's start time (a TIMESTAMPTZ)
 _NOW_FUNCTIONS = frozenset({"NOW", "GET_CURRENT_TIMESTAMP", "TRANSACTION_TIMESTAMP"})
 
@@ -618,7 +619,8 @@ def _clock_class(node: exp.Expression) -> str | None:
     ``transaction_timestamp()`` (TIMESTAMPTZ), ``current_date``/``today()`` (DATE),
     ``localtimestamp`` (TIMESTAMP); ``+``/``-`` a constant interval (a DATE becomes a
     TIMESTAMP, as in DuckDB), a DATE ``+``/``-`` a constant integer; ``date_trunc`` by a
-    literal part (a DATE becomes a TIMESTAMP); a cast to DATE, TIMESTAMP or TIMESTAMPTZ.
+    literal part (a DATE becomes a TIMESTAMP); a cast to DATE, TIMESTAMP or TIMESTAMPTZ;
+    ``year()``/``EXTRACT(YEAR FROM ...)`` of one (a BIGINT, plus or minus a constant).
     Local-time steps can make such a function step back (at most a day), which the slack
     of :func:`_clock_bound` covers. None for anything else."""
     if isinstance(node, exp.Paren):
@@ -633,11 +635,16 @@ def _clock_class(node: exp.Expression) -> str | None:
             k = _clock_class(x)
             if k is None:
                 continue
-            if _interval_constant(c):
+            if _interval_constant(c) and k != "num":
                 return "timestamp" if k == "date" else k
-            if k == "date" and _integer_constant(c):
-                return "date"
+            if k in ("date", "num") and _integer_constant(c):
+                return k
         return None
+    if isinstance(node, exp.Year) or (
+            isinstance(node, exp.Extract) and isinstance(node.this, (exp.Var, exp.Literal))
+            and str(node.this.this).upper() == "YEAR"):
+        arg = node.expression if isinstance(node, exp.Extract) else node.this
+        return "num" if _clock_class(arg) is not None else None
     if isinstance(node, exp.TimestampTrunc):
         unit = node.args.get("unit")
         if not isinstance(unit, (exp.Var, exp.Literal)):
@@ -914,14 +921,20 @@ def _make_term(col: exp.Column, op: str, operands: list[exp.Expression],
         if _operand_comparable(cclass, o):
             continue
         # an operand that reads the clock bounds the column from one side only (a bound
-        # widened by the slack), and only as a lower or upper bound
+        # widened by the slack), and only as a lower or upper bound; ``= clock`` as both
         kind = _clock_class(o)
         pairing = _clock_pairing(cclass, kind) if kind is not None else None
         if over is not None and (kind == "timestamptz" or (pairing and pairing[0])):
             pairing = None
-        if pairing is None or op not in ("<", "<=", ">", ">=", "between") or \
+        if pairing is None or op not in ("<", "<=", ">", ">=", "between", "=") or \
                 any(n._meta and PARAM_META in n.meta for n in o.walk()):
             return None
+        if op == "=":  # c = f(now()): c BETWEEN f(earlier) AND f(later) for statistics
+            op, operands = "between", [o, o]
+            bounds = [_clock_bound(o, kind, False, pairing[0]),
+                      _clock_bound(o, kind, True, pairing[0])]
+            rows = rows and pairing[1]
+            break
         if bounds is None:
             bounds = [_operand_sql(x) for x in operands]
         later = op in ("<", "<=") or (op == "between" and i == 1)
