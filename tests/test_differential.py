@@ -162,7 +162,8 @@ CLOCK = st.sampled_from(["now()", "current_timestamp - INTERVAL 28 DAY", "curren
                          "localtimestamp - INTERVAL '4 weeks'", "date_trunc('month', now())",
                          "CAST(now() AS DATE) - 3650", "now() - INTERVAL 100 YEAR",
                          "today() + INTERVAL 1 DAY", "CAST(localtimestamp AS DATE)",
-                         "date_trunc('day', current_date) - INTERVAL 27 DAY"])
+                         "date_trunc('day', current_date) - INTERVAL 27 DAY",
+                         "year(now()) - 1", "EXTRACT(YEAR FROM current_date)"])
 TEMPORAL_COLUMNS = ["d", "ts", "tss", "tms", "tns"]
 COLUMNS = [("i", INT_LIT), ("f", FLOAT_LIT), ("s", STR_LIT), ("d", DATE_LIT), ("ts", TS_LIT),
            ("dec", DEC_LIT), ("id", INT_LIT), ("u", U_LIT), ("tss", TSS_LIT),
@@ -191,7 +192,7 @@ def comparison(draw):
         col = draw(st.sampled_from(TEMPORAL_COLUMNS))
         if draw(st.booleans()):
             return f"{col} BETWEEN {draw(CLOCK)} AND {draw(CLOCK)}"
-        return f"{col} {draw(st.sampled_from(['<', '<=', '>', '>=']))} {draw(CLOCK)}"
+        return f"{col} {draw(st.sampled_from(['<', '<=', '>', '>=', '=']))} {draw(CLOCK)}"
     if kind == 0:
         return f"{col} {draw(OPS)} {draw(lit)}"
     if kind == 1:
