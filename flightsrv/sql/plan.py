@@ -770,7 +770,7 @@ _TRUNC_PARTS = frozenset({"MILLENNIUM", "CENTURY", "DECADE", "YEAR", "QUARTER", 
 def _column_side(node: exp.Expression) -> exp.Column | None:
     """The column of a prunable column side: the column itself, or a non-decreasing
     function of it whose bounds are that function of the column's bounds (for a DATE or
-    TIMESTAMP column, checked in :func:`_transform`): ``CAST(c AS DATE)``/``c::DATE``/
+    TIMESTAMP column, checked in :func:`_make_term`): ``CAST(c AS DATE)``/``c::DATE``/
     ``date(c)``, ``date_trunc('<part>', c)``, ``year(c)``/``EXTRACT(YEAR FROM c)``."""
     if isinstance(node, exp.Column):
         return node
