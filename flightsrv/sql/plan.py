@@ -673,6 +673,8 @@ def _clock_pairing(column_class: str, kind: str) -> tuple[bool, bool] | None:
     (a TIMESTAMPTZ or TIMESTAMP constant against a DATE column, a TIMESTAMPTZ one against a
     TIMESTAMP column: a cast of a stored value can fail, which a deleted row must not
     make happen)."""
+    if kind == "num":  # year(now()): a number column may be cast to its type
+        return (False, False) if column_class == "num" else None
     if column_class == kind or (column_class, kind) == ("timestamp", "date"):
         return False, True
     if column_class == "timestamptz" and kind in ("date", "timestamp"):
