@@ -335,6 +335,27 @@ def test_a_clock_bound_over_deleted_rows_reads_only_live_rows(local_uri, where):
                     [i for i in live.column("id").to_pylist() if i not in after]), where
 
 
+def _pruned_query(local_uri, name: str, schema: pa.Schema, parts: list, where: str):
+    """A table ``name`` of one file per Arrow table of ``parts``; ``SELECT id ... WHERE
+    where`` through the engine: (ids, files scanned, files pruned), the ids checked against
+    DuckDB's answer over the same rows."""
+    import duckdb
+
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table(name, schema)
+    for part in parts:
+        t.append(part)
+    res = wh.engine.execute_query(f"SELECT id FROM {name} WHERE {where} ORDER BY id",
+                                  Session("test"))
+    got = res.reader.read_all().column("id").to_pylist()
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register(name, pa.concat_tables(parts))
+    assert got == [r[0] for r in con.execute(f"SELECT id FROM {name} WHERE {where} ORDER BY id")
+                   .fetchall()], where
+    return wh, got, res.info.files_scanned, res.info.files_pruned
+
+
 @pytest.mark.parametrize("where,scanned", [
     ("id = '77'", 1), ("id IN ('3', '77')", 2), ("id BETWEEN '30' AND 50", 2),
     ("id > '95'", 1), ("f >= '8.5'", 1), ("id = '7.6'", 1),
@@ -348,25 +369,12 @@ def test_a_string_literal_against_a_number_column_prunes_as_its_number(local_uri
     type, so the files whose bounds rule that number out are skipped; the rows, and the
     error for a literal that is no number, are DuckDB's. ``id = 3 OR id = 77`` prunes as
     ``id IN (3, 77)``; an OR over two columns or of a range prunes nothing."""
-    import duckdb
-
-    wh = Warehouse.open(local_uri)
     schema = pa.schema([("id", pa.int64()), ("f", pa.float64())])
-    t = wh.create_table("nums", schema)
-    every = []
-    for k in range(5):  # ids 0..99 in 5 files of 20
-        part = pa.table({"id": range(k * 20, k * 20 + 20),
-                         "f": [float(i) / 10 for i in range(k * 20, k * 20 + 20)]}, schema=schema)
-        t.append(part)
-        every.append(part)
-    res = wh.engine.execute_query(f"SELECT id FROM nums WHERE {where} ORDER BY id",
-                                  Session("test"))
-    got = res.reader.read_all().column("id").to_pylist()
-    assert (res.info.files_scanned, res.info.files_pruned) == (scanned, 5 - scanned), where
-    con = duckdb.connect()
-    con.register("nums", pa.concat_tables(every))
-    assert got == [r[0] for r in con.execute(f"SELECT id FROM nums WHERE {where} ORDER BY id")
-                   .fetchall()], where
+    parts = [pa.table({"id": range(k * 20, k * 20 + 20),  # ids 0..99 in 5 files of 20
+                       "f": [float(i) / 10 for i in range(k * 20, k * 20 + 20)]}, schema=schema)
+             for k in range(5)]
+    wh, _, *files = _pruned_query(local_uri, "nums", schema, parts, where)
+    assert files == [scanned, 5 - scanned], where
     with pytest.raises(Exception, match="Could not convert string 'abc'"):
         wh.engine.execute_query("SELECT id FROM nums WHERE id = 'abc'", Session("test")
                                 ).reader.read_all()
@@ -394,21 +402,14 @@ def test_a_function_of_a_time_column_prunes_by_the_function_of_its_bounds(local_
     TIMESTAMPTZ column: that cast goes through local time). The rows are DuckDB's."""
     import datetime as dt
 
-    wh = Warehouse.open(local_uri)
-    t = wh.create_table("ev", TEMPORAL)
-    every = []
+    parts = []
     for k in range(6):  # one file per year 2021..2026
         stamps = [dt.datetime(2021 + k, 1 + m // 2, 1 + (m % 2) * 14, m) for m in range(24)]
-        part = pa.table({"id": range(k * 24, k * 24 + 24), "ts": stamps, "tms": stamps,
-                         "tz": [s.replace(tzinfo=dt.timezone.utc) for s in stamps],
-                         "d": [s.date() for s in stamps]}, schema=TEMPORAL)
-        t.append(part)
-        every.append(part)
-    res = wh.engine.execute_query(f"SELECT id FROM ev WHERE {where} ORDER BY id",
-                                  Session("test"))
-    got = res.reader.read_all().column("id").to_pylist()
-    assert (res.info.files_scanned, res.info.files_pruned) == (scanned, 6 - scanned), where
-    assert got and got == _duckdb_ids(pa.concat_tables(every), where), where
+        parts.append(pa.table({"id": range(k * 24, k * 24 + 24), "ts": stamps, "tms": stamps,
+                               "tz": [s.replace(tzinfo=dt.timezone.utc) for s in stamps],
+                               "d": [s.date() for s in stamps]}, schema=TEMPORAL))
+    _, got, *files = _pruned_query(local_uri, "ev", TEMPORAL, parts, where)
+    assert files == [scanned, 6 - scanned] and got, where
 
 
 @pytest.mark.parametrize("where,scanned", [
@@ -422,22 +423,9 @@ def test_a_string_prefix_pattern_prunes_files_by_their_bounds(local_uri, where, 
     first wildcard, so a file whose bounds hold no string with that prefix is skipped
     (DuckDB compares and matches, bytewise); NOT LIKE, ILIKE, a leading wildcard prune
     nothing. The rows are DuckDB's."""
-    import duckdb
-
-    wh = Warehouse.open(local_uri)
     schema = pa.schema([("id", pa.int64()), ("s", pa.string())])
-    t = wh.create_table("strs", schema)
-    every = []
-    for k, letter in enumerate("abcde"):  # one letter per file: a0..a99, b0..b99, ...
-        part = pa.table({"id": range(k * 100, k * 100 + 100),
-                         "s": [f"{letter}{i}" for i in range(100)]}, schema=schema)
-        t.append(part)
-        every.append(part)
-    res = wh.engine.execute_query(f"SELECT id FROM strs WHERE {where} ORDER BY id",
-                                  Session("test"))
-    got = res.reader.read_all().column("id").to_pylist()
-    assert (res.info.files_scanned, res.info.files_pruned) == (scanned, 5 - scanned), where
-    con = duckdb.connect()
-    con.register("strs", pa.concat_tables(every))
-    assert got == [r[0] for r in con.execute(f"SELECT id FROM strs WHERE {where} ORDER BY id")
-                   .fetchall()], where
+    parts = [pa.table({"id": range(k * 100, k * 100 + 100),  # a0..a99, b0..b99, ...
+                       "s": [f"{letter}{i}" for i in range(100)]}, schema=schema)
+             for k, letter in enumerate("abcde")]
+    _, _, *files = _pruned_query(local_uri, "strs", schema, parts, where)
+    assert files == [scanned, 5 - scanned], where
