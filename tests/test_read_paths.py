@@ -429,3 +429,14 @@ def test_a_string_prefix_pattern_prunes_files_by_their_bounds(local_uri, where, 
              for k, letter in enumerate("abcde")]
     _, _, *files = _pruned_query(local_uri, "strs", schema, parts, where)
     assert files == [scanned, 5 - scanned], where
+
+
+def test_an_or_of_thousands_of_values_prunes_without_recursion(local_uri):
+    """A BI tool's multi-select of 20,000 ids, spelled as ORs: read as one IN list (the OR
+    tree is walked without recursion), pruned to the one file that holds them."""
+    schema = pa.schema([("id", pa.int64()), ("f", pa.float64())])
+    parts = [pa.table({"id": range(k * 20, k * 20 + 20), "f": [0.0] * 20}, schema=schema)
+             for k in range(5)]
+    where = " OR ".join(f"id = {i}" for i in [41, 42] + list(range(1000, 20998)))
+    _, got, *files = _pruned_query(local_uri, "nums", schema, parts, where)
+    assert got == [41, 42] and files == [1, 4]

@@ -579,6 +579,10 @@ _TYPEOF = {"date": "DATE", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMP W
 _NOW_FUNCTIONS = frozenset({"NOW", "GET_CURRENT_TIMESTAMP", "TRANSACTION_TIMESTAMP"})
 
 
+#: how deep a clock-relative operand may nest (``now() - INTERVAL 1 DAY`` is 2)
+_CLOCK_DEPTH = 32
+
+
 def _clock_leaf(node: exp.Expression) -> str | None:
     """The class of a call that reads the statement's clock, else None."""
     if isinstance(node, exp.CurrentTimestamp) and not node.args.get("this"):
@@ -613,7 +617,7 @@ def _integer_constant(node: exp.Expression) -> bool:
         and str(node.this).isdigit()
 
 
-def _clock_class(node: exp.Expression) -> str | None:
+def _clock_class(node: exp.Expression, depth: int = 0) -> str | None:
     """The class of an operand that is a non-decreasing function of the statement's clock,
     built only of: ``now()``/``current_timestamp``/``get_current_timestamp()``/
     ``transaction_timestamp()`` (TIMESTAMPTZ), ``current_date``/``today()`` (DATE),
@@ -622,9 +626,13 @@ def _clock_class(node: exp.Expression) -> str | None:
     literal part (a DATE becomes a TIMESTAMP); a cast to DATE, TIMESTAMP or TIMESTAMPTZ;
     ``year()``/``EXTRACT(YEAR FROM ...)`` of one (a BIGINT, plus or minus a constant).
     Local-time steps can make such a function step back (at most a day), which the slack
-    of :func:`_clock_bound` covers. None for anything else."""
+    of :func:`_clock_bound` covers. None for anything else, and for an operand nested more
+    than :data:`_CLOCK_DEPTH` deep (no pruning, never a recursion limit)."""
+    if depth > _CLOCK_DEPTH:
+        return None
+    depth += 1
     if isinstance(node, exp.Paren):
-        return _clock_class(node.this)
+        return _clock_class(node.this, depth)
     leaf = _clock_leaf(node)
     if leaf is not None:
         return leaf
@@ -632,7 +640,7 @@ def _clock_class(node: exp.Expression) -> str | None:
         left, right = node.this, node.expression
         pairs = [(left, right)] + ([(right, left)] if isinstance(node, exp.Add) else [])
         for x, c in pairs:
-            k = _clock_class(x)
+            k = _clock_class(x, depth)
             if k is None:
                 continue
             if _interval_constant(c) and k != "num":
@@ -644,15 +652,15 @@ def _clock_class(node: exp.Expression) -> str | None:
             isinstance(node, exp.Extract) and isinstance(node.this, (exp.Var, exp.Literal))
             and str(node.this.this).upper() == "YEAR"):
         arg = node.expression if isinstance(node, exp.Extract) else node.this
-        return "num" if _clock_class(arg) is not None else None
+        return "num" if _clock_class(arg, depth) is not None else None
     if isinstance(node, exp.TimestampTrunc):
         unit = node.args.get("unit")
         if not isinstance(unit, (exp.Var, exp.Literal)):
             return None
-        k = _clock_class(node.this)
+        k = _clock_class(node.this, depth)
         return "timestamp" if k == "date" else k
     if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast) \
-            and _clock_class(node.this) is not None:
+            and _clock_class(node.this, depth) is not None:
         to = node.to
         if to.is_type(exp.DataType.Type.DATE):
             return "date"
@@ -816,11 +824,18 @@ def _side(node: exp.Expression) -> bool:
 
 
 def _disjuncts(cond: exp.Expression) -> list[exp.Expression]:
-    if isinstance(cond, exp.Or):
-        return _disjuncts(cond.this) + _disjuncts(cond.expression)
-    if isinstance(cond, exp.Paren):
-        return _disjuncts(cond.this)
-    return [cond]
+    """The operands of a tree of ORs (and parentheses), in order; without recursion: a
+    BI tool's filter can OR thousands of values."""
+    out, stack = [], [cond]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, exp.Or):
+            stack += [node.expression, node.this]
+        elif isinstance(node, exp.Paren):
+            stack.append(node.this)
+        else:
+            out.append(node)
+    return out
 
 
 def _listed_disjuncts(cond: exp.Or) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
