@@ -325,3 +325,24 @@ def test_xdbc_type_info_has_a_row_with_the_jdbc_code_for_every_column_type(clien
             n for n, r in rows.items() if r["data_type"] == code)
     _, none = _fetch(client, proto.CommandGetXdbcTypeInfo(data_type=6))  # nothing is FLOAT(6)
     assert none.num_rows == 0
+
+
+@pytest.mark.parametrize("rows", [1, 100_000, 1_000_000])
+def test_small_results_are_read_whole_and_large_ones_stream(client, rows):
+    """A result up to ``EAGER_RESULT_BYTES`` is read before DoGet answers, a larger one
+    streams from its first batches on: either way every row arrives, in order, and an
+    error after the first batches still reaches the client as the statement's error."""
+    from flightsrv.server.flight import EAGER_RESULT_BYTES
+
+    assert rows * 8 < EAGER_RESULT_BYTES or rows * 8 > 2 * EAGER_RESULT_BYTES
+    _, table = _fetch(client, proto.CommandStatementQuery(
+        query=f"SELECT range AS i FROM range({rows}) ORDER BY i"))
+    assert table.num_rows == rows
+    assert table.column("i").to_pylist()[-3:] == list(range(rows))[-3:]
+    info = client.get_flight_info(_desc(proto.CommandStatementQuery(
+        query=f"SELECT CASE WHEN range = {rows - 1} THEN error('late') ELSE range END AS x "
+              f"FROM range({rows}) ORDER BY range")))
+    with pytest.raises(pa.ArrowInvalid, match="late"):
+        client.do_get(info.endpoints[0].ticket).read_all()
+    _, table = _fetch(client, proto.CommandStatementQuery(query="SELECT 3 AS three"))
+    assert table.to_pylist() == [{"three": 3}]

@@ -38,6 +38,7 @@ the statement commands of GetFlightInfo, ``_PUT`` for DoPut and ``_ACTIONS`` for
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -105,6 +106,10 @@ EMPTY_SCHEMA = pa.schema([])
 #: default (ADBC's Go driver and grpc-java at 16 MiB), so DuckDB's 122,880-row batches of
 #: wide rows are sent in slices (zero-copy; the IPC writer sends only the sliced bytes)
 MAX_SEND_BATCH_BYTES = 8 * 1024 * 1024
+
+#: a query result up to this size is read whole before DoGet answers (one table for
+#: pyarrow to send); a larger one streams as DuckDB produces it, from its first batches on
+EAGER_RESULT_BYTES = 1024 * 1024
 
 
 def sized(batch: pa.RecordBatch, limit: int = MAX_SEND_BATCH_BYTES) -> Iterator[pa.RecordBatch]:
@@ -990,11 +995,25 @@ class FlightSqlServer(flight.FlightServerBase):
         st.info = result.info
         self._enter()  # the stream outlives this call; draining waits for it
         st.streaming = True
-        stream = neutral_stream(self._batches(st, result.reader))
+        schema = md.annotate_result_schema(result.schema)
+        batches = self._batches(st, result.reader)
+        # A small result is read here, whole: pyarrow then sends a table without calling
+        # back into Python once per batch and once more to learn that the stream ended (a
+        # point query's result is one batch). Its error, if any, is this call's error.
+        head: list[pa.RecordBatch] = []
+        size = 0
+        for batch in batches:
+            head.append(batch)
+            size += batch.nbytes
+            if size > EAGER_RESULT_BYTES:
+                break
+        else:  # read to its end: the statement is over (``_batches`` ended it)
+            return flight.RecordBatchStream(pa.Table.from_batches(head, schema))
+        stream = neutral_stream(itertools.chain(head, batches))
         # a stream the client never starts reading runs no ``finally``: clean up when
         # pyarrow drops it
         weakref.finalize(stream, self._close_stream, st, result.reader, None)
-        return flight.GeneratorStream(md.annotate_result_schema(result.schema), stream)
+        return flight.GeneratorStream(schema, stream)
 
     #: ticket kind -> what DoGet streams for it (tickets.KINDS lists the kinds)
     _GET = {"metadata": _get_metadata, "count": _get_count, "result": _get_result,
