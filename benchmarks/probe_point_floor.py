@@ -15,6 +15,8 @@ measures that floor beside the real thing, interleaved, on one machine:
 - ``flightsrv trivial``: ``flightsrv serve`` answering ``SELECT CAST(? AS BIGINT)``: the
   server's own per-statement path with next to no DuckDB work;
 - ``flightsrv point``: ``flightsrv serve`` answering the point query;
+- ``flightsrv point, --no-early-runs``: the same on a server whose prepared queries start at
+  their DoGet instead of their bind (docs/SERVER.md, "Early runs");
 - ``duckdb point``: in-process DuckDB, the point query over ``read_parquet`` of the very same
   files (the relation API, fetched as Arrow), as ``bench_concurrency`` runs it;
 - with ``--workers N``, ``flightsrv point, --workers N``: the point query on a second server
@@ -181,6 +183,13 @@ def main() -> None:
     port = _free_port()
     server = _serve(os.path.join(work, "wh"), port, os.path.join(work, "server.log"), 1)
     point = "SELECT * FROM events WHERE id = ?"
+    # the same server without early runs (a prepared query then starts at its DoGet)
+    late_port = _free_port()
+    os.environ["FLIGHTSRV_BENCH_SERVE_ARGS"] = (
+        os.environ.get("FLIGHTSRV_BENCH_SERVE_ARGS", "") + " --no-early-runs").strip()
+    late = _serve(os.path.join(work, "wh"), late_port, os.path.join(work, "late.log"), 1)
+    os.environ["FLIGHTSRV_BENCH_SERVE_ARGS"] = \
+        os.environ["FLIGHTSRV_BENCH_SERVE_ARGS"].removesuffix("--no-early-runs").strip()
     runs = {
         "floor (do-nothing Flight SQL server)":
             lambda: _adbc_loop(floor_port, point, args.rows, args.queries, floor.pid),
@@ -189,6 +198,8 @@ def main() -> None:
                                args.queries, server.pid),
         "flightsrv point":
             lambda: _adbc_loop(port, point, args.rows, args.queries, server.pid),
+        "flightsrv point, --no-early-runs":
+            lambda: _adbc_loop(late_port, point, args.rows, args.queries, late.pid),
         "duckdb point (in process)":
             lambda: _duckdb_loop(files, args.rows, args.queries),
     }
@@ -210,6 +221,7 @@ def main() -> None:
                       f"client CPU {f['client_cpu']:5.2f} ms  server CPU {f['server_cpu']:5.2f} ms")
     finally:
         _stop(server)
+        _stop(late)
         if multi is not None:
             _stop(multi)
         floor.kill()

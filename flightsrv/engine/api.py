@@ -131,6 +131,9 @@ class ExecInfo:
     rows_masked: int = 0  # rows hidden by deletion vectors in the files read
     chunks_pruned: int = 0  # manifest chunks skipped by their summaries (never read)
     commits: list[tuple[str, int]] = field(default_factory=list)  # (table, version) written
+    #: a query's read set: (table, table uuid, version) per table its text references, as
+    #: pinned (``DuckEngine.read_set`` spells the same for now); None: not known
+    read_set: tuple | None = None
 
 
 @dataclass

@@ -433,6 +433,34 @@ class DuckEngine:
                              sum(len(r[0]) + len(r[2] or "") + 64 for r in refs or ()))
         return refs
 
+    def _read_refs(self, sql: str) -> tuple | None:
+        try:
+            stmt = _parse(sql)
+        except Exception:  # noqa: BLE001 - the statement's own run reports it
+            return None
+        return self._query_references(stmt) if isinstance(stmt, st.Query) else None
+
+    def knows_reads(self, sql: str) -> bool:
+        """Whether the text of ``sql`` names every table it reads (a query without metadata
+        functions): its runs then report their ``ExecInfo.read_set``. From caches."""
+        return self._read_refs(sql) is not None
+
+    def read_set(self, sql: str) -> tuple | None:
+        """The versions the query ``sql`` would read if it ran now: ``(name, table uuid,
+        version)`` per table it references (time travel resolved), or None when its text
+        does not tell them all (not a query, metadata functions, a table that cannot be
+        pinned). Equal to a run's ``ExecInfo.read_set``: that run read what a run now
+        would (no table it reads changed in between)."""
+        refs = self._read_refs(sql)
+        if refs is None:
+            return None
+        pinner = self._pinner()
+        try:
+            pins = [(name, pinner.pin(name, version, as_of)) for name, version, as_of in refs]
+        except Exception:  # noqa: BLE001 - see docstring
+            return None
+        return tuple((name, snap.manifest.table_uuid, snap.version) for name, snap in pins)
+
     # -- Engine: queries ---------------------------------------------------------------------
 
     def execute_query(self, sql: str, session: Session,
@@ -475,6 +503,8 @@ class DuckEngine:
         # the same text over the same pinned versions, parameters of the same types: the
         # kept plan with this execution's pins and values (checked and run as any other)
         key = self._plan_key(stmt, pinner, rows[0]) if not ctx.extra else None
+        if key is not None:  # (name, version, as_of, uuid, version pinned) per reference
+            ctx.info.read_set = tuple((p[0], p[3], p[4]) for p in key[2])
         qp = self._kept_plan(key, pinner, rows[0])
         if qp is not None:
             reader = self._start(sql, qp, rows[0], ctx)

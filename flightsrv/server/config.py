@@ -58,6 +58,9 @@ class ServerConfig:
     max_queued_queries: int = 256  # statements waiting for a slot; beyond: refused at once
     max_open_puts: int = 16  # DoPut streams open at once (each holds a server thread)
     max_results: int = 64  # unfetched results of side-effect statements kept per principal
+    # a prepared query starts running at its parameters' bind (DoPut), if a slot is free,
+    # instead of at DoGet (docs/SERVER.md, "Early runs"); one process only
+    early_runs: bool = True
     # lifetimes (seconds)
     prepared_ttl_s: int = 3600  # idle time before a prepared statement handle expires
     # idle time before a session (its SET values) expires: a dropped connection's session
@@ -278,6 +281,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                      help="DoPut streams (uploads, parameter streams) open at once per "
                           "principal; more wait in a queue until one closes or their "
                           "deadline passes (default: %(default)s)")
+    lim.add_argument("--early-runs", action=argparse.BooleanOptionalAction,
+                     default=d.early_runs,
+                     help="start a prepared query when its parameters are bound, if one of "
+                          "the principal's slots is free, so DuckDB works while the client "
+                          "asks for the result (default: on; one process only)")
     lim.add_argument("--session-ttl", dest="session_ttl_s", type=_positive_int,
                      default=d.session_ttl_s, metavar="SECONDS",
                      help="idle time after which a session's SET values are dropped "

@@ -37,6 +37,7 @@ the statement commands of GetFlightInfo, ``_PUT`` for DoPut and ``_ACTIONS`` for
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import logging
@@ -45,6 +46,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -75,6 +77,7 @@ from flightsrv.server.auth import (
     principal_of,
 )
 from flightsrv.server.calls import Call, CallTracker, client_gone, connection_open
+from flightsrv.server.early import EarlyRun
 from flightsrv.server.config import ServerConfig
 from flightsrv.server.limits import Concurrency, PerPrincipal
 from flightsrv.server.logs import StatementText
@@ -110,6 +113,11 @@ MAX_SEND_BATCH_BYTES = 8 * 1024 * 1024
 #: a query result up to this size is read whole before DoGet answers (one table for
 #: pyarrow to send); a larger one streams as DuckDB produces it, from its first batches on
 EAGER_RESULT_BYTES = 1024 * 1024
+
+#: a prepared query run early (from its DoPut bind, ``server/early.py``) that no DoGet has
+#: claimed within this many seconds is dropped: its slot, cursor and first batches go back
+#: (ADBC and JDBC send the bind, GetFlightInfo and DoGet back to back)
+EARLY_CLAIM_S = 5.0
 
 
 def sized(batch: pa.RecordBatch, limit: int = MAX_SEND_BATCH_BYTES) -> Iterator[pa.RecordBatch]:
@@ -175,6 +183,13 @@ def _digest(handle: bytes) -> str:
 class _PreparedEntry:
     prepared: Prepared
     params: pa.RecordBatch | None = None
+    early: EarlyRun | None = None  # the run of ``params`` started at their bind
+
+
+def _query(sql: str) -> Prepared:
+    """A query run by ticket: only its text is needed (for logs and errors)."""
+    return Prepared(sql, StatementKind.QUERY, EMPTY_SCHEMA, EMPTY_SCHEMA,
+                    statement_kind="select")
 
 
 @dataclass
@@ -321,6 +336,24 @@ class FlightSqlServer(flight.FlightServerBase):
         self._puts = limit("puts", cfg.max_open_puts, cfg.max_queued_queries,
                            what="DoPut stream", limit_name="max_open_puts", busy="open")
         self._calls = CallTracker()
+        #: early runs (``server/early.py``): one process only (behind ``--workers`` a slot
+        #: is leased from the broker, a round trip a bind would wait for); the threads that
+        #: run them are bounded, and a bind finding them all busy runs nothing early
+        self._early_pool = None
+        if link is None and cfg.early_runs and hasattr(engine, "knows_reads") and \
+                hasattr(engine, "read_set"):
+            threads = max(4, min(64, 2 * (os.cpu_count() or 2)))
+            self._early_pool = ThreadPoolExecutor(threads, thread_name_prefix="flightsrv-early")
+            self._early_permits = threading.BoundedSemaphore(threads)
+            #: an early run gains time only where a core is idle while the client asks
+            #: for the result: none starts while this many statements run (one per core)
+            self._early_busy = cfg.effective_threads
+        #: early runs GetFlightInfo issued a ticket for, by (principal, ticket nonce)
+        self._early: dict[tuple[str, str], EarlyRun] = {}
+        #: each principal's early runs not yet claimed or dropped: at most its
+        #: max_concurrent_queries (each holds its first batches, up to EAGER_RESULT_BYTES)
+        self._early_held: collections.Counter = collections.Counter()
+        self._early_lock = threading.Lock()
         #: the parent's broker link behind ``--workers``: what one server does to a
         #: principal's calls and handles reaches every worker (``_tell_workers``)
         self._link = link
@@ -697,10 +730,16 @@ class FlightSqlServer(flight.FlightServerBase):
             raise
 
     def _prepare(self, context, principal: Principal, sql: str,
-                 params: pa.RecordBatch | None = None) -> Prepared:
+                 params: pa.RecordBatch | None = None, *,
+                 running: bool = False) -> Prepared:
         """``engine.prepare`` as a statement: it holds a slot, runs under the statement's
-        deadline and is interrupted by a cancel (DuckDB's bind may evaluate functions)."""
+        deadline and is interrupted by a cancel (DuckDB's bind may evaluate functions).
+        ``running``: the statement already holds a slot (its early run): described from
+        the engine's caches without taking a second one, which a principal at its limit
+        would wait for until the run is dropped."""
         session = self._session(context, principal)
+        if running:
+            return self._engine.prepare(sql, session, params)
         call = self._admit(context, principal, session)
         try:
             return self._engine.prepare(sql, session, params, cancel=call.cancel)
@@ -783,14 +822,20 @@ class FlightSqlServer(flight.FlightServerBase):
 
     def _statement_info(self, context, principal: Principal, prepared: Prepared,
                         params: pa.RecordBatch | None,
-                        descriptor: flight.FlightDescriptor, *,
-                        fresh: bool) -> flight.FlightInfo:
-        """GetFlightInfo for a statement: run it now if it has effects, else a ticket."""
+                        descriptor: flight.FlightDescriptor, *, fresh: bool,
+                        early: EarlyRun | None = None) -> flight.FlightInfo:
+        """GetFlightInfo for a statement: run it now if it has effects, else a ticket (which
+        the early run of these very parameters, if one started at their bind, answers)."""
         user = principal.user
         self._note(params=params)
         if not prepared.effects:
-            schema = self._bound_schema(context, principal, prepared, params, fresh=fresh)
-            ticket = self._codec.issue("query", user, sql=prepared.sql, params=params)
+            schema = self._bound_schema(context, principal, prepared, params, fresh=fresh,
+                                        running=early is not None)
+            nonce = self._runtime.ids.new_id()
+            ticket = self._codec.issue("query", user, sql=prepared.sql, params=params,
+                                       nonce=nonce)
+            if early is not None:
+                self._link_early(user, early, nonce)
             return flight.FlightInfo(schema, descriptor,
                                      [flight.FlightEndpoint(ticket, [])], -1, -1)
         self._check_writable(principal, prepared)
@@ -824,7 +869,8 @@ class FlightSqlServer(flight.FlightServerBase):
                                  table.num_rows, table.nbytes)
 
     def _bound_schema(self, context, principal: Principal, prepared: Prepared,
-                      params: pa.RecordBatch | None, *, fresh: bool) -> pa.Schema:
+                      params: pa.RecordBatch | None, *, fresh: bool,
+                      running: bool = False) -> pa.Schema:
         """The schema a query's result has now, with ``params`` bound: the query is described
         again (prepared, never run), because a parameter may type a result column
         (``SELECT ? AS v``) and the tables it reads may have changed since it was prepared
@@ -835,7 +881,8 @@ class FlightSqlServer(flight.FlightServerBase):
                 return md.annotate_result_schema(prepared.dataset_schema)
             params = None
         return md.annotate_result_schema(
-            self._prepare(context, principal, prepared.sql, params).dataset_schema)
+            self._prepare(context, principal, prepared.sql, params,
+                          running=running).dataset_schema)
 
     @staticmethod
     def _drain_reader(reader: pa.RecordBatchReader, cancel: Cancel | None) -> pa.Table:
@@ -867,8 +914,15 @@ class FlightSqlServer(flight.FlightServerBase):
         statement = self._STATEMENTS.get(type(cmd))
         if statement is not None:
             prepared, params = statement(self, context, principal, cmd)
-            return self._statement_info(context, principal, prepared, params, descriptor,
-                                        fresh=isinstance(cmd, proto.CommandStatementQuery))
+            early = self._take_early(principal, cmd, params)
+            try:
+                return self._statement_info(context, principal, prepared, params,
+                                            descriptor, early=early,
+                                            fresh=isinstance(cmd, proto.CommandStatementQuery))
+            except BaseException:
+                if early is not None and early.nonce is None:
+                    early.st.cancel.cancel("cancelled")  # its ticket was never issued
+                raise
         meta = self._metadata_command(cmd)
         ticket = self._codec.issue("metadata", principal.user, command=descriptor.command)
         return flight.FlightInfo(meta.schema(cmd), descriptor,
@@ -985,10 +1039,11 @@ class FlightSqlServer(flight.FlightServerBase):
         if self._calls.was_cancelled(principal.user, t.nonce):
             raise errors.QueryCancelled("query was cancelled (CancelFlightInfo)",
                                         reason="cancelled")
+        early = self._claim_early(context, principal, t.nonce)
+        if early is not None:
+            return self._deliver_early(early)
         session = self._session(context, principal)
-        prepared = Prepared(t.sql, StatementKind.QUERY, EMPTY_SCHEMA, EMPTY_SCHEMA,
-                            statement_kind="select")
-        st = self._begin("DoGet", context, principal, session, prepared, nonce=t.nonce,
+        st = self._begin("DoGet", context, principal, session, _query(t.sql), nonce=t.nonce,
                          params=t.params)
         result = self._run(st, self._engine.execute_query, t.sql, session, t.params,
                            cancel=st.cancel)
@@ -996,23 +1051,44 @@ class FlightSqlServer(flight.FlightServerBase):
         self._enter()  # the stream outlives this call; draining waits for it
         st.streaming = True
         schema = md.annotate_result_schema(result.schema)
-        batches = self._batches(st, result.reader)
-        # A small result is read here, whole: pyarrow then sends a table without calling
-        # back into Python once per batch and once more to learn that the stream ended (a
-        # point query's result is one batch). Its error, if any, is this call's error.
+        try:
+            head, exhausted = self._read_head(st, result.reader)
+        except BaseException as exc:  # noqa: BLE001 - this call's error
+            exc = self._cause(st, exc)
+            self._close_stream(st, result.reader, exc)
+            raise exc from None
+        return self._deliver(st, schema, head, result.reader, exhausted)
+
+    def _read_head(self, st: _Statement,
+                   reader: pa.RecordBatchReader) -> tuple[list[pa.RecordBatch], bool]:
+        """A result's first batches, up to about ``EAGER_RESULT_BYTES``, and whether they
+        are all of it. A small result is read whole before DoGet answers: pyarrow then sends
+        a table without calling back into Python once per batch and once more to learn that
+        the stream ended (a point query's result is one batch)."""
         head: list[pa.RecordBatch] = []
         size = 0
-        for batch in batches:
-            head.append(batch)
+        while size <= EAGER_RESULT_BYTES:
+            st.cancel.check(statement=None)
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return head, True
+            st.rows_returned += batch.num_rows
+            st.bytes_returned += batch.nbytes
+            head.extend(sized(batch))
             size += batch.nbytes
-            if size > EAGER_RESULT_BYTES:
-                break
-        else:  # read to its end: the statement is over (``_batches`` ended it)
+        return head, False
+
+    def _deliver(self, st: _Statement, schema: pa.Schema, head: list[pa.RecordBatch],
+                 reader: pa.RecordBatchReader, exhausted: bool):
+        """DoGet's answer for a running statement whose first batches are ``head``."""
+        if exhausted:  # the statement is over
+            self._close_stream(st, reader, None)
             return flight.RecordBatchStream(pa.Table.from_batches(head, schema))
-        stream = neutral_stream(itertools.chain(head, batches))
+        stream = neutral_stream(itertools.chain(head, self._batches(st, reader)))
         # a stream the client never starts reading runs no ``finally``: clean up when
         # pyarrow drops it
-        weakref.finalize(stream, self._close_stream, st, result.reader, None)
+        weakref.finalize(stream, self._close_stream, st, reader, None)
         return flight.GeneratorStream(schema, stream)
 
     #: ticket kind -> what DoGet streams for it (tickets.KINDS lists the kinds)
@@ -1044,15 +1120,189 @@ class FlightSqlServer(flight.FlightServerBase):
         except GeneratorExit:  # the client stopped reading
             raise
         except BaseException as exc:  # noqa: BLE001 - mapped for the client
-            if st.cancel.cancelled and not isinstance(exc, errors.QueryCancelled):
-                # an interrupted DuckDB reader fails with its own error: report the cause
-                exc = errors.QueryCancelled(
-                    "statement timed out" if st.cancel.reason == "timeout"
-                    else "statement was cancelled", reason=st.cancel.reason)
-            error = exc
-            raise self._map(exc, st.prepared.sql, None) from None
+            error = self._cause(st, exc)
+            raise self._map(error, st.prepared.sql, None) from None
         finally:
             self._close_stream(st, reader, error)
+
+    @staticmethod
+    def _cause(st: _Statement, exc: BaseException) -> BaseException:
+        """What failed a statement's stream: an interrupted DuckDB reader fails with its own
+        error, reported as the cancel that interrupted it."""
+        if st.cancel.cancelled and not isinstance(exc, errors.QueryCancelled):
+            return errors.QueryCancelled(
+                "statement timed out" if st.cancel.reason == "timeout"
+                else "statement was cancelled", reason=st.cancel.reason)
+        return exc
+
+    # == early runs: a prepared query run from its bind (server/early.py) ===================
+
+    def _start_early(self, context, principal: Principal, prepared: Prepared,
+                     params: pa.RecordBatch | None) -> EarlyRun | None:
+        """Start running the prepared query ``prepared`` with the values just bound, if it
+        is a query (no effects), one row of values is bound, one of the principal's slots
+        is free now with none of its statements waiting, and a thread is free; else None
+        (the DoGet runs it, as any ticket)."""
+        if self._early_pool is None or prepared.effects or \
+                prepared.kind != StatementKind.QUERY or params is None or \
+                params.num_rows != 1 or self._draining.is_set() or \
+                not self._engine.knows_reads(prepared.sql):
+            return None
+        if self._slots.count() >= self._early_busy:
+            return None  # cores are busy: starting sooner would gain nothing
+        user = principal.user
+        with self._early_lock:
+            if self._early_held[user] >= self.config.max_concurrent_queries:
+                return None
+            self._early_held[user] += 1
+        if not self._early_permits.acquire(blocking=False):
+            self._early_unhold(user)
+            return None
+        if not self._slots.try_acquire(user):
+            self._early_permits.release()
+            self._early_unhold(user)
+            return None
+        try:
+            session = self._session(context, principal)
+            timeout = self._timeout_s(session)
+            now = time.monotonic()
+            claim = EARLY_CLAIM_S if not timeout else min(timeout, EARLY_CLAIM_S)
+            call = self._calls.start(user, claim)  # no context: the bind's RPC ends now
+            st = _Statement("DoPut", principal, _query(prepared.sql), call, params)
+            early = EarlyRun(params, st, now + timeout if timeout else None)
+            early.settings = dict(session.settings)
+            call.cancel.on_cancel(lambda: self._release_slot(st))
+            call.cancel.on_cancel(lambda: self._drop_early(early))
+            self._enter()  # draining waits for it
+            self._early_pool.submit(self._run_early, early, session)
+        except BaseException:
+            self._early_permits.release()
+            self._early_unhold(user)
+            if "st" in locals():
+                self._calls.finish(st.call)
+                self._release_slot(st)
+            else:
+                self._slots.release(user)
+            if "early" in locals():
+                self._leave()
+            raise
+        self.metrics.early_runs.labels("started").inc()
+        return early
+
+    def _run_early(self, early: EarlyRun, session: Session) -> None:
+        """The running side of an early run (a pool thread): run, read the first batches."""
+        st = early.st
+        try:
+            try:
+                result = self._run(st, self._engine.execute_query, st.prepared.sql, session,
+                                   early.params, cancel=st.cancel)  # ends ``st`` if it fails
+            except BaseException as exc:  # noqa: BLE001 - DoGet reports it
+                self._leave()
+                early.fail(exc)
+                return
+            st.info = result.info
+            st.streaming = True  # from here ``_close_stream`` ends it
+            try:
+                head, exhausted = self._read_head(st, result.reader)
+            except BaseException as exc:  # noqa: BLE001 - DoGet reports it
+                exc = self._cause(st, exc)
+                self._close_stream(st, result.reader, exc)
+                early.fail(exc)
+                return
+            if exhausted:  # DuckDB is done: only the batches read wait for the DoGet
+                self._release_slot(st)
+            schema = md.annotate_result_schema(result.schema)
+            if not early.ready(schema, head, result.reader, exhausted):  # dropped meanwhile
+                self._close_stream(st, result.reader, errors.QueryCancelled(
+                    "statement was cancelled before its result was fetched",
+                    reason=st.cancel.reason or "cancelled"))
+        except BaseException as exc:  # noqa: BLE001 - never leave a DoGet waiting
+            log.error("early run failed", exc_info=True)
+            early.fail(exc)
+        finally:
+            self._early_permits.release()
+
+    def _forget_early(self, entry: _PreparedEntry) -> None:
+        """Drop the run of ``entry``'s last bind if no GetFlightInfo took it."""
+        early, entry.early = entry.early, None
+        if early is not None:
+            early.st.cancel.cancel("cancelled")  # -> _drop_early
+
+    def _take_early(self, principal: Principal, cmd, params) -> EarlyRun | None:
+        """GetFlightInfo of a prepared query: the early run of its bound values, taken
+        from the handle (one ticket answers one run)."""
+        if params is None or not isinstance(cmd, proto.CommandPreparedStatementQuery):
+            return None
+        entry = self._prepared.get(principal.user, cmd.prepared_statement_handle)
+        early = None if entry is None else entry.early
+        if early is None or early.params is not params:
+            return None
+        entry.early = None
+        return early
+
+    def _link_early(self, user: str, early: EarlyRun, nonce: str) -> None:
+        """``early`` answers the ticket ``nonce``: a DoGet of it claims the run, and a
+        CancelFlightInfo of it cancels the run (its call now carries the nonce)."""
+        with self._early_lock:
+            early.nonce = nonce
+            early.st.call.nonce = nonce
+            if early.state in ("running", "ready"):
+                self._early[(user, nonce)] = early
+
+    def _claim_early(self, context, principal: Principal, nonce: str) -> EarlyRun | None:
+        """The early run answering the ticket ``nonce``, claimed, if it read what this
+        DoGet would (see ``server/early.py``); else None (discarded if it was claimed)."""
+        with self._early_lock:
+            early = self._early.pop((principal.user, nonce), None)
+        if early is None or not early.claim():
+            return None
+        self._early_unhold(principal.user)
+        call = early.st.call
+        call.deadline = early.deadline  # the statement's own, no longer the claim's
+        call.context = context  # the watchdog sees this client go away
+        now_reads = self._engine.read_set(early.st.prepared.sql)  # while the run runs
+        early.wait()  # (the watchdog cancels it at its deadline or when the client goes)
+        ran = early.st.info.read_set
+        kept = self._sessions.get(principal.user, self._peer(context))
+        if ran is None or ran != now_reads or \
+                early.settings != (kept.settings if kept is not None else {}):
+            self.metrics.early_runs.labels("stale").inc()
+            if early.error is None and early.reader is not None:
+                self._close_stream(early.st, early.reader, errors.QueryCancelled(
+                    "statement ran again: a table it reads changed before its result was "
+                    "fetched", reason="cancelled"))
+            return None
+        self.metrics.early_runs.labels("claimed").inc()
+        return early
+
+    def _drop_early(self, early: EarlyRun) -> None:
+        """``early``'s call was cancelled before a DoGet claimed it (claim deadline,
+        statement deadline, CancelFlightInfo, a new bind, a closed handle, shutdown)."""
+        with self._early_lock:
+            if early.nonce is not None:
+                self._early.pop((early.st.principal.user, early.nonce), None)
+        close = early.drop()
+        if early.state != "dropped":
+            return  # claimed: the DoGet reports the cancel
+        self._early_unhold(early.st.principal.user)
+        self.metrics.early_runs.labels("dropped").inc()
+        if close:
+            self._close_stream(early.st, early.reader, errors.QueryCancelled(
+                "statement was cancelled before its result was fetched",
+                reason=early.st.cancel.reason or "cancelled"))
+
+    def _early_unhold(self, user: str) -> None:
+        with self._early_lock:
+            self._early_held[user] -= 1
+            if self._early_held[user] <= 0:
+                del self._early_held[user]
+
+    def _deliver_early(self, early: EarlyRun):
+        """DoGet of a ticket whose query ran early: its result or its error."""
+        if early.error is not None:
+            raise early.error
+        return self._deliver(early.st, early.schema, early.head, early.reader,
+                             early.exhausted)
 
     # == DoPut ===============================================================================
 
@@ -1080,7 +1330,10 @@ class FlightSqlServer(flight.FlightServerBase):
 
     def _put_bind(self, context, principal, cmd, reader, writer):
         entry = self._lookup(context, principal, cmd.prepared_statement_handle)
-        entry.params = ingest.read_params(reader, self.config.max_message_bytes)
+        params = ingest.read_params(reader, self.config.max_message_bytes)
+        self._forget_early(entry)  # a new bind: the run of the last one is not wanted
+        entry.params = params
+        entry.early = self._start_early(context, principal, entry.prepared, params)
 
     def _put_prepared_update(self, context, principal, cmd, reader, writer):
         entry = self._lookup(context, principal, cmd.prepared_statement_handle)
@@ -1161,7 +1414,10 @@ class FlightSqlServer(flight.FlightServerBase):
         if not isinstance(req, proto.ActionClosePreparedStatementRequest):
             raise invalid(f"ClosePreparedStatement got {proto.arrow_name(req)}")
         handle = req.prepared_statement_handle
-        here = self._prepared.pop(principal.user, handle) is not None
+        entry = self._prepared.pop(principal.user, handle)
+        here = entry is not None
+        if here:
+            self._forget_early(entry)
         made = self._made_by(principal, handle)  # None: one process, or not a handle here
         if made is None:
             if not here:
@@ -1332,6 +1588,8 @@ class FlightSqlServer(flight.FlightServerBase):
             self.maintenance.stop(timeout=5.0)  # a run in progress finishes on its own
         self._calls.cancel_all("cancelled")
         super().shutdown()
+        if self._early_pool is not None:
+            self._early_pool.shutdown(wait=False, cancel_futures=True)
         self._calls.close()
         self.metrics.close()
         if self._busy is not None:

@@ -25,6 +25,8 @@ Contract:
   A released slot goes straight to the head of the same principal's queue. Principals
   never share slots or queues, so one principal's flood delays nobody else; there is no
   cross-principal pool to schedule. ``slot(user)`` is the context-manager form.
+  ``try_acquire(user)`` takes a free slot only if one is free now and none of that
+  principal's statements waits (it never goes ahead of the queue), else returns False.
   ``Concurrency(..., what=..., limit_name=...)`` names another thing (the server's open
   DoPut streams, ``max_open_puts``: a stream over the limit waits in the same way, so
   ``executemany`` from many writers of one principal queues instead of being refused).
@@ -243,6 +245,15 @@ class SlotTable(Generic[W]):
         self._queues.setdefault(user, deque()).append(waiter)
         return QUEUED
 
+    def try_take(self, user: str) -> bool:
+        """A free slot of ``user``'s if one is free and nobody of ``user``'s waits; never
+        queues."""
+        n = self._running.get(user, 0)
+        if n < self.limit and not self._queues.get(user):
+            self._running[user] = n + 1
+            return True
+        return False
+
     def give_back(self, user: str) -> W | None:
         """One of ``user``'s slots is free: the oldest waiter it now belongs to (the count
         of taken slots stays), or None (one fewer taken)."""
@@ -322,6 +333,12 @@ class Concurrency:
             self.waited(time.monotonic() - start)
             raise
         return self.waited(time.monotonic() - start)
+
+    def try_acquire(self, user: str) -> bool:
+        """One of ``user``'s slots if one is free now and no statement of ``user``'s waits
+        for one (never ahead of the queue); False otherwise, without waiting."""
+        with self._lock:
+            return self._table.try_take(user)
 
     # -- shared with broker.SharedConcurrency: the waiting and its errors ----------------------
 

@@ -30,6 +30,8 @@ row_groups_scanned / row_groups_pruned counter    row groups read / skipped
 rows_masked_total                      counter    rows hidden by deletion vectors while read
 start_time_seconds                     gauge      when the server (a worker) started
 auth_failures_total                    counter    failed authentications
+early_runs_total{outcome}              counter    prepared queries run from their bind:
+                                                  started, claimed (by a DoGet), dropped
 sessions / prepared_statements         gauge      open now
 queries_in_flight                      gauge      statements running now
 maintenance_runs_total{task,status}    counter    automatic maintenance task runs (status ok:
@@ -103,6 +105,9 @@ class Metrics:
                                          "row groups skipped by statistics", registry=r)
         self.rows_masked = Counter(p + "rows_masked", "rows hidden by deletion vectors",
                                    registry=r)
+        self.early_runs = Counter(p + "early_runs", "prepared queries run from their "
+                                  "bind: started, claimed by a DoGet, dropped unfetched",
+                                  ["outcome"], registry=r)
         self.auth_failures = Counter(p + "auth_failures", "failed authentications",
                                      registry=r)
         self.queue_wait = Histogram(p + "queue_wait_seconds",

@@ -144,9 +144,12 @@ class TicketCodec:
 
     def issue(self, kind: str, user: str, *, sql: str | None = None,
               params: pa.RecordBatch | None = None, result_id: str | None = None,
-              command: bytes | None = None, ttl_ms: int | None = None) -> bytes:
-        """A packed Flight SQL ticket (the bytes of ``flight.Ticket``)."""
-        body = {"k": _CODES[kind], "u": user, "n": self._runtime.ids.new_id(),
+              command: bytes | None = None, ttl_ms: int | None = None,
+              nonce: str | None = None) -> bytes:
+        """A packed Flight SQL ticket (the bytes of ``flight.Ticket``); ``nonce``: its id
+        (a new one if None)."""
+        body = {"k": _CODES[kind], "u": user,
+                "n": nonce if nonce is not None else self._runtime.ids.new_id(),
                 "x": self._runtime.clock.now_ms() + (ttl_ms if ttl_ms is not None
                                                      else self._ttl_ms)}
         if sql is not None:
