@@ -127,6 +127,11 @@ def test_a_commit_after_the_bind_is_seen_by_the_fetch(served):
         assert table.num_rows == 0, commit_after
     assert _count(server, "stale") == 2
     assert _count(server, "claimed") == 0
+    # a discarded run is no statement of the client's: each statement counted once, OK
+    statements = server.metrics.registry.get_sample_value
+    assert statements("flightsrv_statements_total", {"kind": "select", "status": "OK"}) == 2
+    assert not statements("flightsrv_statements_total",
+                          {"kind": "select", "status": "CANCELLED"})
     _bind(client, handle, 12)  # unchanged tables: the early run answers
     _, table = _execute(client, handle)
     assert table.to_pylist() == [{"id": 12, "v": "v12"}]

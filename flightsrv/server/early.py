@@ -16,15 +16,15 @@ Contract:
   the ``Call`` gets back once a DoGet claims the run; until then the ``Call``'s deadline is
   the claim deadline.
 - The running side ends with ``ready(schema, head, reader, exhausted)`` (the first batches,
-  read; ``exhausted``: they are the whole result) or ``fail(error)``; ``ready`` returns
-  False when the run was dropped meanwhile (the caller then closes the reader).
+  read; ``exhausted``: they are the whole result) or ``fail(error)``; each returns False
+  when the run was dropped meanwhile (the caller then ends it).
 - ``claim()`` (DoGet): True if the run is still to be delivered (RUNNING or READY); it is
   then the caller's, ``wait()`` for its end and read ``error`` or the result. False: it
   was dropped (or claimed already); the caller runs the statement itself.
 - ``drop()``: the run will not be delivered (its ``Call`` was cancelled: deadline, claim
   deadline, CancelFlightInfo, a new bind, a closed handle, shutdown). Returns True when the
-  caller must close its reader now (it was READY); a RUNNING run is closed by its running
-  side when it ends (``ready`` returns False). A claimed run is not dropped.
+  caller must end it now (it was READY); a RUNNING run is ended by its running side when
+  it ends (``ready``/``fail`` return False). A claimed run is not dropped.
 - A claimed run is delivered only if it read what a run started by the DoGet would read:
   the versions it pinned (``ExecInfo.read_set``) are the heads the engine's ``read_set``
   reads once the DoGet arrived, and the session's SET values are unchanged. Otherwise the
@@ -72,12 +72,16 @@ class EarlyRun:
         self._ended.set()
         return not dropped
 
-    def fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException) -> bool:
+        """The run failed with ``error`` (its DoGet's answer); False if it was dropped
+        meanwhile (the caller then ends it)."""
         with self._lock:
             self.error = error
+            dropped = self._state == DROPPED
             if self._state == RUNNING:
                 self._state = READY  # ready to be delivered: as its error
         self._ended.set()
+        return not dropped
 
     def claim(self) -> bool:
         with self._lock:
@@ -92,7 +96,7 @@ class EarlyRun:
             if was in (CLAIMED, DROPPED):
                 return False
             self._state = DROPPED
-            return was == READY and self.error is None and self.reader is not None
+            return was == READY
 
     def wait(self, timeout: float | None = None) -> bool:
         """Whether the run has ended (within ``timeout`` seconds)."""

@@ -771,12 +771,22 @@ class FlightSqlServer(flight.FlightServerBase):
             st.slot_released = True
         self._slots.release(st.principal.user)
 
-    def _end(self, st: _Statement, error: BaseException | None = None) -> None:
+    def _end(self, st: _Statement, error: BaseException | None = None,
+             discard: bool = False) -> None:
+        """The statement is over: its call and slot go; its log line and metrics, unless
+        ``discard`` (an early run no DoGet delivers: its DoGet, if any, runs the statement
+        and reports that; ``flightsrv_early_runs_total`` counts it)."""
         if st.done:
             return
         st.done = True
         self._calls.finish(st.call)
         self._release_slot(st)
+        if discard:
+            log.debug("early run discarded", extra={"fields": {
+                "event": "early_run", "principal": st.principal.user,
+                "statement": self._text(st.prepared.sql),
+                "reason": None if error is None else type(error).__name__}})
+            return
         seconds = time.perf_counter() - st.start
         mapped = None if error is None else self._map(error, st.prepared.sql, None)
         status = grpc_status_name(mapped)
@@ -1094,7 +1104,8 @@ class FlightSqlServer(flight.FlightServerBase):
     #: ticket kind -> what DoGet streams for it (tickets.KINDS lists the kinds)
     _GET = {"metadata": _get_metadata, "count": _get_count, "result": _get_result,
             "query": _stream_query}
-    def _close_stream(self, st: _Statement, reader, error: BaseException | None) -> None:
+    def _close_stream(self, st: _Statement, reader, error: BaseException | None,
+                      discard: bool = False) -> None:
         if not st.streaming:
             return
         st.streaming = False
@@ -1102,7 +1113,7 @@ class FlightSqlServer(flight.FlightServerBase):
             reader.close()
         except Exception as exc:  # noqa: BLE001 - closing is best effort
             log.debug("closing a result reader failed: %s", exc)
-        self._end(st, error)
+        self._end(st, error, discard)
         self._leave()
 
     def _batches(self, st: _Statement, reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
@@ -1190,37 +1201,52 @@ class FlightSqlServer(flight.FlightServerBase):
         return early
 
     def _run_early(self, early: EarlyRun, session: Session) -> None:
-        """The running side of an early run (a pool thread): run, read the first batches."""
+        """The running side of an early run (a pool thread): run, read the first batches.
+        It never ends the statement: its delivery does, or its discard (``_finish_early``);
+        the slot goes back as soon as DuckDB is done with it."""
         st = early.st
         try:
             try:
-                result = self._run(st, self._engine.execute_query, st.prepared.sql, session,
-                                   early.params, cancel=st.cancel)  # ends ``st`` if it fails
+                result = self._engine.execute_query(st.prepared.sql, session, early.params,
+                                                    cancel=st.cancel)
+                st.info = result.info
             except BaseException as exc:  # noqa: BLE001 - DoGet reports it
-                self._leave()
-                early.fail(exc)
+                self._release_slot(st)
+                if not early.fail(self._cause(st, exc)):  # dropped meanwhile
+                    self._finish_early(early, discard=True)
                 return
-            st.info = result.info
-            st.streaming = True  # from here ``_close_stream`` ends it
             try:
                 head, exhausted = self._read_head(st, result.reader)
             except BaseException as exc:  # noqa: BLE001 - DoGet reports it
-                exc = self._cause(st, exc)
-                self._close_stream(st, result.reader, exc)
-                early.fail(exc)
+                try:
+                    result.reader.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
+                self._release_slot(st)
+                if not early.fail(self._cause(st, exc)):
+                    self._finish_early(early, discard=True)
                 return
             if exhausted:  # DuckDB is done: only the batches read wait for the DoGet
                 self._release_slot(st)
+            st.streaming = True  # from here ``_close_stream`` ends it
             schema = md.annotate_result_schema(result.schema)
             if not early.ready(schema, head, result.reader, exhausted):  # dropped meanwhile
-                self._close_stream(st, result.reader, errors.QueryCancelled(
-                    "statement was cancelled before its result was fetched",
-                    reason=st.cancel.reason or "cancelled"))
+                self._finish_early(early, discard=True)
         except BaseException as exc:  # noqa: BLE001 - never leave a DoGet waiting
             log.error("early run failed", exc_info=True)
-            early.fail(exc)
+            if not early.fail(exc):
+                self._finish_early(early, discard=True)
         finally:
             self._early_permits.release()
+
+    def _finish_early(self, early: EarlyRun, discard: bool) -> None:
+        """End an early run's statement: delivered as its error, or discarded."""
+        st = early.st
+        if st.streaming:
+            self._close_stream(st, early.reader, early.error, discard)
+        elif not st.done:
+            self._end(st, early.error, discard)
+            self._leave()
 
     def _forget_early(self, entry: _PreparedEntry) -> None:
         """Drop the run of ``entry``'s last bind if no GetFlightInfo took it."""
@@ -1267,10 +1293,7 @@ class FlightSqlServer(flight.FlightServerBase):
         if ran is None or ran != now_reads or \
                 early.settings != (kept.settings if kept is not None else {}):
             self.metrics.early_runs.labels("stale").inc()
-            if early.error is None and early.reader is not None:
-                self._close_stream(early.st, early.reader, errors.QueryCancelled(
-                    "statement ran again: a table it reads changed before its result was "
-                    "fetched", reason="cancelled"))
+            self._finish_early(early, discard=True)  # this DoGet runs it itself
             return None
         self.metrics.early_runs.labels("claimed").inc()
         return early
@@ -1286,10 +1309,8 @@ class FlightSqlServer(flight.FlightServerBase):
             return  # claimed: the DoGet reports the cancel
         self._early_unhold(early.st.principal.user)
         self.metrics.early_runs.labels("dropped").inc()
-        if close:
-            self._close_stream(early.st, early.reader, errors.QueryCancelled(
-                "statement was cancelled before its result was fetched",
-                reason=early.st.cancel.reason or "cancelled"))
+        if close:  # it had ended (READY): nobody else will finish it
+            self._finish_early(early, discard=True)
 
     def _early_unhold(self, user: str) -> None:
         with self._early_lock:
@@ -1300,6 +1321,7 @@ class FlightSqlServer(flight.FlightServerBase):
     def _deliver_early(self, early: EarlyRun):
         """DoGet of a ticket whose query ran early: its result or its error."""
         if early.error is not None:
+            self._finish_early(early, discard=False)
             raise early.error
         return self._deliver(early.st, early.schema, early.head, early.reader,
                              early.exhausted)
