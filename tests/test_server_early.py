@@ -176,24 +176,43 @@ def test_a_bind_never_fetched_gives_its_slot_back(served, monkeypatch):
     client = flight.connect(uri)
     small = prepare(client, "SELECT id FROM t WHERE id = ?", WRITER)
     _bind(client, small, 5)
-    _wait_until(lambda: server.statements_running() == 0)
+    _wait_until(lambda: _count(server, "started") == 1 and server.statements_running() == 0)
     _, table = fetch(client, query("SELECT count(*) AS n FROM t"), WRITER)
     assert table.column("n").to_pylist() == [1000]
-
     # unclaimed, it still counts against the principal's early runs (its batches are
     # held) until its claim deadline drops it
     _wait_until(lambda: _count(server, "dropped") == 1)
+
     large = prepare(client, "SELECT range AS i FROM range(?)", WRITER)
+    started = _count(server, "started")
     _bind(client, large, 3_000_000)  # more than EAGER_RESULT_BYTES: it keeps streaming
-    _wait_until(lambda: _count(server, "started") == 2 and server.statements_running() == 1)
+    _wait_until(lambda: _count(server, "started") == started + 1 and
+                server.statements_running() == 1)
     _, table = fetch(client, query("SELECT max(id) AS m FROM t"), WRITER)  # waits its turn
     assert table.column("m").to_pylist() == [999]
     assert _count(server, "dropped") == 2
-    assert _count(server, "claimed") == 0
+    claimed = _count(server, "claimed")
     _bind(client, large, 2_000_000)  # and a large one claimed in time streams whole
     _, table = _execute(client, large)
     assert table.num_rows == 2_000_000
-    assert _count(server, "claimed") == 1
+    assert _count(server, "claimed") == claimed + 1
+
+
+def test_a_query_without_parameters_starts_at_get_flight_info(served):
+    """A plain statement query (JDBC's Statement, ADBC without parameters) starts when
+    GetFlightInfo answers; a DELETE acknowledged before its DoGet is still seen."""
+    server, engine, uri = served()
+    client = flight.connect(uri)
+    _, table = fetch(client, query("SELECT v FROM t WHERE id = 20"), WRITER)
+    assert table.to_pylist() == [{"v": "v20"}]
+    assert _count(server, "claimed") == _count(server, "started") == 1
+    engine.ran.clear()
+    info = client.get_flight_info(query("SELECT v FROM t WHERE id = 21"), opts(WRITER))
+    engine.ran.wait(20)
+    update(client, "DELETE FROM t WHERE id = 21", WRITER)
+    table = client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_all()
+    assert table.num_rows == 0
+    assert _count(server, "stale") == 1
 
 
 def test_no_early_runs_when_turned_off(served):

@@ -133,7 +133,9 @@ def test_update_through_doput_and_select_streams_lazily(served):
     assert update(client, "DELETE FROM t WHERE id < 3", WRITER) == 3
     assert engine.executed["DELETE FROM t WHERE id < 3"] == 1
     info = client.get_flight_info(query("SELECT count(*) AS n FROM t"), opts(WRITER))
-    assert engine.executed["SELECT count(*) AS n FROM t"] == 0  # a pure SELECT runs in DoGet
+    # a pure SELECT runs once per result a DoGet delivers: GetFlightInfo may have started
+    # it (an early run, docs/SERVER.md), which the first DoGet then delivers
+    assert engine.executed["SELECT count(*) AS n FROM t"] <= 1
     for _ in range(2):  # a query ticket may be redeemed again: it is read-only
         table = client.do_get(info.endpoints[0].ticket, opts(WRITER)).read_all()
         assert table.to_pylist() == [{"n": 3997}]

@@ -79,7 +79,8 @@ def test_forged_tickets_are_unauthenticated(served):
         with pytest.raises(flight.FlightUnauthenticatedError, match="signature") as ei:
             client.do_get(flight.Ticket(_forge(ticket, flip_at)), opts(WRITER)).read_all()
         _clean(str(ei.value))
-    assert engine.executed["SELECT id FROM t WHERE id < 3"] == 0
+    # at most GetFlightInfo's own early run (docs/SERVER.md): a forged ticket runs nothing
+    assert engine.executed["SELECT id FROM t WHERE id < 3"] <= 1
 
 
 @pytest.mark.parametrize("raw", [

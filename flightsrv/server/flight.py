@@ -844,6 +844,9 @@ class FlightSqlServer(flight.FlightServerBase):
             nonce = self._runtime.ids.new_id()
             ticket = self._codec.issue("query", user, sql=prepared.sql, params=params,
                                        nonce=nonce)
+            if early is None and params is None and not len(prepared.parameter_schema):
+                # a query without parameters starts here, while its ticket travels
+                early = self._start_early(context, principal, prepared, None)
             if early is not None:
                 self._link_early(user, early, nonce)
             return flight.FlightInfo(schema, descriptor,
@@ -1150,14 +1153,15 @@ class FlightSqlServer(flight.FlightServerBase):
 
     def _start_early(self, context, principal: Principal, prepared: Prepared,
                      params: pa.RecordBatch | None) -> EarlyRun | None:
-        """Start running the prepared query ``prepared`` with the values just bound, if it
-        is a query (no effects), one row of values is bound, one of the principal's slots
-        is free now with none of its statements waiting, and a thread is free; else None
-        (the DoGet runs it, as any ticket)."""
+        """Start running the query ``prepared`` with the values just bound (None: it has no
+        parameters; GetFlightInfo starts it), if it has no effects, one row of values is
+        bound, one of the principal's slots is free now with none of its statements
+        waiting, and a thread is free; else None (the DoGet runs it, as any ticket)."""
         if self._early_pool is None or prepared.effects or \
-                prepared.kind != StatementKind.QUERY or params is None or \
-                params.num_rows != 1 or self._draining.is_set() or \
-                not self._engine.knows_reads(prepared.sql):
+                prepared.kind != StatementKind.QUERY or \
+                (params.num_rows != 1 if params is not None
+                 else len(prepared.parameter_schema) > 0) or \
+                self._draining.is_set() or not self._engine.knows_reads(prepared.sql):
             return None
         if self._slots.count() >= self._early_busy:
             return None  # cores are busy: starting sooner would gain nothing
@@ -1179,7 +1183,8 @@ class FlightSqlServer(flight.FlightServerBase):
             now = time.monotonic()
             claim = EARLY_CLAIM_S if not timeout else min(timeout, EARLY_CLAIM_S)
             call = self._calls.start(user, claim)  # no context: the bind's RPC ends now
-            st = _Statement("DoPut", principal, _query(prepared.sql), call, params)
+            st = _Statement("DoPut" if params is not None else "GetFlightInfo", principal,
+                            _query(prepared.sql), call, params)
             early = EarlyRun(params, st, now + timeout if timeout else None)
             early.settings = dict(session.settings)
             call.cancel.on_cancel(lambda: self._release_slot(st))
@@ -1288,6 +1293,9 @@ class FlightSqlServer(flight.FlightServerBase):
         call.context = context  # the watchdog sees this client go away
         now_reads = self._engine.read_set(early.st.prepared.sql)  # while the run runs
         early.wait()  # (the watchdog cancels it at its deadline or when the client goes)
+        if early.error is not None and early.st.cancel.cancelled:
+            self.metrics.early_runs.labels("claimed").inc()
+            return early  # cancelled (CancelFlightInfo, deadline, client gone): so is this DoGet
         ran = early.st.info.read_set
         kept = self._sessions.get(principal.user, self._peer(context))
         if ran is None or ran != now_reads or \
@@ -1610,8 +1618,8 @@ class FlightSqlServer(flight.FlightServerBase):
             self.maintenance.stop(timeout=5.0)  # a run in progress finishes on its own
         self._calls.cancel_all("cancelled")
         super().shutdown()
-        if self._early_pool is not None:
-            self._early_pool.shutdown(wait=False, cancel_futures=True)
+        if self._early_pool is not None:  # their calls are cancelled: they end now
+            self._early_pool.shutdown(wait=True, cancel_futures=True)
         self._calls.close()
         self.metrics.close()
         if self._busy is not None:
