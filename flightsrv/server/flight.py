@@ -346,7 +346,8 @@ class FlightSqlServer(flight.FlightServerBase):
             self._early_pool = ThreadPoolExecutor(threads, thread_name_prefix="flightsrv-early")
             self._early_permits = threading.BoundedSemaphore(threads)
             #: an early run gains time only where a core is idle while the client asks
-            #: for the result: none starts while this many statements run (one per core)
+            #: for the result: none starts while this many other RPCs and streams are in
+            #: progress (one per DuckDB thread)
             self._early_busy = cfg.effective_threads
         #: early runs GetFlightInfo issued a ticket for, by (principal, ticket nonce)
         self._early: dict[tuple[str, str], EarlyRun] = {}
@@ -1163,8 +1164,8 @@ class FlightSqlServer(flight.FlightServerBase):
                  else len(prepared.parameter_schema) > 0) or \
                 self._draining.is_set() or not self._engine.knows_reads(prepared.sql):
             return None
-        if self._slots.count() >= self._early_busy:
-            return None  # cores are busy: starting sooner would gain nothing
+        if self._active > self._early_busy:
+            return None  # other calls keep the cores busy: starting sooner gains nothing
         user = principal.user
         with self._early_lock:
             if self._early_held[user] >= self.config.max_concurrent_queries:
