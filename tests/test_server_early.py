@@ -14,7 +14,18 @@ import time
 
 import pyarrow as pa
 import pytest
-from _server_harness import WRITER, adbc, desc, fetch, make_table, opts, prepare, query, update
+from _server_harness import (
+    WRITER,
+    adbc,
+    auth,
+    desc,
+    fetch,
+    make_table,
+    opts,
+    prepare,
+    query,
+    update,
+)
 from pyarrow import flight
 
 from flightsrv import Warehouse
@@ -23,8 +34,6 @@ from flightsrv.server import flight as server_flight
 from flightsrv.server import proto
 from flightsrv.server.app import start_in_thread
 from flightsrv.server.config import ServerConfig
-
-from _server_harness import auth  # noqa: I001 - the harness's principals
 
 
 class Signalling:
@@ -87,6 +96,13 @@ def _execute(client, handle: bytes) -> tuple[flight.FlightInfo, pa.Table]:
         prepared_statement_handle=handle)), WRITER)
 
 
+def _prepared(served, sql: str, **config):
+    """(server, engine, client, handle): a fresh server and ``sql`` prepared on it."""
+    server, engine, uri = served(**config)
+    client = flight.connect(uri)
+    return server, engine, client, prepare(client, sql, WRITER)
+
+
 def _wait_until(pred, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -108,9 +124,7 @@ def test_adbc_prepared_queries_run_from_their_bind_and_answer_as_duckdb(served):
 def test_a_commit_after_the_bind_is_seen_by_the_fetch(served):
     """The run started at the bind read the version before the DELETE: the DoGet finds
     the table moved on, discards that run and runs the statement itself."""
-    server, engine, uri = served()
-    client = flight.connect(uri)
-    handle = prepare(client, "SELECT id, v FROM t WHERE id = ?", WRITER)
+    server, engine, client, handle = _prepared(served, "SELECT id, v FROM t WHERE id = ?")
     for commit_after in ("bind", "ticket"):
         victim = 10 if commit_after == "bind" else 11
         engine.ran.clear()
@@ -139,9 +153,7 @@ def test_a_commit_after_the_bind_is_seen_by_the_fetch(served):
 
 
 def test_a_new_bind_replaces_the_run_of_the_last(served):
-    server, engine, uri = served()
-    client = flight.connect(uri)
-    handle = prepare(client, "SELECT id FROM t WHERE id = ?", WRITER)
+    server, _, client, handle = _prepared(served, "SELECT id FROM t WHERE id = ?")
     _bind(client, handle, 1)
     _bind(client, handle, 2)
     _, table = _execute(client, handle)
@@ -151,9 +163,7 @@ def test_a_new_bind_replaces_the_run_of_the_last(served):
 
 
 def test_cancel_flight_info_cancels_the_early_run(served):
-    server, engine, uri = served()
-    client = flight.connect(uri)
-    handle = prepare(client, "SELECT id FROM t WHERE id = ?", WRITER)
+    server, _, client, handle = _prepared(served, "SELECT id FROM t WHERE id = ?")
     _bind(client, handle, 5)
     info = client.get_flight_info(desc(proto.CommandPreparedStatementQuery(
         prepared_statement_handle=handle)), opts(WRITER))
