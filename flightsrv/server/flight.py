@@ -1178,6 +1178,7 @@ class FlightSqlServer(flight.FlightServerBase):
             self._early_permits.release()
             self._early_unhold(user)
             return None
+        call = entered = None
         try:
             session = self._session(context, principal)
             timeout = self._timeout_s(session)
@@ -1188,21 +1189,21 @@ class FlightSqlServer(flight.FlightServerBase):
                             _query(prepared.sql), call, params)
             early = EarlyRun(params, st, now + timeout if timeout else None)
             early.settings = dict(session.settings)
-            call.cancel.on_cancel(lambda: self._release_slot(st))
-            call.cancel.on_cancel(lambda: self._drop_early(early))
             self._enter()  # draining waits for it
+            entered = True
             self._early_pool.submit(self._run_early, early, session)
-        except BaseException:
+        except Exception as exc:  # noqa: BLE001 - nothing runs early; the DoGet runs it
+            log.debug("early run not started: %s", exc)
             self._early_permits.release()
             self._early_unhold(user)
-            if "st" in locals():
-                self._calls.finish(st.call)
-                self._release_slot(st)
-            else:
-                self._slots.release(user)
-            if "early" in locals():
+            if call is not None:
+                self._calls.finish(call)
+            self._slots.release(user)
+            if entered:
                 self._leave()
-            raise
+            return None
+        call.cancel.on_cancel(lambda: self._release_slot(st))
+        call.cancel.on_cancel(lambda: self._drop_early(early))
         self.metrics.early_runs.labels("started").inc()
         return early
 
