@@ -649,14 +649,17 @@ class FlightSqlServer(flight.FlightServerBase):
     def _revive(self, context, principal: Principal, handle: bytes) -> _PreparedEntry | None:
         """A handle another worker made, used on a connection that reached this one:
         prepare its statement here (as its creator did) under the same handle. Parameters
-        bound on the other worker stay there: bind again. Its maker is told (it closes
-        the handle everywhere when it is closed there)."""
+        bound on the other worker stay there: bind again. Its maker is told, and knows it
+        before this call answers (it closes the handle everywhere when it is closed
+        there)."""
         sql = self._portable(principal, handle)
         if sql is None:
             return None
         entry = _PreparedEntry(self._prepare(context, principal, self._check_sql(sql)))
         self._prepared.add(principal.user, handle, entry)
-        self._tell_workers("revived", principal.user, _digest(handle), wait=False)
+        # told before the handle answers here: a close at its maker that follows (the
+        # client's next call) then closes it here too
+        self._tell_workers("revived", principal.user, _digest(handle))
         log.info("prepared statement re-created", extra={"fields": {
             "event": "prepared_revived", "user": principal.user}})
         return entry
