@@ -232,3 +232,56 @@ def test_no_early_runs_when_turned_off(served):
             cur.execute("SELECT v FROM t WHERE id = ?", (i,))
             assert cur.fetchall() == [(f"v{i}",)]
     assert _count(server, "started") == 0
+
+
+def test_reads_racing_deletes_see_every_delete_acknowledged_before_them(served):
+    """ADBC range reads (run early) while another connection deletes ranges: each answer
+    equals the table after a prefix of the deletes that holds every delete acknowledged
+    before the read's execute began and none begun after it returned (one snapshot, never
+    a deleted row back, whether the run was delivered or discarded as stale)."""
+    import random
+
+    server, engine, uri = served()  # t: ids 0..999, v = "v<id>"
+    deletes: list[list] = []  # [lo, hi, started, acknowledged]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def deleter():
+        rng = random.Random(11)
+        try:
+            with adbc(uri, WRITER) as conn, conn.cursor() as cur:
+                while not stop.is_set():
+                    lo = rng.randrange(1000)
+                    rec = [lo, lo + rng.randrange(1, 6), time.monotonic(), None]
+                    deletes.append(rec)
+                    cur.execute(f"DELETE FROM t WHERE id BETWEEN {rec[0]} AND {rec[1]}")
+                    rec[3] = time.monotonic()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    thread = threading.Thread(target=deleter)
+    thread.start()
+    rng = random.Random(12)
+    try:
+        with adbc(uri, WRITER) as conn, conn.cursor() as cur:
+            for _ in range(150):
+                lo = rng.randrange(1000)
+                hi = lo + rng.randrange(0, 60)
+                began = time.monotonic()
+                cur.execute("SELECT count(*) FROM t WHERE id BETWEEN ? AND ?", (lo, hi))
+                (got,) = cur.fetchall()[0]
+                ended = time.monotonic()
+                done = list(deletes)
+                must = sum(1 for d in done if d[3] is not None and d[3] < began)
+                may = [d for d in done if d[2] < ended]
+                answers = set()
+                for k in range(must, len(may) + 1):
+                    dead = {i for d in may[:k] for i in range(d[0], d[1] + 1)}
+                    answers.add(sum(1 for i in range(lo, min(hi, 999) + 1) if i not in dead))
+                assert got in answers, (lo, hi, got, must, len(may))
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures
+    assert len(deletes) > 5
+    assert _count(server, "started") >= 100  # the reads did run early (one client)
