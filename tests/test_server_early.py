@@ -9,6 +9,7 @@ after it without sleeping.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -112,13 +113,28 @@ def _wait_until(pred, timeout: float = 20.0) -> None:
 
 def test_adbc_prepared_queries_run_from_their_bind_and_answer_as_duckdb(served):
     server, engine, uri = served()
-    with adbc(uri, WRITER) as conn, conn.cursor() as cur:
-        for i in [3, 999, 0, 512, 1000, -1, 77, 3]:
-            cur.execute("SELECT id, v FROM t WHERE id = ? ORDER BY id", (i,))
-            rows = cur.fetchall()
-            assert rows == ([(i, f"v{i}")] if 0 <= i < 1000 else [])
+    records: list[logging.LogRecord] = []
+    capture = logging.Handler()
+    capture.emit = records.append
+    server_log = logging.getLogger("flightsrv.server")
+    level = server_log.level
+    server_log.addHandler(capture)
+    server_log.setLevel(logging.INFO)
+    try:
+        with adbc(uri, WRITER) as conn, conn.cursor() as cur:
+            for i in [3, 999, 0, 512, 1000, -1, 77, 3]:
+                cur.execute("SELECT id, v FROM t WHERE id = ? ORDER BY id", (i,))
+                rows = cur.fetchall()
+                assert rows == ([(i, f"v{i}")] if 0 <= i < 1000 else [])
+    finally:
+        server_log.removeHandler(capture)
+        server_log.setLevel(level)
     assert _count(server, "claimed") == _count(server, "started") == 8
     assert _count(server, "stale") == _count(server, "dropped") == 0
+    # one log line per statement, written when its DoGet delivered it
+    lines = [r.fields for r in records if getattr(r, "fields", {}).get("event") == "statement"]
+    assert [(f["rpc"], f["status"], f["rows"]) for f in lines] == \
+        [("DoGet", "OK", 1)] * 4 + [("DoGet", "OK", 0)] * 2 + [("DoGet", "OK", 1)] * 2
 
 
 def test_a_commit_after_the_bind_is_seen_by_the_fetch(served):

@@ -1188,8 +1188,8 @@ class FlightSqlServer(flight.FlightServerBase):
             now = time.monotonic()
             claim = EARLY_CLAIM_S if not timeout else min(timeout, EARLY_CLAIM_S)
             call = self._calls.start(user, claim)  # no context: the bind's RPC ends now
-            st = _Statement("DoPut" if params is not None else "GetFlightInfo", principal,
-                            _query(prepared.sql), call, params)
+            # logged when its DoGet delivers it, as any query ("rpc": "DoGet")
+            st = _Statement("DoGet", principal, _query(prepared.sql), call, params)
             early = EarlyRun(params, st, now + timeout if timeout else None)
             early.settings = dict(session.settings)
             self._enter()  # draining waits for it
