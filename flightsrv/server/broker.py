@@ -189,19 +189,27 @@ class SlotBroker:
             self._sel.close()
             self._wake_w.close()
 
-    def _accept(self) -> None:
+    def _accept(self) -> bool:
         try:
             sock, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as exc:  # EMFILE and the like: the worker retries its connect
             log.warning("slot broker could not accept", extra={"fields": {
                 "event": "slot_broker_error", "error": exc.strerror}})
-            return
+            return False
         sock.setblocking(False)
         peer = _Peer(sock)
         self._peers.add(peer)
         self._sel.register(sock, selectors.EVENT_READ, peer)
+        return True
+
+    def _accept_waiting(self) -> None:
+        """Accept the connections waiting in the listener's backlog now: a worker whose
+        connect returned before a notice was sent is one of those the notice reaches."""
+        for _ in range(64):  # the backlog's length
+            if not self._accept():
+                return
 
     def _io(self, peer: _Peer, events: int) -> None:
         try:
@@ -290,6 +298,7 @@ class SlotBroker:
 
     def _notice(self, peer: _Peer, rid: int, kind: str, user: str, value: str) -> None:
         """Tell every other worker; the sender hears when all have handled it."""
+        self._accept_waiting()
         others = {p for p in self._peers if p is not peer}
         if not others:
             self._send(peer, {"bd": rid, "ok": 1})
