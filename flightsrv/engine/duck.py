@@ -451,15 +451,8 @@ class DuckEngine:
         does not tell them all (not a query, metadata functions, a table that cannot be
         pinned). Equal to a run's ``ExecInfo.read_set``: that run read what a run now
         would (no table it reads changed in between)."""
-        refs = self._read_refs(sql)
-        if refs is None:
-            return None
-        pinner = self._pinner()
-        try:
-            pins = [(name, pinner.pin(name, version, as_of)) for name, version, as_of in refs]
-        except Exception:  # noqa: BLE001 - see docstring
-            return None
-        return tuple((name, snap.manifest.table_uuid, snap.version) for name, snap in pins)
+        pins = _pinned(self._read_refs(sql), self._pinner())
+        return None if pins is None else _read_set(pins)
 
     # -- Engine: queries ---------------------------------------------------------------------
 
@@ -503,8 +496,8 @@ class DuckEngine:
         # the same text over the same pinned versions, parameters of the same types: the
         # kept plan with this execution's pins and values (checked and run as any other)
         key = self._plan_key(stmt, pinner, rows[0]) if not ctx.extra else None
-        if key is not None:  # (name, version, as_of, uuid, version pinned) per reference
-            ctx.info.read_set = tuple((p[0], p[3], p[4]) for p in key[2])
+        if key is not None:
+            ctx.info.read_set = _read_set(key[2])
         qp = self._kept_plan(key, pinner, rows[0])
         if qp is not None:
             reader = self._start(sql, qp, rows[0], ctx)
@@ -545,15 +538,8 @@ class DuckEngine:
         validity (a NULL makes no pruning hint). None when the query cannot be kept
         (metadata functions, parameters in ``AT``, a reference that does not pin: the
         planner then reports why)."""
-        refs = self._query_references(stmt)
-        if refs is None:
-            return None
-        try:
-            pins = []
-            for ref in refs:
-                m = pinner.pin(*ref).manifest
-                pins.append((*ref, m.table_uuid, m.version))
-        except Exception:  # noqa: BLE001 - the uncached path reports it
+        pins = _pinned(self._query_references(stmt), pinner)
+        if pins is None:
             return None
         lossy = _literal_if_lossy(stmt, values).spliceable
         return (stmt.sql, lossy, tuple(pins),
@@ -1419,6 +1405,27 @@ class DuckEngine:
             raise SqlError("too few parameters", statement=st._short(stmt.sql),
                            expected=stmt.param_count, got=params.num_columns)
         return [sqlplan.params_from_batch(params, r) for r in range(params.num_rows)]
+
+
+def _pinned(refs: tuple | None, pinner: sqlplan.Pinner) -> list[tuple] | None:
+    """``(name, version, as_of, table uuid, version pinned)`` per reference of ``refs``
+    (:func:`~flightsrv.engine.params.references`), pinned on ``pinner``; None when ``refs``
+    is or a reference does not pin (the uncached path reports why)."""
+    if refs is None:
+        return None
+    try:
+        pins = []
+        for ref in refs:
+            m = pinner.pin(*ref).manifest
+            pins.append((*ref, m.table_uuid, m.version))
+    except Exception:  # noqa: BLE001 - see docstring
+        return None
+    return pins
+
+
+def _read_set(pins) -> tuple:
+    """A read set (``ExecInfo.read_set``) from :func:`_pinned`'s pins."""
+    return tuple((name, uuid, version) for name, _, _, uuid, version in pins)
 
 
 def _has_ns_duration(schema: pa.Schema) -> bool:
