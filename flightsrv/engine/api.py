@@ -67,11 +67,19 @@ class Cancel:
     the engine registers callbacks that interrupt the running work (DuckDB's
     ``interrupt()``) and calls :meth:`check` between steps. Once tripped it stays tripped.
     ``reason`` is "cancelled" or "timeout".
+
+    DuckDB forgets an ``interrupt()`` that reaches a connection before its query starts
+    (the query clears the flag when it begins), so a cancel landing between the engine's
+    last :meth:`check` and DuckDB's start would be lost, and the query would run to its
+    end, past its deadline too. An interrupt registered with :meth:`interrupt_with` is
+    therefore run again by :meth:`reinterrupt` (the server's watchdog calls it every
+    0.1 s for each tripped call still running) until it is unregistered.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
+        self._interrupts: list[Callable[[], None]] = []
         self.reason: str | None = None
 
     @property
@@ -84,11 +92,8 @@ class Cancel:
                 return
             self.reason = reason
             callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - an interrupt is best effort
-                pass
+            callbacks = list(self._interrupts) + callbacks
+        _run_all(callbacks)
 
     def on_cancel(self, fn: Callable[[], None]) -> Callable[[], None]:
         """Run ``fn`` when cancelled (now, if already cancelled). Returns an unregister
@@ -96,14 +101,33 @@ class Cancel:
         with self._lock:
             if self.reason is None:
                 self._callbacks.append(fn)
-                return lambda: self._discard(fn)
+                return lambda: self._discard(self._callbacks, fn)
         fn()
         return lambda: None
 
-    def _discard(self, fn) -> None:
+    def interrupt_with(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Run ``fn`` (an idempotent interrupt) when cancelled, now if already cancelled,
+        and again at each :meth:`reinterrupt` until the returned function unregisters
+        it (when the work it interrupts has finished)."""
+        with self._lock:
+            self._interrupts.append(fn)
+            now = self.reason is not None
+        if now:
+            _run_all([fn])
+        return lambda: self._discard(self._interrupts, fn)
+
+    def reinterrupt(self) -> None:
+        """Run the registered interrupts again, if cancelled."""
+        with self._lock:
+            if self.reason is None:
+                return
+            fns = list(self._interrupts)
+        _run_all(fns)
+
+    def _discard(self, fns: list, fn) -> None:
         with self._lock:
             try:
-                self._callbacks.remove(fn)
+                fns.remove(fn)
             except ValueError:
                 pass
 
@@ -113,6 +137,14 @@ class Cancel:
             what = "timed out" if self.reason == "timeout" else "was cancelled"
             raise QueryCancelled(f"statement {what}",
                                  reason=self.reason, **context)
+
+
+def _run_all(fns: list[Callable[[], None]]) -> None:
+    for fn in fns:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - an interrupt is best effort
+            pass
 
 
 @dataclass

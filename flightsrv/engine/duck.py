@@ -643,7 +643,8 @@ class DuckEngine:
             and check_types is None else None
         cur = first.cur if first is not None else self._cursors.cursor()
         running = [cur]  # every cursor this statement holds: a cancel interrupts them all
-        unhook = ctx.cancel.on_cancel(lambda: [c.interrupt() for c in list(running)]) \
+        unhook = ctx.cancel.interrupt_with(
+            lambda: [c.interrupt() for c in list(running)]) \
             if ctx.cancel is not None else (lambda: None)
         kept = None
         text = qp.sql  # what DuckDB runs
@@ -1043,7 +1044,7 @@ class DuckEngine:
         """A fresh cursor of the warehouse database for the statement ``sql``, interrupted
         when ``ctx`` is cancelled."""
         cur = self._cursors.cursor()
-        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+        unhook = ctx.cancel.interrupt_with(cur.interrupt) if ctx.cancel is not None \
             else (lambda: None)
         try:
             ctx.session_values(cur, sql)
@@ -1081,7 +1082,7 @@ class DuckEngine:
         from flightsrv.engine.dml import CANDIDATES
 
         cur = self._sandbox.cursor()
-        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+        unhook = ctx.cancel.interrupt_with(cur.interrupt) if ctx.cancel is not None \
             else (lambda: None)
         try:
             ctx.session_values(cur, sql)

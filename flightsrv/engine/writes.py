@@ -164,7 +164,7 @@ class Writes:
         def into_temp(run) -> pa.Table:
             """``run(cursor)`` inserts into a new temporary table; its rows."""
             cur = self.engine._sandbox.cursor()
-            unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+            unhook = ctx.cancel.interrupt_with(cur.interrupt) if ctx.cancel is not None \
                 else (lambda: None)
             try:
                 ctx.session_values(cur, stmt.sql)
@@ -323,7 +323,7 @@ class Writes:
                 expr = f"CASE WHEN {expr} IS NULL THEN error('{msg}') ELSE {expr} END"
             select.append(f"{expr} AS {rels._ident(f.name)}")
         cur = self.engine._sandbox.cursor()
-        unhook = ctx.cancel.on_cancel(cur.interrupt) if ctx.cancel is not None \
+        unhook = ctx.cancel.interrupt_with(cur.interrupt) if ctx.cancel is not None \
             else (lambda: None)
         try:
             cur.register("__fsrv_insert", source)

@@ -9,7 +9,9 @@ Contract:
   call past its deadline and ``cancel("cancelled")`` on a call whose client went away or
   cancelled the RPC (``context.is_cancelled()``); the engine then interrupts DuckDB. So a
   GetFlightInfo that runs a statement is interrupted when its client gives up, and any
-  statement stops within ``poll_s`` of its deadline.
+  statement stops within ``poll_s`` of its deadline. A tripped call still running has its
+  interrupts run again at every poll (``Cancel.reinterrupt``): DuckDB forgets an interrupt
+  that reaches a connection before its query starts.
 - ``cancel_ticket(user, nonce)`` trips every running stream of that ticket owned by
   ``user`` (callers have verified the ticket's principal) and remembers the nonce, so a
   DoGet that starts later fails with CANCELLED; it returns how many calls it tripped.
@@ -114,9 +116,11 @@ class CallTracker:
         while not self._stop.wait(self._poll_s):
             now = time.monotonic()
             trip = []
+            again = []
             with self._lock:
                 for c in self._calls:
                     if c.cancel.cancelled:
+                        again.append(c)
                         continue
                     if c.deadline is not None and now >= c.deadline:
                         trip.append((c, "timeout"))
@@ -124,6 +128,8 @@ class CallTracker:
                         trip.append((c, "cancelled"))
             for c, reason in trip:  # outside the lock: callbacks interrupt DuckDB
                 c.cancel.cancel(reason)
+            for c in again:  # an interrupt that came before DuckDB's query began is lost
+                c.cancel.reinterrupt()
 
 
 def client_gone(context) -> bool:
