@@ -189,9 +189,6 @@ def cmd_serve(args) -> int:
             # the parent prints the line once every worker is up (each writes its socket's
             # ".ready" file when it serves everything, its metrics endpoint included)
             return
-        from flightsrv.server.logs import flush_logs
-
-        flush_logs()  # the JSON lines logged before "serving" come before it
         workers = f"{cfg.workers} workers; " if cfg.workers > 1 else ""
         sys.stderr.write(f"flightsrv: serving {wh.uri} on {scheme}://{args.host}:{port} "
                          f"(tables: {', '.join(tables) or '-'}; {workers}Ctrl-C stops)\n")

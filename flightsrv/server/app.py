@@ -34,11 +34,7 @@ from flightsrv.errors import ConfigurationError, FlightsrvError
 from flightsrv.server.auth import AuthConfig, static_tokens
 from flightsrv.server.config import ServerConfig, resolve_temp_dir
 from flightsrv.server.flight import FlightSqlServer, Forwarded, TlsConfig
-from flightsrv.server.logs import (  # noqa: F401
-    JsonFormatter,
-    configure_json_logging,
-    flush_logs,
-)
+from flightsrv.server.logs import JsonFormatter, configure_json_logging  # noqa: F401
 from flightsrv.server.metrics import (
     CounterCarry,
     MetricsHttpServer,
@@ -177,7 +173,6 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
         names = report_tables(engine, quiet=worker is not None and worker[1].index > 0)
 
         def started(port: int) -> None:
-            flush_logs()  # the lines logged before "serving" come before it
             if on_start is not None:
                 on_start(port, names)
                 return

@@ -4,11 +4,7 @@ Contract:
 
 - ``JsonFormatter``: ``{"ts", "level", "logger", "msg", ...fields}`` on one line;
   ``extra={"fields": {...}}`` or any other ``extra=`` keys add fields.
-- ``configure_json_logging(level)`` sends the ``flightsrv`` loggers to stderr as JSON,
-  through a ``LineWriter``: INFO and DEBUG lines are written within ``interval_s`` (50 ms)
-  by its own thread, in one call; a WARNING or worse at once, with those held before it.
-  ``flush()`` writes what is held; ``logging.shutdown`` (at exit) flushes;
-  ``flush_logs()`` before a line written to stderr directly keeps the order.
+- ``configure_json_logging(level)`` sends the ``flightsrv`` loggers to stderr as JSON.
 - ``StatementText(mode)``: how statement text appears in logs. ``full`` keeps it,
   ``redacted`` (the default) replaces every literal by ``?`` and drops comments (split by
   DuckDB's own tokenizer; text it refuses becomes ``<unparsed statement: N bytes>``), ``off``
@@ -38,12 +34,10 @@ import datetime as _dt
 import functools
 import json
 import logging
-import os
 import re
 import sys
 import threading
 import traceback
-import weakref
 from collections import OrderedDict
 
 from flightsrv.runtime import text_cache
@@ -80,8 +74,6 @@ class JsonFormatter(logging.Formatter):
                 out[k] = v
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        elif record.exc_text:  # formatted when the record was handed to a LineWriter
-            out["exc"] = record.exc_text
         return json.dumps(out, default=str)
 
     def formatException(self, ei) -> str:  # noqa: N802 - logging's name
@@ -97,118 +89,13 @@ def configure_json_logging(level: int = logging.INFO, stream=None,
     # a server logs a few lines per statement (49 -> 32 us of CPU per line, measured)
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    handler = LineWriter(stream or sys.stderr)
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter(static))
     root = logging.getLogger("flightsrv")
-    for old in root.handlers:
-        if isinstance(old, LineWriter):
-            old.close()  # writes what it holds, ends its thread
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
     return handler
-
-
-def flush_logs() -> None:
-    """Write the ``flightsrv`` log lines held so far: before writing to stderr directly (the
-    "serving" line), so a line logged before it is never read after it."""
-    for handler in logging.getLogger("flightsrv").handlers:
-        handler.flush()
-
-
-class LineWriter(logging.Handler):
-    """A handler that holds its INFO and DEBUG lines and writes them in one call every
-    ``interval_s`` from its own thread (or at once when ``max_records`` are held, a
-    WARNING or worse is logged, or on ``flush``): a logging thread (a server's RPC thread,
-    between a statement's calls) then makes no system call for a line, and never gives
-    the interpreter lock away for one. Lines are never dropped, and keep their order. The
-    message is merged with its arguments, and an exception formatted, when logged, so a
-    line says what was true then."""
-
-    def __init__(self, stream, interval_s: float = 0.05, max_records: int = 1024):
-        super().__init__()
-        self.stream = stream
-        self.interval_s = interval_s
-        self.max_records = max_records
-        self._held: list[logging.LogRecord] = []
-        self._hold = threading.Lock()  # guards _held
-        self._io = threading.Lock()  # one write at a time: lines keep their order
-        self._closed = False
-        self._start()
-        _WRITERS.add(self)
-
-    def _start(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._write_periodically,
-                                        name="flightsrv-log", daemon=True)
-        self._thread.start()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            record.msg = record.getMessage()
-            record.args = None
-            if record.exc_info:
-                record.exc_text = (self.formatter or JsonFormatter()).formatException(
-                    record.exc_info)
-                record.exc_info = None
-            with self._hold:
-                self._held.append(record)
-                now = len(self._held) >= self.max_records
-            if now or self._closed or record.levelno >= logging.WARNING:
-                self.flush()
-        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
-            self.handleError(record)
-
-    def _write_periodically(self) -> None:
-        stop = self._stop
-        while not stop.wait(self.interval_s):
-            if self._held:
-                self.flush()
-
-    def flush(self) -> None:
-        """Write every line held."""
-        with self._io:
-            with self._hold:
-                records, self._held = self._held, []
-            if not records:
-                return
-            lines = []
-            for record in records:
-                try:
-                    lines.append(self.format(record) + "\n")
-                except Exception:  # noqa: BLE001 - a bad record loses only its own line
-                    self.handleError(record)
-            try:
-                self.stream.write("".join(lines))
-                self.stream.flush()
-            except (OSError, ValueError):  # a closed or broken stream: the lines only
-                pass
-
-    def close(self) -> None:
-        self._closed = True  # from now on a line is written when logged
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(10.0)
-        self.flush()
-        super().close()
-
-    def _after_fork(self) -> None:
-        # a forked child has the held lines and locks as the fork left them, not the thread
-        self._hold = threading.Lock()
-        self._io = threading.Lock()
-        if not self._closed:
-            self._start()
-
-
-_WRITERS: weakref.WeakSet = weakref.WeakSet()
-
-
-def _writers_after_fork() -> None:
-    for writer in list(_WRITERS):
-        writer._after_fork()
-
-
-os.register_at_fork(after_in_child=_writers_after_fork)
 
 
 def _statement_cache(maxsize: int):
