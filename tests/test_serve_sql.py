@@ -83,6 +83,22 @@ def test_qualified_table_names_as_bi_tools_send_them(served, ref):
     assert run(uri, "SELECT count(*) AS n FROM q").to_pylist() == [{"n": 81}]
 
 
+def test_time_travel_as_delta_iceberg_and_trino_write_it(served):
+    """``VERSION AS OF n`` / ``FOR SYSTEM_TIME AS OF '...'`` read as ``AT (...)`` through
+    ADBC, prepared with a parameter in the same statement too."""
+    wh, _, uri = served
+    make_table(uri, "tt", 100)
+    v = wh.table("tt").head().version
+    assert run(uri, "DELETE FROM tt WHERE id >= 60") == 40
+    assert run(uri, f"SELECT count(*) AS n FROM tt VERSION AS OF {v}").to_pylist() == [
+        {"n": 100}]
+    assert run(uri, f"SELECT count(*) AS n FROM tt AS a FOR SYSTEM_VERSION AS OF {v} "
+                    f"WHERE a.id >= ?", params=(50,)).to_pylist() == [{"n": 50}]
+    assert run(uri, "SELECT count(*) AS n FROM tt FOR SYSTEM_TIME AS OF "
+                    "TIMESTAMP '2999-01-01 00:00:00'").to_pylist() == [{"n": 60}]
+    assert "VersionNotFound" in failure(uri, "SELECT * FROM tt VERSION AS OF 999")
+
+
 @pytest.mark.parametrize("ref", ["other.q", "system.main.q", "system.information_schema.tables",
                                  "flightsrv.other.q"])
 def test_other_schemas_and_catalogs_are_refused(served, ref):

@@ -102,6 +102,7 @@ from flightsrv.errors import (
     SqlError,
     TableNotFound,
 )
+from flightsrv.sql import asof
 from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
@@ -291,6 +292,7 @@ class DuckEngine:
     def prepare(self, sql: str, session: Session,
                 params: pa.RecordBatch | None = None, *,
                 cancel: Cancel | None = None) -> Prepared:
+        sql = asof.canonical(sql)  # VERSION AS OF n -> AT (VERSION => n)
         try:
             with one_statement():  # each pass over the text once, even when none is cached
                 return self._prepare(sql, session, params, cancel=cancel)
@@ -443,7 +445,7 @@ class DuckEngine:
     def knows_reads(self, sql: str) -> bool:
         """Whether the text of ``sql`` names every table it reads (a query without metadata
         functions): its runs then report their ``ExecInfo.read_set``. From caches."""
-        return self._read_refs(sql) is not None
+        return self._read_refs(asof.canonical(sql)) is not None
 
     def read_set(self, sql: str) -> tuple | None:
         """The versions the query ``sql`` would read if it ran now: ``(name, table uuid,
@@ -451,7 +453,7 @@ class DuckEngine:
         does not tell them all (not a query, metadata functions, a table that cannot be
         pinned). Equal to a run's ``ExecInfo.read_set``: that run read what a run now
         would (no table it reads changed in between)."""
-        pins = _pinned(self._read_refs(sql), self._pinner())
+        pins = _pinned(self._read_refs(asof.canonical(sql)), self._pinner())
         return None if pins is None else _read_set(pins)
 
     # -- Engine: queries ---------------------------------------------------------------------
@@ -462,6 +464,7 @@ class DuckEngine:
                       extra: dict[str, pa.Table] | None = None) -> QueryResult:
         """Run a statement that returns rows. ``extra``: relations bound by name for this
         statement only (the Python API's Arrow sources; the server never passes any)."""
+        sql = asof.canonical(sql)
         try:
             with one_statement():  # each pass over the text once, even when none is cached
                 return self._execute_query(sql, session, params, cancel=cancel, extra=extra)
@@ -1162,6 +1165,7 @@ class DuckEngine:
                        params: pa.RecordBatch | None = None, *,
                        cancel: Cancel | None = None, info: ExecInfo | None = None,
                        extra: dict[str, pa.Table] | None = None) -> int:
+        sql = asof.canonical(sql)
         try:
             with one_statement():  # each pass over the text once, even when none is cached
                 return self._execute_update(sql, session, params, cancel=cancel, info=info,
@@ -1201,6 +1205,7 @@ class DuckEngine:
         """Run one DELETE (Python API): ``mode`` overrides the session and table setting;
         a splice's count carries its report (``.result``); ``expire`` expires the versions
         that still reach the erased bytes."""
+        sql = asof.canonical(sql)
         stmt = _parse(sql)
         if not isinstance(stmt, st.Delete):
             raise SqlError("not a DELETE statement", statement=st._short(sql))
