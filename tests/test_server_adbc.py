@@ -294,3 +294,18 @@ def test_current_catalog_schema_and_session_options(server, conn):
             cur.execute("SET statement_timeout = '1min'")
         options = json.loads(raw.get_option("adbc.flight.sql.session.options"))
         assert options["statement_timeout"] == "60000"  # one session, two spellings
+        with conn.cursor() as cur:  # back to the default: RESET, SET ... = DEFAULT
+            cur.execute("SET delete_mode = 'splice'")
+            cur.execute("RESET statement_timeout")
+            options = json.loads(raw.get_option("adbc.flight.sql.session.options"))
+            assert "statement_timeout" not in options and options["delete_mode"] == "splice"
+            cur.execute("SET delete_mode TO DEFAULT")
+            cur.execute("SET statement_timeout = '2min'")
+            options = json.loads(raw.get_option("adbc.flight.sql.session.options"))
+            assert "delete_mode" not in options and options["statement_timeout"] == "120000"
+            cur.execute("SET delete_mode = 'dv'")
+            cur.execute("RESET ALL")
+            options = json.loads(raw.get_option("adbc.flight.sql.session.options"))
+            assert "delete_mode" not in options and "statement_timeout" not in options
+            with pytest.raises(adbc_driver_manager.Error, match="RESET threads"):
+                cur.execute("RESET threads")

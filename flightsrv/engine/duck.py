@@ -1225,7 +1225,13 @@ class DuckEngine:
         sql = stmt.sql
         session = ctx.session
         if isinstance(stmt, st.SetSession):
-            session.settings[stmt.name] = stmt.value
+            if stmt.value is not None:
+                session.settings[stmt.name] = stmt.value
+            elif stmt.name:  # RESET name, SET name = DEFAULT
+                session.settings.pop(stmt.name, None)
+            else:  # RESET ALL
+                for name in st.SESSION_SETTINGS:
+                    session.settings.pop(name, None)
             return 0
         if isinstance(stmt, st.Delete):
             table = self._table(stmt.table)

@@ -260,8 +260,8 @@ class Maintenance(Statement):
 
 @dataclass(frozen=True)
 class SetSession(Statement):
-    name: str = ""
-    value: str = ""
+    name: str = ""  # "" with value None: RESET ALL
+    value: str | None = ""  # None: back to the default (RESET, SET ... = DEFAULT)
 
 
 # -- errors and positions (kept importable from here) --------------------------------
@@ -669,6 +669,8 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
         return _set(sql, tree, n)
     if isinstance(tree, exp.Alter):
         return _alter(sql, tree, n)
+    if isinstance(tree, exp.Command) and str(tree.this).upper() == "RESET":
+        return _reset(sql, tree, n)
     if isinstance(tree, exp.Command):
         verb = str(tree.this).upper()
         raise error(f"{verb} statements are not allowed", sql, tree)
@@ -958,6 +960,18 @@ def _constant_sql(sql: str, node: exp.Expression, table: str, column: str) -> st
     return node.sql(DIALECT)
 
 
+def _reset(sql: str, tree: exp.Command, n: int) -> SetSession:
+    """``RESET name`` (a session setting back to its default) and ``RESET ALL``."""
+    words = str(getattr(tree.expression, "name", "") or "").split()
+    if len(words) == 1 and words[0].upper() == "ALL":
+        return SetSession(sql, tree, n, name="", value=None)
+    name = words[0].lower() if len(words) == 1 else ""
+    if name not in SESSION_SETTINGS:
+        raise error(f"engine settings cannot be changed: RESET {' '.join(words) or '?'}",
+                    sql, tree, allowed=",".join(sorted(SESSION_SETTINGS)))
+    return SetSession(sql, tree, n, name=name, value=None)
+
+
 def _set(sql: str, tree: exp.Set, n: int) -> SetSession:
     items = tree.expressions
     if tree.args.get("unset") or len(items) != 1 or not isinstance(items[0], exp.SetItem):
@@ -973,6 +987,8 @@ def _set(sql: str, tree: exp.Set, n: int) -> SetSession:
     val = eq.expression
     if not isinstance(val, (exp.Literal, exp.Column, exp.Identifier, exp.Var)):
         raise error(f"SET {name} needs a constant", sql, val)
+    if isinstance(val, exp.Var) and val.name.upper() == "DEFAULT":
+        return SetSession(sql, tree, n, name=name, value=None)
     check = SESSION_SETTINGS[name]
     try:
         value = check(val.name)
