@@ -84,6 +84,13 @@ class Writes:
             tree = self.cast_values(tree, [target.field(c) for c in resolved], defaults)
             stmt = dataclasses.replace(stmt, spliceable=False)
         reader = self.engine._run_query(stmt, tree, "insert", pinner, values, ctx)
+        if stmt.by_name:  # the query's column names, matched as DuckDB matches names
+            try:
+                resolved = self._resolve_columns(
+                    dataclasses.replace(stmt, columns=tuple(reader.schema.names)), target)
+            except BaseException:
+                reader.close()
+                raise
         if len(reader.schema) != len(resolved):
             reader.close()
             raise SqlError("INSERT has a different number of values than columns",

@@ -400,6 +400,11 @@ def query_source(stmt_text: str, stmt_tree: exp.Expression,
         return text, tokens[i + 1].start, end
     if kind == "insert":
         starts = (TokenType.SELECT, TokenType.WITH, TokenType.VALUES, TokenType.FROM)
+        if i + 1 < len(tokens) and tokens[i].text.upper() == "BY" and \
+                tokens[i + 1].text.upper() == "NAME":
+            i += 2  # INSERT INTO t BY NAME <query>
+            if i >= len(tokens):
+                return None
         if tokens[i].token_type == TokenType.L_PAREN and i + 1 < len(tokens) and \
                 tokens[i + 1].token_type not in starts:
             depth = 0

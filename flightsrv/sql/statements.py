@@ -167,6 +167,8 @@ class Insert(Statement):
     table: str = ""
     columns: tuple[str, ...] | None = None  # INSERT INTO t (a, b) ...
     source: exp.Expression | None = None  # SELECT / VALUES / set operation
+    #: INSERT INTO t BY NAME SELECT ...: the query's column names are the column list
+    by_name: bool = False
     writes = True
 
 
@@ -725,10 +727,11 @@ def _dml_target(cls, sql: str, tree: exp.Expression, n: int, what: str):
 
 
 def _insert(sql: str, tree: exp.Insert, n: int) -> Insert:
-    # only a plain INSERT INTO t [(cols)] SELECT/VALUES: every other clause sqlglot knows of
-    # (OR REPLACE / OR IGNORE, ON CONFLICT, BY NAME, OVERWRITE, RETURNING, ...) is refused
+    # only a plain INSERT INTO t [(cols)] SELECT/VALUES or INSERT INTO t BY NAME SELECT:
+    # every other clause sqlglot knows of (OR REPLACE / OR IGNORE, ON CONFLICT, OVERWRITE,
+    # RETURNING, ...) is refused
     for flag, value in tree.args.items():
-        if flag not in ("this", "expression") and value:
+        if flag not in ("this", "expression", "by_name") and value:
             what = f"OR {value}" if flag == "alternative" and isinstance(value, str) \
                 else flag.upper().replace("_", " ")
             raise error(f"INSERT with {what} is not supported", sql, tree)
@@ -740,7 +743,13 @@ def _insert(sql: str, tree: exp.Insert, n: int) -> Insert:
     source = tree.expression
     if not isinstance(source, (exp.Query, exp.Values)):
         raise error("INSERT needs a SELECT or VALUES source", sql, tree)
-    return Insert(sql, tree, n, table=name, columns=columns, source=source)
+    by_name = bool(tree.args.get("by_name"))
+    if by_name and not isinstance(source, exp.Query) or \
+            by_name and isinstance(source, exp.Subquery) and \
+            isinstance(source.unnest(), exp.Values):
+        raise error("INSERT BY NAME needs a SELECT source (its column names are the column "
+                    "list)", sql, tree)
+    return Insert(sql, tree, n, table=name, columns=columns, source=source, by_name=by_name)
 
 
 def _create(sql: str, tree: exp.Create, n: int) -> Statement:
