@@ -91,7 +91,7 @@ from flightsrv.engine.stream import (
     stream_batches,
 )
 from flightsrv.engine.writes import Writes
-from flightsrv.engine.prune import Pruner
+from flightsrv.engine.prune import ConstantCache, Pruner
 from flightsrv.engine.relations import native_failure, native_root
 from flightsrv.errors import (
     ConfigurationError,
@@ -238,6 +238,7 @@ class DuckEngine:
                                                  time_zone=time_zone))
         #: cursors kept between queries with their views over pinned data files
         self._views = ViewCursors(self._cursors)
+        self._constants = ConstantCache()  # pruning constants cast by this engine's DuckDB
         #: phase 2 of UPDATE/MERGE: a database that can open no file at all
         self._sandbox = CursorSource(open_locked(threads=threads, memory_limit=memory_limit,
                                                  temp_directory=temp_directory,
@@ -799,8 +800,8 @@ class DuckEngine:
         and a view of it may be kept across statements (:class:`ViewCursors`)."""
         slots = len(ctx.mask_slots)
         snap = scan.snapshot
-        pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest, snapshot=snap) \
-            if scan.prune else None
+        pruner = Pruner(cur, scan.prune, snap.schema, snap.manifest, snapshot=snap,
+                        constants=self._constants) if scan.prune else None
         native = self.native_root is not None and rels.is_native(snap)
         selective = self.masked_scans in ("filtered", "prefetch")
         masks = self.mask_slots is not None and data and native

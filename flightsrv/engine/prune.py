@@ -62,6 +62,7 @@ import bisect
 import itertools
 import json
 import re
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -325,6 +326,54 @@ def _typed(vals: list, t: pa.DataType, cur: pa.DataType) -> pa.Array:
     return arr if t == cur else widen(arr, cur)
 
 
+def _compares_in_python(t: pa.DataType) -> bool:
+    """Column types whose values :meth:`Pruner._run_integers` compares in Python: their
+    order there is DuckDB's for two values of the type, and a constant's cast to them does
+    not depend on the session's time zone."""
+    return (pa.types.is_timestamp(t) and t.tz is None) or pa.types.is_date(t) or \
+        pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _comparable(arr: pa.Array) -> list:
+    """Python values of ``arr`` that order as DuckDB orders the column's values: the
+    integers of dates and timestamps (a Python ``datetime`` has no infinity), ``Decimal``,
+    ``str``."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_timestamp(arr.type) or pa.types.is_date64(arr.type):
+        arr = arr.view(pa.int64())
+    elif pa.types.is_date32(arr.type):
+        arr = arr.view(pa.int32())
+    return arr.to_pylist()
+
+
+class ConstantCache:
+    """An engine's constants cast to column types (:meth:`Pruner._exact_values`), so a
+    statement repeated with the same constants (a dashboard's refresh) asks DuckDB nothing
+    while pruning. Bounded: at most ``entries`` keys, and a key of more than ``max_operands``
+    constants or ``max_chars`` of text is not kept."""
+
+    def __init__(self, entries: int = 4096, max_operands: int = 64, max_chars: int = 4096):
+        from cachetools import LRUCache
+
+        self._cache: LRUCache = LRUCache(entries)
+        self._lock = threading.Lock()
+        self.max_operands = max_operands
+        self.max_chars = max_chars
+
+    def get(self, key: tuple, compute: Callable[[], Any]):
+        operands = key[0]
+        if len(operands) > self.max_operands or sum(map(len, operands)) > self.max_chars:
+            return compute()
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+        value = compute()
+        with self._lock:
+            self._cache[key] = value
+        return value
+
+
 def _exact_class(sql_type: str, column: pa.DataType) -> bool:
     """Whether DuckDB compares a constant of ``sql_type`` with ``column`` exactly (so
     ``column = constant`` holds for exactly one column value, the cast constant)."""
@@ -357,8 +406,9 @@ class Pruner:
     since they are a function of the version's file entries alone."""
 
     def __init__(self, cursor, terms: Sequence[Any], schema: pa.Schema, manifest=None, *,
-                 snapshot=None):
+                 snapshot=None, constants: ConstantCache | None = None):
         names = {f.name for f in schema}
+        self._constants = constants
         self.terms = [t for t in terms if t.column in names]
         self.cursor = cursor
         self.schema = schema
@@ -402,28 +452,50 @@ class Pruner:
         return self._run_duckdb(n, rows, cols)
 
     def _run_integers(self, n: int, cols: dict) -> set[int] | None:
-        """:meth:`_run`'s answer without a query, or None when it needs DuckDB: when every
-        term compares an integer column with integer constants (plain literals or bound
-        ``CAST(<int> AS BIGINT)`` parameters) by ``=``, ``IN``, ``BETWEEN``, ``<``, ``<=``,
-        ``>`` or ``>=``, and the units have only min/max bounds (no partition ranges or
-        buckets), integers compare the same in Python as in DuckDB. A NULL bound keeps the
-        unit, as ``coalesce(..., TRUE)`` does; an ``IN`` list keeps a unit when one of its
-        values lies in the unit's range (DuckDB's query tests a long list by its range: a
-        superset of that). A point query then costs no statistics query (~2 ms)."""
+        """:meth:`_run`'s answer without a statistics query, or None when it needs one:
+        when every term compares a column with constants by ``=``, ``IN``, ``BETWEEN``,
+        ``<``, ``<=``, ``>`` or ``>=``, the units have only min/max bounds (no partition
+        ranges or buckets), and the constants compare with the column's values in Python as
+        in DuckDB:
+
+        - an integer column with integer constants (plain literals or bound ``CAST(<int>
+          AS BIGINT)`` parameters): integers compare the same in Python;
+        - a date, a timestamp without time zone, a decimal or a string column with
+          constants DuckDB casts to the column's own type exactly (:meth:`_exact_values`:
+          a constant of that very type, or a string DuckDB casts to it): the comparison is
+          then one of two values of the column's type, which compare as their integers
+          (dates, timestamps), as ``Decimal`` or as code points (UTF-8 bytes, as DuckDB
+          compares VARCHAR). DuckDB casts the constants, once per text for an engine
+          (``ConstantCache``).
+
+        A NULL bound keeps the unit, as ``coalesce(..., TRUE)`` does; an ``IN`` list keeps a
+        unit when one of its values lies in the unit's range (DuckDB's query tests a long
+        list by its range: a superset of that). A point query or a time range then costs no
+        statistics query (~1.5-2 ms)."""
         keep = [True] * n
         for term in self.terms:
             c = cols.get(term.column)
             if c is None:
                 continue  # no statistics for the column: every unit stays
+            t = self.schema.field(term.column).type
             if term.op not in _INTEGER_OPS or c.get("ranges") or c.get("buckets") or \
-                    term.bounds is not None or term.over is not None or \
-                    not pa.types.is_integer(self.schema.field(term.column).type):
+                    term.bounds is not None or term.over is not None:
                 return None
-            vals = [_int_operand(v, self.schema.field(term.column).type)
-                    for v in term.operands]
-            if not vals or None in vals or (term.op == "between" and len(vals) != 2):
+            if pa.types.is_integer(t):
+                vals = [_int_operand(v, t) for v in term.operands]
+                if None in vals:
+                    return None
+                mins, maxs = c["mins"].to_pylist(), c["maxs"].to_pylist()
+            elif _compares_in_python(t):
+                got = self._constants_of(term, t)
+                if got is None or got.null_count:
+                    return None
+                vals = _comparable(got)
+                mins, maxs = _comparable(c["mins"]), _comparable(c["maxs"])
+            else:
                 return None
-            mins, maxs = c["mins"].to_pylist(), c["maxs"].to_pylist()
+            if not vals or (term.op == "between" and len(vals) != 2):
+                return None
             if term.op == "in":
                 vals.sort()
             for i in range(n):
@@ -432,6 +504,14 @@ class Pruner:
                     continue
                 keep[i] = _integer_unit_may_match(term.op, vals, lo, hi)
         return {i for i in range(n) if keep[i]}
+
+    def _constants_of(self, term, t: pa.DataType) -> pa.Array | None:
+        """:meth:`_exact_values`, kept by the engine's ``ConstantCache`` (a cast of a
+        constant to a type without time zone does not depend on the session)."""
+        if self._constants is None:
+            return self._exact_values(term, t)
+        return self._constants.get((term.operands, str(t)),
+                                   lambda: self._exact_values(term, t))
 
     def _run_duckdb(self, n: int, rows: list, cols: dict) -> set[int]:
         arrays = [pa.array(range(n), pa.int64()), pa.array(rows, pa.int64())]

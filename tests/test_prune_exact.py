@@ -1,0 +1,111 @@
+"""Statistics pruning of date, timestamp, decimal and string columns without a statistics
+query (``Pruner._run_integers``): the constants are cast to the column's type by DuckDB
+(exact casts only), then compared in Python. Checked against the statistics query DuckDB
+runs for the same units and terms, on generated units and constants; constants DuckDB
+does not compare in the column's own type go to the query."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flightsrv.engine.prune import ConstantCache, Pruner
+from flightsrv.sql.plan import PruneTerm
+
+DB = duckdb.connect()
+BASE = dt.datetime(2026, 1, 1)
+
+#: name -> (type, value of k, SQL constants spelling value k)
+KINDS = {
+    "ts": (pa.timestamp("us"), lambda k: BASE + dt.timedelta(minutes=k),
+           lambda v: [f"TIMESTAMP '{v}'", f"'{v}'", f"CAST('{v}' AS TIMESTAMP)"]),
+    "ts_ms": (pa.timestamp("ms"), lambda k: BASE + dt.timedelta(seconds=k),
+              lambda v: [f"CAST('{v}' AS TIMESTAMP_MS)", f"'{v}'"]),
+    "date": (pa.date32(), lambda k: BASE.date() + dt.timedelta(days=k),
+             lambda v: [f"DATE '{v}'", f"'{v}'"]),
+    "dec": (pa.decimal128(10, 2), lambda k: decimal.Decimal(k) / 4,
+            lambda v: [str(v), f"CAST({v} AS DECIMAL(10,2))"]),
+    "str": (pa.string(), lambda k: f"k{k:03d}" if k >= 0 else f"é{-k}",
+            lambda v: ["'" + v.replace("'", "''") + "'"]),
+}
+
+
+@st.composite
+def cases(draw):
+    name = draw(st.sampled_from(sorted(KINDS)))
+    t, value, spell = KINDS[name]
+    n = draw(st.integers(1, 8))
+    mins, maxs = [], []
+    for _ in range(n):
+        if draw(st.booleans()) and draw(st.booleans()):
+            mins.append(None)
+            maxs.append(None)
+            continue
+        a, b = sorted(draw(st.lists(st.integers(-40, 40), min_size=2, max_size=2)),
+                      key=lambda k: value(k))
+        mins.append(value(a))
+        maxs.append(value(b))
+    terms = []
+    for _ in range(draw(st.integers(1, 2))):
+        op = draw(st.sampled_from(["=", "in", "between", "<", "<=", ">", ">="]))
+        k = {"=": 1, "between": 2, "in": draw(st.integers(1, 6))}.get(op, 1)
+        vals = draw(st.lists(st.integers(-50, 50), min_size=k, max_size=k))
+        ops = tuple(draw(st.sampled_from(spell(value(v)))) for v in vals)
+        terms.append(PruneTerm("c", op, ops))
+    return name, t, mins, maxs, terms
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_exact_constants_prune_as_the_statistics_query_does(case):
+    name, t, mins, maxs, terms = case
+    n = len(mins)
+    with DB.cursor() as cur:
+        pruner = Pruner(cur, terms, pa.schema([("c", t)]), constants=ConstantCache())
+        cols = {"c": {"mins": pa.array(mins, t), "maxs": pa.array(maxs, t), "nulls": [0] * n,
+                      "nans": [0] * n, "ranges": [], "buckets": []}}
+        fast = pruner._run_integers(n, cols)
+        assert fast is not None, (name, terms)
+        slow = pruner._run_duckdb(n, [10] * n, cols)
+        assert fast == slow, (name, terms, mins, maxs, fast, slow)
+        assert pruner._run_integers(n, cols) == fast  # the kept casts answer alike
+
+
+@pytest.mark.parametrize("t, operands", [
+    (pa.timestamp("us"), ("TIMESTAMPTZ '2026-01-01 00:00:00+00'",)),  # compared in TZ
+    (pa.timestamp("us"), ("DATE '2026-01-01'",)),
+    (pa.timestamp("ms"), ("TIMESTAMP '2026-01-01 00:00:00.0015'",)),  # not the own type
+    (pa.timestamp("us", tz="UTC"), ("TIMESTAMPTZ '2026-01-01 00:00:00+00'",)),  # zone
+    (pa.date32(), ("TIMESTAMP '2026-01-01 10:00:00'",)),
+    (pa.decimal128(10, 2), ("1.005",)),  # the cast rounds it
+    (pa.timestamp("us"), ("NULL",)),
+    (pa.float64(), ("1.5",)),
+])
+def test_other_constants_go_to_duckdb(t, operands):
+    with DB.cursor() as cur:
+        pruner = Pruner(cur, [PruneTerm("c", "<", operands)], pa.schema([("c", t)]))
+        vals = [None, None]
+        cols = {"c": {"mins": pa.array(vals, t), "maxs": pa.array(vals, t), "nulls": [0, 0],
+                      "nans": [0, 0], "ranges": [], "buckets": []}}
+        assert pruner._run_integers(2, cols) is None
+
+
+def test_the_constant_cache_is_bounded():
+    cache = ConstantCache(entries=2, max_operands=2)
+    calls = []
+    for k in range(5):
+        assert cache.get(((str(k),), "t"), lambda k=k: calls.append(k) or k) == k
+    assert cache.get((("4",), "t"), lambda: calls.append("again")) == 4  # kept
+    assert cache.get((("0",), "t"), lambda: calls.append("again") or 0) == 0  # evicted
+    assert calls.count("again") == 1
+    assert len(cache._cache) <= 2
+    many = tuple(str(k) for k in range(3))  # more operands than kept: computed each time
+    cache.get((many, "t"), lambda: calls.append("many"))
+    cache.get((many, "t"), lambda: calls.append("many"))
+    assert calls.count("many") == 2
