@@ -350,7 +350,7 @@ def test_no_prune_terms_through_outer_join_or_ambiguity():
     ("INSERT OR REPLACE INTO t VALUES (1)", "OR REPLACE"),
     ("INSERT OR IGNORE INTO t VALUES (1)", "OR IGNORE"),
     ("INSERT INTO t VALUES (1) ON CONFLICT DO NOTHING", "CONFLICT"),
-    ("INSERT INTO t BY NAME SELECT 1 AS a", "BY NAME"),
+    ("INSERT INTO t VALUES (1) RETURNING *", "RETURNING"),
 ])
 def test_insert_clauses_beyond_a_plain_insert_are_refused_not_ignored(sql, clause):
     """DuckDB gives these meaning (upsert, skip duplicates); run as a plain INSERT they would
@@ -359,6 +359,16 @@ def test_insert_clauses_beyond_a_plain_insert_are_refused_not_ignored(sql, claus
 
     with pytest.raises(SqlError, match=f"INSERT with {clause} is not supported"):
         parse_statement(sql)
+
+
+def test_insert_by_name_is_parsed_as_by_name_not_as_a_plain_insert():
+    """BY NAME matches the query's columns by name (tests/test_insert_by_name.py runs it);
+    read as a plain INSERT it would match them by position."""
+    from flightsrv.sql.statements import Insert, parse_statement
+
+    stmt = parse_statement("INSERT INTO t BY NAME SELECT 1 AS a")
+    assert isinstance(stmt, Insert) and stmt.by_name and stmt.columns is None
+    assert not parse_statement("INSERT INTO t SELECT 1 AS a").by_name
 
 
 @pytest.mark.parametrize("sql", ["SELECT * FROM", "SELECT 1 WHERE", "SELECT * FROM t WHERE a =",
