@@ -58,29 +58,21 @@ def _run(engine, cancel: Cancel) -> float:
     return time.monotonic() - t0
 
 
-def test_a_cancel_just_before_duckdb_starts_still_stops_the_query(engine, tracker,
-                                                                   monkeypatch):
-    call = tracker.start("alice", None)
-    _trip_before_duckdb_starts(monkeypatch, lambda: call.cancel.cancel("cancelled"))
+@pytest.mark.parametrize("timeout_s, reason", [(None, "cancelled"), (0.2, "timeout")],
+                         ids=["cancel", "deadline"])
+def test_a_cancel_or_deadline_just_before_duckdb_starts_still_stops_the_query(
+        engine, tracker, monkeypatch, timeout_s, reason):
+    call = tracker.start("alice", timeout_s)
+    # the client cancels, or the deadline passes (the watchdog trips it), while the engine
+    # is about to start the query
+    _trip_before_duckdb_starts(monkeypatch, (lambda: call.cancel.cancel("cancelled"))
+                               if timeout_s is None else (lambda: time.sleep(0.4)))
     try:
         took = _run(engine, call.cancel)
     finally:
         tracker.finish(call)
-    assert took < 10, f"ran {took:.1f} s after its cancel"
-    assert call.cancel.reason == "cancelled"
-
-
-def test_a_deadline_passing_just_before_duckdb_starts_still_stops_the_query(
-        engine, tracker, monkeypatch):
-    call = tracker.start("alice", 0.2)
-    # the deadline passes (the watchdog trips it) while the engine is about to start
-    _trip_before_duckdb_starts(monkeypatch, lambda: time.sleep(0.4))
-    try:
-        took = _run(engine, call.cancel)
-    finally:
-        tracker.finish(call)
-    assert took < 10, f"ran {took:.1f} s past its deadline"
-    assert call.cancel.reason == "timeout"
+    assert took < 10, f"ran {took:.1f} s after its {reason}"
+    assert call.cancel.reason == reason
 
 
 def test_an_unregistered_interrupt_is_not_run_again():
