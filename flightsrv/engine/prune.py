@@ -328,9 +328,16 @@ def _typed(vals: list, t: pa.DataType, cur: pa.DataType) -> pa.Array:
 
 def _compares_in_python(t: pa.DataType) -> bool:
     """Column types whose values :meth:`Pruner._run_integers` compares in Python: their
-    order there is DuckDB's for two values of the type, and a constant's cast to them does
-    not depend on the session's time zone."""
-    return (pa.types.is_timestamp(t) and t.tz is None) or pa.types.is_date(t) or \
+    order there is DuckDB's for two values of the type (a ``TIMESTAMPTZ`` is an instant:
+    its integer orders it whatever the zone). A constant's cast to a ``TIMESTAMPTZ`` reads
+    a text without an offset in the session's time zone, which is the engine's for its
+    whole life (``DuckEngine(time_zone=...)``; a session cannot SET it), so an engine may
+    keep such casts too."""
+    # a TIMESTAMP_S/_MS column is compared with a string in microseconds: DuckDB casts
+    # its values up, which fails for one beyond TIMESTAMP's range (the statement fails when
+    # it reads that row; the statistics query fails alike and prunes nothing, so the row is
+    # read). Only microsecond timestamps (TIMESTAMP, TIMESTAMPTZ) are compared here.
+    return (pa.types.is_timestamp(t) and t.unit == "us") or pa.types.is_date(t) or \
         pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
@@ -460,7 +467,8 @@ class Pruner:
 
         - an integer column with integer constants (plain literals or bound ``CAST(<int>
           AS BIGINT)`` parameters): integers compare the same in Python;
-        - a date, a timestamp without time zone, a decimal or a string column with
+        - a date, a microsecond timestamp (with or without time zone), a decimal or a
+          string column (one DuckDB compares without casting its values) with
           constants DuckDB casts to the column's own type exactly (:meth:`_exact_values`:
           a constant of that very type, or a string DuckDB casts to it): the comparison is
           then one of two values of the column's type, which compare as their integers
@@ -486,7 +494,7 @@ class Pruner:
                 if None in vals:
                     return None
                 mins, maxs = c["mins"].to_pylist(), c["maxs"].to_pylist()
-            elif _compares_in_python(t):
+            elif _compares_in_python(t) and term.rows:
                 got = self._constants_of(term, t)
                 if got is None or got.null_count:
                     return None
@@ -506,8 +514,8 @@ class Pruner:
         return {i for i in range(n) if keep[i]}
 
     def _constants_of(self, term, t: pa.DataType) -> pa.Array | None:
-        """:meth:`_exact_values`, kept by the engine's ``ConstantCache`` (a cast of a
-        constant to a type without time zone does not depend on the session)."""
+        """:meth:`_exact_values`, kept by the engine's ``ConstantCache`` (its casts depend
+        on nothing but the engine's fixed time zone)."""
         if self._constants is None:
             return self._exact_values(term, t)
         return self._constants.get((term.operands, str(t)),
