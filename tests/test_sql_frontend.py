@@ -335,6 +335,18 @@ def test_prune_terms():
     assert scans("SELECT * FROM t WHERE a = 5")["t"].prune == ()
 
 
+def test_an_or_of_one_column_spelled_with_and_without_its_table_is_one_term():
+    """``t.id = 1 OR id = 2`` lists one column when ``id`` can only be ``t``'s; columns of
+    two references, or a name another source may hold, stay apart."""
+    want = (PruneTerm("id", "in", ("1", "2")),)
+    assert scans("SELECT * FROM t WHERE t.id = 1 OR id = 2")["t"].prune == want
+    assert scans("SELECT * FROM t AS x WHERE id = 1 OR X.ID = 2")["t"].prune == want
+    assert scans("SELECT * FROM t JOIN u ON t.id = u.id WHERE t.id = 1 OR u.id = 2"
+                 )["t"].prune == ()
+    assert scans("SELECT * FROM t, (SELECT 1 AS z) s WHERE t.id = 1 OR id = 2"
+                 )["t"].prune == ()  # a derived table: unqualified names are not provably t's
+
+
 def test_no_prune_terms_through_outer_join_or_ambiguity():
     s = scans("SELECT * FROM t LEFT JOIN u ON t.id = u.id WHERE u.x IS NULL AND t.id = 1")
     assert s["t"].prune == () and s["u"].prune == ()

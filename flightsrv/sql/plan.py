@@ -846,10 +846,14 @@ def _disjuncts(cond: exp.Expression) -> list[exp.Expression]:
     return out
 
 
-def _listed_disjuncts(cond: exp.Or) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
+def _listed_disjuncts(cond: exp.Or, owner: Callable | None = None
+                      ) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
     """``c = 1 OR c = 2 OR c IN (3, 4)`` (how BI tools spell a multi-select filter) as the
     term ``c IN (1, 2, 3, 4)``: every disjunct an ``=`` or ``IN`` of the same column side,
-    so a row can match only when its value is one of the listed constants."""
+    so a row can match only when its value is one of the listed constants. ``owner(col)``:
+    the table reference a column resolves to in its SELECT (None: not provably one), so
+    ``t.c = 1 OR c = 2`` is one column when ``c`` can only be ``t``'s; without it the
+    columns must be spelled alike."""
     side, key, operands = None, None, []
     for d in _disjuncts(cond):
         hit = _term(d) if not isinstance(d, exp.Or) else None
@@ -857,7 +861,14 @@ def _listed_disjuncts(cond: exp.Or) -> tuple[exp.Expression, str, list[exp.Expre
             return None
         col = _column_side(hit[0])
         # DuckDB's identifiers are case-insensitive, quoted or not
-        k = (col.name.lower(), col.table.lower(), col.db.lower(), col.catalog.lower(),
+        if owner is not None:
+            ref = None if col.args.get("db") or col.args.get("catalog") else owner(col)
+            if ref is None:
+                return None
+            where = (ref,)
+        else:
+            where = (col.table.lower(), col.db.lower(), col.catalog.lower())
+        k = (col.name.lower(), where,
              _transform_shape(hit[0]) if hit[0] is not col else None)
         if side is None:
             side, key = hit[0], k
@@ -886,9 +897,11 @@ def _pattern_prefix(conj: exp.Expression) -> str | None:
     return text or None
 
 
-def _term(conj: exp.Expression) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
+def _term(conj: exp.Expression, owner: Callable | None = None
+          ) -> tuple[exp.Expression, str, list[exp.Expression]] | None:
     """(column side, op, constant operands) when ``conj`` has a prunable shape; the column
-    side is a column or an allowed function of one (:func:`_column_side`)."""
+    side is a column or an allowed function of one (:func:`_column_side`). ``owner``: see
+    :func:`_listed_disjuncts`."""
     for cls, op in _COMPARISONS.items():
         if isinstance(conj, cls):
             left, right = conj.this, conj.expression
@@ -898,7 +911,7 @@ def _term(conj: exp.Expression) -> tuple[exp.Expression, str, list[exp.Expressio
                 return right, _FLIPPED[op], [left]
             return None
     if isinstance(conj, exp.Or):
-        return _listed_disjuncts(conj)
+        return _listed_disjuncts(conj, owner)
     if isinstance(conj, (exp.Like, exp.Glob, exp.StartsWith)) and \
             isinstance(conj.this, exp.Column) and not conj.args.get("negate"):
         prefix = _pattern_prefix(conj)
@@ -1039,12 +1052,12 @@ def _integer_shape(t: pa.DataType) -> tuple[str, str] | None:
     return shapes.pop() if len(shapes) == 1 else None
 
 
-def _column_terms(cond: exp.Expression):
+def _column_terms(cond: exp.Expression, owner: Callable | None = None):
     """(column, op, operands, side) of each prunable conjunct of ``cond`` whose column is
     not schema- or catalog-qualified (``side``: the column, or the function of it the
-    conjunct compares)."""
+    conjunct compares). ``owner``: see :func:`_listed_disjuncts`."""
     for conj in _conjuncts(cond):
-        hit = _term(conj)
+        hit = _term(conj, owner)
         if hit is None:
             continue
         side, op, operands = hit
@@ -1060,9 +1073,12 @@ def dml_prune_terms(cond: exp.Expression | None, target: exp.Table, schema: pa.S
     reads no other relation at the top level, ``only_target``)."""
     if cond is None:
         return ()
+    def mine(col: exp.Column) -> bool:
+        return (col.table.lower() == _alias(target)) if col.table else only_target
+
     out = []
-    for col, op, operands, side in _column_terms(cond):
-        if (col.table.lower() == _alias(target)) if col.table else only_target:
+    for col, op, operands, side in _column_terms(cond, lambda c: "target" if mine(c) else None):
+        if mine(col):
             term = _make_term(col, op, operands, schema, side)
             if term is not None:
                 out.append(term)
@@ -1099,15 +1115,19 @@ def _prune_terms(tree: exp.Expression, refs: list[exp.Table],
         direct = [ref_ids[id(s)] for s in sources if id(s) in ref_ids]
         only_refs = len(direct) == len(sources)
         by_alias = {_alias(refs[i]): i for i in direct}
-        for col, op, operands, side in _column_terms(where.this):
+
+        def owner(col: exp.Column, direct=direct, only_refs=only_refs,
+                  by_alias=by_alias) -> int | None:
             if col.table:
-                ref = by_alias.get(col.table.lower())
-            elif only_refs:
+                return by_alias.get(col.table.lower())
+            if only_refs:
                 owners = [i for i in direct
                           if col.name.lower() in {n.lower() for n in schemas[i].names}]
-                ref = owners[0] if len(owners) == 1 else None
-            else:
-                ref = None
+                return owners[0] if len(owners) == 1 else None
+            return None
+
+        for col, op, operands, side in _column_terms(where.this, owner):
+            ref = owner(col)
             term = _make_term(col, op, operands, schemas[ref], side) \
                 if ref is not None else None
             if term is not None:
