@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _prune_units import unit_bounds
+
 from flightsrv.engine.prune import ConstantCache, Pruner
 from flightsrv.sql.plan import PruneTerm
 
@@ -42,17 +44,7 @@ KINDS = {
 def cases(draw):
     name = draw(st.sampled_from(sorted(KINDS)))
     t, value, spell = KINDS[name]
-    n = draw(st.integers(1, 8))
-    mins, maxs = [], []
-    for _ in range(n):
-        if draw(st.booleans()) and draw(st.booleans()):
-            mins.append(None)
-            maxs.append(None)
-            continue
-        a, b = sorted(draw(st.lists(st.integers(-40, 40), min_size=2, max_size=2)),
-                      key=lambda k: value(k))
-        mins.append(value(a))
-        maxs.append(value(b))
+    mins, maxs = unit_bounds(draw, st, -40, 40, value)
     terms = []
     for _ in range(draw(st.integers(1, 2))):
         op = draw(st.sampled_from(["=", "in", "between", "<", "<=", ">", ">="]))

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _prune_units import unit_bounds
+
 from flightsrv.engine.prune import IN_LIST_EXACT, Pruner
 from flightsrv.sql.plan import PruneTerm
 
@@ -31,16 +33,7 @@ def cases(draw):
     name = draw(st.sampled_from(sorted(TYPES)))
     t = TYPES[name]
     lo_t, hi_t = (0, 60) if name == "u16" else (-60, 60)
-    n = draw(st.integers(1, 8))
-    mins, maxs = [], []
-    for _ in range(n):
-        if draw(st.booleans()) and draw(st.booleans()):
-            mins.append(None)
-            maxs.append(None)
-            continue
-        a, b = sorted(draw(st.lists(st.integers(lo_t, hi_t), min_size=2, max_size=2)))
-        mins.append(a)
-        maxs.append(b)
+    mins, maxs = unit_bounds(draw, st, lo_t, hi_t)
     terms = []
     for _ in range(draw(st.integers(1, 2))):
         op = draw(st.sampled_from(["=", "in", "between", "<", "<=", ">", ">="]))
