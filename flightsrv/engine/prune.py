@@ -129,23 +129,24 @@ def _int_operand(text: str, column: pa.DataType | None = None) -> int | None:
     return v if _INT64[0] <= v <= _INT64[1] else None
 
 
-def _integer_unit_may_match(op: str, vals: list[int], lo: int, hi: int) -> bool:
+def _integer_unit_may_match(op: str, vals: list, lo, hi) -> bool:
     """Whether a unit whose values lie in [lo, hi] may hold a row with ``column op vals``
-    (``vals`` sorted for ``in``)."""
+    (``vals`` sorted for ``in``). A None bound is unknown: it keeps what the other bound
+    does not exclude, as ``coalesce(<bound comparisons>, TRUE)`` does in SQL."""
     if op == "=":
-        return lo <= vals[0] <= hi
+        return (lo is None or lo <= vals[0]) and (hi is None or vals[0] <= hi)
     if op == "in":
-        k = bisect.bisect_left(vals, lo)
-        return k < len(vals) and vals[k] <= hi
+        k = 0 if lo is None else bisect.bisect_left(vals, lo)
+        return k < len(vals) and (hi is None or vals[k] <= hi)
     if op == "between":
-        return hi >= vals[0] and lo <= vals[1]
+        return (hi is None or hi >= vals[0]) and (lo is None or lo <= vals[1])
     if op == "<":
-        return lo < vals[0]
+        return lo is None or lo < vals[0]
     if op == "<=":
-        return lo <= vals[0]
+        return lo is None or lo <= vals[0]
     if op == ">":
-        return hi > vals[0]
-    return hi >= vals[0]  # >=
+        return hi is None or hi > vals[0]
+    return hi is None or hi >= vals[0]  # >=
 
 
 def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = None) -> str:
@@ -461,9 +462,8 @@ class Pruner:
     def _run_integers(self, n: int, cols: dict) -> set[int] | None:
         """:meth:`_run`'s answer without a statistics query, or None when it needs one:
         when every term compares a column with constants by ``=``, ``IN``, ``BETWEEN``,
-        ``<``, ``<=``, ``>`` or ``>=``, the units have only min/max bounds (no partition
-        ranges or buckets), and the constants compare with the column's values in Python as
-        in DuckDB:
+        ``<``, ``<=``, ``>`` or ``>=`` and the constants compare with the column's values
+        in Python as in DuckDB:
 
         - an integer column with integer constants (plain literals or bound ``CAST(<int>
           AS BIGINT)`` parameters): integers compare the same in Python;
@@ -476,41 +476,55 @@ class Pruner:
           compares VARCHAR). DuckDB casts the constants, once per text for an engine
           (``ConstantCache``).
 
-        A NULL bound keeps the unit, as ``coalesce(..., TRUE)`` does; an ``IN`` list keeps a
-        unit when one of its values lies in the unit's range (DuckDB's query tests a long
-        list by its range: a superset of that). A point query or a time range then costs no
-        statistics query (~1.5-2 ms)."""
+        Each unit's min/max bounds and each of its partition ranges (a ``day(ts)``
+        partition's first and last instant) must admit a value; an ``=`` / ``IN`` term
+        also needs a unit's bucket (or, for a chunk, one of its buckets) to be one of the
+        constants' buckets, hashed by the writers' code (:meth:`_bucket_hashes`). A NULL
+        bound or bucket keeps the unit, as ``coalesce(..., TRUE)`` does; an ``IN`` list
+        keeps a unit when one of its values lies in the unit's range (DuckDB's query tests
+        a long list by its range: a superset of that). A point query, a time range or a
+        bucket lookup then costs no statistics query (~1.5-4 ms)."""
         keep = [True] * n
         for term in self.terms:
             c = cols.get(term.column)
             if c is None:
                 continue  # no statistics for the column: every unit stays
             t = self.schema.field(term.column).type
-            if term.op not in _INTEGER_OPS or c.get("ranges") or c.get("buckets") or \
-                    term.bounds is not None or term.over is not None:
+            if term.op not in _INTEGER_OPS or term.bounds is not None or term.over is not None:
                 return None
+            ranges = c.get("ranges") or ()
             if pa.types.is_integer(t):
                 vals = [_int_operand(v, t) for v in term.operands]
                 if None in vals:
                     return None
-                mins, maxs = c["mins"].to_pylist(), c["maxs"].to_pylist()
+                sets = [(c["mins"].to_pylist(), c["maxs"].to_pylist())] + \
+                    [(lo.to_pylist(), hi.to_pylist()) for lo, hi, _ in ranges]
             elif _compares_in_python(t) and term.rows:
                 got = self._constants_of(term, t)
                 if got is None or got.null_count:
                     return None
                 vals = _comparable(got)
-                mins, maxs = _comparable(c["mins"]), _comparable(c["maxs"])
+                sets = [(_comparable(c["mins"]), _comparable(c["maxs"]))] + \
+                    [(_comparable(lo), _comparable(hi)) for lo, hi, _ in ranges]
             else:
                 return None
             if not vals or (term.op == "between" and len(vals) != 2):
                 return None
             if term.op == "in":
                 vals.sort()
-            for i in range(n):
-                lo, hi = mins[i], maxs[i]
-                if not keep[i] or lo is None or hi is None:
-                    continue
-                keep[i] = _integer_unit_may_match(term.op, vals, lo, hi)
+            for mins, maxs in sets:
+                for i in range(n):
+                    if keep[i]:
+                        keep[i] = _integer_unit_may_match(term.op, vals, mins[i], maxs[i])
+            for nb, values, many in c.get("buckets") or ():
+                hashes = self._bucket_hashes(term, t, nb)
+                if hashes is None:
+                    continue  # this bucket set prunes nothing, as in the query
+                for i in range(n):
+                    b = values[i]
+                    if not keep[i] or b is None:
+                        continue
+                    keep[i] = not hashes.isdisjoint(b) if many else b in hashes
         return {i for i in range(n) if keep[i]}
 
     def _constants_of(self, term, t: pa.DataType) -> pa.Array | None:
@@ -553,8 +567,13 @@ class Pruner:
                     if hashes is None:
                         continue
                     name = f"__b{i}_{k}"
-                    listed = ", ".join(str(h) for h in sorted(hashes)) or "NULL"
-                    if many:
+                    listed = ", ".join(str(h) for h in sorted(hashes))
+                    if not listed:  # no constant the column can hold: only unknown buckets
+                        arrays.append(pa.array(values, pa.list_(pa.int32()) if many
+                                               else pa.int32()))
+                        fields.append(pa.field(name, arrays[-1].type))
+                        conds.append(f"({name} IS NULL)")
+                    elif many:
                         arrays.append(pa.array(values, pa.list_(pa.int32())))
                         fields.append(pa.field(name, pa.list_(pa.int32())))
                         conds.append(f"coalesce(list_has_any({name}, [{listed}]), TRUE)")
@@ -581,10 +600,23 @@ class Pruner:
         if term.op not in ("=", "in") or len(term.operands) > BUCKET_LIST_MAX or \
                 term.over is not None or term.bounds is not None:
             return None
-        key = (term, str(t))
+        key = (term, str(t), nb)
         if key not in self._hashes:
-            self._hashes[key] = self._exact_values(term, t)
-        xs = self._hashes[key]
+            self._hashes[key] = self._hashes_of(term, t, nb)
+        return self._hashes[key]
+
+    def _hashes_of(self, term, t: pa.DataType, nb: int) -> set[int] | None:
+        if pa.types.is_integer(t):
+            # integers compare exactly: a constant the column's type cannot hold equals
+            # none of its values (DuckDB compares in a type holding both)
+            vals = [_int_operand(v, t) for v in term.operands]
+            if None in vals:
+                xs = self._constants_of(term, t)
+            else:
+                info = np.iinfo(t.to_pandas_dtype())
+                xs = pa.array([v for v in vals if info.min <= v <= info.max], t)
+        else:
+            xs = self._constants_of(term, t)
         if xs is None:
             return None
         from flightsrv.table.partition import bucket_of
