@@ -339,15 +339,29 @@ def _compares_in_python(t: pa.DataType) -> bool:
     # it reads that row; the statistics query fails alike and prunes nothing, so the row is
     # read). Only microsecond timestamps (TIMESTAMP, TIMESTAMPTZ) are compared here.
     return (pa.types.is_timestamp(t) and t.unit == "us") or pa.types.is_date(t) or \
-        pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+        pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or \
+        pa.types.is_float32(t) or pa.types.is_float64(t)
+
+
+#: how a float orders in DuckDB: NaN above every number (+inf too) and equal to itself;
+#: -0.0 equals 0.0 (as in Python)
+_NAN_KEY = (1, 0.0)
+
+
+def _float_key(x):
+    if x is None:
+        return None
+    return _NAN_KEY if x != x else (0, x)
 
 
 def _comparable(arr: pa.Array) -> list:
     """Python values of ``arr`` that order as DuckDB orders the column's values: the
     integers of dates and timestamps (a Python ``datetime`` has no infinity), ``Decimal``,
-    ``str``."""
+    ``str``, and floats as :func:`_float_key` orders them."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if pa.types.is_floating(arr.type):
+        return [_float_key(x) for x in arr.to_pylist()]
     if pa.types.is_timestamp(arr.type) or pa.types.is_date64(arr.type):
         arr = arr.view(pa.int64())
     elif pa.types.is_date32(arr.type):
@@ -390,6 +404,11 @@ def _exact_class(sql_type: str, column: pa.DataType) -> bool:
             "UINTEGER", "UBIGINT", "UHUGEINT")
     if pa.types.is_integer(column) or pa.types.is_decimal(column):
         return st in ints or st.startswith("DECIMAL")
+    if pa.types.is_floating(column):
+        # DuckDB casts an integer, decimal or string constant to the column's float type
+        # (``CAST(16777217 AS BIGINT) = CAST(16777216 AS FLOAT)`` holds); a float of the
+        # other width is compared in DOUBLE, which is exact when its cast is
+        return st in ints or st.startswith("DECIMAL") or st in ("VARCHAR", "FLOAT", "DOUBLE")
     if pa.types.is_string(column) or pa.types.is_large_string(column) or \
             pa.types.is_string_view(column):
         return st == "VARCHAR"
@@ -467,14 +486,16 @@ class Pruner:
 
         - an integer column with integer constants (plain literals or bound ``CAST(<int>
           AS BIGINT)`` parameters): integers compare the same in Python;
-        - a date, a microsecond timestamp (with or without time zone), a decimal or a
-          string column (one DuckDB compares without casting its values) with
+        - a date, a microsecond timestamp (with or without time zone), a decimal, a
+          string or a float column (one DuckDB compares without casting its values) with
           constants DuckDB casts to the column's own type exactly (:meth:`_exact_values`:
-          a constant of that very type, or a string DuckDB casts to it): the comparison is
-          then one of two values of the column's type, which compare as their integers
-          (dates, timestamps), as ``Decimal`` or as code points (UTF-8 bytes, as DuckDB
-          compares VARCHAR). DuckDB casts the constants, once per text for an engine
-          (``ConstantCache``).
+          a constant of that very type, or a string DuckDB casts to it; for a float also
+          a number DuckDB rounds to the column's width, as its comparison does): the
+          comparison is then one of two values of the column's type, which compare as
+          their integers (dates, timestamps), as ``Decimal``, as code points (UTF-8 bytes,
+          as DuckDB compares VARCHAR) or as floats with NaN above +inf
+          (:func:`_float_key`; a unit counting a NaN reaches it). DuckDB casts the
+          constants, once per text for an engine (``ConstantCache``).
 
         Each unit's min/max bounds and each of its partition ranges (a ``day(ts)``
         partition's first and last instant) must admit a value; an ``=`` / ``IN`` term
@@ -504,7 +525,11 @@ class Pruner:
                 if got is None or got.null_count:
                     return None
                 vals = _comparable(got)
-                sets = [(_comparable(c["mins"]), _comparable(c["maxs"]))] + \
+                maxs = _comparable(c["maxs"])
+                if pa.types.is_floating(t):  # a unit holding a NaN reaches above +inf
+                    nans = c["nans"]
+                    maxs = [_NAN_KEY if nans[i] != 0 else x for i, x in enumerate(maxs)]
+                sets = [(_comparable(c["mins"]), maxs)] + \
                     [(_comparable(lo), _comparable(hi)) for lo, hi, _ in ranges]
             else:
                 return None
