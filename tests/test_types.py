@@ -17,6 +17,7 @@ import pytest
 
 from flightsrv.errors import ConfigurationError, SchemaMismatch, SqlError
 from flightsrv.table import types as rules
+from flightsrv.table.schema import duckdb_storable
 from flightsrv.table.table import parse_timestamp_ms
 from flightsrv.warehouse import Warehouse
 
@@ -119,11 +120,14 @@ def test_type_matrix_python_api(tmp_path):
     types = list(VALUES)
     allowed = {(tt, it) for tt in types for it in types if rules.refusal(tt, it) is None}
     assert allowed == EXPECTED | {(t, t) for t in types}
-    for n, tt in enumerate(types):
-        table = wh.create_table(f"t{n}", pa.schema([("c", tt)]))
+    for n, declared in enumerate(types):
+        table = wh.create_table(f"t{n}", pa.schema([("c", declared)]))
+        # a type DuckDB has none for is stored as the one it reads (float16 as float32)
+        tt = duckdb_storable(declared)
+        assert table.schema.field("c").type == tt
         for it in types:
             data = pa.table({"c": _column(it)})
-            if (tt, it) not in allowed:
+            if rules.refusal(tt, it) is not None:
                 with pytest.raises(SchemaMismatch) as e:
                     table.append(data)
                 msg = str(e.value)

@@ -215,7 +215,7 @@ def _column_facts(table, con) -> tuple[pa.Schema, list[str], dict[str, str]]:
     defaults = write_defaults(head.schema, schema)
     # DuckDB names the types (those of the table's Arrow schema as DuckDB reads it) and
     # spells the defaults (a literal DuckDB casts to the column type)
-    types = [str(t) for t in con.from_arrow(schema.empty_table()).dtypes]
+    types = [str(t) for t in con.from_arrow(_duckdb_shape(schema).empty_table()).dtypes]
     spelled = {}
     for name, value in defaults.items():
         if isinstance(value, bool):
@@ -226,6 +226,15 @@ def _column_facts(table, con) -> tuple[pa.Schema, list[str], dict[str, str]]:
             text = con.execute("SELECT CAST($1 AS VARCHAR)", [value]).fetchone()[0]
             spelled[name] = "'" + text.replace("'", "''") + "'"
     return schema, types, spelled
+
+
+def _duckdb_shape(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as DuckDB reads the table's files: a table written before its types were
+    widened at creation (a ``float16`` or ``decimal256`` column, which DuckDB cannot scan
+    from Arrow) is described, and listed in ``information_schema``, as DuckDB reads it."""
+    from flightsrv.table.schema import duckdb_storable
+
+    return pa.schema([f.with_type(duckdb_storable(f.type)) for f in schema])
 
 
 def _columns_table(table) -> pa.Table:
@@ -279,7 +288,7 @@ def _information_view(key) -> pa.Table:
             schema = pa.ipc.read_schema(pa.py_buffer(serialized))
             spelled = dict(defaults)
             target = ".".join(quote_ident(n) for n in (catalog, schema_name, name))
-            con.register("src", schema.empty_table())
+            con.register("src", _duckdb_shape(schema).empty_table())
             con.execute(f"CREATE TABLE {target} AS FROM src")
             con.unregister("src")
             for f in schema:

@@ -197,8 +197,44 @@ def _wide_decimal(t: pa.DataType) -> pa.DataType | None:
 
 
 def normalize_schema(s: pa.Schema) -> pa.Schema:
-    """The schema a table stores: dictionary types decoded, schema metadata dropped."""
-    return schema_from_json(schema_to_json(s.remove_metadata()))
+    """The schema a table stores: dictionary types decoded, schema metadata dropped, and
+    each type DuckDB has no exact counterpart for widened to one it reads and writes back
+    (:func:`duckdb_storable`)."""
+    s = schema_from_json(schema_to_json(s.remove_metadata()))
+    return pa.schema([f.with_type(duckdb_storable(f.type)) for f in s])
+
+
+def duckdb_storable(t: pa.DataType) -> pa.DataType:
+    """``t`` with each Arrow type DuckDB has no type for replaced by the one DuckDB reads
+    its values as, which holds every value exactly: ``float16`` -> ``float32``,
+    ``decimal256(p, s)`` -> ``decimal128(p, s)`` (p <= 38), ``time32`` -> ``time64[us]``, a
+    seconds or milliseconds timestamp with a time zone -> microseconds (DuckDB's
+    TIMESTAMPTZ), nested ones too. A table of the narrower type could be read but not
+    written by SQL (DuckDB's values are of the wider type) and, for the first two, not
+    scanned by DuckDB from Arrow at all (deleted rows, an empty table,
+    ``information_schema``). ``fixed_size_binary[n]`` stays (Iceberg's ``fixed[n]``): SQL
+    cannot write it, DuckDB's BLOB has no width."""
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_decimal(t) and t.bit_width == 256 and t.precision <= 38:
+        return pa.decimal128(t.precision, t.scale)
+    if pa.types.is_time32(t):
+        return pa.time64("us")
+    if pa.types.is_timestamp(t) and t.tz is not None and t.unit in ("s", "ms"):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(duckdb_storable(t.field(i).type))
+                          for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(duckdb_storable(t.key_type)),
+                       t.item_field.with_type(duckdb_storable(t.item_type)), t.keys_sorted)
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(duckdb_storable(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(duckdb_storable(t.value_type)), t.list_size)
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(duckdb_storable(t.value_type)))
+    return t
 
 
 # -- statistics values -------------------------------------------------------------
