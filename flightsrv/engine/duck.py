@@ -1252,6 +1252,10 @@ class DuckEngine:
         if isinstance(stmt, st.CreateTableAs):
             return self._writes.ctas(stmt, tree, values, ctx)
         if isinstance(stmt, st.DropTable):
+            if not binder.is_table_name(stmt.table.lower()):  # no table can have that name
+                if stmt.if_exists:
+                    return 0
+                raise TableNotFound("no such table", table=stmt.table)
             try:
                 self.warehouse.drop_table(stmt.table)
             except TableNotFound:

@@ -14,6 +14,11 @@ is recognised only right after a name (the table's, or its alias) and with a lit
 ``AS OF`` with anything else after it (an expression) is left for DuckDB to refuse.
 Strings, quoted names and comments are never looked into (DuckDB's own tokens). Text
 without ``AS OF`` is returned at once.
+
+It also spells DuckDB's ``TABLE t`` query (a statement, subquery, CTE body or set
+operation operand) ``SELECT * FROM t``, its meaning in DuckDB: the table reference is then
+one the engine pins and rewrites like any other; and it leaves out an INSERT's ``BY
+POSITION`` (DuckDB's default order).
 """
 
 from __future__ import annotations
@@ -36,10 +41,44 @@ _NAME_END = {TokenType.VAR, TokenType.IDENTIFIER}
 
 
 def canonical(text: str) -> str:
-    """``text`` with Delta/Iceberg/Spark/Trino time travel spelled ``AT (...)``."""
-    if not _AS_OF.search(text):
+    """``text`` with Delta/Iceberg/Spark/Trino time travel spelled ``AT (...)`` and the
+    ``TABLE t`` query spelled ``SELECT * FROM t``."""
+    if not _AS_OF.search(text) and not _TABLE.search(text) and not _BY_POSITION.search(text):
         return text
     return _canonical(text)
+
+
+_TABLE = re.compile(r"\bTABLE\b", re.IGNORECASE)
+_BY_POSITION = re.compile(r"\bBY\s+POSITION\b", re.IGNORECASE)
+
+
+def _by_position(tokens: list, i: int):
+    """(start, end, replacement, next token) of ``BY POSITION`` at token ``i`` right after
+    an INSERT's target (its name or column list): DuckDB's default order, so it is left
+    out (sqlglot reads ``BY NAME`` only); else None."""
+    if i < 3 or i + 2 >= len(tokens) or tokens[0].token_type != TokenType.INSERT or \
+            tokens[i].text.upper() != "BY" or tokens[i + 1].text.upper() != "POSITION" or \
+            tokens[i - 1].token_type not in _NAME_END | {TokenType.R_PAREN}:
+        return None
+    return tokens[i].start, tokens[i + 1].end + 1, "", i + 2
+
+#: tokens a ``TABLE t`` query may follow: the statement's start, a parenthesis (a
+#: subquery, a CTE's body, or the main query after the CTEs), ``AS`` (``CREATE TABLE x AS
+#: TABLE t``), a set operation
+_QUERY_BEFORE = {TokenType.L_PAREN, TokenType.R_PAREN, TokenType.ALIAS, TokenType.UNION,
+                 TokenType.EXCEPT, TokenType.INTERSECT, TokenType.ALL, TokenType.DISTINCT}
+
+
+def _table_query(tokens: list, i: int):
+    """(start, end, replacement, next token) of ``TABLE`` at token ``i`` when it starts
+    DuckDB's (and PostgreSQL's) ``TABLE t`` query, which is ``SELECT * FROM t``; else None.
+    ``CREATE TABLE``, ``DROP TABLE``, ``SUMMARIZE TABLE`` etc. follow other words."""
+    tok = tokens[i]
+    if tok.token_type != TokenType.TABLE or i + 1 >= len(tokens) or \
+            tokens[i + 1].token_type not in _NAME_END or \
+            (i > 0 and tokens[i - 1].token_type not in _QUERY_BEFORE):
+        return None
+    return tok.start, tok.end + 1, "SELECT * FROM", i + 1
 
 
 @text_cache(maxsize=1024)
@@ -51,6 +90,11 @@ def _canonical(text: str) -> str:
     edits = []
     i = 0
     while i < len(tokens):
+        table = _table_query(tokens, i) or _by_position(tokens, i)
+        if table is not None:
+            start, end, repl, i = table
+            edits.append((start, end, repl))
+            continue
         found = _clause(text, tokens, i)
         if found is None:
             i += 1

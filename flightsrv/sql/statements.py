@@ -462,6 +462,9 @@ def _targets(stmt: Statement) -> tuple[exp.Table, ...]:
     tree = stmt.tree
     if isinstance(stmt, (Query, SetSession, Maintenance, AlterTable)):
         return ()
+    if isinstance(tree, exp.Drop):
+        return tuple(t for t in tree.args.get("tables") or [tree.this]
+                     if isinstance(t, exp.Table))
     target = tree.this
     if isinstance(target, exp.Schema):
         target = target.this
