@@ -209,6 +209,20 @@ def test_serve_refuses_half_tls_config(tmp_path):
     assert "--tls-key" in proc.stderr
 
 
+def test_serve_refuses_a_temp_dir_inside_the_warehouse_before_reading_it(tmp_path):
+    """A bad --temp-dir is a bad option (exit 2, as CLI.md says: nothing read or written),
+    refused before the warehouse is opened (it was exit 1 after the demo check had read it:
+    found in session 28)."""
+    wh = tmp_path / "wh"
+    proc = subprocess.run([sys.executable, "-m", "flightsrv.cli", "--warehouse", str(wh),
+                           "serve", "--port", "0", "--temp-dir", str(wh / "spill")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "--temp-dir must be outside the warehouse" in proc.stderr
+    assert "demo" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not wh.exists()
+
+
 def test_serve_time_zone_pins_what_timestamptz_statements_answer(tmp_path):
     """``serve --time-zone``: every statement (on every worker) runs in that zone whatever
     the host's ``TZ``; an unknown zone is refused before anything is created."""

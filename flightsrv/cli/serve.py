@@ -181,6 +181,14 @@ def cmd_serve(args) -> int:
         # line; --log-level debug (or setting GRPC_VERBOSITY yourself) keeps them
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     wh = open_warehouse(args, must_exist=False)
+    if cfg.temp_dir is not None:  # a bad value: exit 2 before anything is read or written
+        from flightsrv.engine.relations import native_root
+        from flightsrv.server.config import check_temp_dir
+
+        try:
+            check_temp_dir(os.path.abspath(cfg.temp_dir), native_root(wh))
+        except ConfigurationError as exc:
+            raise UsageError(str(exc)) from None
     wh.is_initialized()  # a file where the warehouse should be fails here, in one line
     scheme = "grpc+tls" if args.tls_cert else "grpc"
 
