@@ -433,6 +433,31 @@ def test_dates_python_cannot_hold_print_in_every_format(tmp_path, fmt):
         assert rows[3]["tz"] == "-infinity" and rows[2]["d"] == "2024-02-29"
 
 
+@pytest.mark.parametrize("fmt", ["table", "jsonl"])
+def test_dates_python_cannot_hold_inside_nested_values_print(tmp_path, fmt):
+    """A list or struct holding such a date (``[DATE 'infinity']``) failed every format with
+    an internal ``OverflowError`` naming nothing (found in session 28); DuckDB's ``to_json``
+    spells the whole value now, and the JSON lines append back into a DATE[] column."""
+    wh = str(tmp_path / "wh")
+    run("--warehouse", wh, "table", "create", "t", "--schema", "id:int64")
+    sql = ("SELECT 1 AS id, [DATE 'infinity', DATE '2020-01-02'] AS l, "
+           "{'a': TIMESTAMP '-infinity', 'b': DATE '0044-03-15 (BC)'} AS s")
+    proc = run("--warehouse", wh, "sql", sql, "--format", fmt)
+    assert proc.returncode == 0, proc.stderr
+    for spelled in ('"infinity"', '"2020-01-02"', '"-infinity"', '"0044-03-15 (BC)"'):
+        assert spelled in proc.stdout, (spelled, proc.stdout)
+    if fmt == "jsonl":
+        row = json.loads(proc.stdout)
+        assert row["l"] == ["infinity", "2020-01-02"]
+        (tmp_path / "rows.jsonl").write_text(json.dumps({"id": 1, "l": row["l"]}) + "\n")
+        run("--warehouse", wh, "sql", "CREATE TABLE d (id BIGINT, l DATE[])")
+        proc = run("--warehouse", wh, "table", "append", "d", tmp_path / "rows.jsonl")
+        assert proc.returncode == 0, proc.stderr
+        proc = run("--warehouse", wh, "sql", "SELECT l = [DATE 'infinity', DATE '2020-01-02'] "
+                   "AS same FROM d", "--format", "csv")
+        assert proc.stdout.splitlines()[1:] == ["true"], proc.stdout
+
+
 def test_jsonl_scan_then_append_keeps_nested_columns(tmp_path):
     """Maps are written as JSON objects (keys as text, as DuckDB's ``to_json`` writes them)
     and append back into MAP columns, whatever the key type; structs and lists too. A map

@@ -191,15 +191,47 @@ class _DuckSpelling:
                     out[i] = spelled
         return out
 
+    def nested(self, batch: pa.RecordBatch) -> dict[int, list]:
+        """For each list, struct or map column of ``batch`` holding such a value at any
+        depth: its values as DuckDB's ``to_json`` reads them (a date or timestamp as its
+        text, ``"infinity"``), parsed, for every row (``[DATE 'infinity']`` is
+        ``["infinity"]``)."""
+        import duckdb
+
+        out = {}
+        for i, f in enumerate(batch.schema):
+            col = batch.column(i)
+            if not _nested_temporal(f.type) or col.null_count == len(col):
+                continue
+            try:
+                col.to_pylist(maps_as_pydicts="strict")
+                continue
+            except (OverflowError, ValueError):
+                pass
+            if self._con is None:
+                self._con = duckdb.connect(":memory:")
+            self._con.register("_spell", pa.table({"i": pa.array(range(len(col)), pa.int64()),
+                                                   "v": col}))
+            try:
+                got = self._con.sql("SELECT CAST(to_json(v) AS VARCHAR) FROM _spell "
+                                    "ORDER BY i").fetchall()
+            finally:
+                self._con.unregister("_spell")
+            out[i] = [None if t is None else json.loads(t) for (t,) in got]
+        return out
+
     def rows(self, batch: pa.RecordBatch) -> list[dict]:
         """``batch.to_pylist()``, with DuckDB's text for the values Python cannot hold."""
         spelled = self.columns(batch)
-        if not spelled:
+        nested = self.nested(batch)
+        if not spelled and not nested:
             return batch.to_pylist(maps_as_pydicts="strict")
         cols = []
         for i, col in enumerate(batch.columns):
             s = spelled.get(i)
-            if s is None:
+            if i in nested:
+                cols.append(nested[i])
+            elif s is None:
                 cols.append(col.to_pylist(maps_as_pydicts="strict"))
             else:
                 cols.append([v if t is None else t for v, t in
@@ -230,6 +262,18 @@ class _DuckSpelling:
         finally:
             con.unregister("_spell")
         return got.column(0).combine_chunks()
+
+
+def _nested_temporal(t: pa.DataType) -> bool:
+    """A list, struct or map type holding a date, timestamp or time at any depth."""
+    if pa.types.is_struct(t):
+        return any(is_temporal(t.field(i).type) or _nested_temporal(t.field(i).type)
+                   for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return any(is_temporal(x) or _nested_temporal(x) for x in (t.key_type, t.item_type))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return is_temporal(t.value_type) or _nested_temporal(t.value_type)
+    return False
 
 
 def _without(col: pa.Array, spelled: pa.Array) -> pa.Array:
