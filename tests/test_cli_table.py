@@ -433,6 +433,35 @@ def test_dates_python_cannot_hold_print_in_every_format(tmp_path, fmt):
         assert rows[3]["tz"] == "-infinity" and rows[2]["d"] == "2024-02-29"
 
 
+def test_jsonl_numbers_load_only_when_exact(tmp_path):
+    """JSON lines into integer and decimal columns: a value DuckDB's cast would round
+    (``9.999`` into decimal(12,2), ``1.7`` into int8) or reinterpret (``true``) fails naming
+    the file, column, row and value, as the CSV reader refuses it, and nothing commits;
+    exact spellings load (found in session 28: JSONL stored 10.00 and 2 silently)."""
+    wh = str(tmp_path / "wh")
+    run("--warehouse", wh, "table", "create", "d", "--schema",
+        "id:int64,amt:decimal(12,2),i8:int8")
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text('{"id": 1, "amt": "9.99", "i8": 1}\n{"id": 2, "amt": 1.5, "i8": 2.0}\n'
+                  '{"id": 3, "amt": "1e1", "i8": null}\n{"id": 4, "amt": null, "i8": -7}\n')
+    proc = run("--warehouse", wh, "table", "append", "d", ok)
+    assert proc.returncode == 0, proc.stderr
+    for n, (amt, i8, column, value) in enumerate([
+            ('"9.999"', "1", "amt", "9.999"), ("9.999", "1", "amt", "9.999"),
+            ("1", "1.7", "i8", "1.7"), ("1", "true", "i8", "true")]):
+        bad = tmp_path / f"bad{n}.jsonl"
+        bad.write_text(f'{{"id": 5, "amt": 1, "i8": 1}}\n{{"id": 6, "amt": {amt}, "i8": {i8}}}\n')
+        proc = run("--warehouse", wh, "table", "append", "d", bad)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        line = proc.stderr.splitlines()[-1]  # after the progress line
+        for needle in ("flightsrv: error: ", "does not convert exactly", f"column={column}",
+                       "row=2", f"value={value}", f"file={bad}"):
+            assert needle in line, (needle, line)
+    proc = run("--warehouse", wh, "sql", "SELECT id, amt, i8 FROM d ORDER BY id",
+               "--format", "csv")
+    assert proc.stdout.splitlines()[1:] == ["1,9.99,1", "2,1.50,2", "3,10.00,", "4,,-7"]
+
+
 @pytest.mark.parametrize("fmt", ["table", "jsonl"])
 def test_dates_python_cannot_hold_inside_nested_values_print(tmp_path, fmt):
     """A list or struct holding such a date (``[DATE 'infinity']``) failed every format with

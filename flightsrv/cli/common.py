@@ -208,15 +208,24 @@ def _read_json(path: str, schema):
     duck = _duck_types(con, fields)
     columns = {f.name: "VARCHAR" if _is_binary(f.type) else duck[f.name] for f in fields}
     columns.update({k: "JSON" for k in sorted(keys - set(columns))})
+    # an integer or decimal column is read as JSON, cast as read_json would, and its JSON
+    # text kept to check the cast changed no value (DuckDB rounds 9.999 into DECIMAL(12,2)
+    # and 1.7 into an integer; the CSV reader refuses them)
+    exact = [f.name for f in fields if pa.types.is_integer(f.type) or pa.types.is_decimal(f.type)]
+    select = [f"CAST({_q(n)} AS {columns[n]}) AS {_q(n)}" if n in exact else _q(n)
+              for n in columns]
+    select += [f"json_extract_string({_q(n)}, '$')" for n in exact]
+    read = {n: "JSON" if n in exact else t for n, t in columns.items()}
     try:
-        reader = con.sql("SELECT * FROM read_json($path, format='newline_delimited', "
-                         "columns=$columns)",
-                         params={"path": path, "columns": columns}).to_arrow_reader()
+        reader = con.sql(f"SELECT {', '.join(select)} FROM read_json($path, "
+                         "format='newline_delimited', columns=$columns)",
+                         params={"path": path, "columns": read}).to_arrow_reader()
     except duckdb.Error as exc:
         con.close()
         raise _json_error(path, fields, exc) from None
     wanted = {f.name: f.type for f in fields}
     out_schema = pa.schema([(n, wanted.get(n, pa.string())) for n in columns])
+    names = list(columns)
 
     def batches():
         done = 0
@@ -228,8 +237,12 @@ def _read_json(path: str, schema):
                     return
                 except (duckdb.Error, pa.ArrowException, OSError) as exc:
                     raise _json_error(path, fields, exc) from None
+                texts = batch.columns[len(names):]
+                for name, text in zip(exact, texts, strict=True):
+                    _check_exact(batch.column(names.index(name)), text, path=path,
+                                 column=name, type_name=columns[name], first_row=done + 1)
                 cols = []
-                for name, col in zip(batch.schema.names, batch.columns, strict=True):
+                for name, col in zip(names, batch.columns[:len(names)], strict=True):
                     typ = wanted.get(name, pa.string())
                     if _is_binary(typ):
                         col = _decode_binary(col, typ, "base64", path=path, column=name,
@@ -241,6 +254,35 @@ def _read_json(path: str, schema):
             con.close()
 
     return pa.RecordBatchReader.from_batches(out_schema, batches())
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _check_exact(values, texts, *, path: str, column: str, type_name: str,
+                 first_row: int) -> None:
+    """Raise ConfigurationError naming the first row whose number DuckDB's cast changed
+    (``texts``: the JSON values as text; only those not written as a plain integer can
+    change)."""
+    import decimal
+
+    import pyarrow.compute as pc
+
+    plain = pc.match_substring_regex(texts, r"^-?[0-9]+$")
+    suspect = pc.and_(pc.invert(pc.fill_null(plain, True)), pc.is_valid(values))
+    for i in pc.indices_nonzero(suspect).to_pylist():
+        text = texts[i].as_py()
+        value = values[i].as_py()
+        try:
+            same = decimal.Decimal(text.strip()) == decimal.Decimal(value)
+        except (decimal.InvalidOperation, ValueError, TypeError):
+            same = False
+        if not same:
+            raise ConfigurationError(
+                f"cannot read json file: a value does not convert exactly to {type_name} "
+                "(it would be rounded or reinterpreted)", file=path, column=column,
+                row=first_row + i, value=text)
 
 
 def _nested_binary(t) -> bool:
