@@ -393,6 +393,7 @@ def test_the_shell_speaks_psql_and_duckdb(warehouse, tmp_path, monkeypatch, caps
     args = parse_args(["sql", "--warehouse", warehouse])
     with create_pipe_input() as inp:
         inp.send_text("\\x\nSELECT id, name FROM items WHERE id = 1;\n\\x\n"
+                      ".maxrows 2\nSELECT * FROM range(5);\n.maxrows 0\n.help\n"
                       ".mode csv\nSELECT 1 AS one;\n.mode table\n"
                       "\\timing\nSELECT 2 AS two;\n.timer off\nSELECT 3 AS three;\n"
                       "\\q\nSELECT 'never' AS after_quit;\n")
@@ -400,6 +401,10 @@ def test_the_shell_speaks_psql_and_duckdb(warehouse, tmp_path, monkeypatch, caps
     out, err = capsys.readouterr()
     assert "-[ RECORD 1 ]-\nid   | 1\nname | ann\n(1 row)\n" in out
     assert '"one"\n1\n' in out and "two\n---\n  2\n(1 row)" in out and "three" in out
+    # a cut table names the shell's commands, not the command line's flags (session 28)
+    assert "(2 rows shown; more rows were not read: use .maxrows 0 for all, or .mode csv)" \
+        in out
+    assert "table | line | csv | json | jsonl" in err
     assert "never" not in out
     assert err.count("Run Time: ") == 1 and "Timing is on." in err
     assert "Expanded display is on." in err and "Expanded display is off." in err

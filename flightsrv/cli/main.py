@@ -257,7 +257,10 @@ def _run(argv: list[str] | None) -> int:
             return EXIT_INTERRUPTED
         _suggest_table(exc, locals().get("args"))
         try:
-            sys.stderr.write(f"flightsrv: error: {error_text(exc)}\n")
+            text = error_text(exc)
+            if debug:  # the traceback is above
+                text = text.replace(" (run with --debug for the traceback)", "")
+            sys.stderr.write(f"flightsrv: error: {text}\n")
         except BrokenPipeError:
             pass
         return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED

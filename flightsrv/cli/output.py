@@ -101,7 +101,8 @@ def write_result(reader: pa.RecordBatchReader, args) -> int:
         if fmt in ("table", "line"):
             return _write_table(reader, out, getattr(args, "max_rows", DEFAULT_MAX_ROWS),
                                 vertical=fmt == "line",
-                                max_width=getattr(args, "max_width", None))
+                                max_width=getattr(args, "max_width", None),
+                                hint=getattr(args, "more_hint", None) or MORE_HINT)
         if fmt == "csv":
             return _write_csv(reader, out)
         if fmt == "jsonl":
@@ -301,8 +302,12 @@ def _cell(v) -> str:
     return s if len(s) <= _MAX_CELL else s[:_MAX_CELL - 1] + "…"
 
 
+#: what a cut table's footer suggests (the shell names its own commands)
+MORE_HINT = "--max-rows 0 for all, or --format csv"
+
+
 def _write_table(reader: pa.RecordBatchReader, out, max_rows: int, *, vertical: bool = False,
-                 max_width: int | None = None) -> int:
+                 max_width: int | None = None, hint: str = MORE_HINT) -> int:
     names = reader.schema.names
     numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
                or pa.types.is_decimal(f.type) for f in reader.schema]
@@ -327,7 +332,7 @@ def _write_table(reader: pa.RecordBatchReader, out, max_rows: int, *, vertical: 
               for i, n in enumerate(names)]
     if vertical or (max_width and rows and sum(widths) + 2 * (len(widths) - 1) > max_width):
         _write_vertical(names, rows, out)
-        return _write_footer(out, len(rows), more)
+        return _write_footer(out, len(rows), more, hint)
 
     def line(cells):
         return "  ".join(c.rjust(w) if num else c.ljust(w)
@@ -337,7 +342,7 @@ def _write_table(reader: pa.RecordBatchReader, out, max_rows: int, *, vertical: 
     out.write(("  ".join("-" * w for w in widths) + "\n").encode(enc))
     for r in rows:
         out.write(line(r).encode(enc))
-    return _write_footer(out, len(rows), more)
+    return _write_footer(out, len(rows), more, hint)
 
 
 def _write_vertical(names: list[str], rows: list[list[str]], out) -> None:
@@ -348,10 +353,9 @@ def _write_vertical(names: list[str], rows: list[list[str]], out) -> None:
             out.write(f"{n.ljust(width)} | {c}\n".encode())
 
 
-def _write_footer(out, n: int, more: bool) -> int:
+def _write_footer(out, n: int, more: bool, hint: str = MORE_HINT) -> int:
     if more:
-        out.write(f"({n} rows shown; more rows were not read: use --max-rows 0 for all, "
-                  f"or --format csv)\n".encode())
+        out.write(f"({n} rows shown; more rows were not read: use {hint})\n".encode())
     else:
         out.write(f"({n} row{'' if n == 1 else 's'})\n".encode())
     return n

@@ -450,7 +450,7 @@ SHELL_HELP = """\
 Statements end with ';' and may span lines; Tab completes keywords, tables and columns.
 Commands (psql's spelling in brackets):
   .tables             list the tables                                      [\\dt]
-  .mode MODE          table | line | csv | jsonl (now: {fmt}); also .format  [\\x: line]
+  .mode MODE          table | line | csv | json | jsonl (now: {fmt}); also .format [\\x: line]
   .wide auto|off      a table wider than the terminal is shown as lines (now: {wide})
   .maxrows N          rows shown by table/line, 0 for all (now: {maxrows})
   .timer on|off       print each statement's run time (now: {timer})        [\\timing]
@@ -545,6 +545,8 @@ def shell(args, *, input=None, output_stream=None) -> int:  # noqa: A002 (prompt
     from prompt_toolkit.history import FileHistory, InMemoryHistory
     from prompt_toolkit.key_binding import KeyBindings
 
+    # the footer of a cut table names the shell's own commands
+    args.more_hint = ".maxrows 0 for all, or .mode csv"
     history_path = os.path.expanduser(os.environ.get("FLIGHTSRV_HISTORY", HISTORY_FILE))
     try:
         history = FileHistory(history_path)

@@ -527,6 +527,7 @@ def cmd_describe(args) -> int:
     for c in info["columns"]:
         print(f"  {c['name']:<{w}}  {c['type']}{'' if c['nullable'] else ' NOT NULL'}")
     print("\nproperties (set; defaults of the others in parentheses):")
+    pw = max([29] + [len(p["name"]) for p in info["properties"]])
     for p in info["properties"]:
         prop = P.PROPERTIES.get(p["name"])
         if p["value"] is None:
@@ -535,7 +536,7 @@ def cmd_describe(args) -> int:
             shown = f"{p['value']} ({P.format_size(int(p['value']))})"
         else:
             shown = p["value"]
-        print(f"  {p['name']:<29} {shown}")
+        print(f"  {p['name']:<{pw}} {shown}")
     return 0
 
 
