@@ -82,7 +82,7 @@ FILE_PREFILTER = 64
 #: the decoded statistics of at most this many files are kept with their snapshot per
 #: statistics query (a point query's candidate files; more are decoded each time)
 KEPT_FILE_STATS = 1024
-#: IN lists longer than this are not hashed into buckets (each constant is one cast query)
+#: IN lists longer than this are not hashed into buckets (DuckDB casts each constant first)
 BUCKET_LIST_MAX = 256
 _NAN = float("nan")
 _counter = itertools.count()
