@@ -697,6 +697,9 @@ class DuckEngine:
                 ctx.check(sql)
                 raise (scan_failure(ctx.failures) or native_failure(e, ctx.natives)
                        or sql_error(e, sql, ctx.names)) from None
+            except pa.ArrowInvalid as e:  # a result Arrow cannot take (a type nested too deep)
+                raise SqlError("the result cannot be sent as Arrow: " + str(e).splitlines()[0],
+                               statement=st._short(sql)) from None
         except BaseException:
             unhook()
             for c in running:

@@ -47,7 +47,8 @@ _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 def is_table_name(name: str) -> bool:
     """Whether ``name`` (any case) can name a warehouse table."""
-    return _TABLE_NAME.fullmatch(name.lower()) is not None
+    return _TABLE_NAME.fullmatch(name.lower()) is not None and \
+        not name.lower().startswith(RESERVED)
 
 
 @dataclass

@@ -79,15 +79,25 @@ def _one_of(*values: str):
 
 def parse_duration_ms(value: str) -> int:
     """``'30s'``, ``'500ms'``, ``'5min'``, ``'1h'`` or a bare number of milliseconds
-    (PostgreSQL's statement_timeout convention); ``0`` means no limit."""
+    (PostgreSQL's statement_timeout convention); ``0`` means no limit. Computed exactly
+    (a number of any length), and held at :data:`MAX_DURATION_MS`: a timeout only lowers
+    the server's limit, so a longer one is the server's limit anyway."""
+    import decimal
     import re
 
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|m|h)?\s*", value.lower())
-    if not m:
+    if not m or len(m.group(1)) > 1000:
         raise ValueError("a duration such as 30s, 500ms, 5min or 1h (0 = no limit)")
     scale = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "min": 60_000, "m": 60_000,
              "h": 3_600_000}[m.group(2)]
-    return int(float(m.group(1)) * scale)
+    ms = decimal.Decimal(m.group(1)) * scale
+    if ms > MAX_DURATION_MS:
+        return MAX_DURATION_MS
+    return 1 if 0 < ms < 1 else int(ms)  # under a millisecond is not "no limit"
+
+
+#: the longest session duration kept (~285 years): more is no different for a server
+MAX_DURATION_MS = 2**53
 
 
 def _duration(value: str) -> str:

@@ -7,11 +7,14 @@ import re
 from flightsrv.errors import ConfigurationError
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,127}")
+#: names the engine gives its own relations and hidden columns (``flightsrv.sql.binder``'s
+#: ``RESERVED``): no table, and no top-level column, may take one
+RESERVED_PREFIX = "__fsrv"
 
 
 def is_table_name(name: str) -> bool:
     """Whether ``name`` (a top-level prefix) can be a table's."""
-    return bool(_NAME.fullmatch(name))
+    return bool(_NAME.fullmatch(name)) and not name.startswith(RESERVED_PREFIX)
 
 
 def check_name(name: str) -> str:
@@ -19,4 +22,7 @@ def check_name(name: str) -> str:
     if not _NAME.fullmatch(n):
         raise ConfigurationError("invalid table name (letters, digits, _; not starting with "
                                  "a digit)", table=name)
+    if n.startswith(RESERVED_PREFIX):
+        raise ConfigurationError(f"invalid table name: names starting with "
+                                 f"{RESERVED_PREFIX!r} are reserved", table=name)
     return n

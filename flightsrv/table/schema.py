@@ -23,6 +23,7 @@ import re
 import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError, CorruptObject
+from flightsrv.table.names import RESERVED_PREFIX
 
 SIMPLE_TYPES: dict[str, pa.DataType] = {
     "null": pa.null(), "bool": pa.bool_(),
@@ -138,7 +139,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def check_column_names(schema: pa.Schema, table: str | None = None) -> None:
     """Refuse names a table cannot hold: empty, longer than 255 characters, with control
-    characters or leading/trailing spaces, or equal to another column's name ignoring case
+    characters or leading/trailing spaces, starting with ``__fsrv`` (top-level: the
+    engine's hidden columns), or equal to another column's name ignoring case
     (SQL, DuckDB included, resolves identifiers case-insensitively). Nested struct fields
     follow the same rules among their siblings."""
 
@@ -155,6 +157,9 @@ def check_column_names(schema: pa.Schema, table: str | None = None) -> None:
                 problem = "a column name contains a control character"
             elif name != name.strip():
                 problem = "a column name starts or ends with a space"
+            elif where is None and name.lower().startswith(RESERVED_PREFIX):
+                # the engine's hidden columns (a row's file and position) take such names
+                problem = f"column names starting with {RESERVED_PREFIX!r} are reserved"
             elif name.lower() in seen:
                 problem = "duplicate column name" + (
                     "" if seen[name.lower()] == name else " (names are case-insensitive)")
@@ -183,6 +188,22 @@ def check_column_types(schema: pa.Schema, table: str | None = None) -> None:
         if wide is not None:  # DuckDB would read it as DOUBLE: digits would be lost
             raise ConfigurationError("DECIMAL precision must be between 1 and 38",
                                      table=table, column=f.name, type=str(wide))
+        if _type_depth(f.type) > MAX_TYPE_DEPTH:
+            # Arrow's C data interface (DuckDB's scans, Flight's schemas) stops at 64
+            # levels: a deeper column could be created but never read or listed
+            raise ConfigurationError(f"a column type nested more than {MAX_TYPE_DEPTH} "
+                                     "levels deep", table=table, column=f.name)
+
+
+#: the deepest a column type may nest (lists, structs, maps; a map counts two levels)
+MAX_TYPE_DEPTH = 32
+
+
+def _type_depth(t: pa.DataType) -> int:
+    """Levels of nesting in ``t``: 0 for a plain type, 1 for a list of one, ..."""
+    if not t.num_fields:
+        return 0
+    return 1 + max(_type_depth(t.field(i).type) for i in range(t.num_fields))
 
 
 def _wide_decimal(t: pa.DataType) -> pa.DataType | None:
