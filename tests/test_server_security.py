@@ -428,6 +428,31 @@ def test_errors_carry_no_trace_path_or_setting(served, sql, code):
         _clean(str(exc))
 
 
+def test_a_path_the_statement_wrote_comes_back_as_written(served):
+    """Server paths are replaced in error messages, but not where the client wrote them: a
+    guess echoed back (``error('...')``) read ``<install>`` when it was the server's path
+    and came back unchanged when not, a yes/no answer per guess (found in session 28)."""
+    import os
+
+    import flightsrv
+
+    _, _, _, _, uri = served
+    install = os.path.dirname(os.path.dirname(os.path.abspath(flightsrv.__file__)))
+    home = os.path.expanduser("~")
+    echoed = []
+    for guess in (install, "/srv/not/the/server", home + "y"):
+        with adbc(uri, READER) as conn, conn.cursor() as cur:
+            with pytest.raises(adbc_driver_manager.Error) as err:
+                cur.execute(f"SELECT error('P={guess}=')")
+                cur.fetchall()
+        echoed.append(f"P={guess}=" in str(err.value))
+    assert echoed == [True, True, True]
+    with adbc(uri, READER) as conn, conn.cursor() as cur:  # still replaced elsewhere
+        with pytest.raises(adbc_driver_manager.Error) as err:
+            cur.execute("SELECT * FROM read_parquet('x.parquet')")
+        _clean(str(err.value))
+
+
 def test_bad_tickets_and_statements_carry_no_stack_trace_through_either_client(served):
     """pyarrow details a status it builds from a Python exception (INVALID_ARGUMENT,
     NOT_FOUND, UNIMPLEMENTED) with ``traceback.format_exception``; while a server runs that

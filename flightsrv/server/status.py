@@ -33,7 +33,8 @@ What reaches the client:
 
 - the message of a flightsrv error (class name, text, ``key=value`` context), with server
   paths (warehouse root, spill directory, the package's install directory, the home
-  directory) replaced by ``<warehouse>``, ``<temp>``, ``<install>``, ``<home>``;
+  directory) replaced by ``<warehouse>``, ``<temp>``, ``<install>``, ``<home>``, except a
+  path the statement itself contains (echoed back as written: no guessing oracle);
 - for an unexpected exception only its class name and an incident id (the traceback goes
   to the server log under that id);
 - no stack trace. pyarrow builds INVALID_ARGUMENT, NOT_FOUND and UNIMPLEMENTED from a
@@ -51,6 +52,7 @@ What reaches the client:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -138,9 +140,14 @@ class Scrubber:
         if home not in ("/", "~", ""):
             self._paths.append((home, "<home>"))
 
-    def __call__(self, text: str) -> str:
+    def __call__(self, text: str, keep: str | None = None) -> str:
+        """``text`` with the server paths replaced, except those ``keep`` (the statement the
+        message is about) contains: a path the client wrote comes back as written, so
+        echoing a guess (``SELECT error('/srv/lake')``) reads the same whether it is a
+        server path or not (a replaced guess confirmed it), and the client's own text is
+        never rewritten (``/rooty`` stays, not ``<home>y``)."""
         for path, label in self._paths:
-            if path and path in text:
+            if path and path in text and not (keep and path in keep):
                 text = text.replace(path, label)
         return text
 
@@ -154,6 +161,8 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
     """The exception to raise towards the client for ``exc``."""
     ctx = {"statement": short_sql(statement), "table": table}
     name = type(exc).__name__
+    if isinstance(scrub, Scrubber) and statement:
+        scrub = functools.partial(scrub, keep=statement)
     if isinstance(exc, flight.FlightError):  # already a deliberate Flight status
         return type(exc)(scrub(str(exc))) if type(exc) is not flight.FlightError else \
             flight.FlightInternalError(scrub(str(exc)))
