@@ -336,6 +336,25 @@ def test_loaded_dataframe_is_pinned_at_load(spark, local_uri):
     assert spark.read.format("flightsrv").load(uri).count() == 7
 
 
+def test_a_pinned_dataframe_never_serves_inlined_rows_of_an_expired_version(spark, local_uri):
+    """Inlined rows travel in the planned partitions: a DataFrame loaded before an erasure
+    expired its version kept returning the erased row (a stored file's read fails with
+    ObjectNotFound instead; found in session 28). Its next read now fails with
+    VersionNotFound, as time travel to the version does."""
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("inl", pa.schema([("id", pa.int64()), ("name", pa.string())]),
+                        {"inline.max_rows": "100"})
+    t.append(pa.table({"id": [1, 2], "name": ["alice", "eve"]}))
+    assert t.head().data_files[0].is_inline
+    df = spark.read.format("flightsrv").load(f"{local_uri}/inl")
+    assert sorted(r.name for r in df.collect()) == ["alice", "eve"]
+    t.delete("name = 'eve'", mode="splice", expire=True)
+    with pytest.raises(Exception, match="VersionNotFound"):
+        df.collect()
+    fresh = spark.read.format("flightsrv").load(f"{local_uri}/inl")
+    assert [r.name for r in fresh.collect()] == ["alice"]
+
+
 def test_orphans_of_failed_creates_are_collected(spark, local_uri):
     """A failed create's files are deleted by the job's abort; what a killed job leaves
     under a prefix with no table goes with the warehouse-level vacuum."""

@@ -330,7 +330,11 @@ class FlightsrvReader(DataSourceReader):
         if not isinstance(partition, FilePartition):
             return  # Spark's stand-in partition for an empty table
         table = table_handle(self.wh_uri, self.name)
-        snap = Snapshot(table, table.log.load(self.version))
+        # inlined rows travel in the partition itself (no object to read, whose absence
+        # would stop a DataFrame planned before an erasure expired its version): their
+        # version must still be retained now (one HEAD when the manifest was cached)
+        load = table.log.load_retained if partition.file.is_inline else table.log.load
+        snap = Snapshot(table, load(self.version))
         target = spark_arrow_schema(self.schema)
         task = FileTask(partition.file, partition.row_groups,
                         snap.deleted_positions(partition.file))
