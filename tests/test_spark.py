@@ -324,6 +324,10 @@ def test_erasure_by_join_in_splice_mode_is_certified(spark, local_uri):
         pa.table({"user_id": [7, 8]})).result()
     head = table.head()
     assert head.operation == "delete_matching" and head.summary["request_fingerprint"] == want
+    # the operator's list as it came, duplicates and NULLs included, gives the same
+    # fingerprint through the public helper (it hashed every row: session 28)
+    assert fpr.keys_fingerprint(table.warehouse, ["user_id"], pa.table(
+        {"user_id": pa.array([7, None, 8, 7], pa.int32())})) == want
     cert = table.erasures()[-1]
     assert (cert["operation"], cert["source"], cert["status"]) == (
         "delete_matching", "spark", "erased")

@@ -326,8 +326,25 @@ class KeySetFingerprint:
 
 
 def keys_fingerprint(warehouse, columns, table) -> str:
-    """Fingerprint of the distinct key rows in the Arrow ``table`` over ``columns``."""
-    return KeySetFingerprint(key_for(warehouse), columns).update(table).result()
+    """Fingerprint of the distinct key rows in the Arrow ``table`` over ``columns``: a row
+    with a NULL key matches nothing and is left out, a row given twice counts once, as
+    ``delete_matching`` records its request (so a list with duplicates or NULLs gives the
+    fingerprint its erasure recorded)."""
+    import pyarrow as pa
+
+    columns = list(columns)
+    cols = [table.column(c).to_pylist() for c in columns]
+    seen: set[str] = set()
+    keep = []
+    for i, row in enumerate(zip(*cols)):
+        if any(v is None for v in row):
+            continue
+        text = _row_text(row)
+        if text not in seen:
+            seen.add(text)
+            keep.append(i)
+    distinct = table.select(columns).take(pa.array(keep, pa.int64()))
+    return KeySetFingerprint(key_for(warehouse), columns).update(distinct).result()
 
 
 def is_fingerprint(value) -> bool:
