@@ -370,6 +370,12 @@ def test_compaction_on_spark_keeps_deletes(spark, local_uri):
     r = fs.compact(spark, uri, min_deleted_fraction=0.0)
     assert r.version is not None and table.head().data_files[0].dv is None
     assert sorted(r["id"] for r in table.to_table(["id"]).to_pylist()) == want
+    # the erasure-deadline report, as Table.compact gives it (it was always empty: the
+    # deleted rows' bytes are kept by the retained versions; session 28)
+    table.set_properties(**{"erasure.deadline": "0s"})
+    r = fs.compact(spark, uri, dry_run=True)
+    assert r.erasures_overdue and r.erasures_overdue == table.compact(
+        dry_run=True).erasures_overdue
 
 
 @pytest.mark.s3

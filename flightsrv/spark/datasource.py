@@ -445,8 +445,9 @@ class FlightsrvWriter(DataSourceArrowWriter):
                                     case_sensitive=self.case_sensitive)
             schema = schema_from_json(head.schema)
             try:
-                self.match = check_fits(self.name, schema, spark_schema,
-                                        case_sensitive=self.case_sensitive)
+                # mode "ignore" on an existing table writes nothing: its rows need not fit
+                self.match = {} if self.skip else check_fits(
+                    self.name, schema, spark_schema, case_sensitive=self.case_sensitive)
             except SchemaMismatch as e:
                 if not e.context.get("unexpected"):
                     raise
