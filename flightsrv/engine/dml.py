@@ -68,7 +68,7 @@ from flightsrv.sql import binder
 from flightsrv.sql import plan as sqlplan
 from flightsrv.sql import statements as st
 from flightsrv.sql import types as sqltypes
-from flightsrv.table.types import cast_table
+from flightsrv.table.types import cast_table, fit_sql_rows
 from flightsrv.sql.names import PublicNames
 from flightsrv.sql.allowed_functions import VOLATILE_FUNCTIONS
 from flightsrv.table.commit import BACKOFF_BASE_S, BACKOFF_MAX_S
@@ -668,6 +668,7 @@ class Dml:
             written = []
             try:
                 if new_rows.num_rows:
+                    new_rows = fit_sql_rows(new_rows, snap.schema, table=stmt.table)
                     written, _, _ = table.write_files(new_rows, head=snap.manifest)
                 m, _ = commit_changes(table, snap.manifest, deletes, written,
                                       operation=operation,

@@ -33,6 +33,7 @@ from flightsrv.sql import statements as st
 from flightsrv.sql.names import PublicNames
 from flightsrv.sql.values import split_rows
 from flightsrv.table.schema import write_defaults
+from flightsrv.table.types import fit_sql_rows
 
 #: a VALUES list of rows of constants is run in at most this many parts at once, one per
 #: core, each of at least VALUES_PART_ROWS rows (below that, a part's own statements cost
@@ -225,6 +226,7 @@ class Writes:
                     cur.execute(into + "VALUES " + stmt.values, row)
             result = into_temp(by_rows)
         ctx.check(stmt.sql)
+        result = fit_sql_rows(result, target, table=stmt.table)
         self.append(table, result, expected_uuid=snap.manifest.table_uuid)
         return result.num_rows
 
@@ -344,9 +346,14 @@ class Writes:
             unhook()
             cur.close()
             raise
-        return pa.RecordBatchReader.from_batches(
-            inner.schema, stream_batches(inner, cur, stmt.sql, ctx.failures, ctx.natives,
-                                         ctx.cancel, unhook))
+        batches = stream_batches(inner, cur, stmt.sql, ctx.failures, ctx.natives, ctx.cancel,
+                                 unhook)
+        out_schema = inner.schema
+        if any(pa.types.is_fixed_size_binary(f.type) or f.type.num_fields for f in target):
+            # DuckDB's BLOBs into a fixed_size_binary column (any depth), length checked
+            batches = (fit_sql_rows(b, target, table=stmt.table) for b in batches)
+            out_schema = fit_sql_rows(inner.schema.empty_table(), target).schema
+        return pa.RecordBatchReader.from_batches(out_schema, batches)
 
     def append(self, table, data, expected_uuid: str | None = None) -> None:
         """Append ``data``; ``expected_uuid``: the table the rows were computed for (the

@@ -323,6 +323,8 @@ def duckdb_type(t: pa.DataType) -> str | None:
         return None if inner is None else f"{inner}[]"
     if pa.types.is_null(t):
         return '"NULL"'  # DuckDB's type of a CTAS column of NULL; unquoted it is a literal
+    if pa.types.is_fixed_size_binary(t) and not pa.types.is_decimal(t):
+        return "BLOB"  # what DuckDB reads it as; the length is checked when it is written
     try:
         return sql_type_name(t)
     except SqlError:

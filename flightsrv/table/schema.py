@@ -234,7 +234,7 @@ def duckdb_storable(t: pa.DataType) -> pa.DataType:
     written by SQL (DuckDB's values are of the wider type) and, for the first two, not
     scanned by DuckDB from Arrow at all (deleted rows, an empty table,
     ``information_schema``). ``fixed_size_binary[n]`` stays (Iceberg's ``fixed[n]``): SQL
-    cannot write it, DuckDB's BLOB has no width."""
+    writes check each BLOB's length instead (``types.fit_sql_rows``)."""
     if pa.types.is_float16(t):
         return pa.float32()
     if pa.types.is_decimal(t) and t.bit_width == 256 and t.precision <= 38:

@@ -453,6 +453,57 @@ def cast_table(t: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, names=t.column_names).cast(schema)
 
 
+def _fixed_as_binary(t: pa.DataType) -> pa.DataType:
+    """``t`` with each ``fixed_size_binary[n]`` (nested ones too) as ``binary``: the type
+    DuckDB's values of such a column come back as (its BLOB has no width)."""
+    if pa.types.is_fixed_size_binary(t) and not pa.types.is_decimal(t):
+        return pa.binary()
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_fixed_as_binary(t.field(i).type))
+                          for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_fixed_as_binary(t.key_type)),
+                       t.item_field.with_type(_fixed_as_binary(t.item_type)), t.keys_sorted)
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_fixed_as_binary(t.value_type)))
+    if pa.types.is_list(t) or pa.types.is_fixed_size_list(t):
+        inner = t.value_field.with_type(_fixed_as_binary(t.value_type))
+        return pa.list_(inner, t.list_size) if pa.types.is_fixed_size_list(t) \
+            else pa.list_(inner)
+    return t
+
+
+def fit_sql_rows(data, schema: pa.Schema, *, table: str | None = None):
+    """Rows DuckDB computed for a SQL write (INSERT, UPDATE, MERGE; a pa.Table or
+    RecordBatch with the table's column names) with each value of a
+    ``fixed_size_binary[n]`` column made that type: DuckDB hands BLOBs, and one of another
+    length is SchemaMismatch naming the column (a value check, as DuckDB's own casts are;
+    Arrow writers keep the type rules above). Other columns are left to the rules."""
+    cols = list(data.columns)
+    changed = False
+    for i, name in enumerate(data.schema.names):
+        if name not in schema.names:
+            continue
+        target = schema.field(name).type
+        loose = _fixed_as_binary(target)
+        if loose == target or refusal(target, cols[i].type) is None:
+            continue  # no fixed size, or the rules take the column as it is
+        if refusal(loose, cols[i].type) is not None:
+            continue  # the rules refuse it anyway, naming the column
+        try:
+            cols[i] = cols[i].cast(loose).cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise SchemaMismatch("a BLOB value's length differs from the column's fixed "
+                                 "size", table=table, column=name,
+                                 column_type=type_name(target)) from None
+        changed = True
+    if not changed:
+        return data
+    fields = [data.schema.field(i).with_type(c.type) for i, c in enumerate(cols)]
+    build = pa.Table.from_arrays if isinstance(data, pa.Table) else pa.RecordBatch.from_arrays
+    return build(cols, schema=pa.schema(fields))
+
+
 def _cast(col, target: pa.DataType, case_sensitive: bool):
     """Exact cast of an allowed pair (structs match their fields by name: pyarrow's cast)."""
     if pa.types.is_duration(target) and col.type == pa.month_day_nano_interval():
