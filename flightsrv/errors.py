@@ -111,6 +111,12 @@ class CommitConflict(TransientError):
     """The commit loop ran out of retries against concurrent commits."""
 
 
+class CommitOutcomeUnknown(FlightsrvError):
+    """A commit's manifest may or may not have landed, and the store did not answer the
+    check (its commit id at that version): not a failure to retry blindly (a retry could
+    apply the write twice). The table's history tells (``SHOW HISTORY t``)."""
+
+
 class TableNotFound(ConfigurationError):
     """No table of that name in the warehouse."""
 

@@ -20,7 +20,7 @@ QueryCancelled reason=timeout                   FlightTimedOut       DEADLINE_EX
 CommitConflict, TransientError (*),             FlightUnavailable    UNAVAILABLE
 ResourceLimit (per-principal limits), draining
 CorruptObject, ObjectNotFound, other            FlightInternal       INTERNAL
-PersistentStateError
+PersistentStateError, CommitOutcomeUnknown
 unsupported feature                             ArrowNotImplemented  UNIMPLEMENTED
 anything else (a bug)                           FlightInternal       INTERNAL, no detail
 ==============================================  ===================  ==================
@@ -195,6 +195,9 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
         return flight.FlightUnavailableError(msg)
     if isinstance(exc, errors.PersistentStateError):
         log.error("persistent state error: %s", msg)
+        return flight.FlightInternalError(msg)
+    if isinstance(exc, errors.CommitOutcomeUnknown):  # not UNAVAILABLE: a retry may repeat it
+        log.error("commit outcome unknown: %s", msg)
         return flight.FlightInternalError(msg)
     if isinstance(exc, ProtocolError):
         return pa.ArrowInvalid(msg)

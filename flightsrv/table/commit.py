@@ -32,6 +32,7 @@ from cachetools import LRUCache
 from flightsrv import telemetry
 from flightsrv.errors import (
     CommitConflict,
+    CommitOutcomeUnknown,
     CorruptObject,
     ObjectNotFound,
     PreconditionFailed,
@@ -311,15 +312,21 @@ def commit(
         try:
             m = tlog.write_manifest(m, head, fold=fold)
         except PreconditionFailed:
-            telemetry.emit("commit_conflict", table=tlog.name, operation=m.operation)
-            delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** min(attempt, 10)))
-            runtime.clock.sleep(runtime.rng.uniform(0, delay))
-            head = tlog.head()
-            continue
+            # someone's manifest holds the version: ours, when the create landed and its
+            # reply was lost (the client's own retry then finds the object: 412), or
+            # another writer's
+            landed = _landed(tlog, version, m, runtime)
+            if landed is None:
+                telemetry.emit("commit_conflict", table=tlog.name, operation=m.operation)
+                delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** min(attempt, 10)))
+                runtime.clock.sleep(runtime.rng.uniform(0, delay))
+                head = tlog.head()
+                continue
+            m = landed
         except StoreError:
             # Outcome unknown: did our manifest land? Check by commit id before retrying.
-            landed = tlog.try_load(version)
-            if landed is not None and landed.commit_id == m.commit_id:
+            landed = _landed(tlog, version, m, runtime)
+            if landed is not None:
                 m = landed
             else:
                 head = tlog.head()
@@ -337,6 +344,27 @@ def commit(
         first_seen_version=first_seen, last_seen_version=head.version if head else None,
         attempts=max_attempts,
     )
+
+
+def _landed(tlog: TableLog, version: int, m: Manifest, runtime: Runtime) -> Manifest | None:
+    """The manifest at ``version`` when it is ``m`` (same commit id: the create landed);
+    None when the version is another writer's or absent. When the store does not answer
+    the check, the outcome is unknown: CommitOutcomeUnknown, not a failure a caller would
+    retry (a retry could apply the write twice)."""
+    for attempt in range(3):
+        try:
+            landed = tlog.try_load(version)
+        except StoreError as exc:
+            if attempt == 2:
+                raise CommitOutcomeUnknown(
+                    "the store did not answer whether the commit landed: the version may "
+                    "hold this write; read the table's history (SHOW HISTORY) before "
+                    "retrying it", table=tlog.name, version=version,
+                    commit_id=m.commit_id, error=str(exc)) from None
+            runtime.clock.sleep(BACKOFF_BASE_S * (2 ** attempt))
+            continue
+        return landed if landed is not None and landed.commit_id == m.commit_id else None
+    return None
 
 
 def require_table(m: Manifest | None, name: str) -> Manifest:
