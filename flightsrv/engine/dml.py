@@ -485,8 +485,11 @@ class Dml:
         from flightsrv.table.erase import ErasedCount, StalePlan, splice_positions
 
         try:
+            # strict: a row found live but deleted since (an UPDATE moving it) re-runs the
+            # statement, as a deletion vector commit does (found in session 28: the DELETE
+            # committed 0 rows and the row's updated copy stayed live)
             result = splice_positions(table, snap, deletes, fingerprint=fp,
-                                      operation="splice_delete", **options)
+                                      operation="splice_delete", strict=True, **options)
         except StalePlan as e:
             raise Rerun("a data file the statement changes was rewritten") from e
         return ErasedCount(result.rows_deleted, result)

@@ -327,7 +327,7 @@ def _run(spark, uri: str, build_plan, what: dict, mode: str, request_fingerprint
                 result = erase.splice_positions(
                     table, snap, {p: d.positions for p, d in plan.items()}, fingerprint=fp,
                     operation=operation, expire=expire, certificate=certificate,
-                    source="spark")
+                    source="spark", strict=True)
             except erase.StalePlan:
                 continue  # a targeted file was rewritten concurrently: re-plan
             return erase.ErasedCount(result.rows_deleted, result)

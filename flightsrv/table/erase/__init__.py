@@ -84,7 +84,8 @@ __all__ = ["ErasedCount", "ErasedObject", "FileErasure", "PurgeResult", "StalePl
 def splice_positions(table, snapshot, plan: dict, *, fingerprint: str | None = None,
                      operation: str = "splice_delete", expire: bool = False, grace=None,
                      progress=None, certificate: bool | None = None, source: str = "python",
-                     may_hold: Callable | None = None, all_dead: bool = False) -> PurgeResult:
+                     may_hold: Callable | None = None, all_dead: bool = False,
+                     strict: bool = False) -> PurgeResult:
     """Physically delete already-decided rows in one commit, then complete and verify.
 
     Contract:
@@ -104,7 +105,9 @@ def splice_positions(table, snapshot, plan: dict, *, fingerprint: str | None = N
       ``snapshot`` and the commit are carried over to the replacement at shifted positions.
       If a target file is no longer in the head (rewritten concurrently), the objects this
       call wrote are deleted and ``StalePlan`` is raised: the caller re-plans on a new
-      snapshot (``erase_positions`` does this for a plan-building function).
+      snapshot (``erase_positions`` does this for a plan-building function). ``strict``
+      (a statement's plan of rows it found live): so is a planned row deleted in the head
+      since ``snapshot`` (an UPDATE may have moved it; its new copy must be found too).
     - An empty plan commits nothing; completion and verification still run, so a repeated
       call with ``expire=True`` finishes an earlier erasure of the same rows.
     - Then, with ``expire``: versions that reach a replaced file, an earlier copy
@@ -119,14 +122,15 @@ def splice_positions(table, snapshot, plan: dict, *, fingerprint: str | None = N
         return _splice_positions(table, snapshot, plan, fingerprint=fingerprint,
                                  operation=operation, expire=expire, grace=grace,
                                  progress=progress, certificate=certificate, source=source,
-                                 may_hold=may_hold, all_dead=all_dead)
+                                 may_hold=may_hold, all_dead=all_dead, strict=strict)
     finally:
         if progress is not None and hasattr(progress, "finish"):
             progress.finish()
 
 
 def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, expire, grace,
-                      progress, certificate, source, may_hold, all_dead) -> PurgeResult:
+                      progress, certificate, source, may_hold, all_dead,
+                      strict: bool = False) -> PurgeResult:
     started = table.runtime.clock.now_ms()
     targets = _targets(table, snapshot, plan)
     if progress is not None and progress.total is None:
@@ -148,7 +152,7 @@ def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, ex
             # fold: no chunk may keep the replaced file's entry (its statistics) behind the
             # root's overlay
             committed = table.commit(_mutator(table, snapshot, prepared, operation, extra,
-                                              out), fold=True)
+                                              out, strict=strict), fold=True)
         except _Replan:
             _discard(table, prepared)
             raise StalePlan("a data file of the erasure plan was rewritten concurrently",

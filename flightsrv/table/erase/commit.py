@@ -42,7 +42,12 @@ def _dead_positions(table, f: DataFile) -> np.ndarray:
 # -- the commit ----------------------------------------------------------------------
 
 
-def _mutator(table, snap, prepared: list[Replacement], operation: str, extra: dict, out: dict):
+def _mutator(table, snap, prepared: list[Replacement], operation: str, extra: dict, out: dict,
+             *, strict: bool = False):
+    """``strict`` (a SQL DELETE's plan, rows the statement found live): a planned row
+    deleted in the head since ``snap`` re-plans (``_Replan``), as a deletion vector commit
+    re-runs its statement: an UPDATE may have moved that row, and its new copy must be
+    found and deleted too."""
     targets = {p.target.file.path: p for p in prepared}
 
     def mutate(head: Manifest | None) -> Manifest:
@@ -63,6 +68,12 @@ def _mutator(table, snap, prepared: list[Replacement], operation: str, extra: di
                 old_dv_objects.add(hf.dv_object)
             dead = _dead_positions(table, hf)
             remove = p.target.remove
+            if strict and len(remove) and (hf.dv, hf.deleted_row_groups) != (
+                    p.target.file.dv, p.target.file.deleted_row_groups):
+                was = _dead_positions(table, p.target.file)
+                if bool(np.any(np.isin(remove, dead, assume_unique=True)
+                               & ~np.isin(remove, was, assume_unique=True))):
+                    raise _Replan()
             newly_deleted += int(len(remove) - np.isin(remove, dead, assume_unique=True).sum())
             # deletions that landed after the plan read the file: carry them over
             carried = remap_positions(remove, dead)
