@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from flightsrv.errors import ConfigurationError, CorruptObject
 from flightsrv.table.names import RESERVED_PREFIX
+from flightsrv.table.types import map_leaves
 
 SIMPLE_TYPES: dict[str, pa.DataType] = {
     "null": pa.null(), "bool": pa.bool_(),
@@ -235,27 +236,18 @@ def duckdb_storable(t: pa.DataType) -> pa.DataType:
     scanned by DuckDB from Arrow at all (deleted rows, an empty table,
     ``information_schema``). ``fixed_size_binary[n]`` stays (Iceberg's ``fixed[n]``): SQL
     writes check each BLOB's length instead (``types.fit_sql_rows``)."""
-    if pa.types.is_float16(t):
-        return pa.float32()
-    if pa.types.is_decimal(t) and t.bit_width == 256 and t.precision <= 38:
-        return pa.decimal128(t.precision, t.scale)
-    if pa.types.is_time32(t):
-        return pa.time64("us")
-    if pa.types.is_timestamp(t) and t.tz is not None and t.unit in ("s", "ms"):
-        return pa.timestamp("us", tz=t.tz)
-    if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(duckdb_storable(t.field(i).type))
-                          for i in range(t.num_fields)])
-    if pa.types.is_map(t):
-        return pa.map_(t.key_field.with_type(duckdb_storable(t.key_type)),
-                       t.item_field.with_type(duckdb_storable(t.item_type)), t.keys_sorted)
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(duckdb_storable(t.value_type)))
-    if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(duckdb_storable(t.value_type)), t.list_size)
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(duckdb_storable(t.value_type)))
-    return t
+    def leaf(x: pa.DataType) -> pa.DataType:
+        if pa.types.is_float16(x):
+            return pa.float32()
+        if pa.types.is_decimal(x) and x.bit_width == 256 and x.precision <= 38:
+            return pa.decimal128(x.precision, x.scale)
+        if pa.types.is_time32(x):
+            return pa.time64("us")
+        if pa.types.is_timestamp(x) and x.tz is not None and x.unit in ("s", "ms"):
+            return pa.timestamp("us", tz=x.tz)
+        return x
+
+    return map_leaves(t, leaf)
 
 
 # -- statistics values -------------------------------------------------------------

@@ -453,24 +453,34 @@ def cast_table(t: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, names=t.column_names).cast(schema)
 
 
+def map_leaves(t: pa.DataType, leaf) -> pa.DataType:
+    """``t`` with ``leaf(x)`` for each type ``x`` in it (the type itself, or each one a
+    struct, map or list holds, at any depth) that ``leaf`` replaces (returns another type
+    for); a fixed-size list becomes a list of the same size, field names and nullability
+    stay."""
+    out = leaf(t)
+    if out is not t and out != t:
+        return out
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(map_leaves(t.field(i).type, leaf))
+                          for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(map_leaves(t.key_type, leaf)),
+                       t.item_field.with_type(map_leaves(t.item_type, leaf)), t.keys_sorted)
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(map_leaves(t.value_type, leaf)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(map_leaves(t.value_type, leaf)), t.list_size)
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(map_leaves(t.value_type, leaf)))
+    return t
+
+
 def _fixed_as_binary(t: pa.DataType) -> pa.DataType:
     """``t`` with each ``fixed_size_binary[n]`` (nested ones too) as ``binary``: the type
     DuckDB's values of such a column come back as (its BLOB has no width)."""
-    if pa.types.is_fixed_size_binary(t) and not pa.types.is_decimal(t):
-        return pa.binary()
-    if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(_fixed_as_binary(t.field(i).type))
-                          for i in range(t.num_fields)])
-    if pa.types.is_map(t):
-        return pa.map_(t.key_field.with_type(_fixed_as_binary(t.key_type)),
-                       t.item_field.with_type(_fixed_as_binary(t.item_type)), t.keys_sorted)
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_fixed_as_binary(t.value_type)))
-    if pa.types.is_list(t) or pa.types.is_fixed_size_list(t):
-        inner = t.value_field.with_type(_fixed_as_binary(t.value_type))
-        return pa.list_(inner, t.list_size) if pa.types.is_fixed_size_list(t) \
-            else pa.list_(inner)
-    return t
+    return map_leaves(t, lambda x: pa.binary() if pa.types.is_fixed_size_binary(x)
+                      and not pa.types.is_decimal(x) else x)
 
 
 def fit_sql_rows(data, schema: pa.Schema, *, table: str | None = None):
