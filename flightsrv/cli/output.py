@@ -193,10 +193,11 @@ class _DuckSpelling:
         return out
 
     def nested(self, batch: pa.RecordBatch) -> dict[int, list]:
-        """For each list, struct or map column of ``batch`` holding such a value at any
-        depth: its values as DuckDB's ``to_json`` reads them (a date or timestamp as its
-        text, ``"infinity"``), parsed, for every row (``[DATE 'infinity']`` is
-        ``["infinity"]``)."""
+        """The Python values of each list, struct or map column of ``batch`` that holds a
+        date, timestamp or time: as Python holds them, or, when some value is one Python
+        cannot hold, every row as DuckDB's ``to_json`` reads it (a date or timestamp as its
+        text, ``"infinity"``), parsed (``[DATE 'infinity']`` is ``["infinity"]``). Each
+        column is converted once."""
         import duckdb
 
         out = {}
@@ -205,7 +206,7 @@ class _DuckSpelling:
             if not _nested_temporal(f.type) or col.null_count == len(col):
                 continue
             try:
-                col.to_pylist(maps_as_pydicts="strict")
+                out[i] = col.to_pylist(maps_as_pydicts="strict")
                 continue
             except (OverflowError, ValueError):
                 pass

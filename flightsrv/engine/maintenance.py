@@ -206,16 +206,19 @@ TABLES_SCHEMA = pa.schema([pa.field("name", pa.string(), nullable=False)])
 
 
 def _column_facts(table, con) -> tuple[pa.Schema, list[str], dict[str, str]]:
-    """(the table's schema, DuckDB's name of each column's type, each default as a SQL
-    literal DuckDB casts to the column type), all of one version (one head read)."""
-    from flightsrv.table.schema import schema_from_json, write_defaults
+    """(the table's schema as DuckDB reads its files, DuckDB's name of each column's type,
+    each default as a SQL literal DuckDB casts to the column type), all of one version (one
+    head read). A table written before such types were widened at creation (a float16 or
+    decimal256 column, which DuckDB cannot scan from Arrow) is described, and listed in
+    information_schema, as DuckDB reads it (``storable_schema``)."""
+    from flightsrv.table.schema import schema_from_json, storable_schema, write_defaults
 
     head = table.head()
     schema = schema_from_json(head.schema)
     defaults = write_defaults(head.schema, schema)
-    # DuckDB names the types (those of the table's Arrow schema as DuckDB reads it) and
-    # spells the defaults (a literal DuckDB casts to the column type)
-    types = [str(t) for t in con.from_arrow(_duckdb_shape(schema).empty_table()).dtypes]
+    # DuckDB names the types and spells the defaults (a literal DuckDB casts to the type)
+    schema = storable_schema(schema)
+    types = [str(t) for t in con.from_arrow(schema.empty_table()).dtypes]
     spelled = {}
     for name, value in defaults.items():
         if isinstance(value, bool):
@@ -226,15 +229,6 @@ def _column_facts(table, con) -> tuple[pa.Schema, list[str], dict[str, str]]:
             text = con.execute("SELECT CAST($1 AS VARCHAR)", [value]).fetchone()[0]
             spelled[name] = "'" + text.replace("'", "''") + "'"
     return schema, types, spelled
-
-
-def _duckdb_shape(schema: pa.Schema) -> pa.Schema:
-    """``schema`` as DuckDB reads the table's files: a table written before its types were
-    widened at creation (a ``float16`` or ``decimal256`` column, which DuckDB cannot scan
-    from Arrow) is described, and listed in ``information_schema``, as DuckDB reads it."""
-    from flightsrv.table.schema import duckdb_storable
-
-    return pa.schema([f.with_type(duckdb_storable(f.type)) for f in schema])
 
 
 def _columns_table(table) -> pa.Table:
@@ -288,7 +282,7 @@ def _information_view(key) -> pa.Table:
             schema = pa.ipc.read_schema(pa.py_buffer(serialized))
             spelled = dict(defaults)
             target = ".".join(quote_ident(n) for n in (catalog, schema_name, name))
-            con.register("src", _duckdb_shape(schema).empty_table())
+            con.register("src", schema.empty_table())
             con.execute(f"CREATE TABLE {target} AS FROM src")
             con.unregister("src")
             for f in schema:

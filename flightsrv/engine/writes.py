@@ -33,7 +33,7 @@ from flightsrv.sql import statements as st
 from flightsrv.sql.names import PublicNames
 from flightsrv.sql.values import split_rows
 from flightsrv.table.schema import write_defaults
-from flightsrv.table.types import fit_sql_rows
+from flightsrv.table.types import fit_sql_rows, has_fixed_binary
 
 #: a VALUES list of rows of constants is run in at most this many parts at once, one per
 #: core, each of at least VALUES_PART_ROWS rows (below that, a part's own statements cost
@@ -349,7 +349,7 @@ class Writes:
         batches = stream_batches(inner, cur, stmt.sql, ctx.failures, ctx.natives, ctx.cancel,
                                  unhook)
         out_schema = inner.schema
-        if any(pa.types.is_fixed_size_binary(f.type) or f.type.num_fields for f in target):
+        if has_fixed_binary(target):
             # DuckDB's BLOBs into a fixed_size_binary column (any depth), length checked
             batches = (fit_sql_rows(b, target, table=stmt.table) for b in batches)
             out_schema = fit_sql_rows(inner.schema.empty_table(), target).schema

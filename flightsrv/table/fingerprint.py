@@ -306,8 +306,12 @@ class KeySetFingerprint:
 
     def update(self, table) -> KeySetFingerprint:
         cols = [table.column(c).to_pylist() for c in self.columns]
-        for row in zip(*cols):
-            d = self.key.digest("key-row", _row_text(row))
+        return self.update_texts(_row_text(row) for row in zip(*cols))
+
+    def update_texts(self, texts) -> KeySetFingerprint:
+        """:meth:`update` for rows already spelled by ``_row_text``."""
+        for text in texts:
+            d = self.key.digest("key-row", text)
             self.total = (self.total + int.from_bytes(d, "big")) % self.MOD
             self.count += 1
         return self
@@ -330,21 +334,12 @@ def keys_fingerprint(warehouse, columns, table) -> str:
     with a NULL key matches nothing and is left out, a row given twice counts once, as
     ``delete_matching`` records its request (so a list with duplicates or NULLs gives the
     fingerprint its erasure recorded)."""
-    import pyarrow as pa
-
     columns = list(columns)
     cols = [table.column(c).to_pylist() for c in columns]
-    seen: set[str] = set()
-    keep = []
-    for i, row in enumerate(zip(*cols)):
-        if any(v is None for v in row):
-            continue
-        text = _row_text(row)
-        if text not in seen:
-            seen.add(text)
-            keep.append(i)
-    distinct = table.select(columns).take(pa.array(keep, pa.int64()))
-    return KeySetFingerprint(key_for(warehouse), columns).update(distinct).result()
+    # dict: the distinct texts in their first order (the sum does not depend on it)
+    texts = dict.fromkeys(_row_text(row) for row in zip(*cols)
+                          if not any(v is None for v in row))
+    return KeySetFingerprint(key_for(warehouse), columns).update_texts(texts).result()
 
 
 def is_fingerprint(value) -> bool:

@@ -222,7 +222,12 @@ def normalize_schema(s: pa.Schema) -> pa.Schema:
     """The schema a table stores: dictionary types decoded, schema metadata dropped, and
     each type DuckDB has no exact counterpart for widened to one it reads and writes back
     (:func:`duckdb_storable`)."""
-    s = schema_from_json(schema_to_json(s.remove_metadata()))
+    return storable_schema(schema_from_json(schema_to_json(s.remove_metadata())))
+
+
+def storable_schema(s: pa.Schema) -> pa.Schema:
+    """``s`` with each field's type :func:`duckdb_storable`: how DuckDB reads the table's
+    files (a table written before such types were widened at creation included)."""
     return pa.schema([f.with_type(duckdb_storable(f.type)) for f in s])
 
 

@@ -26,6 +26,7 @@ Names: :func:`resolve_columns` matches incoming column names to the table's, exa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -476,11 +477,19 @@ def map_leaves(t: pa.DataType, leaf) -> pa.DataType:
     return t
 
 
+@functools.lru_cache(maxsize=256)
 def _fixed_as_binary(t: pa.DataType) -> pa.DataType:
     """``t`` with each ``fixed_size_binary[n]`` (nested ones too) as ``binary``: the type
-    DuckDB's values of such a column come back as (its BLOB has no width)."""
+    DuckDB's values of such a column come back as (its BLOB has no width). Kept per type:
+    every SQL write asks it of each column."""
     return map_leaves(t, lambda x: pa.binary() if pa.types.is_fixed_size_binary(x)
                       and not pa.types.is_decimal(x) else x)
+
+
+def has_fixed_binary(schema: pa.Schema) -> bool:
+    """Whether a column of ``schema`` holds a ``fixed_size_binary`` at any depth (its SQL
+    writes go through :func:`fit_sql_rows`)."""
+    return any(_fixed_as_binary(f.type) != f.type for f in schema)
 
 
 def fit_sql_rows(data, schema: pa.Schema, *, table: str | None = None):
