@@ -203,7 +203,8 @@ class HttpForwarder:
     """A threaded HTTP server on 127.0.0.1 that forwards every request to ``upstream``; it
     also serves as an HTTP proxy (an absolute-URI request keeps its Host header). Subclasses
     change what passes: ``answer`` may reply instead of the upstream (a (status, headers,
-    body) tuple), ``headers`` may drop or change request headers. A context manager."""
+    body) tuple), ``headers`` may drop or change request headers, ``returned`` may replace
+    the upstream's reply. A context manager."""
 
     def __init__(self, upstream: str):
         import http.client
@@ -235,12 +236,16 @@ class HttpForwarder:
                         reply = (r.status, r.getheaders(), r.read())
                     finally:
                         conn.close()
+                    reply = fwd.returned(self.command, path, reply)
                 status, headers, data = reply
                 self.send_response(status)
+                length = str(len(data))
                 for k, v in headers:
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    if k.lower() == "content-length" and self.command == "HEAD":
+                        length = v  # a HEAD reply's length is the object's
+                    elif k.lower() not in ("content-length", "transfer-encoding", "connection"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Content-Length", length)
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
@@ -259,6 +264,11 @@ class HttpForwarder:
     def headers(self, headers: dict) -> dict:
         """The request headers sent upstream."""
         return headers
+
+    def returned(self, method: str, path: str, reply: tuple) -> tuple:
+        """The reply sent back for a forwarded request (the upstream's, or another one
+        after the upstream acted on the request: a lost reply)."""
+        return reply
 
     def __enter__(self):
         self.thread.start()

@@ -16,6 +16,7 @@ HTTP 412 PreconditionFailed and 409 ConditionalRequestConflict both raise
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from typing import Iterator
@@ -119,6 +120,28 @@ def client_config(uri: str, env: dict | None = None, profile: dict | None = None
     return {"endpoint": endpoint, "region": region, "retry_mode": mode or "standard",
             "max_attempts": attempts or DEFAULT_MAX_ATTEMPTS, "addressing_style": style or "auto",
             **timeouts}
+
+
+def _retried_into(exc: Exception, *codes: str, status: int | None = None) -> bool:
+    """Whether ``exc`` is an S3 error answered to the client's own retry of a request
+    (botocore's ``RetryAttempts``): an earlier attempt may have been carried out."""
+    if not isinstance(exc, ClientError):
+        return False
+    meta = exc.response.get("ResponseMetadata", {})
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    return bool(meta.get("RetryAttempts")) and (
+        code in codes or (status is not None and meta.get("HTTPStatusCode") == status))
+
+
+def _retried_into_412(exc: Exception) -> bool:
+    return _retried_into(exc, "PreconditionFailed", status=412)
+
+
+def multipart_etag(parts: list[CompletedPart]) -> str:
+    """The ETag S3 gives the object a multipart upload of ``parts`` completes to: the MD5
+    of the parts' MD5s, a dash and the number of parts."""
+    digests = b"".join(bytes.fromhex(p.etag.strip('"')) for p in parts)
+    return f'"{hashlib.md5(digests).hexdigest()}-{len(parts)}"'
 
 
 def _ms(dt) -> int:
@@ -320,8 +343,26 @@ class S3Store:
             if etag is None:
                 raise ValueError("IF_MATCH needs an etag")
             kw["IfMatch"] = etag
-        r = self._call(f"PUT({mode.value})", key, self.client.put_object, **kw)
+        try:
+            r = self.client.put_object(**kw)
+        except (ClientError, BotoCoreError) as exc:
+            if mode is PutMode.CREATE and _retried_into_412(exc):
+                landed = self._landed(key, lambda meta: self.get(key, etag=meta.etag)[0]
+                                      == kw["Body"])
+                if landed is not None:
+                    return landed
+            raise self._err(exc, key, f"PUT({mode.value})") from exc
         return ObjectMeta(key, len(data), r["ETag"])
+
+    def _landed(self, key: str, ours) -> ObjectMeta | None:
+        """After the client's retry of a CREATE met an object (412): the object's metadata
+        when ``ours(meta)`` says it is the one this write made (its first attempt landed and
+        the reply was lost), else None: the 412 stands, and so does any error reading it."""
+        try:
+            meta = self.head(key)
+            return meta if ours(meta) else None
+        except (StoreError, ClientError, BotoCoreError):
+            return None
 
     def put_file(self, key: str, path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
         size = os.path.getsize(path)
@@ -400,7 +441,18 @@ class S3Store:
         }
         if mode is PutMode.CREATE:
             kw["IfNoneMatch"] = "*"
-        self._call("CompleteMultipartUpload", key, self.client.complete_multipart_upload, **kw)
+        try:
+            self.client.complete_multipart_upload(**kw)
+        except (ClientError, BotoCoreError) as exc:
+            # a retry after a lost reply meets the object (412) or an upload that is no
+            # more (NoSuchUpload): the object is this upload's when its ETag is the one
+            # its parts make
+            if mode is PutMode.CREATE and (_retried_into_412(exc) or _retried_into(
+                    exc, "NoSuchUpload")):
+                landed = self._landed(key, lambda meta: meta.etag == multipart_etag(parts))
+                if landed is not None:
+                    return landed
+            raise self._err(exc, key, "CompleteMultipartUpload") from exc
         return self.head(key)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
