@@ -307,7 +307,12 @@ def test_prepared_writes_bind_the_columns_java_types(java_program, servers):
     assert got["merge_insert"] == 1 and got["merge_update"] == 1, got
     assert got["insert_select"] == 1, got
     assert got["rows"] == [[1, 12.5, "1.00"], [2, 8.5, None], [3, None, "2.50"]], got
+    # a $n used twice is announced with the type its occurrences widen to (BIGINT, not the
+    # TINYINT of one of them): the driver sends 300 whole and the right row goes
+    assert got["twice_delete"] == 1 and got["twice_query"] == [5000000000], got
+    assert got["twice_rows"] == [[44], [5000000000]], got
     servers["wh"].sql("DROP TABLE jd")
+    servers["wh"].sql("DROP TABLE jn")
 
 
 def test_execute_update_counts(java_program, servers):

@@ -238,8 +238,9 @@ def test_get_tables_announces_the_types_a_select_streams(tmp_path):
 def typed_t(port):
     conn = _connect(port)
     cur = conn.cursor()
-    cur.execute("CREATE OR REPLACE TABLE ptypes (s VARCHAR, i INTEGER, d DATE)")
-    cur.execute("INSERT INTO ptypes VALUES ('ab', 1, DATE '2024-01-02'), "
+    cur.execute("CREATE OR REPLACE TABLE ptypes (s VARCHAR, i INTEGER, d DATE, b BIGINT, "
+                "ts TIMESTAMP, f FLOAT, t8 TINYINT)")
+    cur.execute("INSERT INTO ptypes (s, i, d) VALUES ('ab', 1, DATE '2024-01-02'), "
                 "('b', 2, DATE '2024-01-03'), (NULL, 3, NULL)")
     cur.close()
     conn.close()
@@ -282,6 +283,18 @@ def typed_t(port):
     # TIMESTAMP (announced in ms, as the JDBC driver writes them)
     ("SELECT count(*) FROM ptypes WHERE d > ? - INTERVAL 1 DAY", [pa.date32()]),
     ("SELECT ? + INTERVAL 1 DAY AS v", [pa.timestamp("ms")]),
+    # a parameter of several occurrences: the type DuckDB widens theirs to, whatever the
+    # order (a client narrowing its value to one occurrence's type changes the answer)
+    ("SELECT count(*) FROM ptypes WHERE i = $1 OR b = $1", [pa.int64()]),
+    ("SELECT count(*) FROM ptypes WHERE b = $1 OR i = $1", [pa.int64()]),
+    ("SELECT count(*) FROM ptypes WHERE d = $1 OR ts = $1", [pa.timestamp("ms")]),
+    ("SELECT count(*) FROM ptypes WHERE ts = $1 OR d = $1", [pa.timestamp("ms")]),
+    ("SELECT count(*) FROM ptypes WHERE f = $1 OR b = $1", [pa.float32()]),  # coalesce's
+    ("SELECT count(*) FROM ptypes WHERE i = $1 OR s = $1", [pa.string()]),
+    ("DELETE FROM ptypes WHERE i IN (SELECT i FROM ptypes WHERE t8 = $1) OR b = $1",
+     [pa.int64()]),
+    ("DELETE FROM ptypes WHERE b = $1 OR t8 = $1", [pa.int64()]),
+    ("INSERT INTO ptypes (t8, b) VALUES ($1, $1)", [pa.int64()]),
 ])
 def test_parameter_types_are_duckdbs(cur, typed_t, sql, types):
     """The prepared statement's parameter schema holds the types DuckDB binds each

@@ -310,7 +310,9 @@ class DuckEngine:
         if None in types and isinstance(stmt, (st.Delete, st.Update, st.Merge, st.Insert,
                                                st.InsertValues)):
             try:
-                got = self._tables_of(stmt, sql)
+                # INSERT ... VALUES (the fast path binds no names) writes its target only
+                got = ({stmt.table.lower(): pinner.pin(stmt.table).schema}, None, {}) \
+                    if isinstance(stmt, st.InsertValues) else self._tables_of(stmt, sql)
             except FlightsrvError:
                 got = None
             if got is not None and got[1] is None and not got[2]:

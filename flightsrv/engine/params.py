@@ -65,6 +65,7 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
                 key = f.name.lower()
                 columns[key] = f.type if columns.get(key, f.type) == f.type else None
         target = selected = None
+        hint = _Hints(types)
         if isinstance(stmt, st.Insert) and isinstance(stmt.tree.expression,
                                                       (exp.Values, exp.Select)):
             schema = schema_of(stmt.table)
@@ -87,7 +88,7 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
                     and isinstance(parent.parent, exp.Values):
                 pos = parent.expressions.index(p)
                 if pos < len(target) and target[pos] is not None:
-                    types[k] = target[pos]
+                    hint(k, target[pos])
                 continue
             if other is None and isinstance(parent, (exp.Add, exp.Sub)):
                 # v + ?: the other operand's type when it is a number (a timestamp's other
@@ -96,7 +97,7 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
                 if isinstance(other, exp.Interval):
                     # ? - INTERVAL 1 DAY: a point in time; the column it is compared with
                     # says which kind, else TIMESTAMP
-                    types[k] = _temporal_partner(parent, columns) or pa.timestamp("us")
+                    hint(k, _temporal_partner(parent, columns) or pa.timestamp("us"))
                     continue
                 if isinstance(other, exp.Column) and not _numeric(columns.get(
                         other.name.lower())):
@@ -107,21 +108,41 @@ def text_parameter_types(stmt: st.Statement, schema_of) -> list[pa.DataType | No
                 if selected is None or not any(parent is x for x in selected):
                     t = columns.get(parent.alias.lower())
                     if t is not None:
-                        types[k] = t
+                        hint(k, t)
             if selected is not None and target is not None:
                 item = parent if isinstance(parent, exp.Alias) else p
                 if any(item is x for x in selected):
                     pos = next(i for i, x in enumerate(selected) if x is item)
                     if pos < len(target) and target[pos] is not None:
-                        types[k] = target[pos]
+                        hint(k, target[pos])
                     continue
             if isinstance(other, exp.Column):
                 t = columns.get(other.name.lower())
                 if t is not None:
-                    types[k] = t
+                    hint(k, t)
     except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
         pass
     return types
+
+
+class _Hints:
+    """Sets a parameter's type from one occurrence's hint; a parameter whose occurrences
+    hint at different types gets none (DuckDB's plan then types it: each occurrence's type,
+    widened to the one every occurrence's value fits, see :func:`parameter_types_on`), so
+    that a client never narrows its value to one occurrence's type."""
+
+    def __init__(self, types: list):
+        self.types = types
+        self.conflicts: set[int] = set()
+
+    def __call__(self, k: int, t: pa.DataType) -> None:
+        if k in self.conflicts:
+            return
+        if self.types[k] is not None and self.types[k] != t:
+            self.conflicts.add(k)
+            self.types[k] = None
+            return
+        self.types[k] = t
 
 
 def _compared_with(node: exp.Expression) -> exp.Expression | None:
@@ -156,9 +177,10 @@ def _values_parameter_types(stmt: st.InsertValues, schema_of, types: list) -> li
         names = list(stmt.columns) if stmt.columns is not None else schema.names
         by_lower = {f.name.lower(): f.type for f in schema}
         target = [by_lower.get(n.lower()) for n in names]
+        hint = _Hints(types)
         for number, pos in stmt.direct:
             if 0 < number <= len(types) and pos < len(target) and target[pos] is not None:
-                types[number - 1] = target[pos]
+                hint(number - 1, target[pos])
     except Exception:  # noqa: BLE001 - a hint only: never fail a prepare over it
         pass
     return types
@@ -186,8 +208,9 @@ def duckdb_parameter_types(cur, sql: str, count: int,
     DuckDB 2.0 reports a prepared statement's parameters as UNKNOWN
     (``duckdb_prepared_statements()``) but its bound plan holds their types:
     ``json_serialize_plan`` serializes it, and refuses a plan with an untyped parameter.
-    Then each occurrence is planned alone (the other parameters as NULL) and a parameter
-    takes the type of its first occurrence DuckDB types. The plans are made on a cursor of
+    Then each occurrence is planned alone (the other parameters as NULL). A parameter of
+    several occurrences takes the type DuckDB widens theirs to (as ``coalesce`` does), none
+    when they do not mix. The plans are made on a cursor of
     their own where each relation is an empty view with the same column types (DuckDB
     serializes no plan that scans a registered Arrow object)."""
     probe = _stand_ins(cur, relations)
@@ -208,14 +231,22 @@ def parameter_types_on(cur, sql: str, count: int) -> list[pa.DataType | None]:
     if found is None:
         found = _one_by_one(cur, sql)
     names = {int(k) - 1: v for k, v in found.items() if k.isdigit() and 0 < int(k) <= count}
-    if names:
+    # a parameter of several occurrence types takes the one DuckDB widens them to (INTEGER
+    # and BIGINT: BIGINT; DATE and TIMESTAMP: TIMESTAMP), so that a client encodes a value
+    # every occurrence takes; none where they do not mix (VARCHAR and INTEGER)
+    exprs = {k: "CAST(NULL AS " + t[0] + ")" if len(t) == 1 else
+             "coalesce(" + ", ".join(f"CAST(NULL AS {x})" for x in t) + ")"
+             for k, t in names.items()}
+    for group in ([exprs] if exprs else []) + ([{k: e} for k, e in exprs.items()]
+                                               if len(exprs) > 1 else []):
         try:
             shape = cur.sql("SELECT " + ", ".join(
-                f"CAST(NULL AS {t}) AS p{k}" for k, t in names.items())).limit(0)
-            for f, k in zip(plain_schema(shape.to_arrow_table().schema), names, strict=True):
+                f"{e} AS p{k}" for k, e in group.items())).limit(0)
+            for f, k in zip(plain_schema(shape.to_arrow_table().schema), group, strict=True):
                 types[k] = f.type
         except duckdb.Error:
-            pass
+            continue  # one by one
+        break
     return types
 
 
@@ -255,7 +286,7 @@ def _stand_ins(cur, relations: tuple[str, ...]):
 
 def _one_by_one(probe, sql: str) -> dict[str, str]:
     """:func:`_plan_parameter_types` of each parameter occurrence of ``sql`` planned with
-    the other occurrences as NULL; a parameter takes its first occurrence's type."""
+    the other occurrences as NULL (each occurrence DuckDB types counts)."""
     try:
         tokens = lexer.tokenize(sql)
     except Exception:  # noqa: BLE001 - DuckDB reports the text when it runs
@@ -263,10 +294,8 @@ def _one_by_one(probe, sql: str) -> dict[str, str]:
     spans = [(t.start, n.end + 1, n.text) for t, n in zip(tokens, tokens[1:])
              if t.token_type == TokenType.PARAMETER and n.token_type == TokenType.NUMBER
              and n.start == t.end + 1]
-    found: dict[str, str] = {}
+    found: dict[str, list[str]] = {}
     for start, _, number in spans[:_MAX_PROBES]:
-        if number in found:
-            continue
         text, last = [], 0
         for s, e, _ in spans:
             if s != start:
@@ -274,13 +303,16 @@ def _one_by_one(probe, sql: str) -> dict[str, str]:
                 last = e
         one = _plan_parameter_types(probe, "".join(text) + sql[last:])
         if one and number in one:
-            found[number] = one[number]
+            seen = found.setdefault(number, [])
+            seen += [t for t in one[number] if t not in seen]
     return found
 
 
-def _plan_parameter_types(cur, sql: str) -> dict[str, str] | None:
-    """Parameter identifier -> DuckDB type name in the bound plan of ``sql``; None when
-    DuckDB does not plan it (an untyped parameter, or any other refusal)."""
+def _plan_parameter_types(cur, sql: str) -> dict[str, list[str]] | None:
+    """Parameter identifier -> the DuckDB type names its occurrences have in the bound
+    plan of ``sql`` (each once; DuckDB types each occurrence by its context and casts the
+    one value to each); None when DuckDB does not plan it (an untyped parameter, or any
+    other refusal)."""
     try:
         ((raw,),) = cur.execute("SELECT json_serialize_plan(?)", [sql]).fetchall()
     except duckdb.Error:
@@ -288,7 +320,7 @@ def _plan_parameter_types(cur, sql: str) -> dict[str, str] | None:
     plan = json.loads(raw)
     if plan.get("error"):
         return None
-    out: dict[str, str] = {}
+    out: dict[str, list[str]] = {}
     stack = [plan]
     while stack:
         node = stack.pop()
@@ -296,7 +328,9 @@ def _plan_parameter_types(cur, sql: str) -> dict[str, str] | None:
             if node.get("expression_class") == "BOUND_PARAMETER":
                 name = _type_name(node.get("return_type") or {})
                 if name is not None:
-                    out.setdefault(str(node.get("identifier")), name)
+                    seen = out.setdefault(str(node.get("identifier")), [])
+                    if name not in seen:
+                        seen.append(name)
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)

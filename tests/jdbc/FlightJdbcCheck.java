@@ -254,6 +254,23 @@ public class FlightJdbcCheck {
              ResultSet rs = s.executeQuery("SELECT id, amount, CAST(price AS VARCHAR) AS price FROM jd ORDER BY id")) {
             out("rows", rows(rs, "id", "amount", "price"));
         }
+        // one $1 over a TINYINT and a BIGINT column: the value must reach DuckDB whole (a
+        // driver narrowing 300 to the TINYINT occurrence's type deletes row 44)
+        try (Statement s = c.createStatement()) {
+            s.executeUpdate("CREATE OR REPLACE TABLE jn (id BIGINT, small TINYINT)");
+            s.executeUpdate("INSERT INTO jn VALUES (44, 1), (300, 2), (5000000000, 3)");
+        }
+        try (PreparedStatement p = c.prepareStatement(
+                "DELETE FROM jn WHERE id IN (SELECT id FROM jn WHERE small = $1) OR id = $1")) {
+            p.setLong(1, 300L);
+            out("twice_delete", p.executeUpdate());
+        }
+        bound(c, "twice_query", "SELECT id FROM jn WHERE small = $1 OR id = $1",
+              p -> p.setLong(1, 5000000000L));
+        try (Statement s = c.createStatement();
+             ResultSet rs = s.executeQuery("SELECT id FROM jn ORDER BY id")) {
+            out("twice_rows", rows(rs, "id"));
+        }
     }
 
     static void update(Connection c) throws SQLException {
