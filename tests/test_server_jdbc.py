@@ -230,6 +230,10 @@ def test_database_metadata(java_program, servers):
     assert got["exported_keys"] == []
     assert got["read_only"] is True  # bob is a reader
     assert got["transactions"] is False and got["quote"] == '"'
+    # DuckDB runs FULL OUTER JOIN: the driver reads item 528 as a bitmask of levels
+    assert got["outer_joins"] == [True, True, True]
+    assert got["default_isolation"] == 0  # TRANSACTION_NONE (the driver reads an int64)
+    assert got["properties_failed"] == [], got["properties_failed"]
 
 
 def test_type_info_agrees_with_get_columns(java_program, servers):

@@ -250,7 +250,11 @@ def sql_info_values(server_version: str, read_only: bool = False,
         525: _bits(0, 1),  # SQL_SUPPORTED_GRAMMAR: MINIMUM, CORE
         526: _bits(0, 1),  # SQL_ANSI92_SUPPORTED_LEVEL: ENTRY, INTERMEDIATE
         527: False,  # SQL_SUPPORTS_INTEGRITY_ENHANCEMENT_FACILITY
-        528: I32(2),  # SQL_OUTER_JOINS_SUPPORT_LEVEL: FULL_OUTER_JOINS
+        # SQL_OUTER_JOINS_SUPPORT_LEVEL: the spec's enum says FULL_OUTER_JOINS = 2, but the
+        # Flight SQL JDBC driver (arrow-java 18.x) reads this item as a bitmask of levels
+        # (supportsFullOuterJoins: bit 2, supportsLimitedOuterJoins: bit 1), so 2 read as
+        # "limited only"; JDBC's contract is that full support implies limited: bits 1 and 2
+        528: _bits(1, 2),
         529: "schema",  # SQL_SCHEMA_TERM
         530: "procedure",  # SQL_PROCEDURE_TERM
         531: "catalog",  # SQL_CATALOG_TERM
@@ -267,7 +271,10 @@ def sql_info_values(server_version: str, read_only: bool = False,
         556: False,  # SQL_MAX_ROW_SIZE_INCLUDES_BLOBS (a bool, unlike its neighbours)
         557: max_statement_bytes,  # SQL_MAX_STATEMENT_LENGTH (--max-statement-bytes)
         558: max_statements,  # SQL_MAX_STATEMENTS: open prepared statements per principal
-        562: I32(0),  # SQL_DEFAULT_TRANSACTION_ISOLATION: TRANSACTION_NONE
+        # SQL_DEFAULT_TRANSACTION_ISOLATION: TRANSACTION_NONE, as an int64: the JDBC driver
+        # casts it to Long (an int32 threw ClassCastException from
+        # getDefaultTransactionIsolation), as arrow-java's own SqlInfoBuilder writes it
+        562: 0,
         563: False,  # SQL_TRANSACTIONS_SUPPORTED
         564: _bits(0),  # SQL_SUPPORTED_TRANSACTIONS_ISOLATION_LEVELS: NONE
         565: False,  # SQL_DATA_DEFINITION_CAUSES_TRANSACTION_COMMIT

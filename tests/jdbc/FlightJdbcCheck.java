@@ -108,6 +108,29 @@ public class FlightJdbcCheck {
         out("transactions", md.supportsTransactions());
         out("keywords", md.getSQLKeywords().length() > 0);
         out("quote", md.getIdentifierQuoteString());
+        out("outer_joins", Arrays.asList(md.supportsOuterJoins(), md.supportsLimitedOuterJoins(),
+                                         md.supportsFullOuterJoins()));
+        out("default_isolation", md.getDefaultTransactionIsolation());
+        // every no-argument property a BI tool may read: none may throw
+        List<String> failed = new ArrayList<>();
+        for (java.lang.reflect.Method m : DatabaseMetaData.class.getMethods()) {
+            Class<?> r = m.getReturnType();
+            if (m.getParameterCount() != 0 || !(r == boolean.class || r == int.class || r == String.class)) {
+                continue;
+            }
+            try {
+                m.invoke(md);
+            } catch (java.lang.reflect.InvocationTargetException e) {
+                Throwable t = e.getCause();
+                if (!(t instanceof java.sql.SQLFeatureNotSupportedException)) {
+                    failed.add(m.getName() + ": " + t);
+                }
+            } catch (IllegalAccessException e) {
+                failed.add(m.getName() + ": " + e);
+            }
+        }
+        java.util.Collections.sort(failed);
+        out("properties_failed", failed);
     }
 
     static void query(Connection c) throws SQLException {
