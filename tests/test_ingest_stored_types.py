@@ -28,6 +28,9 @@ COLUMNS = {
             [dt.datetime(1970, 1, 1, 0, 0, k, tzinfo=dt.timezone.utc) for k in (1, 2, 3)]),
     "nested": (pa.array([[1.5], [], None], pa.list_(pa.float16())), "FLOAT[]",
                [[1.5], [], None]),
+    # a fixed-size list is a list (Parquet stores one; DuckDB reads LIST back)
+    "fsl": (pa.array([[1, 2], [3, 4], None], pa.list_(pa.int32(), 2)), "INTEGER[]",
+            [[1, 2], [3, 4], None]),
     # kept as it is (Iceberg's fixed[n]); DuckDB's BLOBs are written back length-checked
     "fsb": (pa.array([b"ab", b"cd", b"ef"], pa.binary(2)), "BLOB", [b"ab", b"cd", b"ef"]),
 }
@@ -100,3 +103,22 @@ def test_a_fixed_size_binary_column_takes_blobs_of_its_length(server):
         assert _rows(cur, "SELECT id, c, l FROM fx ORDER BY id") == [
             {"id": 1, "c": b"ab", "l": [b"zz", b"qq"]}, {"id": 2, "c": b"gh", "l": [b"yy"]},
             {"id": 3, "c": b"kl", "l": [b"ww"]}]
+
+
+def test_create_table_as_stores_a_fixed_size_array_as_a_list(server):
+    """``CREATE TABLE ... AS`` a fixed-size ARRAY column stores a list (docs/TYPES.md): the
+    table takes SQL writes, and DESCRIBE agrees with ``typeof`` (it was stored as a
+    fixed-size list, DESCRIBE said INTEGER[3], and every INSERT failed: session 29)."""
+    with adbc(server, WRITER) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE ctas_arr AS SELECT 1 AS id, [1, 2, 3]::INTEGER[3] AS arr, "
+                    "{'v': [1.5, 2.5]::DOUBLE[2]} AS s")
+        cur.execute("INSERT INTO ctas_arr VALUES (2, [4, 5], {'v': [1.0]})")
+        cur.execute("INSERT INTO ctas_arr (id) VALUES (3)")
+        cur.execute("UPDATE ctas_arr SET arr = [7, 8, 9]::INTEGER[3] WHERE id = 1")
+        assert [(r["column_name"], r["column_type"]) for r in _rows(cur, "DESCRIBE ctas_arr")] \
+            == [("id", "INTEGER"), ("arr", "INTEGER[]"), ("s", "STRUCT(v DOUBLE[])")]
+        assert _rows(cur, "SELECT id, arr, s, typeof(arr) AS t FROM ctas_arr ORDER BY id") == [
+            {"id": 1, "arr": [7, 8, 9], "s": {"v": [1.5, 2.5]}, "t": "INTEGER[]"},
+            {"id": 2, "arr": [4, 5], "s": {"v": [1.0]}, "t": "INTEGER[]"},
+            {"id": 3, "arr": None, "s": None, "t": "INTEGER[]"}]
+        cur.execute("DROP TABLE ctas_arr")

@@ -236,7 +236,9 @@ def duckdb_storable(t: pa.DataType) -> pa.DataType:
     its values as, which holds every value exactly: ``float16`` -> ``float32``,
     ``decimal256(p, s)`` -> ``decimal128(p, s)`` (p <= 38), ``time32`` -> ``time64[us]``, a
     seconds or milliseconds timestamp with a time zone -> microseconds (DuckDB's
-    TIMESTAMPTZ), nested ones too. A table of the narrower type could be read but not
+    TIMESTAMPTZ), a fixed-size list -> a list (Parquet stores a list; DuckDB reads it back
+    as LIST, and no SQL value of its ARRAY type could be written to it), nested ones too. A
+    table of the narrower type could be read but not
     written by SQL (DuckDB's values are of the wider type) and, for the first two, not
     scanned by DuckDB from Arrow at all (deleted rows, an empty table,
     ``information_schema``). ``fixed_size_binary[n]`` stays (Iceberg's ``fixed[n]``): SQL
@@ -250,6 +252,8 @@ def duckdb_storable(t: pa.DataType) -> pa.DataType:
             return pa.time64("us")
         if pa.types.is_timestamp(x) and x.tz is not None and x.unit in ("s", "ms"):
             return pa.timestamp("us", tz=x.tz)
+        if pa.types.is_fixed_size_list(x):
+            return pa.list_(x.value_field.with_type(duckdb_storable(x.value_type)))
         return x
 
     return map_leaves(t, leaf)
