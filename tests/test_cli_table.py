@@ -433,6 +433,31 @@ def test_dates_python_cannot_hold_print_in_every_format(tmp_path, fmt):
         assert rows[3]["tz"] == "-infinity" and rows[2]["d"] == "2024-02-29"
 
 
+def test_a_nanosecond_timestamptz_column_prints_and_takes_sql_writes(tmp_path):
+    """A CSV whose timestamps carry a zone and a fraction is guessed ``timestamp[ns, UTC]``
+    (DuckDB's TIMESTAMPTZ_NS): every output format prints it (DuckDB has no
+    ``isfinite(TIMESTAMPTZ_NS)``: each failed with an internal BinderException), and a SQL
+    INSERT of a TIMESTAMPTZ casts to it as in DuckDB (refused before: session 29)."""
+    src = tmp_path / "in.csv"
+    src.write_text("id,ts\n1,2026-01-01 10:00:00.123456789Z\n")
+    wh = tmp_path / "wh"
+    proc = run("--warehouse", wh, "table", "create", "t", "--from-file", src)
+    assert proc.returncode == 0, proc.stderr
+    proc = run("--warehouse", wh, "sql",
+               "INSERT INTO t VALUES (2, TIMESTAMPTZ '2026-01-02 00:00:00+00'), (3, NULL)")
+    assert proc.returncode == 0, proc.stderr
+    for fmt in ("table", "csv", "jsonl", "line", "json"):
+        for args in [("table", "scan", "t"), ("sql", "SELECT * FROM t ORDER BY id")]:
+            proc = run("--warehouse", wh, *args, "--format", fmt)
+            assert proc.returncode == 0, (fmt, args, proc.stderr)
+            assert "2026-01-01" in proc.stdout and "2026-01-02" in proc.stdout, proc.stdout
+    proc = run("--warehouse", wh, "sql", "SELECT id, epoch_ns(ts) AS ns FROM t ORDER BY id",
+               "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1:] == ["1,1767261600123456789", "2,1767312000000000000",
+                                            "3,"]
+
+
 def test_jsonl_numbers_load_only_when_exact(tmp_path):
     """JSON lines into integer and decimal columns: a value DuckDB's cast would round
     (``9.999`` into decimal(12,2), ``1.7`` into int8) or reinterpret (``true``) fails naming

@@ -253,8 +253,10 @@ class _DuckSpelling:
                 con.execute(f"SET TimeZone = '{tz.replace(chr(39), '')}'")
             except duckdb.Error:
                 con.execute("SET TimeZone = 'UTC'")
+        # DuckDB has no isfinite(TIMESTAMPTZ_NS): ask it of the microsecond value
+        v = "CAST(v AS TIMESTAMPTZ)" if tz is not None and col.type.unit == "ns" else "v"
         held = ("v < TIME '24:00:00'" if pa.types.is_time(col.type)
-                else "isfinite(v) AND CAST(v AS TIMESTAMP) >= TIMESTAMP '0001-01-01' "
+                else f"isfinite({v}) AND CAST(v AS TIMESTAMP) >= TIMESTAMP '0001-01-01' "
                 "AND CAST(v AS TIMESTAMP) < TIMESTAMP '10000-01-01'")
         con.register("_spell", pa.table({"i": pa.array(range(len(col)), pa.int64()),
                                          "v": col}))

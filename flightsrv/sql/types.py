@@ -325,6 +325,8 @@ def duckdb_type(t: pa.DataType) -> str | None:
         return '"NULL"'  # DuckDB's type of a CTAS column of NULL; unquoted it is a literal
     if pa.types.is_fixed_size_binary(t) and not pa.types.is_decimal(t):
         return "BLOB"  # what DuckDB reads it as; the length is checked when it is written
+    if pa.types.is_timestamp(t) and t.tz is not None and t.unit == "ns":
+        return "TIMESTAMPTZ_NS"  # DuckDB's type of the values (Arrow ingest makes one)
     try:
         return sql_type_name(t)
     except SqlError:
