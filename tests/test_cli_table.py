@@ -472,7 +472,7 @@ def test_jsonl_numbers_load_only_when_exact(tmp_path):
     proc = run("--warehouse", wh, "table", "append", "d", ok)
     assert proc.returncode == 0, proc.stderr
     for n, (amt, i8, column, value) in enumerate([
-            ('"9.999"', "1", "amt", "9.999"), ("9.999", "1", "amt", "9.999"),
+            ('"9.999"', "1", "amt", '"9.999"'), ("9.999", "1", "amt", "9.999"),
             ("1", "1.7", "i8", "1.7"), ("1", "true", "i8", "true")]):
         bad = tmp_path / f"bad{n}.jsonl"
         bad.write_text(f'{{"id": 5, "amt": 1, "i8": 1}}\n{{"id": 6, "amt": {amt}, "i8": {i8}}}\n')
@@ -480,7 +480,7 @@ def test_jsonl_numbers_load_only_when_exact(tmp_path):
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
         line = proc.stderr.splitlines()[-1]  # after the progress line
         for needle in ("flightsrv: error: ", "does not convert exactly", f"column={column}",
-                       "row=2", f"value={value}", f"file={bad}"):
+                       "row=2", f"value={value})", f"file={bad}"):  # as written (JSON)
             assert needle in line, (needle, line)
     proc = run("--warehouse", wh, "sql", "SELECT id, amt, i8 FROM d ORDER BY id",
                "--format", "csv")

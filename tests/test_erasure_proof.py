@@ -547,6 +547,10 @@ def test_bad_deadline_property_is_a_clear_error(local_uri):
         make(local_uri, props={"erasure.deadline": "soon"})  # refused before anything is stored
     t = make(local_uri, props={"erasure.deadline": "12h"})
     assert t.erasure_status().deadline_ms == 12 * 3600 * 1000
+    # weeks, as every duration docs/CLI.md describes; a bare number is days
+    for value, ms in (("2w", 14 * 86_400_000), ("3", 3 * 86_400_000)):
+        t.set_properties(**{"erasure.deadline": value})
+        assert t.erasure_status().deadline_ms == ms
 
 
 # -- SQL ----------------------------------------------------------------------------------

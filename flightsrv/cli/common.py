@@ -215,6 +215,7 @@ def _read_json(path: str, schema):
     select = [f"CAST({_q(n)} AS {columns[n]}) AS {_q(n)}" if n in exact else _q(n)
               for n in columns]
     select += [f"json_extract_string({_q(n)}, '$')" for n in exact]
+    select += [f"CAST({_q(n)} AS VARCHAR)" for n in exact]  # as written, for the error
     read = {n: "JSON" if n in exact else t for n, t in columns.items()}
     try:
         reader = con.sql(f"SELECT {', '.join(select)} FROM read_json($path, "
@@ -237,9 +238,10 @@ def _read_json(path: str, schema):
                     return
                 except (duckdb.Error, pa.ArrowException, OSError) as exc:
                     raise _json_error(path, fields, exc) from None
-                texts = batch.columns[len(names):]
-                for name, text in zip(exact, texts, strict=True):
-                    _check_exact(batch.column(names.index(name)), text, path=path,
+                texts = batch.columns[len(names):len(names) + len(exact)]
+                written = batch.columns[len(names) + len(exact):]
+                for name, text, raw in zip(exact, texts, written, strict=True):
+                    _check_exact(batch.column(names.index(name)), text, raw, path=path,
                                  column=name, type_name=columns[name], first_row=done + 1)
                 cols = []
                 for name, col in zip(names, batch.columns[:len(names)], strict=True):
@@ -260,11 +262,11 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _check_exact(values, texts, *, path: str, column: str, type_name: str,
+def _check_exact(values, texts, written, *, path: str, column: str, type_name: str,
                  first_row: int) -> None:
     """Raise ConfigurationError naming the first row whose number DuckDB's cast changed
     (``texts``: the JSON values as text; only those not written as a plain integer can
-    change)."""
+    change), and its value as the file writes it (``written``: JSON, a string quoted)."""
     import decimal
 
     import pyarrow.compute as pc
@@ -282,7 +284,7 @@ def _check_exact(values, texts, *, path: str, column: str, type_name: str,
             raise ConfigurationError(
                 f"cannot read json file: a value does not convert exactly to {type_name} "
                 "(it would be rounded or reinterpreted)", file=path, column=column,
-                row=first_row + i, value=text)
+                row=first_row + i, value=written[i].as_py())
 
 
 def _nested_binary(t) -> bool:

@@ -51,14 +51,16 @@ DEFAULT_DEADLINE = "30d"
 #: operations whose removal of a file deletes its rows (a compaction or purge only moves them)
 _DELETING_OPS = frozenset({"delete", "splice_delete", "drop", "delete_matching", "merge",
                            "update", "overwrite", "replace"})
-_UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000, None: 86_400_000}
+_UNITS = {"w": 604_800_000, "d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000,
+          None: 86_400_000}
 
 
 def parse_duration_ms(value, *, what: str, table: str | None = None) -> int:
-    """``'30d'``, ``'12h'``, ``'90m'``, ``'3600s'`` or a bare number of days → milliseconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms])?\s*", str(value).lower())
+    """``'4w'``, ``'30d'``, ``'12h'``, ``'90m'``, ``'3600s'`` or a bare number of days →
+    milliseconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([wdhms])?\s*", str(value).lower())
     if not m:
-        raise ConfigurationError(f"{what} must be a duration such as 30d, 12h, 90m or 3600s",
+        raise ConfigurationError(f"{what} must be a duration such as 4w, 30d, 12h, 90m or 3600s",
                                  table=table, value=value)
     return int(float(m.group(1)) * _UNITS[m.group(2)])
 

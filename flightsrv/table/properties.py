@@ -157,15 +157,16 @@ def _choice(p: Property, raw) -> str:
     return s
 
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([dhms])?\s*")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([wdhms])?\s*")
 
 
 def _duration(p: Property, raw) -> str:
-    """A duration such as ``30d``, ``12h``, ``90m``, ``3600s`` (a bare number: days), kept
+    """A duration such as ``4w``, ``30d``, ``12h``, ``90m``, ``3600s`` (a bare number: days), kept
     as written (lower case); readers convert it (``erasure_status.parse_duration_ms``)."""
     text = str(raw).strip().lower()
     if isinstance(raw, bool) or not _DURATION.fullmatch(text):
-        raise ConfigurationError("must be a duration such as 30d, 12h, 90m or 3600s", value=raw)
+        raise ConfigurationError("must be a duration such as 4w, 30d, 12h, 90m or 3600s",
+                                 value=raw)
     return text
 
 
