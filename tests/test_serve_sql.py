@@ -371,6 +371,23 @@ def test_show_tables_and_describe_answer_as_duckdb_does(served):
                 "SUMMARIZE described"):
         assert run(uri, sql, token=READER).to_pylist() == \
             ref.sql(sql).arrow().read_all().to_pylist(), sql
+    # SHOW ALL TABLES / SHOW SCHEMAS / SHOW DATABASES: DuckDB's columns, this catalog's
+    # names (a table named like the keyword changes nothing, as in DuckDB)
+    ref.execute("CREATE TABLE schemas (x INTEGER)")
+    run(uri, "CREATE TABLE schemas (x INTEGER)")
+    catalog = {"memory": "flightsrv"}
+    for sql in ("SHOW ALL TABLES", "SHOW SCHEMAS", "SHOW DATABASES"):
+        got = run(uri, sql, token=READER)
+        want = ref.sql(sql).arrow().read_all()
+        assert got.column_names == want.column_names, sql
+        want = [{k: catalog.get(v, v) if isinstance(v, str) else v for k, v in r.items()}
+                for r in want.to_pylist()]
+        if sql == "SHOW ALL TABLES":  # the served warehouse holds other tests' tables too
+            got = [r for r in got.to_pylist() if r["name"] in ("described", "schemas")]
+        else:
+            got = got.to_pylist()
+        assert got == want, sql
+    run(uri, "DROP TABLE schemas")
     run(uri, "DROP TABLE described")
     assert "described" not in run(uri, "SHOW TABLES").column("name").to_pylist()
 

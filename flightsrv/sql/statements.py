@@ -503,9 +503,22 @@ def _parse_special(sql: str, text: str) -> Statement | None:
         return None
     verb = toks[0].text.upper()
     words = [t.text.upper() for t in toks[:3]]
-    if words == ["SHOW", "TABLES"] and len(toks) == 2 or words == ["SHOW", "ALL", "TABLES"] \
-            and len(toks) == 3:
+    if words == ["SHOW", "TABLES"] and len(toks) == 2:
         return _metadata_query(sql, "SELECT * FROM flightsrv_tables()")
+    if words == ["SHOW", "ALL", "TABLES"] and len(toks) == 3:
+        # DuckDB's columns: every table of every schema with its columns' names and types
+        stmt = _parse_statement(
+            "SELECT table_catalog AS database, table_schema AS schema, table_name AS name,"
+            " list(column_name ORDER BY ordinal_position) AS column_names,"
+            " list(data_type ORDER BY ordinal_position) AS column_types, false AS temporary"
+            " FROM information_schema.columns GROUP BY ALL ORDER BY name")
+        object.__setattr__(stmt, "sql", sql)
+        return stmt
+    if len(toks) == 2 and words in (["SHOW", "SCHEMAS"], ["SHOW", "DATABASES"]):
+        # DuckDB's keyword forms (never a table named schemas): the one catalog and schema
+        return _metadata_query(
+            sql, "SELECT 'flightsrv' AS database_name"
+            + (", 'main' AS schema_name, true AS current" if words[1] == "SCHEMAS" else ""))
     if verb in ("SUMMARIZE", "DESCRIBE", "DESC") and len(toks) >= 3 and words[1] == "TABLE":
         toks = [toks[0], *toks[2:]]  # DESCRIBE TABLE t, SUMMARIZE TABLE t: the same as without
         words = [t.text.upper() for t in toks[:3]]
