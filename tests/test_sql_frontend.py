@@ -149,6 +149,23 @@ def test_error_names_position():
     assert ei.value.context["line"] == 1
 
 
+@pytest.mark.parametrize("sql,line,col", [
+    ("EXPLAIN SELECT * FROM s WHERE score > 1000000", 1, 1),
+    ("EXPLAIN ANALYZE SELECT id FROM s", 1, 1),
+    ("CALL pragma_version()", 1, 1),
+    ("ANALYZE s", 1, 1),
+    ("PIVOT s ON id USING sum(score)", 1, 1),
+    ("  ATTACH 'x.db' AS x", 1, 3),
+    ("-- a comment\nCOPY s TO 'x.csv'", 2, 1),
+])
+def test_a_statement_refused_by_its_kind_points_at_its_keyword(sql, line, col):
+    """The caret of a statement refused for its kind is under the keyword that makes it that
+    kind, not its last token (session 29: EXPLAIN's caret sat under 1000000)."""
+    with pytest.raises(SqlError) as ei:
+        parse_statement(sql)
+    assert (ei.value.context["line"], ei.value.context["col"]) == (line, col), str(ei.value)
+
+
 def test_create_table_types():
     stmt = parse_statement(
         "CREATE TABLE n (a INT NOT NULL, b VARCHAR(10), c DECIMAL(10, 2), d TIMESTAMP, "

@@ -701,7 +701,7 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
         return _reset(sql, tree, n)
     if isinstance(tree, exp.Command):
         verb = str(tree.this).upper()
-        raise error(f"{verb} statements are not allowed", sql, tree)
+        raise _refused(f"{verb} statements are not allowed", sql)
     refused = {
         exp.Copy: "COPY is not allowed; query the table and stream the result instead",
         exp.Attach: "ATTACH is not allowed",
@@ -715,13 +715,28 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
     }
     for cls, reason in refused.items():
         if isinstance(tree, cls):
-            raise error(reason, sql, tree)
+            raise _refused(reason, sql)
     verb = sql.split(None, 1)[0].upper().rstrip(";")
     if isinstance(tree, exp.Pivot):  # DuckDB's statement form of PIVOT / UNPIVOT
-        raise error(f"the {verb} statement form is not supported; write it as a query: "
-                    f"SELECT * FROM ({verb} ... ), with an explicit IN (...) list for PIVOT",
-                    sql, tree)
-    raise error(f"{verb} statements are not allowed", sql, tree)
+        raise _refused(f"the {verb} statement form is not supported; write it as a query: "
+                       f"SELECT * FROM ({verb} ... ), with an explicit IN (...) list for PIVOT",
+                       sql)
+    raise _refused(f"{verb} statements are not allowed", sql)
+
+
+def _refused(message: str, sql: str) -> SqlError:
+    """The error refusing a whole statement by its kind, its position the statement's first
+    keyword (a sqlglot tree of such a statement carries its last token's position)."""
+    try:
+        toks = lexer.tokenize(sql)
+    except Exception:  # noqa: BLE001 - no position then
+        toks = []
+    if not toks:
+        return SqlError(message, statement=short(sql))
+    start = toks[0].start
+    line = sql.count("\n", 0, start) + 1
+    return SqlError(message, statement=short(sql), line=line,
+                    col=start - (sql.rfind("\n", 0, start) + 1) + 1)
 
 
 def _no_with(sql: str, tree: exp.Expression, what: str) -> None:
