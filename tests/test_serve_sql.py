@@ -401,6 +401,35 @@ INFO_SCHEMA_DDL = [
 ]
 
 
+def test_a_non_finite_float_default_keeps_information_schema_whole(served):
+    """A DOUBLE column with DEFAULT 'NaN' / 'inf' / '-inf': its default is spelled as a
+    literal DuckDB reads back to that value, and information_schema answers for every table
+    (the default was spelled nan, a column name to DuckDB: every information_schema query of
+    the warehouse failed; session 29)."""
+    import math
+
+    _, _, uri = served
+    run(uri, "CREATE TABLE nandef (id INTEGER)")
+    for col, value in (("a", "NaN"), ("b", "inf"), ("c", "-inf")):
+        run(uri, f"ALTER TABLE nandef ADD COLUMN {col} DOUBLE DEFAULT '{value}'")
+    run(uri, "INSERT INTO nandef (id) VALUES (1)")
+    got = run(uri, "SELECT column_name, column_default FROM information_schema.columns "
+                   "WHERE table_name = 'nandef' ORDER BY ordinal_position", token=READER)
+    defaults = dict(zip(got.column("column_name").to_pylist(),
+                        got.column("column_default").to_pylist()))
+    import duckdb
+    for col, want in (("a", math.nan), ("b", math.inf), ("c", -math.inf)):
+        back = duckdb.execute(f"SELECT CAST({defaults[col]} AS DOUBLE)").fetchone()[0]
+        assert back == want or (math.isnan(want) and math.isnan(back)), (col, defaults)
+    assert run(uri, "SELECT count(*) AS n FROM information_schema.tables", token=READER
+               ).column("n").to_pylist()[0] >= 1
+    assert [r["default"] for r in run(uri, "DESCRIBE nandef").to_pylist()][1:] == \
+        [defaults["a"], defaults["b"], defaults["c"]]
+    row = run(uri, "SELECT a, b, c FROM nandef").to_pylist()[0]
+    assert math.isnan(row["a"]) and row["b"] == math.inf and row["c"] == -math.inf
+    run(uri, "DROP TABLE nandef")
+
+
 def test_information_schema_answers_as_duckdb_does(served):
     """information_schema.tables/columns/schemata/table_constraints: the rows DuckDB gives
     for tables made by the same statements in a catalog named flightsrv (differential), for

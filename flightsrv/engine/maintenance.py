@@ -36,6 +36,8 @@ import datetime as dt
 import decimal
 import functools
 import json
+import logging
+import math
 from typing import Any
 
 import duckdb
@@ -46,6 +48,8 @@ from flightsrv.sql.types import quote_ident
 from flightsrv.sql.validate import INFORMATION_SCHEMA_VIEWS
 from flightsrv.sql.statements import Maintenance
 from flightsrv.table.maintenance.common import duration
+
+log = logging.getLogger("flightsrv.engine")
 
 #: The shortest ``VACUUM ... RETAIN n HOURS`` grace accepted without the table property
 #: :data:`ALLOW_SHORT_GRACE` (like Delta's retention duration check).
@@ -223,7 +227,8 @@ def _column_facts(table, con) -> tuple[pa.Schema, list[str], dict[str, str]]:
     for name, value in defaults.items():
         if isinstance(value, bool):
             spelled[name] = "true" if value else "false"
-        elif isinstance(value, (int, float, decimal.Decimal)):
+        elif isinstance(value, (int, decimal.Decimal)) or (
+                isinstance(value, float) and math.isfinite(value)):
             spelled[name] = repr(value) if isinstance(value, float) else str(value)
         else:
             text = con.execute("SELECT CAST($1 AS VARCHAR)", [value]).fetchone()[0]
@@ -290,7 +295,11 @@ def _information_view(key) -> pa.Table:
                 if not f.nullable:
                     con.execute(f"{column} SET NOT NULL")
                 if f.name in spelled:
-                    con.execute(f"{column} SET DEFAULT {spelled[f.name]}")
+                    try:
+                        con.execute(f"{column} SET DEFAULT {spelled[f.name]}")
+                    except duckdb.Error:  # one table's default never breaks the view
+                        log.warning("information_schema: a column default DuckDB does not "
+                                    "read", extra={"table": name, "column": f.name})
         catalog_column = INFORMATION_SCHEMA_VIEWS[view]
         where = "" if catalog_column is None else f" WHERE {catalog_column} = $1"
         return con.sql(f"SELECT * FROM information_schema.{view}{where}",
