@@ -17,8 +17,9 @@ conjunct                   keep the unit when (NULL, i.e. unknown, keeps it)
 ``c > v`` / ``c >= v``     ``max > v`` / ``max >= v``
 ``c <> v``                 ``NOT (min = v AND max = v)``
 ``c IN (v1, ...)``         any ``c = vi`` (over 16 values: ``min <= greatest(vi)
-                           AND max >= least(vi)``)
-``c BETWEEN a AND b``      ``max >= a AND min <= b``
+                           AND max >= least(vi)``), each ``vi`` in the operands'
+                           common type, as DuckDB compares an IN list
+``c BETWEEN a AND b``      ``max >= a AND min <= b``, likewise
 ``c IS NULL``              ``nulls > 0``
 ``c IS NOT NULL``          ``nulls < rows``
 =========================  ==========================================================
@@ -154,6 +155,19 @@ def _integer_unit_may_match(op: str, vals: list, lo, hi) -> bool:
     return hi is None or hi >= vals[0]  # >=
 
 
+def _coerced(bound: str, vals: Sequence[str]) -> list[str]:
+    """Each operand of an ``IN`` list or a ``BETWEEN`` as DuckDB compares it there: in the
+    one type of the column and all the operands (``v IN (9007199254740996, 1e0)`` compares
+    in DOUBLE, where 2^53 + 3 equals the first constant; each alone compares exactly and
+    would prune the row's unit). Each is an element of one list of the column's ``bound``
+    (of the column's type) and the operands, whose element type is that common type (a
+    quoted constant, DuckDB's string literal, takes the column's type as in the IN list)."""
+    if len(vals) < 2:
+        return list(vals)
+    both = f"[{bound}, " + ", ".join(vals) + "]"
+    return [f"{both}[{k}]" for k in range(2, len(vals) + 2)]
+
+
 def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = None) -> str:
     op, vals = term.op, term.stat_operands
     if term.over is not None:  # a non-decreasing function of the column: of its bounds
@@ -180,10 +194,12 @@ def _keep_condition(term, mn: str, mx: str, nulls: str, params: list | None = No
         lo, hi = f"least({', '.join(vals)})", f"greatest({', '.join(vals)})"
         cond = f"({mn} <= {hi} AND {mx} >= {lo})"
     elif op == "in":
+        vals = _coerced(mn, vals)
         cond = "(" + " OR ".join(f"coalesce({mn} <= {v} AND {mx} >= {v}, TRUE)"
                                  for v in vals) + ")"
     elif op == "between":
-        cond = f"({mx} >= {vals[0]} AND {mn} <= {vals[1]})"
+        lo, hi = _coerced(mn, vals)
+        cond = f"({mx} >= {lo} AND {mn} <= {hi})"
     elif op == "prefix":
         # every string starting with p is >= p; a unit whose min is above p without
         # starting with it is above all of them
