@@ -122,3 +122,36 @@ def test_create_table_as_stores_a_fixed_size_array_as_a_list(server):
             {"id": 2, "arr": [4, 5], "s": {"v": [1.0]}, "t": "INTEGER[]"},
             {"id": 3, "arr": None, "s": None, "t": "INTEGER[]"}]
         cur.execute("DROP TABLE ctas_arr")
+
+
+def test_timestamps_past_duckdbs_range_are_refused_and_nothing_is_written(server):
+    """An Arrow ``timestamp[ms]`` (or ``[s]``) value DuckDB cannot read as microseconds,
+    top-level or nested: the ingest is refused with SchemaMismatch naming the column and
+    nothing is written (it was accepted, and every read of the column failed from then on,
+    a DELETE of the row or OPTIMIZE did not help: session 29); ±infinity stays."""
+    inf = 2 ** 63 - 1
+    with adbc(server, WRITER) as conn, conn.cursor() as cur:
+        ok = pa.table({"id": pa.array([1, 2], pa.int32()),
+                       "v": pa.array([inf, -inf], pa.int64()).cast(pa.timestamp("ms")),
+                       "l": pa.array([[0], None], pa.list_(pa.timestamp("s")))})
+        cur.adbc_ingest("far", ok, mode="create")
+        for column, arr in (
+                ("v", pa.array([2 ** 60], pa.int64()).cast(pa.timestamp("ms"))),
+                ("l", pa.array([[2 ** 52]], pa.list_(pa.int64())).cast(
+                    pa.list_(pa.timestamp("s"))))):
+            cols = {"id": pa.array([3], pa.int32()),
+                    "v": pa.array([0], pa.int64()).cast(pa.timestamp("ms")),
+                    "l": pa.array([[0]], pa.list_(pa.timestamp("s")))}
+            cols[column] = arr
+            with pytest.raises(Exception, match="beyond DuckDB's range") as e:
+                cur.adbc_ingest("far", pa.table(cols), mode="append")
+            assert f"column={column}" in str(e.value)
+        got = _rows(cur, "SELECT id, CAST(v AS VARCHAR) AS v, l FROM far ORDER BY id")
+        assert got == [{"id": 1, "v": "infinity", "l": [dt.datetime(1970, 1, 1)]},
+                       {"id": 2, "v": "-infinity", "l": None}]
+        # a zoned one is stored in microseconds (see COLUMNS): the cast refuses it
+        with pytest.raises(Exception, match="out of the column type's range"):
+            cur.adbc_ingest("far2", pa.table({"v": pa.array([-(2 ** 62)], pa.int64()).cast(
+                pa.timestamp("ms", tz="UTC"))}), mode="create")
+        assert "far2" not in [r["name"] for r in _rows(cur, "SHOW TABLES")]
+        cur.execute("DROP TABLE far")

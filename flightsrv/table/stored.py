@@ -167,6 +167,52 @@ def from_stored(arr, t: pa.DataType):
     return _convert(arr, t, _leaf_to_s)
 
 
+#: the largest finite millisecond timestamp DuckDB reads (it reads milliseconds as
+#: microseconds: a value times 1000 must stay a 64-bit integer)
+MAX_FINITE_MS = INFINITY // 1000
+
+
+@functools.lru_cache(maxsize=4096)
+def holds_milliseconds(t: pa.DataType) -> bool:
+    """Whether a stored type ``t`` holds a millisecond timestamp at any depth."""
+    if pa.types.is_timestamp(t):
+        return t.unit == "ms"
+    return any(holds_milliseconds(f.type) for f in _children(t))
+
+
+def check_readable(arr, t: pa.DataType) -> None:
+    """Raise ``SchemaMismatch`` when column ``arr`` of stored type ``t`` holds a finite
+    millisecond timestamp DuckDB cannot read (past about 292,000 years from 1970: DuckDB
+    reads it as microseconds, and every read of the column would fail, a DELETE of the
+    row would not help)."""
+    if isinstance(arr, pa.ChunkedArray):
+        for c in arr.chunks:
+            check_readable(c, t)
+        return
+    if pa.types.is_timestamp(t):
+        if t.unit != "ms" or not len(arr) or arr.null_count == len(arr):
+            return
+        ticks = pc.abs(arr.cast(pa.int64()))
+        bad = pc.and_(pc.greater(ticks, MAX_FINITE_MS), pc.not_equal(ticks, INFINITY))
+        if pc.any(bad).as_py():
+            from flightsrv.errors import SchemaMismatch
+
+            raise SchemaMismatch("a timestamp is beyond DuckDB's range (about 292,000 years "
+                                 "from 1970, the years 290309 BC to 294247; infinity is "
+                                 "kept)")
+        return
+    if not holds_milliseconds(t):
+        return
+    if pa.types.is_struct(t):
+        for i, child in enumerate(arr.flatten()):
+            check_readable(child, t.field(i).type)
+    elif pa.types.is_map(t):
+        check_readable(arr.keys, t.key_type)
+        check_readable(arr.items, t.item_type)
+    else:
+        check_readable(arr.flatten(), t.value_type)
+
+
 #: DuckDB's (and Arrow's) ±infinity of a DATE, in days
 DATE_INFINITY = 2**31 - 1
 _PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
@@ -190,5 +236,6 @@ def widen(arr, t: pa.DataType):
     return pc.if_else(inf, signed, ticks).cast(t)
 
 
-__all__ = ["DATE_INFINITY", "INFINITY", "from_stored", "needs_conversion", "stored_schema",
-           "stored_type", "to_stored", "widen"]
+__all__ = ["DATE_INFINITY", "INFINITY", "MAX_FINITE_MS", "check_readable", "from_stored",
+           "holds_milliseconds", "needs_conversion", "stored_schema", "stored_type",
+           "to_stored", "widen"]

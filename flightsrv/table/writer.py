@@ -58,7 +58,13 @@ from flightsrv.table.schema import (
     schema_to_json,
     stat_to_json,
 )
-from flightsrv.table.stored import INFINITY, stored_schema, to_stored
+from flightsrv.table.stored import (
+    INFINITY,
+    check_readable,
+    holds_milliseconds,
+    stored_schema,
+    to_stored,
+)
 
 DEFAULT_TARGET_FILE_SIZE = PROPERTIES["target_file_size"].default
 DEFAULT_ROW_GROUP_BYTES = PROPERTIES["row_group_bytes"].default  # uncompressed; ~2-8 MiB zstd
@@ -404,6 +410,9 @@ class DataFileWriter:
         self.physical = physical_arrow_schema(self.layout.schema)
         #: what the files hold: a timestamp in seconds as milliseconds (``table.stored``)
         self.stored = stored_schema(self.physical)
+        #: columns holding milliseconds, whose values DuckDB's range bounds
+        self._milliseconds = [i for i, f in enumerate(self.stored)
+                              if holds_milliseconds(f.type)]
         self.runtime = runtime
         self.options = options
         self.version_hint = version_hint
@@ -427,6 +436,11 @@ class DataFileWriter:
         cols = t.columns
         if self.stored is not self.physical:
             cols = [self._stored_column(c, f) for c, f in zip(cols, self.schema)]
+        for i in self._milliseconds:
+            try:
+                check_readable(cols[i], self.stored.field(i).type)
+            except SchemaMismatch as exc:
+                raise SchemaMismatch(exc.message, column=self.schema.field(i).name) from None
         if isinstance(t, pa.Table):
             return pa.Table.from_arrays(cols, schema=self.stored)
         return pa.RecordBatch.from_arrays(cols, schema=self.stored)
