@@ -190,6 +190,26 @@ def test_create_table_as_refuses_a_type_whose_values_would_change(wh, query, col
     assert "x" not in wh.list_tables()
 
 
+def test_create_table_as_refuses_a_collated_column(wh):
+    """A COLLATE that gives a result column a collation: DuckDB's table keeps it (``s =
+    'ABC'`` matches 'abc'), a flightsrv table stores none, so CREATE TABLE AS refuses it
+    before writing anything, as CREATE TABLE refuses COLLATE (it stored plain VARCHAR and
+    answered differently from DuckDB: session 29). A COLLATE that only decides a comparison
+    (WHERE, ORDER BY, a join condition) is fine."""
+    from flightsrv.errors import SqlError
+
+    for query in ("SELECT 'abc' COLLATE NOCASE AS s",
+                  "SELECT * FROM (VALUES ('abc'), ('ABC')) v(s0), "
+                  "LATERAL (SELECT s0 COLLATE NOCASE AS s)"):
+        with pytest.raises(SqlError, match="collation") as exc:
+            wh.sql(f"CREATE TABLE x AS {query}")
+        assert exc.value.context.get("table") == "x"
+        assert "x" not in wh.list_tables()
+    wh.sql("CREATE TABLE y AS SELECT s0 FROM (VALUES ('abc'), ('ABC'), ('b')) v(s0) "
+           "WHERE s0 COLLATE NOCASE = 'abc' ORDER BY s0 COLLATE NOCASE")
+    assert sorted(wh.sql("SELECT s0 FROM y").column("s0").to_pylist()) == ["ABC", "abc"]
+
+
 def test_create_table_as_keeps_every_value_of_the_types_it_changes(wh):
     """HUGEINT (a sum of integers) as DECIMAL(38,0), JSON and UUID as text, ENUM as VARCHAR,
     ARRAY as a list: each value as DuckDB shows it."""

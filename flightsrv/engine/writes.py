@@ -383,6 +383,8 @@ class Writes:
             if stmt.if_not_exists:
                 return 0
             raise TableExists("table already exists", table=stmt.table)
+        _refuse_collations(stmt)
+
         def check(columns, types):
             for name, t in zip(columns, types):
                 refused = _unstorable(t)
@@ -589,6 +591,28 @@ def _values_as_columns(values: str, nparams: int) -> str:
     return re.sub(r"'(?:[^']|'')*'|\$(\d+)",
                   lambda m: m.group(0) if m.group(1) is None
                   else f'"__fsrv_p{int(m.group(1))}"', inner)
+
+
+#: clauses whose COLLATE decides a comparison only: what they compute is no result column
+_COMPARING_CLAUSES = frozenset({"where", "order", "group", "having", "qualify", "on",
+                                "using"})
+
+
+def _refuse_collations(stmt: st.CreateTableAs) -> None:
+    """Refuse a CREATE TABLE ... AS whose query may give a column a collation (a COLLATE
+    outside WHERE, ORDER BY, GROUP BY, HAVING, QUALIFY and join conditions): DuckDB's table
+    keeps it (``s = 'ABC'`` then matches 'abc'), a flightsrv table stores none, so reads
+    would answer differently; CREATE TABLE refuses COLLATE too."""
+    for node in stmt.tree.find_all(exp.Collate):
+        up, keys = node, []
+        while up is not None:
+            keys.append(up.arg_key)
+            up = up.parent
+        if not _COMPARING_CLAUSES.intersection(keys):
+            raise SqlError("a column with a collation (COLLATE) cannot be stored: a table "
+                           "keeps no collation; apply COLLATE in the queries that read it",
+                           statement=st._short(stmt.sql), table=stmt.table,
+                           collate=node.sql(dialect="duckdb"))
 
 
 def _unstorable(t) -> str | None:
