@@ -87,3 +87,28 @@ def test_a_nested_default_is_refused_for_its_type_not_as_a_non_constant(tmp_path
         wh.sql("ALTER TABLE t ADD COLUMN x INTEGER DEFAULT id")
     wh.sql("ALTER TABLE t ADD COLUMN d DOUBLE DEFAULT -1.5")
     assert wh.table("t").schema.names == ["id", "d"]
+
+
+def test_defaults_at_the_edges_of_their_types(tmp_path):
+    """ALTER TABLE ADD COLUMN ... DEFAULT with a UBIGINT past int64 is stored from its own
+    type (it was an INTERNAL OverflowError); an infinite or BC date or timestamp default is
+    refused naming the column, and nothing is committed (session 29)."""
+    from flightsrv import Warehouse
+    from flightsrv.errors import SqlError
+
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    wh.sql("CREATE TABLE t (id INTEGER)")
+    wh.sql("INSERT INTO t VALUES (1)")
+    wh.sql("ALTER TABLE t ADD COLUMN u UBIGINT DEFAULT 18446744073709551615")
+    wh.sql("ALTER TABLE t ADD COLUMN h UBIGINT DEFAULT 9223372036854775808")
+    wh.sql("INSERT INTO t (id) VALUES (2)")
+    assert wh.sql("SELECT id, u, h FROM t ORDER BY id").to_pylist() == [
+        {"id": k, "u": 2 ** 64 - 1, "h": 2 ** 63} for k in (1, 2)]
+    version = wh.table("t").head().version
+    for ddl in ("d DATE DEFAULT 'infinity'", "ts TIMESTAMP DEFAULT '-infinity'",
+                "b DATE DEFAULT DATE '0044-03-15 (BC)'"):
+        with pytest.raises(SqlError, match="is not supported for column") as ei:
+            wh.sql(f"ALTER TABLE t ADD COLUMN {ddl}")
+        assert ei.value.context["column"] == ddl.split()[0]
+    assert wh.table("t").head().version == version
+    assert wh.table("t").schema.names == ["id", "u", "h"]

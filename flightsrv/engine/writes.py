@@ -550,7 +550,16 @@ class Writes:
                 raise SqlError("DEFAULT does not fit the column's type",
                                statement=st._short(stmt.sql), column=column,
                                type=str(t)) from None
-        return value.as_py()
+        try:
+            value.as_py()  # rows written later take it as a Python value
+        except (OverflowError, ValueError):
+            raise SqlError(f"DEFAULT {text} is not supported for "
+                           f"column {column}: a default must be a finite date or timestamp "
+                           "within the years 1-9999 (add the column without DEFAULT and set "
+                           "it with UPDATE)", statement=st._short(stmt.sql),
+                           column=column, type=str(t)) from None
+        # the Arrow scalar, typed: a UBIGINT past int64 is stored from its own type
+        return value if value.is_valid else None
 
 
     def ingest(self, table: str, mode: IngestMode, data: pa.RecordBatchReader,
