@@ -773,8 +773,11 @@ def _insert(sql: str, tree: exp.Insert, n: int) -> Insert:
     # RETURNING, ...) is refused
     for flag, value in tree.args.items():
         if flag not in ("this", "expression", "by_name") and value:
+            if flag == "with_":
+                raise _refused("WITH ... INSERT is not supported; put the WITH inside the "
+                               "INSERT: INSERT INTO t WITH x AS (...) SELECT ... FROM x", sql)
             what = f"OR {value}" if flag == "alternative" and isinstance(value, str) \
-                else flag.upper().replace("_", " ")
+                else flag.upper().replace("_", " ").strip()
             raise error(f"INSERT with {what} is not supported", sql, tree)
     target = tree.this
     columns = None
