@@ -108,6 +108,8 @@ def test_classified(sql, kind):
     ("CREATE MACRO m(a) AS a", "CREATE MACRO"),
     ("CALL pragma_version()", "CALL"),
     ("WITH x AS (SELECT 1 AS a) INSERT INTO t SELECT a FROM x", "INSERT INTO t WITH x AS"),
+    ("MERGE INTO t USING s ON t.a = s.a WHEN MATCHED THEN ERROR 'dup'",
+     "THEN ERROR is not supported"),
     ("SELECT * FROM information_schema.nope", "has no view"),
     ("SELECT * FROM system.information_schema.tables", "unknown schema or catalog"),
     ("SELECT * FROM other.t", "unknown schema or catalog"),

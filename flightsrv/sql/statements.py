@@ -435,6 +435,9 @@ def _parse_statement(sql: str, fast: bool = True) -> Statement:
             raise SqlError(f"{verb} DATABASE is not allowed; query the tables and stream "
                            "the results instead", statement=_short(sql)) from None
         what = _plain_description(first.get('description', str(e)))
+        if verb == "MERGE" and what == "Unknown option ERROR":
+            what = ("MERGE ... THEN ERROR is not supported; find the rows first (SELECT ... "
+                    "FROM t JOIN source ...), or let a WHEN clause skip them (DO NOTHING)")
         if what == "Expecting >":  # the parser read "name <" as a type's parameter list
             what += ("; a column named like a type (range, map, struct, ...) compared "
                       "with < must be quoted (\"range\") or qualified (t.range)")
