@@ -529,6 +529,15 @@ def test_global_options_before_or_after_the_command(wh, tmp_path):
 def test_version_and_usage_errors():
     proc = run("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("flightsrv 0.")
+    # python -m flightsrv is the same command (a scripts directory off PATH)
+    import subprocess
+    import sys
+    mod = subprocess.run([sys.executable, "-m", "flightsrv", "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert mod.returncode == 0 and mod.stdout == proc.stdout, mod.stderr
+    mod = subprocess.run([sys.executable, "-m", "flightsrv", "tabel"], capture_output=True,
+                         text=True, timeout=60)
+    assert mod.returncode == 2 and "invalid choice" in mod.stderr
     failed(run("tabel", "list"), 2, "invalid choice")
     failed(run("table", "scan"), 2, "the following arguments are required: table",
            "flightsrv table scan --help")
