@@ -2,7 +2,7 @@
 
 Layers, top to bottom (a module may import its own layer and the layers below it):
 
-    cli, testing                 command line; test helpers
+    cli, testing, __main__       command line; test helpers
     server                       Flight SQL
     warehouse (public API)       flightsrv.Warehouse / flightsrv.Table over the engine
     spark                        the PySpark data source (uses the public API)
@@ -36,7 +36,7 @@ LAYERS = {
     "flightsrv.spark": 5, "flightsrv.warehouse": 5, "flightsrv.demo": 5,
     "flightsrv.progress": 0,
     "flightsrv.server": 6,
-    "flightsrv.cli": 7, "flightsrv.testing": 7, "flightsrv": 5,
+    "flightsrv.cli": 7, "flightsrv.testing": 7, "flightsrv.__main__": 7, "flightsrv": 5,
 }
 
 
