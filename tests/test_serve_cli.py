@@ -382,3 +382,28 @@ def test_serve_gives_every_credential_its_own_principal(tmp_path):
     assert "token:1" not in failed
     text = "".join(srv.lines)
     assert "alice-secret" not in text and "bob-secret" not in text
+
+
+def test_serve_runs_duckdb_with_an_allocator_that_gives_memory_back(tmp_path):
+    """``serve`` caps its address space (RLIMIT_DATA); DuckDB's allocator kept the address
+    space of freed memory, so one query near the cap left the process unable to allocate
+    anything (every RPC failed with MemoryError, /healthz went silent: session 29). The
+    server runs DuckDB with ``retain:false`` (its memory_cap log line says so); a value the
+    environment sets is kept."""
+    def conf(server) -> str | None:
+        (cap,) = [e for e in server.events if e.get("event") == "memory_cap"]
+        return cap.get("allocator_conf")
+
+    env = {k: v for k, v in os.environ.items() if k != "DUCKDB_JE_MALLOC_CONF"}
+    server = Served(str(tmp_path / "wh"), "--no-demo", env=env)
+    try:
+        assert conf(server) == "retain:false"
+        assert query(server.uri(), "SELECT 42") == [(42,)]
+    finally:
+        assert server.stop() == 0
+    env["DUCKDB_JE_MALLOC_CONF"] = "narenas:2,retain:true"
+    server = Served(str(tmp_path / "wh"), "--no-demo", env=env)
+    try:
+        assert conf(server) == "narenas:2,retain:true"
+    finally:
+        assert server.stop() == 0

@@ -212,7 +212,9 @@ def cap_process_memory(cap: int | None) -> None:
         cap = min(cap, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
     log.info("process memory capped", extra={"fields": {
-        "event": "memory_cap", "rlimit_data_bytes": cap}})
+        "event": "memory_cap", "rlimit_data_bytes": cap,
+        # DuckDB's allocator must give freed address space back under the cap (cli/__init__)
+        "allocator_conf": os.environ.get("DUCKDB_JE_MALLOC_CONF")}})
 
 
 def _readiness(wh) -> Callable[[], tuple[bool, str]]:
