@@ -418,8 +418,10 @@ def test_a_non_finite_float_default_keeps_information_schema_whole(served):
     defaults = dict(zip(got.column("column_name").to_pylist(),
                         got.column("column_default").to_pylist()))
     import duckdb
+
+    con = duckdb.connect()  # never the module's default connection, which other tests use
     for col, want in (("a", math.nan), ("b", math.inf), ("c", -math.inf)):
-        back = duckdb.execute(f"SELECT CAST({defaults[col]} AS DOUBLE)").fetchone()[0]
+        back = con.execute(f"SELECT CAST({defaults[col]} AS DOUBLE)").fetchall()[0][0]
         assert back == want or (math.isnan(want) and math.isnan(back)), (col, defaults)
     assert run(uri, "SELECT count(*) AS n FROM information_schema.tables", token=READER
                ).column("n").to_pylist()[0] >= 1
