@@ -795,6 +795,14 @@ def test_a_prepared_handle_works_on_a_connection_at_the_other_worker(server):
         close_at(home, home_opts, handle)
         with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
             away.get_flight_info(cmd, away_opts)
+        # a handle made at home and closed at home before any other worker used it: the
+        # other worker neither runs nor re-creates it (it did: session 29)
+        handle, cmd = prepare("SELECT v FROM t WHERE id = ?")
+        close_at(home, home_opts, handle)
+        with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
+            away.get_flight_info(cmd, away_opts)
+        with pytest.raises(pa.ArrowKeyError, match="unknown or expired prepared"):
+            close_at(away, away_opts, handle)
         # a handle naming a long statement (larger than a message to the parent) as well
         handle, cmd = prepare("SELECT v FROM t WHERE id = ? AND '" + "x" * 15_000 + "' <> ''")
         assert len(handle.hex()) > 16 << 10  # as text, more than a broker message holds

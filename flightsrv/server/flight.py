@@ -1461,19 +1461,19 @@ class FlightSqlServer(flight.FlightServerBase):
             return []
         digest = _digest(handle)
         with self._closed_lock:
-            revived = self._revived_handles.pop(digest, None) is not None
+            self._revived_handles.pop(digest, None)
             closed = digest in self._closed_handles
         if not here and (made == self._forwarded.index or closed):
             # closed or expired already: on its own worker, or on any after a close (as
             # one server answers a second close)
             raise NotFound("unknown or expired prepared statement handle",
                            handle=handle.hex()[:16])
-        if made != self._forwarded.index or revived:
-            # made by another worker, or re-created on one: closed everywhere, as on one
-            # server (each worker holding it gives back its count; none re-creates it)
-            with self._closed_lock:
-                self._closed_handles[digest] = True
-            self._tell_workers("close", principal.user, digest)
+        # closed everywhere, as on one server: each worker holding it gives back its count,
+        # and none re-creates it later (a close on the worker that made it, of a handle no
+        # other worker had used yet, told nobody: another worker still ran it)
+        with self._closed_lock:
+            self._closed_handles[digest] = True
+        self._tell_workers("close", principal.user, digest)
         return []
 
     def _act_cancel_flight_info(self, context, principal, body):
