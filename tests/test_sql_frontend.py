@@ -439,3 +439,38 @@ def test_a_type_named_column_compared_with_less_than_gets_a_hint():
     with pytest.raises(SqlError, match=r'quoted \("range"\)'):
         parse_statement("SELECT range < 5 FROM range(3)")
     parse_statement('SELECT "range" < 5 FROM range(3)')
+
+
+def test_binding_thousands_of_parameters_is_the_same_tree_and_checks_its_deadline():
+    """``bind_params`` of an IN list of 3,000 parameters (sqlglot's transform took n^2: a
+    20,000-parameter statement held the GIL for minutes past its deadline, session 29): the
+    same text as literals spelled one by one, strings and negative numbers included; the
+    deadline ``check`` runs while it binds, and its QueryCancelled ends the bind."""
+    import datetime as dt
+
+    from flightsrv.errors import QueryCancelled
+    from flightsrv.sql.types import parameter_literal
+
+    n = 3000
+    sql = ("SELECT * FROM t WHERE a IN (" + ", ".join("?" for _ in range(n)) +
+           ") AND b = ? AND c = ?")
+    stmt = parse_statement(sql)
+    values = [pa.scalar(i - 1500, pa.int64()) if i % 3 else pa.scalar(f"it's {i}")
+              for i in range(n)] + [pa.scalar(dt.date(2020, 1, 2)), pa.scalar(-0.5)]
+    got = bind_params(stmt.tree, values, sql, stmt.param_count).sql(dialect="duckdb")
+    want = ("SELECT * FROM t WHERE a IN (" +
+            ", ".join(parameter_literal(v, i + 1) for i, v in enumerate(values[:n])) +
+            f") AND b = {parameter_literal(values[n], n + 1)} AND c = "
+            f"{parameter_literal(values[n + 1], n + 2)}")
+    from sqlglot import parse_one
+    assert got == parse_one(want, read="duckdb").sql(dialect="duckdb")
+    calls = []
+
+    def check():
+        calls.append(1)
+        if len(calls) > 3:
+            raise QueryCancelled("statement timed out", reason="timeout")
+
+    with pytest.raises(QueryCancelled):
+        bind_params(stmt.tree, values, sql, stmt.param_count, check=check)
+    assert len(calls) == 4
