@@ -84,14 +84,15 @@ class GroupCommitter:
         with q.lock:
             return len(q.waiting)
 
-    def append(self, table, data, *, expected_uuid: str | None = None):
+    def append(self, table, data, *, expected_uuid: str | None = None, written_for=None):
         """Write ``data`` as new files of ``table`` and commit them with whatever else is
         waiting. Returns the committed manifest (None when ``data`` had no rows).
-        ``expected_uuid``: see ``Table.append``."""
+        ``expected_uuid``, ``written_for``: see ``Table.append``."""
         from flightsrv.table.table import check_incarnation
 
-        head = table.head()
-        check_incarnation(head, expected_uuid, table.name)
+        head = table.head() if written_for is None else written_for
+        check_incarnation(table.head() if written_for is not None else head, expected_uuid,
+                          table.name)
         table.ensure_writable()
         files, nbytes, _rows = table.write_files(data, head=head)
         if not files:

@@ -99,9 +99,10 @@ class Writes:
                            columns=len(resolved), values=len(reader.schema))
         counter = RowCounter()
         shaped = self.cast_for_insert(reader, resolved, target, stmt, ctx, defaults)
+        pinned = pinner.pin(stmt.table).manifest
         self.append(table, pa.RecordBatchReader.from_batches(
             shaped.schema, counter.count(shaped)),
-            expected_uuid=pinner.pin(stmt.table).manifest.table_uuid)
+            expected_uuid=pinned.table_uuid, written_for=pinned)
         return counter.rows
 
     def insert_values(self, stmt: st.InsertValues, params: pa.RecordBatch | None,
@@ -227,7 +228,8 @@ class Writes:
             result = into_temp(by_rows)
         ctx.check(stmt.sql)
         result = fit_sql_rows(result, target, table=stmt.table)
-        self.append(table, result, expected_uuid=snap.manifest.table_uuid)
+        self.append(table, result, expected_uuid=snap.manifest.table_uuid,
+                    written_for=snap.manifest)
         return result.num_rows
 
     def _in_parts(self, runs: list, into_temp) -> pa.Table:
@@ -355,13 +357,17 @@ class Writes:
             out_schema = fit_sql_rows(inner.schema.empty_table(), target).schema
         return pa.RecordBatchReader.from_batches(out_schema, batches)
 
-    def append(self, table, data, expected_uuid: str | None = None) -> None:
+    def append(self, table, data, expected_uuid: str | None = None,
+               written_for=None) -> None:
         """Append ``data``; ``expected_uuid``: the table the rows were computed for (the
-        version an INSERT pinned); a table replaced since takes none of them."""
+        version an INSERT pinned); a table replaced since takes none of them.
+        ``written_for``: that version's manifest, whose columns the rows have (a column
+        changed since does not refuse them: they commit under its schema)."""
         if self.engine.committer is None:
-            table.append(data, expected_uuid=expected_uuid)
+            table.append(data, expected_uuid=expected_uuid, written_for=written_for)
         else:
-            self.engine.committer.append(table, data, expected_uuid=expected_uuid)
+            self.engine.committer.append(table, data, expected_uuid=expected_uuid,
+                                         written_for=written_for)
 
     def create(self, stmt: st.CreateTable) -> int:
         """CREATE [OR REPLACE] TABLE: one commit (a replace swaps the whole table at once)."""

@@ -284,14 +284,20 @@ class Table:
                 pass
 
     def append(self, data, *, expected_uuid: str | None = None,
-               maintain: bool = False) -> Manifest | None:
+               maintain: bool = False, written_for: Manifest | None = None
+               ) -> Manifest | None:
         """Stream ``data`` into new data files and commit them in one version.
         Returns the new manifest (None if there were no rows). ``expected_uuid``: the
         ``table_uuid`` the rows were made for (an INSERT ... SELECT read that version); if
         the table was replaced since, nothing is written (TableNotFound). ``maintain``: after
-        the commit, run one automatic-maintenance pass (:meth:`maintain`) in this thread."""
-        head = self.head()
-        check_incarnation(head, expected_uuid, self.name)
+        the commit, run one automatic-maintenance pass (:meth:`maintain`) in this thread.
+        ``written_for``: the version whose columns ``data`` has (an INSERT's pinned one):
+        the files are written with its schema and commit on any head that still holds it,
+        so a column added, dropped or renamed meanwhile does not refuse the rows
+        (docs/PROTOCOL.md §14.3); default: the head now."""
+        head = self.head() if written_for is None else written_for
+        check_incarnation(self.head() if written_for is not None else head, expected_uuid,
+                          self.name)
         files, nbytes, nrows = self.write_files(data, head=head)
         if not files:
             return None
