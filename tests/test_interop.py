@@ -232,6 +232,29 @@ def test_racing_publishers_leave_a_valid_mirror(warehouse_uri):
     _assert_all_versions(t0, result)
 
 
+def test_a_publisher_behind_the_mirror_leaves_it_whole(local_uri, monkeypatch):
+    """A publisher that read the head before another publisher got further finds the
+    mirror ahead of its head: the mirror is up to date for it. It dropped the Delta log and
+    rewrote it up to its older head (readers met a log without version 0, and versions the
+    other published meanwhile went missing for good) and moved Iceberg's current snapshot
+    back (found in session 29 by a publish loop beside writers)."""
+    wh = Warehouse.open(local_uri)
+    t = wh.create_table("t", pa.schema([("id", pa.int64())]))
+    for k in range(4):
+        t.append(pa.table({"id": pa.array([k], pa.int64())}))
+    stale = t.log.load(2)  # what the slow publisher read as the head
+    first = t.publish("all")  # the other publisher: up to version 4
+    assert first.published["delta"] == [0, 1, 2, 3, 4]
+    delta_before = sorted(m.key for m in t.store.list("_delta_log/"))
+    monkeypatch.setattr(type(t.log), "head", lambda self: stale)
+    result = t.publish("all")
+    monkeypatch.undo()
+    assert result.reset == [] and result.published == {"delta": [], "iceberg": []}
+    assert sorted(m.key for m in t.store.list("_delta_log/")) == delta_before
+    assert result.mirror_versions == {"delta": (0, 4), "iceberg": (0, 4)}
+    _assert_all_versions(t, first)
+
+
 def test_sql_publish_statement(local_uri):
     wh = Warehouse.open(local_uri)
     wh.sql("CREATE TABLE s (id BIGINT)")

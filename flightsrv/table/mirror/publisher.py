@@ -100,7 +100,10 @@ def _publish_delta(table, head: Manifest, start: int, result: PublishResult, pro
     last = commits[-1] if commits else None
     if last is not None:
         info = dm.commit_info(last) or {}
-        mine = table.log.try_load(last) if last <= head.version else None
+        # a mirror ahead of this publisher's head (another publisher got further since it
+        # read the head) is this table's too when its commit id is that version's: it is
+        # up to date, never dropped and rewritten behind the other (that tore the log)
+        mine = table.log.try_load(last)
         if (info.get("table_uuid") != head.table_uuid or mine is None
                 or info.get("commit_id") != mine.commit_id or last < start):
             dm.drop()
@@ -153,7 +156,7 @@ def _publish_iceberg(table, head: Manifest, start: int, result: PublishResult,
             _, meta = latest
             props = meta.get("properties", {})
             last = int(props.get("flightsrv.version", -1))
-            mine = table.log.try_load(last) if 0 <= last <= head.version else None
+            mine = table.log.try_load(last) if 0 <= last else None  # ahead too: see delta
             if props.get("flightsrv.table-uuid") != head.table_uuid or mine is None \
                     or last < start:
                 reset = True
@@ -167,6 +170,8 @@ def _publish_iceberg(table, head: Manifest, start: int, result: PublishResult,
                 prev_list = im.read_list(current["manifest-list"])
                 buckets = int(props.get("flightsrv.buckets", 1))
                 next_row_id = int(meta.get("next-row-id", 0))
+        if not reset and prev.version > head.version:
+            break  # ahead of this publisher's head: another one got further, nothing to do
         expired = latest is not None and not reset and len(snapshots) != len(
             latest[1].get("snapshots", []))
         first = start if reset else prev.version + 1
