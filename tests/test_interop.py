@@ -348,6 +348,29 @@ def test_drop_removes_mirrors_and_a_new_incarnation_starts_over(local_uri):
         delta_rows(_reader_path(t2), first - 1)  # the old incarnation is not published
 
 
+def test_create_or_replace_removes_the_replaced_tables_mirrors(local_uri):
+    """CREATE OR REPLACE of a table that published mirrors: the replaced rows leave them
+    (they stayed readable as the Delta and Iceberg heads until someone ran PUBLISH: session
+    29); a new table that publishes starts its mirrors over, one that does not has none."""
+    wh = Warehouse.open(local_uri)
+    wh.sql("CREATE TABLE r (id BIGINT, secret VARCHAR)")
+    wh.sql("ALTER TABLE r SET (publish.formats = 'all')")
+    wh.sql("INSERT INTO r VALUES (1, 'old-secret')")
+    assert mirror_publish.wait_idle(60)
+    t = wh.table("r")
+    assert set(mirror_publish.mirrors_present(t)) == {"delta", "iceberg"}
+    wh.sql("CREATE OR REPLACE TABLE r (id BIGINT)")
+    assert mirror_publish.wait_idle(60)
+    assert mirror_publish.mirrors_present(t) == []
+    wh.sql("CREATE OR REPLACE TABLE r (id BIGINT, v VARCHAR)")
+    wh.sql("ALTER TABLE r SET (publish.formats = 'delta')")
+    wh.sql("INSERT INTO r VALUES (2, 'new')")
+    assert mirror_publish.wait_idle(60)
+    assert mirror_publish.mirrors_present(t) == ["delta"]
+    head = t.head().version
+    assert canonical(delta_rows(_reader_path(t), head)) == [{"id": 2, "v": "new"}]
+
+
 @pytest.mark.parametrize("typ,values", [
     (pa.timestamp("ns"), [dt.datetime(2026, 1, 1, 3), None]),
     (pa.timestamp("ns", tz="UTC"), [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), None]),

@@ -95,9 +95,10 @@ class Table:
         self._checked.ensure_checked()
 
     def _publish_after_commit(self, m: Manifest) -> None:
-        """Queue a publish of the mirrors when the version has ``publish.formats``
+        """Queue a publish of the mirrors when the version has ``publish.formats``, and the
+        removal of a replaced table's mirrors after a CREATE OR REPLACE
         (``flightsrv.table.mirror``; best effort, after the commit)."""
-        if m.properties.get("publish.formats"):
+        if m.properties.get("publish.formats") or m.operation == "replace":
             from flightsrv.table.mirror.publisher import after_commit
 
             after_commit(self, m)

@@ -336,12 +336,15 @@ class _Worker:
         self._thread: threading.Thread | None = None
         self._busy = False
 
-    def submit(self, table, formats) -> None:
+    def submit(self, table, formats, retire: bool = False) -> None:
+        """Queue a publish of ``formats``; ``retire``: also remove the mirrors of a
+        replaced incarnation that the new one does not publish."""
         with self._lock:
             key = id(table)
             old = self._pending.get(key)
             self._pending[key] = (table, tuple(sorted(set(formats) | set(old[1] if old
-                                                                        else ()))))
+                                                                        else ()))),
+                                  retire or bool(old and old[2]))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="flightsrv-publish",
                                                 daemon=False)
@@ -355,10 +358,13 @@ class _Worker:
                     self._busy = False
                     self._lock.notify_all()
                     return
-                _, (table, formats) = self._pending.popitem()
+                _, (table, formats, retire) = self._pending.popitem()
                 self._busy = True
             try:
-                publish(table, formats)
+                if retire:
+                    retire_replaced(table, keep=formats)
+                if formats:
+                    publish(table, formats)
             except Exception as exc:  # noqa: BLE001 - best effort: log, never raise
                 log.warning("publish after commit failed", extra={
                     "table": table.name, "formats": ",".join(formats), "error": str(exc)})
@@ -386,8 +392,33 @@ def after_commit(table, m: Manifest) -> None:
         log.warning("publish.formats is invalid", extra={"table": table.name,
                                                          "error": str(exc)})
         return
-    if formats:
-        _WORKER.submit(table, formats)
+    if formats or m.operation == "replace":
+        # a CREATE OR REPLACE: the replaced table's mirrors go (a new publish starts over)
+        _WORKER.submit(table, formats, retire=m.operation == "replace")
+
+
+def retire_replaced(table, keep=()) -> list[str]:
+    """Remove the Delta and Iceberg mirrors at ``table``'s location that belong to another
+    incarnation than its head (a CREATE OR REPLACE of a table that published them), except
+    those of ``keep`` (the new incarnation publishes those: its publish starts them over).
+    The replaced rows would otherwise stay readable there. Returns the keys deleted."""
+    head = table.log.head()
+    if head is None or head.dropped:
+        return []
+    gone: list[str] = []
+    if "delta" not in keep:
+        dm = DeltaMirror(table)
+        commits, _ = dm.listing()
+        if commits and (dm.commit_info(commits[-1]) or {}).get("table_uuid") != \
+                head.table_uuid:
+            gone += dm.drop()
+    if "iceberg" not in keep:
+        im = IcebergMirror(table)
+        latest = im.latest()
+        if latest is not None and latest[1].get("properties", {}).get(
+                "flightsrv.table-uuid") != head.table_uuid:
+            gone += im.drop()
+    return gone
 
 
 def wait_idle(timeout: float = 60.0) -> bool:
