@@ -668,7 +668,14 @@ def test_prepared_statements_and_sessions_are_counted_for_the_whole_server(tmp_p
         # closing one (on worker 0) frees the place for a connection on either worker
         action(first, "ClosePreparedStatement", proto.pack(
             proto.ActionClosePreparedStatementRequest(prepared_statement_handle=h1)))
-        prepare(third, "SELECT 3")
+        h3 = prepare(third, "SELECT 3")
+        # at the limit, a statement used on a connection at the other worker too counts
+        # once (its copy there took a second place: refused, session 29)
+        away = second if workers[clients.index(third)] == 0 else first
+        cmd = desc(proto.CommandPreparedStatementQuery(prepared_statement_handle=h3))
+        assert fetch(away, cmd)[1].column(0).to_pylist() == [3]
+        with pytest.raises(flight.FlightError, match="max_prepared_statements"):
+            prepare(away, "SELECT 4")  # still two open: the limit holds
         # sessions: two connections that SET hold --max-sessions 2 of the whole server
         update(first, "SET delete_mode = 'splice'")
         update(second, "SET delete_mode = 'splice'")

@@ -656,7 +656,8 @@ class FlightSqlServer(flight.FlightServerBase):
         if sql is None:
             return None
         entry = _PreparedEntry(self._prepare(context, principal, self._check_sql(sql)))
-        self._prepared.add(principal.user, handle, entry)
+        # its maker holds its count for the whole server: the copy here takes none
+        self._prepared.add(principal.user, handle, entry, held=False)
         # told before the handle answers here: a close at its maker that follows (the
         # client's next call) then closes it here too
         self._tell_workers("revived", principal.user, _digest(handle))

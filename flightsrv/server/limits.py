@@ -65,19 +65,29 @@ class _Table(TTLCache):
     def __init__(self, maxsize: int, ttl: float, timer, dropped: Callable[[int], None]):
         super().__init__(maxsize, ttl, timer=timer)
         self._dropped = dropped
+        #: keys kept without a hold of their own (a copy of an entry another worker holds)
+        self.unheld: set = set()
 
     def __delitem__(self, key):
-        held = Cache.__contains__(self, key)  # expired ones too: TTLCache removes those,
-        try:  # then raises KeyError
+        # expired ones too: TTLCache removes those, then raises KeyError
+        held = Cache.__contains__(self, key) and key not in self.unheld
+        try:
             super().__delitem__(key)
         finally:
+            self.unheld.discard(key)
             if held:
                 self._dropped(1)
 
     def expire(self, time=None):
         gone = super().expire(time)
-        if gone:
-            self._dropped(len(gone))
+        held = 0
+        for key, _ in gone:
+            if key in self.unheld:
+                self.unheld.discard(key)
+            else:
+                held += 1
+        if held:
+            self._dropped(held)
         return gone
 
 
@@ -124,7 +134,12 @@ class PerPrincipal(Generic[K, V]):
             del table[k]
         return len(dead)
 
-    def add(self, user: str, key: K, value: V) -> None:
+    def add(self, user: str, key: K, value: V, *, held: bool = True) -> None:
+        """Keep ``value`` under ``key`` for ``user``, counted against the limit.
+        ``held=False`` (``serve --workers N``): a copy of an entry another worker made and
+        counts for the whole server (a prepared statement used on a connection that
+        reached this worker): kept here without a hold of its own, so one statement counts
+        once however many workers run it."""
         with self._lock:
             table = self._table(user, create=True)
             table.expire()
@@ -133,6 +148,10 @@ class PerPrincipal(Generic[K, V]):
                 return
             if self._shared is None:
                 self._add_local(user, table, key, value)
+                return
+            if not held:
+                table[key] = value
+                table.unheld.add(key)
                 return
         self._add_shared(user, key, value)
 
