@@ -348,6 +348,21 @@ def test_drop_removes_mirrors_and_a_new_incarnation_starts_over(local_uri):
         delta_rows(_reader_path(t2), first - 1)  # the old incarnation is not published
 
 
+def test_a_retained_versions_unsupported_type_is_named_with_its_version(local_uri):
+    """A column created as type null (CTAS of NULL) and given a type later: the head maps,
+    a retained version does not; the refusal names that version and the way past it (it
+    named the type the column no longer has, and no version: session 29)."""
+    from flightsrv.table.mirror.types import UnsupportedForMirror
+
+    wh = Warehouse.open(local_uri)
+    wh.sql("CREATE TABLE nn AS SELECT 1::BIGINT AS id, NULL AS x")
+    wh.sql("ALTER TABLE nn ALTER COLUMN x TYPE INTEGER")
+    with pytest.raises(UnsupportedForMirror, match="retained version 0") as ei:
+        wh.table("nn").publish("iceberg")
+    assert ei.value.context["version"] == 0 and ei.value.context["column"] == "x"
+    assert mirror_publish.mirrors_present(wh.table("nn")) == []
+
+
 def test_create_or_replace_removes_the_replaced_tables_mirrors(local_uri):
     """CREATE OR REPLACE of a table that published mirrors: the replaced rows leave them
     (they stayed readable as the Delta and Iceberg heads until someone ran PUBLISH: session

@@ -22,6 +22,7 @@ write identical bytes or different keys, never a torn mirror.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -121,7 +122,9 @@ def _publish_delta(table, head: Manifest, start: int, result: PublishResult, pro
     features = None if last is None else dm.declared(last)
     while v <= head.version:
         m = table.log.load(v)
-        figures = dm.publish(prev, m, checkpoint_interval=interval, prev_features=features)
+        with _naming_version(m, head):
+            figures = dm.publish(prev, m, checkpoint_interval=interval,
+                                 prev_features=features)
         features = figures["features"]
         result.bytes_written += figures["bytes"]
         result.changed_files += figures["changed_files"]
@@ -178,7 +181,9 @@ def _publish_iceberg(table, head: Manifest, start: int, result: PublishResult,
         done = []
         for v in range(first, head.version + 1):
             m = table.log.load(v)
-            vm = mapped if m.schema_id == head.schema_id else map_schema(m.schema, ("iceberg",))
+            with _naming_version(m, head):
+                vm = mapped if m.schema_id == head.schema_id else \
+                    map_schema(m.schema, ("iceberg",))
             snap = im.snapshot(prev, prev_list, buckets, m, vm, next_row_id)
             prev_list, buckets, next_row_id = snap["_list"], snap["_buckets"], \
                 snap["_next_row_id"]
@@ -208,6 +213,22 @@ def _publish_iceberg(table, head: Manifest, start: int, result: PublishResult,
         vs = [int(s["summary"]["flightsrv.version"]) for s in latest[1]["snapshots"]]
         result.mirror_versions["iceberg"] = (min(vs), max(vs)) if vs else (None, None)
         result.locations["iceberg"] = im.uri(iceberg_mod.metadata_key(latest[0]))
+
+
+@contextlib.contextmanager
+def _naming_version(m: Manifest, head: Manifest):
+    """An older retained version's column type the format cannot hold (the head's is
+    checked first): the refusal names that version and how to get past it."""
+    try:
+        yield
+    except UnsupportedForMirror as exc:
+        if m.version == head.version or "version" in exc.context:
+            raise
+        raise UnsupportedForMirror(
+            f"{exc.message}; retained version {m.version} has that column type (the head "
+            "does not): expire the versions before the change (VACUUM t RETAIN n VERSIONS, "
+            "or flightsrv table expire), then publish", **exc.context,
+            version=m.version) from None
 
 
 def _drop_old_metadata(im: IcebergMirror, newest: int) -> list[str]:
