@@ -23,6 +23,7 @@ from _server_harness import (
     opts,
     query,
     start,
+    update,
 )
 from prometheus_client.parser import text_string_to_metric_families
 from pyarrow import flight
@@ -503,3 +504,45 @@ def test_metrics_auth_without_tokens_is_refused(tmp_path):
                           "--metrics-port", "0", "--metrics-auth"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "--metrics-auth needs" in out.stderr, out.stderr[-500:]
+
+
+def test_commit_series_of_dropped_tables_go_and_their_number_is_bounded(tmp_path):
+    """A writer that creates and drops uniquely named staging tables grew /metrics by a
+    commits series per table forever (session 29): a DROP removes the table's commit and
+    conflict series, and at most MAX_TABLE_SERIES tables keep series. Through the real
+    server and its metrics endpoint: SQL CREATE, INSERT, DROP."""
+    from flightsrv.server import metrics as M
+
+    server, engine, wh, uri = start(tmp_path)
+    http = MetricsHttpServer(server.metrics, lambda: (True, "ok"), 0)
+    try:
+        client = flight.connect(uri)
+        for k in range(3):
+            update(client, f"CREATE TABLE stage_{k} (x INTEGER)", WRITER)
+            update(client, f"INSERT INTO stage_{k} VALUES (1)", WRITER)
+        update(client, "DROP TABLE stage_0", WRITER)
+        update(client, "DROP TABLE stage_1", WRITER)
+        tables = {dict(labels).get("table") for (name, labels) in _scrape(http.port)
+                  if name == "flightsrv_commits_total"}
+        assert "stage_2" in tables and not {"stage_0", "stage_1"} & tables, tables
+        client.close()
+    finally:
+        http.close()
+        server.shutdown()
+        engine.close()
+    from flightsrv import telemetry
+
+    m = M.Metrics()
+    try:
+        for k in range(M.MAX_TABLE_SERIES + 5):
+            telemetry.emit("commit", table=f"t{k}", operation="append")
+        telemetry.emit("commit_conflict", table="last", operation="append")
+        tables = set()
+        for family in text_string_to_metric_families(m.render().decode()):
+            for sample in family.samples:
+                if family.name in ("flightsrv_commits", "flightsrv_commit_conflicts"):
+                    tables.add(sample.labels["table"])
+        assert len(tables) <= M.MAX_TABLE_SERIES and "t0" not in tables
+        assert {"last", f"t{M.MAX_TABLE_SERIES + 4}"} <= tables
+    finally:
+        m.close()

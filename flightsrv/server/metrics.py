@@ -23,7 +23,8 @@ statement_duration_seconds{kind}       histogram  statement latency (a query: un
                                                   stream ends)
 rows_returned_total / bytes_returned   counter    rows and Arrow bytes sent in results
 rows_affected_total{kind}              counter    rows deleted/inserted/ingested
-commits_total{table,operation}         counter    versions committed
+commits_total{table,operation}         counter    versions committed (a dropped table's series
+                                                  go at its drop; at most 1,000 tables)
 commit_conflicts_total{table,op...}    counter    commit attempts that lost a race
 files_scanned_total / files_pruned     counter    data files read / skipped by statistics
 row_groups_scanned / row_groups_pruned counter    row groups read / skipped
@@ -71,6 +72,9 @@ from flightsrv import telemetry
 from flightsrv.engine.api import ExecInfo
 
 log = logging.getLogger("flightsrv.server")
+
+#: tables with commit series at most (the oldest go first); a dropped table's go at its drop
+MAX_TABLE_SERIES = 1000
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
                     300)
@@ -142,14 +146,40 @@ class Metrics:
         Gauge(p + "start_time_seconds", "when this server started (unix time)",
               registry=r).set(started_s)
         self._children: dict = {}  # (id(metric), labels) -> its child (see _child)
+        # the tables with commit series: table -> {(id(metric), operation)}, oldest first
+        self._series: dict[str, set] = {}
+        self._series_order: list[str] = []
+        self._series_lock = threading.Lock()
         self._unsubscribe = telemetry.subscribe(self._on_event)
 
     def _on_event(self, event: str, fields: dict) -> None:
-        labels = (str(fields.get("table")), str(fields.get("operation")))
-        if event == "commit":
-            self.commits.labels(*labels).inc()
-        elif event == "commit_conflict":
-            self.conflicts.labels(*labels).inc()
+        table, operation = str(fields.get("table")), str(fields.get("operation"))
+        if event not in ("commit", "commit_conflict"):
+            return
+        metric = self.commits if event == "commit" else self.conflicts
+        with self._series_lock:
+            seen = self._series.setdefault(table, set())
+            if table not in self._series_order:
+                self._series_order.append(table)
+            if len(self._series_order) > MAX_TABLE_SERIES:  # bounded: the oldest goes
+                self._forget(self._series_order[0])
+            if operation == "drop" and event == "commit":
+                # a dropped table's series go (a writer making and dropping uniquely named
+                # staging tables grew /metrics without bound)
+                self._forget(table)
+                return
+            seen.add((id(metric), operation))
+            metric.labels(table, operation).inc()
+
+    def _forget(self, table: str) -> None:
+        for metric_id, operation in self._series.pop(table, set()):
+            metric = self.commits if metric_id == id(self.commits) else self.conflicts
+            try:
+                metric.remove(table, operation)
+            except KeyError:
+                pass
+        if table in self._series_order:
+            self._series_order.remove(table)
 
     def maintenance_run(self, rec) -> None:
         """Count one ``flightsrv.table.maintenance.scheduler.RunRecord``."""
