@@ -291,6 +291,9 @@ def typed_t(port):
     ("SELECT count(*) FROM ptypes WHERE ts = $1 OR d = $1", [pa.timestamp("ms")]),
     ("SELECT count(*) FROM ptypes WHERE f = $1 OR b = $1", [pa.float32()]),  # coalesce's
     ("SELECT count(*) FROM ptypes WHERE i = $1 OR s = $1", [pa.string()]),
+    # ... and one that does not mix leaves the others typed
+    ("SELECT i FROM ptypes WHERE i = $1 OR s = $1 LIMIT $2 OFFSET $3",
+     [pa.string(), pa.int64(), pa.int64()]),
     ("DELETE FROM ptypes WHERE i IN (SELECT i FROM ptypes WHERE t8 = $1) OR b = $1",
      [pa.int64()]),
     ("DELETE FROM ptypes WHERE b = $1 OR t8 = $1", [pa.int64()]),

@@ -237,16 +237,21 @@ def parameter_types_on(cur, sql: str, count: int) -> list[pa.DataType | None]:
     exprs = {k: "CAST(NULL AS " + t[0] + ")" if len(t) == 1 else
              "coalesce(" + ", ".join(f"CAST(NULL AS {x})" for x in t) + ")"
              for k, t in names.items()}
-    for group in ([exprs] if exprs else []) + ([{k: e} for k, e in exprs.items()]
-                                               if len(exprs) > 1 else []):
+    def shape(group: dict[int, str]) -> None:
+        rel = cur.sql("SELECT " + ", ".join(f"{e} AS p{k}" for k, e in group.items()))
+        for f, k in zip(plain_schema(rel.limit(0).to_arrow_table().schema), group,
+                        strict=True):
+            types[k] = f.type
+
+    if exprs:
         try:
-            shape = cur.sql("SELECT " + ", ".join(
-                f"{e} AS p{k}" for k, e in group.items())).limit(0)
-            for f, k in zip(plain_schema(shape.to_arrow_table().schema), group, strict=True):
-                types[k] = f.type
-        except duckdb.Error:
-            continue  # one by one
-        break
+            shape(exprs)
+        except duckdb.Error:  # one that does not mix: the others one by one
+            for k, e in exprs.items():
+                try:
+                    shape({k: e})
+                except duckdb.Error:
+                    pass
     return types
 
 
