@@ -391,8 +391,11 @@ def test_serve_runs_duckdb_with_an_allocator_that_gives_memory_back(tmp_path):
     server runs DuckDB with ``retain:false`` (its memory_cap log line says so); a value the
     environment sets is kept."""
     def conf(server) -> str | None:
-        (cap,) = [e for e in server.events if e.get("event") == "memory_cap"]
-        return cap.get("allocator_conf")
+        # one line per process that serves (each worker of --workers N caps its own)
+        confs = {e.get("allocator_conf") for e in server.events
+                 if e.get("event") == "memory_cap"}
+        assert len(confs) == 1, confs
+        return confs.pop()
 
     env = {k: v for k, v in os.environ.items() if k != "DUCKDB_JE_MALLOC_CONF"}
     server = Served(str(tmp_path / "wh"), "--no-demo", env=env)
