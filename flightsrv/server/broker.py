@@ -60,8 +60,8 @@ Contract:
 - Notices (``BrokerLink.notify(kind, user, value)``, handled by what ``on_notice(kind,
   fn)`` registered, on the link's own thread) carry what one server does to all of a
   principal's calls and entries whichever worker holds them: ``cancel`` (a ticket's nonce:
-  CancelFlightInfo reaching another worker than the stream's), ``close`` and ``revived``
-  (a prepared handle's digest: closed, or re-created, on another worker than its own) and
+  CancelFlightInfo reaching another worker than the stream's), ``close`` (a prepared
+  handle's digest: closed on some worker, so closed on every one) and
   ``login`` (a basic login checked: empty when it failed, else the verified credential's
   HMAC), so that the back-off of failed logins is the whole server's.
 """

@@ -366,12 +366,10 @@ class FlightSqlServer(flight.FlightServerBase):
         self._closed_handles: TTLCache = TTLCache(100_000, cfg.prepared_ttl_s)
         #: digests of handles made here and re-created on another worker: a close here
         #: closes them everywhere
-        self._revived_handles: TTLCache = TTLCache(100_000, cfg.prepared_ttl_s)
         self._closed_lock = threading.Lock()
         if link is not None:
             link.on_notice("cancel", self._calls.cancel_ticket)
             link.on_notice("close", self._closed_elsewhere)
-            link.on_notice("revived", self._revived_elsewhere)
         self._active = 0  # RPCs and streams in progress (for draining)
         self._active_lock = threading.Condition()
         self._draining = threading.Event()
@@ -649,18 +647,14 @@ class FlightSqlServer(flight.FlightServerBase):
     def _revive(self, context, principal: Principal, handle: bytes) -> _PreparedEntry | None:
         """A handle another worker made, used on a connection that reached this one:
         prepare its statement here (as its creator did) under the same handle. Parameters
-        bound on the other worker stay there: bind again. Its maker is told, and knows it
-        before this call answers (it closes the handle everywhere when it is closed
-        there)."""
+        bound on the other worker stay there: bind again. A close on any worker tells every
+        other one, so the copy goes with it."""
         sql = self._portable(principal, handle)
         if sql is None:
             return None
         entry = _PreparedEntry(self._prepare(context, principal, self._check_sql(sql)))
         # its maker holds its count for the whole server: the copy here takes none
         self._prepared.add(principal.user, handle, entry, held=False)
-        # told before the handle answers here: a close at its maker that follows (the
-        # client's next call) then closes it here too
-        self._tell_workers("revived", principal.user, _digest(handle))
         log.info("prepared statement re-created", extra={"fields": {
             "event": "prepared_revived", "user": principal.user}})
         return entry
@@ -672,16 +666,6 @@ class FlightSqlServer(flight.FlightServerBase):
             if _digest(handle) == digest:
                 return handle
         return None
-
-    def _revived_elsewhere(self, user: str, digest: str) -> None:
-        """A ``revived`` notice: a handle, maybe this worker's, was re-created elsewhere."""
-        handle = self._held(user, digest)
-        if handle is None:
-            return
-        fields = self._sealed(user, handle)
-        if fields is not None and fields.get("w") == self._forwarded.index:
-            with self._closed_lock:
-                self._revived_handles[digest] = True
 
     def _closed_elsewhere(self, user: str, digest: str) -> None:
         """A ``close`` notice: another worker closed this handle of ``user``'s."""
@@ -1462,7 +1446,6 @@ class FlightSqlServer(flight.FlightServerBase):
             return []
         digest = _digest(handle)
         with self._closed_lock:
-            self._revived_handles.pop(digest, None)
             closed = digest in self._closed_handles
         if not here and (made == self._forwarded.index or closed):
             # closed or expired already: on its own worker, or on any after a close (as
