@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 import flightsrv.spark as fs
-from flightsrv.errors import SchemaMismatch, TableExists
+from flightsrv.errors import ConfigurationError, SchemaMismatch, TableExists
 from flightsrv.spark.datasource import FlightsrvDataSource
 from flightsrv.spark.types import spark_schema_to_arrow
 from flightsrv.table import types as rules
@@ -264,6 +264,18 @@ def test_save_modes(spark, local_uri):
     spark.range(1).selectExpr("'x' AS other").write.format("flightsrv") \
         .option("path", uri).mode("ignore").save()
     assert wh.table("modes").head().version == 0
+    # partitionBy: the table's own partitioning decides; refused clearly, nothing written
+    # (Spark's check said "do not match the existing table's ... table: ": session 29)
+    for write in (lambda: spark.range(3).write.format("flightsrv").partitionBy("id")
+                  .mode("append").save(uri),
+                  lambda: spark.range(3).write.format("flightsrv").save(
+                      f"{local_uri}/parted", partitionBy="id")):
+        with pytest.raises(ConfigurationError, match="partitionBy is not supported"):
+            write()
+    assert wh.table("modes").head().version == 0 and not wh.exists("parted")
+    spark.range(3).selectExpr("id", "id % 2 AS p").write.format("parquet") \
+        .partitionBy("p").mode("overwrite") \
+        .save(f"{local_uri}-plain-parquet")  # other formats: as ever
     spark.range(3, 5).write.format("flightsrv").mode("append").save(uri)
     spark.range(7).write.save(uri, format="flightsrv", mode="overwrite")
     assert wh.table("modes").count_rows() == 7

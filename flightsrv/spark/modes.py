@@ -30,7 +30,7 @@ case-insensitively unless ``option("caseSensitive", "true")``.
 
 from __future__ import annotations
 
-from flightsrv.errors import TableExists
+from flightsrv.errors import ConfigurationError, TableExists
 
 FORMAT_NAMES = ("flightsrv",)
 _INSTALLED = "_flightsrv_modes_installed"
@@ -70,7 +70,22 @@ def install() -> None:
     if getattr(DataFrameWriter, _INSTALLED, False):
         return
     w_format, w_mode, w_save = DataFrameWriter.format, DataFrameWriter.mode, DataFrameWriter.save
+    w_partition_by = DataFrameWriter.partitionBy
     r_format, r_load = DataFrameReader.format, DataFrameReader.load
+
+    def no_partition_by(path) -> ConfigurationError:
+        # Spark's own check then failed with "do not match the existing table's ... table: "
+        # (empty), whether or not the table existed
+        return ConfigurationError(
+            "partitionBy is not supported by the flightsrv data source: a table's "
+            "partitioning is its own (CREATE TABLE ... PARTITIONED BY, ALTER TABLE ... SET "
+            "PARTITIONED BY, Table.set_partitioning) and every write is split by it",
+            uri=path)
+
+    def writer_partition_by(self, *cols):
+        if _ours(self):
+            raise no_partition_by(None)
+        return w_partition_by(self, *cols)
 
     def writer_format(self, source):
         self._flightsrv_format = source
@@ -88,6 +103,8 @@ def install() -> None:
             self.mode(mode)
         if not _ours(self):
             return w_save(self, path, partitionBy=partitionBy, **options)
+        if partitionBy:
+            raise no_partition_by(path)
         self.options(**options)
         self._jwrite = self._jwrite.option("sessionCaseSensitive", _case_option(self._spark))
         m = str(getattr(self, "_flightsrv_mode", None) or "errorifexists").strip().lower()
@@ -124,6 +141,7 @@ def install() -> None:
         return r_load(self, path, schema=schema, **options)
 
     DataFrameWriter.format, DataFrameWriter.mode = writer_format, writer_mode
+    DataFrameWriter.partitionBy = writer_partition_by
     DataFrameWriter.save = writer_save
     DataFrameReader.format, DataFrameReader.load = reader_format, reader_load
     setattr(DataFrameWriter, _INSTALLED, True)
