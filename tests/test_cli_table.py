@@ -693,3 +693,9 @@ def test_purge_with_nothing_to_rewrite_says_so(tmp_path):
     total = [ln for ln in proc.stdout.splitlines() if ln.startswith('"total"')]
     assert len(total) == 1 and '"no new version (read v1)"' in total[0], proc.stdout
     assert "None" not in proc.stdout
+    # --grace means something with --expire only: alone it is a usage error, nothing runs
+    # (it was accepted and ignored: session 29)
+    before = Warehouse.open(str(wh)).table("t").head().version
+    proc = run("--warehouse", wh, "table", "purge", "t", "--grace", "0")
+    assert proc.returncode == 2 and "--grace applies with --expire only" in proc.stderr
+    assert Warehouse.open(str(wh)).table("t").head().version == before

@@ -663,6 +663,9 @@ def cmd_vacuum(args) -> int:
 def cmd_purge(args) -> int:
     from flightsrv.progress import Progress
 
+    if args.grace is not None and not args.expire:
+        raise UsageError("--grace applies with --expire only (the objects it lets purge "
+                         "delete are those expiry leaves unreferenced)")
     t = open_warehouse(args).table(args.table)
     kw = {} if args.grace is None else {"grace": _duration(args.grace)}
     _print_result(t.purge(expire=args.expire, progress=Progress(f"purge {t.name}"),
