@@ -354,8 +354,9 @@ class DuckEngine:
                 return Prepared(sql, StatementKind.QUERY, hit[0], hit[1],
                                 statement_kind="select")
         values = bound if bound is not None else [pa.scalar(None)] * stmt.param_count
+        ctx = _Ctx(session, cancel)  # cancel interrupts the bind and DuckDB's (it may fold calls)
         tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count,
-                                   check=_checker(cancel, sql))
+                                   check=lambda: ctx.check(sql))
         query, stmt = stmt, _literal_if_lossy(stmt, values)
         qp = self._plan(stmt, tree, "query", pinner, owned=stmt.param_count > 0)
         self._verify(qp, sql, {})
@@ -370,7 +371,6 @@ class DuckEngine:
             else:
                 self._verify(probe, sql, {})
         native = _native_params(values) if qp.needs_params and stmt.param_count else None
-        ctx = _Ctx(session, cancel)  # cancel interrupts DuckDB's bind (it may fold calls)
         ctx.check(sql)
         with self._statement_cursor(ctx, sql) as cur:
             for fn in qp.functions:
@@ -510,7 +510,7 @@ class DuckEngine:
             reader = self._start(sql, qp, rows[0], ctx)
         else:
             tree = sqlplan.bind_params(stmt.tree, rows[0], sql, stmt.param_count,
-                                       check=_checker(cancel, sql))
+                                       check=lambda: ctx.check(sql))
             # bind_params copied the tree when it bound values: plan that copy in place
             reader = self._run_query(stmt, tree, "query", pinner, rows[0], ctx,
                                      owned=stmt.param_count > 0, keep=key)
@@ -1203,7 +1203,7 @@ class DuckEngine:
         total = 0
         for values in self._param_rows(stmt, params):
             tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count,
-                                       check=_checker(cancel, sql))
+                                       check=lambda: ctx.check(sql))
             total += self._run_update(stmt, tree, values, ctx)
         ctx.info.rows = total
         return total
@@ -1507,14 +1507,6 @@ def _params_type_results(tree: exp.Expression) -> bool:
 #: GetFlightInfo asks it of every bound prepared query)
 _params_type_results_of = text_cache(maxsize=4096)(
     lambda sql: _params_type_results(_parse(sql).tree))
-
-
-def _checker(cancel: Cancel | None, sql: str):
-    """A ``check`` for long Python work on a statement (binding thousands of parameters):
-    raises QueryCancelled once the statement was cancelled or passed its deadline."""
-    if cancel is None:
-        return None
-    return lambda: cancel.check(statement=st._short(sql))
 
 
 def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Statement:

@@ -146,9 +146,9 @@ class Metrics:
         Gauge(p + "start_time_seconds", "when this server started (unix time)",
               registry=r).set(started_s)
         self._children: dict = {}  # (id(metric), labels) -> its child (see _child)
-        # the tables with commit series: table -> {(id(metric), operation)}, oldest first
+        # the tables with commit series: table -> {(metric, operation)}, oldest first (a
+        # dict keeps its insertion order)
         self._series: dict[str, set] = {}
-        self._series_order: list[str] = []
         self._series_lock = threading.Lock()
         self._unsubscribe = telemetry.subscribe(self._on_event)
 
@@ -159,27 +159,22 @@ class Metrics:
         metric = self.commits if event == "commit" else self.conflicts
         with self._series_lock:
             seen = self._series.setdefault(table, set())
-            if table not in self._series_order:
-                self._series_order.append(table)
-            if len(self._series_order) > MAX_TABLE_SERIES:  # bounded: the oldest goes
-                self._forget(self._series_order[0])
+            if len(self._series) > MAX_TABLE_SERIES:  # bounded: the oldest goes
+                self._forget(next(iter(self._series)))
             if operation == "drop" and event == "commit":
                 # a dropped table's series go (a writer making and dropping uniquely named
                 # staging tables grew /metrics without bound)
                 self._forget(table)
                 return
-            seen.add((id(metric), operation))
+            seen.add((metric, operation))
             metric.labels(table, operation).inc()
 
     def _forget(self, table: str) -> None:
-        for metric_id, operation in self._series.pop(table, set()):
-            metric = self.commits if metric_id == id(self.commits) else self.conflicts
+        for metric, operation in self._series.pop(table, set()):
             try:
                 metric.remove(table, operation)
             except KeyError:
                 pass
-        if table in self._series_order:
-            self._series_order.remove(table)
 
     def maintenance_run(self, rec) -> None:
         """Count one ``flightsrv.table.maintenance.scheduler.RunRecord``."""

@@ -75,6 +75,7 @@ def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
     # a list argument (an IN list's values) is set once with all its replacements: sqlglot's
     # replace and set walk the whole list for each (an IN list of n parameters took n^2)
     lists: dict[tuple[int, str], tuple[exp.Expression, str, dict[int, exp.Expression]]] = {}
+    used: set[int] = set()
     for k, node in enumerate(list(out.find_all(exp.Placeholder))):
         if node.this is None:
             continue
@@ -83,7 +84,10 @@ def bind_params(tree: exp.Expression, values: Sequence[pa.Scalar], sql: str,
         i = int(str(node.this)) - 1
         if not 0 <= i < len(literals):
             raise error(f"parameter ${i + 1} has no value", sql, node)
-        lit = literals[i].copy()
+        # each literal is a tree of its own (built or copied by ``_literal``): used as is
+        # once, copied for a parameter's further occurrences
+        lit = literals[i].copy() if i in used else literals[i]
+        used.add(i)
         lit.meta[PARAM_META] = i
         if node is out:
             return lit
@@ -104,7 +108,8 @@ _NUMBER_CAST = re.compile(r"CAST\((-?)([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?) AS 
 
 
 def _literal(text: str) -> exp.Expression:
-    """:func:`_parse_literal` of a parameter's literal (callers copy before use), built
+    """:func:`_parse_literal` of a parameter's literal, a tree of its own (the cached parse
+    copied), built
     without the parser for the commonest shapes, a plain string (``'it''s'``) and a number
     cast to a type (``CAST(-5 AS BIGINT)``), as the parser builds them: each distinct value
     parsed cost ~0.3 ms, and a statement may bind thousands."""
@@ -119,7 +124,7 @@ def _literal(text: str) -> exp.Expression:
             number = exp.Neg(this=number)
         cast.set("this", number)
         return cast
-    return _parse_literal(text)
+    return _parse_literal(text).copy()
 
 
 @text_cache(maxsize=4096)
