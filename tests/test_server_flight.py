@@ -189,6 +189,56 @@ def test_ingest_via_raw_doput(client):
         writer.close()
 
 
+def test_catalog_and_schema_names_match_in_any_case(client):
+    """As in SQL (``FLIGHTSRV.MAIN.items``): ingest and the metadata filters take the one
+    catalog and schema in any case; another name is still refused or matches nothing."""
+    cmd = proto.CommandStatementIngest(table="cased_ing", catalog="FLIGHTSRV", schema="Main")
+    cmd.table_definition_options.if_not_exist = proto.TableNotExistOption.CREATE
+    cmd.table_definition_options.if_exists = proto.TableExistsOption.APPEND
+    data = pa.record_batch({"a": [1, 2]})
+    writer, reader = client.do_put(_desc(cmd), data.schema)
+    writer.write_batch(data)
+    writer.done_writing()
+    assert proto.parse(proto.DoPutUpdateResult, reader.read().to_pybytes()).record_count == 2
+    writer.close()
+    cmd.schema = "other"
+    writer, _ = client.do_put(_desc(cmd), data.schema)
+    with pytest.raises(pa.ArrowInvalid, match="unknown schema"):
+        writer.write_batch(data)
+        writer.close()
+    _, table = _fetch(client, proto.CommandGetDbSchemas(catalog="FlightSrv",
+                                                        db_schema_filter_pattern="MA%"))
+    assert table.to_pylist() == [{"catalog_name": "flightsrv", "db_schema_name": "main"}]
+    _, table = _fetch(client, proto.CommandGetTables(catalog="FLIGHTSRV",
+                                                     db_schema_filter_pattern="MAIN"))
+    assert {"items", "cased_ing"} <= set(table.column("table_name").to_pylist())
+    _, table = _fetch(client, proto.CommandGetTables(catalog="flightsrv2"))
+    assert table.num_rows == 0
+
+
+def test_statement_update_with_rows_is_refused_before_it_runs(client):
+    """CommandStatementUpdate carries no data: rows sent with it would be ignored (or read
+    as unbound parameters), so the request is refused and the statement does not run."""
+    _update(client, "CREATE TABLE no_rows (a BIGINT)")
+    data = pa.record_batch({"a": [5, 6, 7]})
+    for sql in ("INSERT INTO no_rows VALUES (?)", "INSERT INTO no_rows VALUES (1)"):
+        writer, _ = client.do_put(_desc(proto.CommandStatementUpdate(query=sql)), data.schema)
+        with pytest.raises(pa.ArrowInvalid, match="takes no parameters.*CreatePrepared"):
+            writer.write_batch(data)
+            writer.done_writing()
+            writer.close()
+    _, table = _fetch(client, proto.CommandStatementQuery(
+        query="SELECT count(*) AS n FROM no_rows"))  # fmt: skip
+    assert table.to_pylist() == [{"n": 0}]
+    cmd = proto.CommandStatementIngest(table="no_rows", transaction_id=b"t")
+    cmd.table_definition_options.if_not_exist = proto.TableNotExistOption.FAIL
+    cmd.table_definition_options.if_exists = proto.TableExistsOption.APPEND
+    writer, _ = client.do_put(_desc(cmd), data.schema)
+    with pytest.raises(pa.ArrowNotImplementedError, match="transactions"):
+        writer.write_batch(data)
+        writer.close()
+
+
 def test_cancel_flight_info_before_doget(client):
     info = client.get_flight_info(_desc(proto.CommandStatementQuery(query="SELECT 1 AS one")))
     req = proto.CancelFlightInfoRequest(info=info.serialize())
@@ -235,7 +285,8 @@ def test_close_session_and_list_actions(client):
         (lambda c: c.do_get(flight.Ticket(proto.pack(proto.TicketStatementQuery(
             statement_handle=b"forged")))).read_all(), pa.ArrowInvalid, "not issued"),
         (lambda c: c.get_flight_info(_desc(proto.CommandStatementQuery(
-            query="SELECT 1", transaction_id=b"t"))), pa.ArrowInvalid, "transactions"),
+            query="SELECT 1", transaction_id=b"t"))), pa.ArrowNotImplementedError,
+         "transactions"),
         (lambda c: list(c.do_action(flight.Action("BeginTransaction", b""))),
          pa.ArrowNotImplementedError, "transactions"),
         (lambda c: c.get_flight_info(_desc(proto.CommandStatementUpdate(query="SELECT 1"))),

@@ -51,13 +51,14 @@ def _opt(msg, name: str) -> str | None:
 def _catalog_ok(msg, name: str) -> bool:
     """Whether the request's catalog filter admits the one catalog. Unset does not narrow;
     the empty string asks for objects without a catalog, which there are none of (Flight
-    SQL's ``GetDbSchemas``/``GetTables``)."""
+    SQL's ``GetDbSchemas``/``GetTables``). Catalog and schema names match in any case, as
+    in SQL (SqlInfo SQL_IDENTIFIER_CASE), like table names."""
     catalog = _opt(msg, name)
-    return catalog is None or catalog == md.CATALOG
+    return catalog is None or catalog.casefold() == md.CATALOG.casefold()
 
 
 def _schema_ok(msg, name: str) -> bool:
-    return md.matches(md.like_pattern(_opt(msg, name)), md.DB_SCHEMA)
+    return md.matches(md.like_pattern(_opt(msg, name), ignore_case=True), md.DB_SCHEMA)
 
 
 def sql_info(ctx: MetadataContext, cmd) -> pa.Table:

@@ -566,7 +566,7 @@ class FlightSqlServer(flight.FlightServerBase):
     @staticmethod
     def _no_transaction(msg) -> None:
         if msg.HasField("transaction_id"):
-            raise invalid("transactions are not supported (transaction_id given)")
+            raise unimplemented("transactions are not supported (transaction_id given)")
 
     def _session(self, context, principal: Principal, keep: bool = False) -> Session:
         """The caller's session on this connection. Only sessions that hold state (SET)
@@ -1345,6 +1345,10 @@ class FlightSqlServer(flight.FlightServerBase):
     def _put_statement_update(self, context, principal, cmd, reader, writer):
         self._no_transaction(cmd)
         sql = self._check_sql(cmd.query)
+        if ingest.carries_rows(reader, self.config.max_message_bytes):
+            raise invalid("CommandStatementUpdate takes no parameters; prepare the statement "
+                          "(CreatePreparedStatement) and bind the rows to its handle",
+                          statement=sql)
         prepared = self._prepare(context, principal, sql)
         self._write_count(writer, self._update("DoPut", context, principal, prepared, None))
 

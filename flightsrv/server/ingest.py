@@ -38,12 +38,14 @@ def check_target(cmd) -> str:
     if not table:
         raise invalid("ingest needs a table name")
     if cmd.HasField("transaction_id"):
-        raise invalid("transactions are not supported", table=table)
+        raise unimplemented("transactions are not supported (transaction_id given)",
+                            table=table)
     if cmd.temporary:
         raise unimplemented("temporary tables are not supported", table=table)
     for field_name, expected in (("catalog", md.CATALOG), ("schema", md.DB_SCHEMA)):
         given = getattr(cmd, field_name) if cmd.HasField(field_name) else None
-        if given not in (None, "", expected):
+        # in any case, as SQL resolves ``MAIN.t`` (SqlInfo SQL_IDENTIFIER_CASE)
+        if given and given.casefold() != expected.casefold():
             raise invalid(f"unknown {field_name} (only {expected!r} exists)",
                           **{field_name: given}, table=table)  # fmt: skip
     return table
@@ -103,6 +105,13 @@ def limited(reader, max_bytes: int, cancel: Cancel | None = None,
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
+def carries_rows(reader, max_bytes: int) -> bool:
+    """Whether a DoPut that takes no data (CommandStatementUpdate) came with rows: they
+    would be ignored, so the caller refuses the request instead."""
+    stream = limited(reader, max_bytes)
+    return len(stream.schema) > 0 and any(batch.num_rows for batch in stream)
+
+
 def read_params(reader, max_bytes: int) -> pa.RecordBatch | None:
     stream = limited(reader, max_bytes)
     if len(stream.schema) == 0:
@@ -114,7 +123,12 @@ def read_params(reader, max_bytes: int) -> pa.RecordBatch | None:
         return pa.RecordBatch.from_arrays(batches[0].columns, names=stream.schema.names)
     table = pa.Table.from_batches(batches, schema=stream.schema)
     if table.nbytes > max_bytes:
-        raise _too_big(table.combine_chunks().to_batches()[0], max_bytes)
+        # every batch passed; all of them together are one execution's parameter set,
+        # held in memory at once, and bounded by the same figure
+        raise errors.LimitExceeded(
+            "the parameters bound in one DoPut (all record batches together) are larger "
+            "than the server accepts; bind fewer rows per execution",
+            limit="max_message_bytes", value=max_bytes, bytes=table.nbytes)
     columns = []
     for column in table.columns:
         if pa.types.is_union(column.type):
