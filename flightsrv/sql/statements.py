@@ -461,6 +461,7 @@ def _parse_statement(sql: str, fast: bool = True) -> Statement:
             verb = "SUMMARIZE" if isinstance(node, exp.Summarize) else "DESCRIBE"
             raise error(f"{verb} of a table inside a statement is not supported; write "
                         f"{verb} SELECT * FROM t there (or {verb} t on its own)", sql, node)
+    _keyword_names(tree, _tokenize(text))
     columns_changed = validate.normalize_qualified(tree, sql)
     stmt = _classify(sql, tree, nparams)
     object.__setattr__(stmt, "text", text)
@@ -468,6 +469,69 @@ def _parse_statement(sql: str, fast: bool = True) -> Statement:
     # refuse what no plan could read; the engine's DML planner reuses the binding
     object.__setattr__(stmt, "binding", binder.bind(stmt.tree, sql, skip=_targets(stmt)))
     return stmt
+
+
+#: the keywords sqlglot reads as a call without parentheses (CURRENT_USER, CURRENT_DATE,
+#: LOCALTIME, ...): node class -> the token types that make it
+KEYWORD_FUNCTIONS: dict[type, frozenset] = {}
+for _token, _node in DuckDB.Parser.NO_PAREN_FUNCTIONS.items():
+    KEYWORD_FUNCTIONS[_node] = KEYWORD_FUNCTIONS.get(_node, frozenset()) | {_token}
+
+
+def keyword_names(cls: type) -> list[str]:
+    """The keywords (lower case) sqlglot reads as the call ``cls``, sorted."""
+    return sorted(t.name.lower() for t in KEYWORD_FUNCTIONS[cls])
+
+
+def _name_positions(tree: exp.Expression) -> list[tuple[exp.Expression, bool]]:
+    """The nodes where DuckDB reads a column *name*, each with whether a name there is a
+    Column node (else a bare Identifier)."""
+    out: list[tuple[exp.Expression | None, bool]] = []
+    for node in tree.walk(bfs=False):
+        if isinstance(node, (exp.ColumnDef, exp.AlterColumn)):
+            out.append((node.this, False))
+        elif isinstance(node, exp.RenameColumn):
+            out += [(node.this, True), (node.args.get("to"), True)]
+        elif isinstance(node, exp.Drop) and (node.args.get("kind") or "").upper() == "COLUMN":
+            out += [(t, True) for t in node.args.get("tables") or []]
+        elif isinstance(node, exp.Insert) and isinstance(node.this, (exp.Schema, exp.Tuple)):
+            bare = isinstance(node.this, exp.Schema)  # INSERT INTO t (a, b) / MERGE's (a, b)
+            out += [(c, not bare) for c in node.this.expressions]
+        elif isinstance(node, exp.Update):
+            out += [(eq.this, True) for eq in node.expressions if isinstance(eq, exp.EQ)]
+    return [(n, column) for n, column in out if n is not None]
+
+
+def _keyword_names(tree: exp.Expression, tokens) -> None:
+    """Where DuckDB reads a column name (a column definition, an ALTER's, INSERT's or
+    RENAME's column, an UPDATE's SET target), a keyword such as ``current_user`` is that
+    name, but sqlglot made a call of it: put the name back, spelled as written (DuckDB keeps
+    a name's case). In expressions the call stays; there DuckDB decides between a column
+    of that name and the function (:func:`flightsrv.sql.plan._projections` keeps such
+    columns in the relation)."""
+    nodes = [n for n in tree.find_all(*KEYWORD_FUNCTIONS, bfs=False) if not n.args]
+    if not nodes:
+        return
+    positions = [(n, column) for n, column in _name_positions(tree)
+                 if type(n) in KEYWORD_FUNCTIONS and not n.args]
+    if not positions:
+        return
+    # the k-th node of a class in tree order is the k-th token of its kinds in the text;
+    # where they do not pair up (not seen), the name in lower case
+    spelled: dict[type, list[str]] = {cls: [] for cls in KEYWORD_FUNCTIONS}
+    for tok in tokens:
+        for cls, kinds in KEYWORD_FUNCTIONS.items():
+            if tok.token_type in kinds:
+                spelled[cls].append(tok.text)
+    text: dict[int, str] = {}
+    for cls in KEYWORD_FUNCTIONS:
+        of_cls = [n for n in nodes if type(n) is cls]
+        paired = len(of_cls) == len(spelled[cls])
+        for k, n in enumerate(of_cls):
+            text[id(n)] = spelled[cls][k] if paired else keyword_names(cls)[0]
+    for node, column in positions:
+        ident = exp.Identifier(this=text[id(node)], quoted=True)
+        node.replace(exp.Column(this=ident) if column else ident)
 
 
 def _targets(stmt: Statement) -> tuple[exp.Table, ...]:
