@@ -154,6 +154,41 @@ def test_time_travel_by_timestamp(engine, session, wh):
     assert rows(engine, "SELECT count(*) AS n FROM items", session)["n"][0].as_py() == 10
 
 
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/New_York", "UTC"])
+def test_time_travel_time_is_read_by_duckdb_in_the_engine_time_zone(tmp_path, zone):
+    """``AT (TIMESTAMP => 'text')`` means what ``CAST('text' AS TIMESTAMPTZ)`` means to the
+    engine's DuckDB: a time without an offset is in the engine's time zone, as in every
+    other statement; a text DuckDB does not read as a time is refused naming it."""
+    from flightsrv.runtime import ManualClock, Runtime
+
+    start = 1_795_000_000_000  # commit times, exactly (the clock only moves when told)
+    clock = ManualClock(start, step_ms=0)
+    wh = Warehouse.open(str(tmp_path / "wh"), Runtime(clock=clock))
+    e = DuckEngine(wh, time_zone=zone)
+    s = Session("s1")
+    try:
+        e.execute_update("CREATE TABLE tz (id INTEGER)", s)  # version 0 at `start`
+        clock.advance(3_600_000)
+        e.execute_update("INSERT INTO tz VALUES (1)", s)  # version 1, an hour later
+        clock.advance(3_600_000)
+        e.execute_update("INSERT INTO tz VALUES (2)", s)  # version 2, two hours later
+        plain = duckdb.connect()
+        plain.execute(f"SET TimeZone = '{zone}'")
+        for offset_ms, want in ((1_800_000, 0), (5_400_000, 1), (9_000_000, 2)):
+            # the local wall-clock text of that instant in `zone`, without an offset
+            (text,) = plain.execute("SELECT strftime(make_timestamptz(?::BIGINT * 1000), "
+                                    "'%Y-%m-%d %H:%M:%S')", [start + offset_ms]).fetchone()
+            for spelled in (f"'{text}'", f"TIMESTAMP '{text}'"):
+                got = rows(e, f"SELECT count(*) AS n FROM tz AT (TIMESTAMP => {spelled})", s)
+                assert got["n"][0].as_py() == want, (zone, spelled)
+        for bad, match in (("2026", "not a time DuckDB reads"), ("infinity", "finite")):
+            with pytest.raises(SqlError, match=match) as ei:
+                rows(e, f"SELECT * FROM tz AT (TIMESTAMP => '{bad}')", s)
+            assert ei.value.context["table"] == "tz"
+    finally:
+        e.close()
+
+
 def test_insert_values_select_and_columns(engine, session):
     assert engine.execute_update("INSERT INTO items VALUES (5000, 'new', 1.5), (5001, NULL, 2)",
                                  session) == 2

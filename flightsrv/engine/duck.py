@@ -1415,7 +1415,24 @@ class DuckEngine:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _pinner(self) -> sqlplan.Pinner:
-        return table_pinner(self.warehouse)
+        return table_pinner(self.warehouse, self._instant_ms)
+
+    def _instant_ms(self, text: str, table: str) -> int:
+        """Epoch milliseconds of ``AT (TIMESTAMP => 'text')`` on ``table``: DuckDB decides
+        what the text means (``CAST(text AS TIMESTAMPTZ)`` in this engine's time zone,
+        where a time without an offset is local, as in every other statement)."""
+        cur = self._sandbox.cursor()
+        try:
+            (ms,) = cur.execute("SELECT epoch_ms(CAST(? AS TIMESTAMPTZ))", [text]).fetchone()
+        except duckdb.Error as e:
+            raise SqlError("AT (TIMESTAMP => ...) is not a time DuckDB reads", table=table,
+                           timestamp=text, reason=str(e).split("\n", 1)[0]) from None
+        finally:
+            cur.close()
+        if ms is None:  # 'infinity', '-infinity'
+            raise SqlError("AT (TIMESTAMP => ...) needs a finite time", table=table,
+                           timestamp=text)
+        return ms
 
     @staticmethod
     def _param_rows(stmt: st.Statement, params: pa.RecordBatch | None) -> list[list[pa.Scalar]]:
