@@ -111,6 +111,12 @@ class CommitConflict(TransientError):
     """The commit loop ran out of retries against concurrent commits."""
 
 
+class SchemaChanged(TransientError):
+    """A table a query reads changed its columns between the query's planning (the schema
+    GetFlightInfo announced) and its run, and the versions it was planned at are gone:
+    planning it again answers with the new columns."""
+
+
 class CommitOutcomeUnknown(FlightsrvError):
     """A commit's manifest may or may not have landed, and the store did not answer the
     check (its commit id at that version): not a failure to retry blindly (a retry could

@@ -101,8 +101,8 @@ class DuckDBTestEngine:
             return lambda: None
         return cancel.on_cancel(cur.interrupt)
 
-    def execute_query(self, sql, session, params=None, *, cancel: Cancel | None = None
-                      ) -> QueryResult:
+    def execute_query(self, sql, session, params=None, *, cancel: Cancel | None = None,
+                      versions: dict | None = None) -> QueryResult:  # (no versions here)
         self.calls.append(("query", sql))
         rows = self._rows(params)
         try:

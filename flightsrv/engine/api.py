@@ -58,6 +58,10 @@ class Prepared:
     #: what the statement is, for logs and metrics: select | delete | update | merge |
     #: insert | create | drop | maintenance | set | show ...
     statement_kind: str = "select"
+    #: a query's: the version of each table it references without ``AT`` that
+    #: ``dataset_schema`` was described over (``execute_query(versions=...)`` reads them);
+    #: None when not known
+    versions: dict[str, int] | None = None
 
 
 class Cancel:
@@ -196,8 +200,11 @@ class Engine(Protocol):
 
     def execute_query(
         self, sql: str, session: Session, params: pa.RecordBatch | None = None, *,
-        cancel: Cancel | None = None,
-    ) -> QueryResult: ...
+        cancel: Cancel | None = None, versions: dict[str, int] | None = None,
+    ) -> QueryResult:
+        """``versions``: a table referenced without ``AT`` is read at the version given
+        for its name (``Prepared.versions``), not at its head."""
+        ...
 
     def execute_update(
         self, sql: str, session: Session, params: pa.RecordBatch | None = None, *,

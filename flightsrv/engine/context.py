@@ -52,14 +52,16 @@ class StatementContext:
         session_values(cur, sql, self.session.user, self.session.role.value)
 
 
-def table_pinner(warehouse, instant: Callable[[str, str], int] | None = None
-                 ) -> sqlplan.Pinner:
+def table_pinner(warehouse, instant: Callable[[str, str], int] | None = None,
+                 versions: dict[str, int] | None = None) -> sqlplan.Pinner:
     """A fresh pinner over ``warehouse``: one per statement execution, so a statement reads
     each table's head as of its own start (``TableNotFound`` for a name that is not even a
     valid table name). ``instant(text, table)``: the epoch milliseconds of an
     ``AT (TIMESTAMP => 'text')``, as the engine's DuckDB reads the text (a time without an
     offset is in the engine's time zone); without it, the table layer's reading (ISO 8601,
-    naive = UTC)."""
+    naive = UTC). ``versions``: a reference without ``AT`` to a table named there reads
+    that version instead of the head (``VersionNotFound`` when it is gone, or belongs to
+    a table since dropped or replaced)."""
     tables: dict[str, Any] = {}
 
     def resolve(name: str, version: int | None, as_of: str | None):
@@ -69,6 +71,8 @@ def table_pinner(warehouse, instant: Callable[[str, str], int] | None = None
             except ConfigurationError as e:  # not even a valid name (e.g. a file path)
                 raise TableNotFound("no such table", table=name, reason=e.message) from None
         if version is None and as_of is None:
+            if versions is not None and name in versions:
+                return tables[name].snapshot(version=versions[name])
             return tables[name].snapshot()
         if as_of is not None and instant is not None:
             as_of = instant(as_of, name)

@@ -352,7 +352,7 @@ class DuckEngine:
             hit = self._prepared.get(key)
             if hit is not None:
                 return Prepared(sql, StatementKind.QUERY, hit[0], hit[1],
-                                statement_kind="select")
+                                statement_kind="select", versions=_head_versions(pinner))
         values = bound if bound is not None else [pa.scalar(None)] * stmt.param_count
         ctx = _Ctx(session, cancel)  # cancel interrupts the bind and DuckDB's (it may fold calls)
         tree = sqlplan.bind_params(stmt.tree, values, sql, stmt.param_count,
@@ -426,7 +426,8 @@ class DuckEngine:
             size = sum(len(p[2]) for p in key[1]) + schema.serialize().size \
                 + param_schema.serialize().size
             self._prepared.put(key, (schema, param_schema), sql, size)
-        return Prepared(sql, StatementKind.QUERY, schema, param_schema, statement_kind="select")
+        return Prepared(sql, StatementKind.QUERY, schema, param_schema, statement_kind="select",
+                        versions=_head_versions(pinner))
 
     def _query_references(self, stmt: st.Statement) -> tuple | None:
         """:func:`~flightsrv.engine.params.references` of ``stmt``, cached by its text
@@ -465,19 +466,23 @@ class DuckEngine:
     def execute_query(self, sql: str, session: Session,
                       params: pa.RecordBatch | None = None, *,
                       cancel: Cancel | None = None,
-                      extra: dict[str, pa.Table] | None = None) -> QueryResult:
+                      extra: dict[str, pa.Table] | None = None,
+                      versions: dict[str, int] | None = None) -> QueryResult:
         """Run a statement that returns rows. ``extra``: relations bound by name for this
-        statement only (the Python API's Arrow sources; the server never passes any)."""
+        statement only (the Python API's Arrow sources; the server never passes any).
+        ``versions``: a query's table referenced without ``AT`` is read at the version
+        given for its name (``Prepared.versions``), not at its head."""
         sql = asof.canonical(sql)
         try:
             with one_statement():  # each pass over the text once, even when none is cached
-                return self._execute_query(sql, session, params, cancel=cancel, extra=extra)
+                return self._execute_query(sql, session, params, cancel=cancel, extra=extra,
+                                           versions=versions)
         except ConfigurationError as e:  # bad input: named with the statement
             raise self._helped(e, sql, extra) from None
 
     def _execute_query(self, sql: str, session: Session, params: pa.RecordBatch | None,
-                       *, cancel: Cancel | None,
-                       extra: dict[str, pa.Table] | None) -> QueryResult:
+                       *, cancel: Cancel | None, extra: dict[str, pa.Table] | None,
+                       versions: dict[str, int] | None = None) -> QueryResult:
         stmt = _parse(sql)
         if isinstance(stmt, st.Maintenance):
             self._check_role(stmt, session)
@@ -499,7 +504,7 @@ class DuckEngine:
             raise SqlError("a query binds exactly one row of parameters",
                            statement=st._short(sql), rows=len(rows))
         ctx = _Ctx(session, cancel, ExecInfo(kind="select"), dict(extra or {}))
-        pinner = self._pinner()
+        pinner = self._pinner(versions)
         # the same text over the same pinned versions, parameters of the same types: the
         # kept plan with this execution's pins and values (checked and run as any other)
         key = self._plan_key(stmt, pinner, rows[0]) if not ctx.extra else None
@@ -1414,8 +1419,8 @@ class DuckEngine:
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    def _pinner(self) -> sqlplan.Pinner:
-        return table_pinner(self.warehouse, self._instant_ms)
+    def _pinner(self, versions: dict[str, int] | None = None) -> sqlplan.Pinner:
+        return table_pinner(self.warehouse, self._instant_ms, versions)
 
     def _instant_ms(self, text: str, table: str) -> int:
         """Epoch milliseconds of ``AT (TIMESTAMP => 'text')`` on ``table``: DuckDB decides
@@ -1534,6 +1539,12 @@ def _literal_if_lossy(stmt: st.Statement, values: list[pa.Scalar]) -> st.Stateme
     if values and stmt.spliceable and not all(map(_binds_natively, values)):
         return dataclasses.replace(stmt, spliceable=False)
     return stmt
+
+
+def _head_versions(pinner: sqlplan.Pinner) -> dict[str, int]:
+    """The version of each table ``pinner`` pinned for a reference without ``AT``."""
+    return {name: snap.version for (name, version, as_of), snap in pinner.pins.items()
+            if version is None and as_of is None}
 
 
 def _renamed_reader(reader: pa.RecordBatchReader, names: list[str]) -> pa.RecordBatchReader:

@@ -59,6 +59,7 @@ from flightsrv.engine.api import (
     Engine,
     ExecInfo,
     Prepared,
+    QueryResult,
     Role,
     Session,
     StatementKind,
@@ -96,7 +97,8 @@ from flightsrv.server.status import (
     unimplemented,
 )
 from flightsrv.sql.statements import SESSION_SETTINGS
-from flightsrv.server.tickets import ForeignTicket, TicketCodec, derive_key, seal, unseal
+from flightsrv.server.tickets import (ForeignTicket, TicketCodec, derive_key, schema_digest,
+                                     seal, unseal)
 
 log = logging.getLogger("flightsrv.server")
 log.addHandler(logging.NullHandler())
@@ -828,11 +830,13 @@ class FlightSqlServer(flight.FlightServerBase):
         user = principal.user
         self._note(params=params)
         if not prepared.effects:
-            schema = self._bound_schema(context, principal, prepared, params, fresh=fresh,
+            described = self._described(context, principal, prepared, params, fresh=fresh,
                                         running=early is not None)
+            schema = md.annotate_result_schema(described.dataset_schema)
             nonce = self._runtime.ids.new_id()
             ticket = self._codec.issue("query", user, sql=prepared.sql, params=params,
-                                       nonce=nonce)
+                                       nonce=nonce, versions=described.versions,
+                                       schema=schema)
             if early is None and params is None and not len(prepared.parameter_schema):
                 # a query without parameters starts here, while its ticket travels
                 early = self._start_early(context, principal, prepared, None)
@@ -873,18 +877,25 @@ class FlightSqlServer(flight.FlightServerBase):
     def _bound_schema(self, context, principal: Principal, prepared: Prepared,
                       params: pa.RecordBatch | None, *, fresh: bool,
                       running: bool = False) -> pa.Schema:
-        """The schema a query's result has now, with ``params`` bound: the query is described
-        again (prepared, never run), because a parameter may type a result column
-        (``SELECT ? AS v``) and the tables it reads may have changed since it was prepared
-        (``ALTER TABLE``, ``CREATE OR REPLACE``): the schema DoGet will stream. The engine
-        answers from its schema cache while the tables' schemas are unchanged."""
+        """The schema a query's result has now, with ``params`` bound (see
+        :meth:`_described`)."""
+        return md.annotate_result_schema(self._described(
+            context, principal, prepared, params, fresh=fresh, running=running).dataset_schema)
+
+    def _described(self, context, principal: Principal, prepared: Prepared,
+                   params: pa.RecordBatch | None, *, fresh: bool,
+                   running: bool = False) -> Prepared:
+        """A query described now, with ``params`` bound: it is described again (prepared,
+        never run), because a parameter may type a result column (``SELECT ? AS v``) and
+        the tables it reads may have changed since it was prepared (``ALTER TABLE``,
+        ``CREATE OR REPLACE``): its schema is the one DoGet will stream, and its versions
+        the ones it was described over. The engine answers from its schema cache while the
+        tables' schemas are unchanged."""
         if params is None or not len(prepared.parameter_schema):
             if fresh:  # prepared by this very request: nothing can have changed
-                return md.annotate_result_schema(prepared.dataset_schema)
+                return prepared
             params = None
-        return md.annotate_result_schema(
-            self._prepare(context, principal, prepared.sql, params,
-                          running=running).dataset_schema)
+        return self._prepare(context, principal, prepared.sql, params, running=running)
 
     @staticmethod
     def _drain_reader(reader: pa.RecordBatchReader, cancel: Cancel | None) -> pa.Table:
@@ -1041,18 +1052,17 @@ class FlightSqlServer(flight.FlightServerBase):
         if self._calls.was_cancelled(principal.user, t.nonce):
             raise errors.QueryCancelled("query was cancelled (CancelFlightInfo)",
                                         reason="cancelled")
-        early = self._claim_early(context, principal, t.nonce)
+        early = self._claim_early(context, principal, t.nonce, t.schema)
         if early is not None:
             return self._deliver_early(early)
         session = self._session(context, principal)
         st = self._begin("DoGet", context, principal, session, _query(t.sql), nonce=t.nonce,
                          params=t.params)
-        result = self._run(st, self._engine.execute_query, t.sql, session, t.params,
-                           cancel=st.cancel)
+        result = self._run(st, self._announced_result, t, session, st.cancel)
+        schema = md.annotate_result_schema(result.schema)
         st.info = result.info
         self._enter()  # the stream outlives this call; draining waits for it
         st.streaming = True
-        schema = md.annotate_result_schema(result.schema)
         try:
             head, exhausted = self._read_head(st, result.reader)
         except BaseException as exc:  # noqa: BLE001 - this call's error
@@ -1060,6 +1070,57 @@ class FlightSqlServer(flight.FlightServerBase):
             self._close_stream(st, result.reader, exc)
             raise exc from None
         return self._deliver(st, schema, head, result.reader, exhausted)
+
+    def _announced_result(self, t, session: Session, cancel: Cancel) -> QueryResult:
+        """The query of ticket ``t`` run for its DoGet, with the columns its GetFlightInfo
+        announced. A client holds the stream to that schema (ADBC fails an "inconsistent
+        schema"), so when a table the query reads changed its columns in between (ALTER
+        TABLE, CREATE OR REPLACE), and the run at the heads has other columns or no longer
+        binds (a renamed column), the query runs over the versions GetFlightInfo described
+        it over. SchemaChanged (UNAVAILABLE: planning again succeeds) when those are
+        gone."""
+        try:
+            result = self._engine.execute_query(t.sql, session, t.params, cancel=cancel)
+        except errors.SqlError as exc:
+            if not t.versions or not self._tables_moved(t):
+                raise
+            return self._as_planned(t, session, cancel, exc)
+        if t.versions and t.schema is not None and \
+                schema_digest(md.annotate_result_schema(result.schema)) != t.schema:
+            result.reader.close()
+            return self._as_planned(t, session, cancel, None)
+        return result
+
+    def _tables_moved(self, t) -> bool:
+        """Whether a table the ticket's query was described over has another head now."""
+        read_set = getattr(self._engine, "read_set", None)
+        now = read_set(t.sql) if read_set is not None else None
+        if now is None:
+            return False
+        heads = {name: version for name, _uuid, version in now}
+        return any(heads.get(name, version) != version for name, version in t.versions.items())
+
+    def _as_planned(self, t, session: Session, cancel: Cancel,
+                    failed: BaseException | None) -> QueryResult:
+        """The query of ticket ``t`` over the versions it was described over (see
+        :meth:`_announced_result`); ``failed``: the run at the heads' error, raised again
+        when this run does not give the announced columns either."""
+        try:
+            result = self._engine.execute_query(t.sql, session, t.params, cancel=cancel,
+                                                versions=t.versions)
+        except (errors.VersionNotFound, errors.TableNotFound, errors.SqlError):
+            if failed is not None:
+                raise failed from None
+            raise errors.SchemaChanged(
+                "a table the query reads changed its columns since GetFlightInfo, and the "
+                "versions it was described over are gone; call GetFlightInfo again"
+            ) from None
+        if failed is not None and \
+                schema_digest(md.annotate_result_schema(result.schema)) != t.schema:
+            result.reader.close()
+            raise failed
+        self.metrics.as_planned.inc()
+        return result
 
     def _read_head(self, st: _Statement,
                    reader: pa.RecordBatchReader) -> tuple[list[pa.RecordBatch], bool]:
@@ -1270,9 +1331,12 @@ class FlightSqlServer(flight.FlightServerBase):
             if early.state in ("running", "ready"):
                 self._early[(user, nonce)] = early
 
-    def _claim_early(self, context, principal: Principal, nonce: str) -> EarlyRun | None:
+    def _claim_early(self, context, principal: Principal, nonce: str,
+                     announced: str | None = None) -> EarlyRun | None:
         """The early run answering the ticket ``nonce``, claimed, if it read what this
-        DoGet would (see ``server/early.py``); else None (discarded if it was claimed)."""
+        DoGet would (see ``server/early.py``) and has the columns GetFlightInfo announced
+        (``announced``: their schema's digest; the run started after a table's columns
+        changed); else None (discarded if it was claimed)."""
         with self._early_lock:
             early = self._early.pop((principal.user, nonce), None)
         if early is None or not early.claim():
@@ -1289,7 +1353,9 @@ class FlightSqlServer(flight.FlightServerBase):
         ran = early.st.info.read_set
         kept = self._sessions.get(principal.user, self._peer(context))
         if ran is None or ran != now_reads or \
-                early.settings != (kept.settings if kept is not None else {}):
+                early.settings != (kept.settings if kept is not None else {}) or (
+                    announced is not None and early.error is None and
+                    early.schema is not None and schema_digest(early.schema) != announced):
             self.metrics.early_runs.labels("stale").inc()
             self._finish_early(early, discard=True)  # this DoGet runs it itself
             return None

@@ -33,6 +33,8 @@ start_time_seconds                     gauge      when the server (a worker) sta
 auth_failures_total                    counter    failed authentications
 early_runs_total{outcome}              counter    prepared queries run from their bind:
                                                   started, claimed (by a DoGet), dropped
+queries_run_as_planned_total           counter    queries a DoGet read as of their
+                                                  GetFlightInfo (columns changed in between)
 sessions / prepared_statements         gauge      open now
 queries_in_flight                      gauge      statements running now
 maintenance_runs_total{task,status}    counter    automatic maintenance task runs (status ok:
@@ -112,6 +114,9 @@ class Metrics:
         self.early_runs = Counter(p + "early_runs", "prepared queries run from their "
                                   "bind: started, claimed by a DoGet, dropped unfetched",
                                   ["outcome"], registry=r)
+        self.as_planned = Counter(p + "queries_run_as_planned", "queries a DoGet ran over "
+                                  "their tables as of GetFlightInfo, whose columns had "
+                                  "changed since", registry=r)
         self.auth_failures = Counter(p + "auth_failures", "failed authentications",
                                      registry=r)
         self.queue_wait = Histogram(p + "queue_wait_seconds",

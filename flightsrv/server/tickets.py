@@ -13,9 +13,10 @@ Contract:
 - ``Ticket.kind``: ``query`` (``sql`` + ``params``, run lazily by DoGet; redeemable until
   it expires; one row of parameters of plain scalar types is carried as JSON values with
   their Arrow type names, which read back to the very same batch, anything else as an
-  Arrow IPC stream), ``result`` (the id of a result kept server-side by ``results.ResultStore``,
-  single use), ``count`` (an update already executed: an empty result), ``metadata``
-  (a packed metadata command).
+  Arrow IPC stream; with the versions of the tables GetFlightInfo described it over and
+  a digest of the schema it announced), ``result`` (the id of a result kept server-side
+  by ``results.ResultStore``, single use), ``count`` (an update already executed: an
+  empty result), ``metadata`` (a packed metadata command).
 - ``TicketCodec.open(raw, user)`` checks, in this order, and raises:
   framing or JSON wrong -> ``MalformedTicket`` (INVALID_ARGUMENT); signature wrong ->
   ``status.Unauthenticated`` (UNAUTHENTICATED); another principal's -> ``ForeignTicket``
@@ -94,11 +95,21 @@ class Ticket:
     params: pa.RecordBatch | None = None
     result_id: str | None = None
     command: bytes | None = None  # packed metadata command
+    #: a query's: the versions of the tables GetFlightInfo described it over (table ->
+    #: version) and the digest of the schema it announced (:func:`schema_digest`), or None
+    versions: dict[str, int] | None = None
+    schema: str | None = None
 
     @property
     def digest(self) -> str:
         """A short stable id for logs and cancel bookkeeping."""
         return self.nonce
+
+
+def schema_digest(schema: pa.Schema) -> str:
+    """A short digest of ``schema`` (names, types, nullability, metadata: what a client
+    compares a stream's schema with the announced one by)."""
+    return hashlib.sha256(schema.serialize().to_pybytes()).hexdigest()[:16]
 
 
 def _mac(key: bytes, data: bytes) -> bytes:
@@ -145,7 +156,8 @@ class TicketCodec:
     def issue(self, kind: str, user: str, *, sql: str | None = None,
               params: pa.RecordBatch | None = None, result_id: str | None = None,
               command: bytes | None = None, ttl_ms: int | None = None,
-              nonce: str | None = None) -> bytes:
+              nonce: str | None = None, versions: dict[str, int] | None = None,
+              schema: pa.Schema | None = None) -> bytes:
         """A packed Flight SQL ticket (the bytes of ``flight.Ticket``); ``nonce``: its id
         (a new one if None)."""
         body = {"k": _CODES[kind], "u": user,
@@ -163,6 +175,10 @@ class TicketCodec:
                 with pa.ipc.new_stream(sink, params.schema) as w:
                     w.write_batch(params)
                 body["p"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
+        if versions:
+            body["w"] = versions
+        if schema is not None:
+            body["h"] = schema_digest(schema)
         if result_id is not None:
             body["r"] = result_id
         if command is not None:
@@ -211,7 +227,10 @@ class TicketCodec:
             command = base64.b64decode(body["c"]) if "c" in body else None
             return Ticket(kind, str(body["u"]), int(body["x"]), str(body["n"]),
                           sql=body.get("s"), params=params, result_id=body.get("r"),
-                          command=command)
+                          command=command,
+                          versions={str(k): int(v) for k, v in body["w"].items()}
+                          if "w" in body else None,
+                          schema=str(body["h"]) if "h" in body else None)
         except (ValueError, KeyError, TypeError, pa.ArrowException, StopIteration):
             # signed by us, so only a server bug gets here; still a clean error
             raise MalformedTicket("ticket body is not readable") from None
