@@ -369,6 +369,30 @@ def test_failures_are_logged_counted_and_do_not_stop_the_server(served, tmp_path
     assert m(srv.metrics(), "flightsrv_maintenance_runs_total", task=task, status="ok") == 1
 
 
+def test_a_broken_table_stops_no_other_table_maintenance(served, tmp_path, caplog):
+    """A table whose head reads but whose manifest chunks do not (damaged storage) is
+    skipped with a warning naming it; the tables after it are maintained in the same tick."""
+    srv = served()
+    other = Warehouse.open(str(tmp_path / "wh"))  # no commit events: found by the sweep
+    other.create_table("aaa", SCHEMA).append(batch(0))
+    zzz = other.create_table("zzz", SCHEMA)
+    for i in range(20):
+        zzz.append(batch(i * 10))
+    srv.server.maintenance._dirty.clear()
+    damaged = list((tmp_path / "wh" / "aaa" / "chunks").rglob("*.json"))
+    assert damaged
+    for path in damaged:
+        path.write_bytes(b"{not json")
+    with caplog.at_level(logging.WARNING, logger="flightsrv.maintenance"):
+        srv.tick()
+    assert srv.wh.table("zzz").head().operation == "compact"
+    skipped = [r for r in caplog.records
+               if r.getMessage() == "auto maintenance skipped a table"]
+    assert skipped and skipped[0].fields["table"] == "aaa"
+    assert skipped[0].fields["error_class"] == "CorruptObject"
+    assert srv.sql("SELECT count(*) FROM zzz") == [(200,)]
+
+
 def test_worker_finds_writes_of_other_processes(served, tmp_path):
     """A Spark job or another server commits without this process's commit events: the
     round-robin sweep finds the table at the next tick."""
