@@ -34,7 +34,7 @@ SESSION_FUNCTIONS = ("current_catalog", "current_database", "current_role", "cur
 #: catalog and session introspection, sequences, logging, sleeping, SQL (de)serialisation.
 DENY = re.compile(r"""^(
     read_.* | write_.* | glob | sniff_csv | parquet_.* | .*_scan | query | query_table
-  | current_setting | getvariable | getenv | duckdb_.* | pragma_.* | which_secret
+  | current_setting | getvariable | getenv | duckdb_.* | pragma_.* | which_secret | index_key
   | current_(catalog|database|schema|schemas|query|query_id|role|user|connection_id
              |transaction_id)
   | user | session_user | version | in_search_path | txid_current
