@@ -399,6 +399,16 @@ _CLAUSES = {"Where": "an incomplete WHERE clause", "Having": "an incomplete HAVI
             "Join": "an incomplete JOIN", "Qualify": "an incomplete QUALIFY clause"}
 
 
+#: words between CREATE/DROP and what it creates or drops
+_MODIFIERS = frozenset({"OR", "REPLACE", "PERSISTENT", "TEMPORARY", "TEMP", "IF", "NOT",
+                        "EXISTS"})
+_SECRET = re.compile(r"\s*CREATE\s+(OR\s+REPLACE\s+)?((PERSISTENT|TEMPORARY|TEMP)\s+)?"
+                     r"SECRET\b", re.IGNORECASE)
+_NESTED_SHOW = re.compile(r"\(\s*SHOW\s", re.IGNORECASE)
+_SHOW_NESTED = ("SHOW inside a statement is not supported; run SHOW on its own, or query "
+                "information_schema (tables, columns) or DESCRIBE SELECT * FROM t")
+
+
 def _insert_values(sql: str) -> InsertValues | None:
     """The fast path of a plain INSERT ... VALUES (:mod:`flightsrv.sql.values`), or None."""
     scan = values.scan_insert_values(sql, MAX_NESTING)
@@ -438,6 +448,11 @@ def _parse_statement(sql: str, fast: bool = True) -> Statement:
         if verb == "MERGE" and what == "Unknown option ERROR":
             what = ("MERGE ... THEN ERROR is not supported; find the rows first (SELECT ... "
                     "FROM t JOIN source ...), or let a WHEN clause skip them (DO NOTHING)")
+        if verb == "CREATE" and _SECRET.match(text):  # CREATE SECRET (TYPE s3): unnamed
+            raise _refused("CREATE SECRET statements are not allowed", sql)
+        if _NESTED_SHOW.search(text):  # (SHOW ALL TABLES): sqlglot reads no SHOW there
+            raise SqlError(_SHOW_NESTED, statement=_short(sql), line=first.get("line"),
+                           col=first.get("col")) from None
         if what == "Expecting >":  # the parser read "name <" as a type's parameter list
             what += ("; a column named like a type (range, map, struct, ...) compared "
                       "with < must be quoted (\"range\") or qualified (t.range)")
@@ -456,6 +471,11 @@ def _parse_statement(sql: str, fast: bool = True) -> Statement:
             statement=_short(sql), line=line, col=col,
         )
     tree = trees[0]
+    for node in tree.find_all(exp.Table):
+        ident = node.this
+        if isinstance(node.parent, exp.Subquery) and isinstance(ident, exp.Identifier) and \
+                not ident.quoted and ident.name.upper() == "SHOW":  # (SHOW TABLES) as "show"
+            raise error(_SHOW_NESTED, sql, node)
     for node in tree.find_all(exp.Summarize, exp.Describe):
         if node is not tree and not isinstance(node.this, exp.Query):  # (SUMMARIZE t) nested
             verb = "SUMMARIZE" if isinstance(node, exp.Summarize) else "DESCRIBE"
@@ -681,7 +701,9 @@ def _parse_special(sql: str, text: str) -> Statement | None:
                    "OPTIMIZE": "OPTIMIZE t",
                    "PURGE": "PURGE t [EXPIRE]",
                    "PUBLISH": "PUBLISH t [FORMAT delta|iceberg|all]"}[verb]
-        raise SqlError(f"unexpected {' '.join(words).lower()!r} after {verb} {table}; "
+        extra = text[toks[len(toks) - len(words)].start:].strip().rstrip(";").strip()
+        extra = extra if len(extra) <= 80 else extra[:77] + "..."
+        raise SqlError(f"unexpected {extra!r} after {verb} {table}; "
                        f"the form is {grammar}", statement=_short(sql))
     tree = exp.Command(this=verb, expression=exp.Literal.string(text[toks[1].start:]))
     return Maintenance(sql, tree, 0, verb=verb.lower(), table=table, options=options,
@@ -768,6 +790,10 @@ def _classify(sql: str, tree: exp.Expression, n: int) -> Statement:
         return _reset(sql, tree, n)
     if isinstance(tree, exp.Command):
         verb = str(tree.this).upper()
+        what = [w for w in str(tree.args.get("expression") or "").upper().split()[:4]
+                if w not in _MODIFIERS]
+        if verb in ("CREATE", "DROP") and what and what[0].isalpha():  # DROP SECRET s
+            verb = f"{verb} {what[0]}"
         raise _refused(f"{verb} statements are not allowed", sql)
     refused = {
         exp.Copy: "COPY is not allowed; query the table and stream the result instead",
