@@ -107,9 +107,14 @@ def limited(reader, max_bytes: int, cancel: Cancel | None = None,
 
 def carries_rows(reader, max_bytes: int) -> bool:
     """Whether a DoPut that takes no data (CommandStatementUpdate) came with rows: they
-    would be ignored, so the caller refuses the request instead."""
-    stream = limited(reader, max_bytes)
-    return len(stream.schema) > 0 and any(batch.num_rows for batch in stream)
+    would be ignored, so the caller refuses the request instead. A client may send the
+    command alone, without even a schema message (ADBC's ``execute_update``)."""
+    try:
+        if len(reader.schema) == 0:
+            return False
+    except OSError:  # "Client never sent a data message": no schema, so no rows
+        return False
+    return any(batch.num_rows for batch in limited(reader, max_bytes))
 
 
 def read_params(reader, max_bytes: int) -> pa.RecordBatch | None:
