@@ -73,6 +73,8 @@ class TableLog:
         #: the pointer this log read last and its ETag (any thread's read): the first
         #: compare-and-swap of :meth:`advance_pointer` is made against it, with no GET
         self._seen_pointer: tuple[Pointer, str] | None = None
+        #: the last head :meth:`_checked` found no gap after (checked once per head)
+        self._gapless: int | None = None
         #: callables ``hook(manifest)`` run after each commit of this log (best effort)
         self.after_commit: list[Callable[[Manifest], None]] = []
         #: a head read overlaps its two requests (see :meth:`head`): on a remote store,
@@ -164,7 +166,12 @@ class TableLog:
         round trip, not two. The probe starts after this call did, so it sees every
         version created before the call (a commit is the create of its manifest); when
         the pointer is not past that known version, the probe's answer is the roll
-        forward's first step."""
+        forward's first step.
+
+        Damage is named, never read around (docs/PROTOCOL.md §7): a pointer naming a
+        version whose manifest is missing, or a missing manifest with a later one stored
+        (a gap in the version chain), is ``CorruptObject``; a lost pointer is recovered
+        from the listed manifests (:meth:`_head_from_listing`)."""
         known = self._latest_known() if self._overlap else None
         probe = None
         if known is not None:
@@ -176,25 +183,89 @@ class TableLog:
         if probe is not None and ptr is not None and ptr.table_uuid == known.table_uuid \
                 and ptr.version <= known.version:
             nxt = probe.result()
-            return known if nxt is None else self._roll_forward(nxt)
+            return self._checked(known) if nxt is None else self._roll_forward(nxt)
         if ptr is None:
             m = self.try_load(0)
             if m is None:
-                return None
+                return self._head_from_listing()
         else:
             if self._uuid is not None and ptr.table_uuid != self._uuid:
                 with self._lock:
                     self._cache.clear()
-            m = self.load(ptr.version)
+            m = self._pointed(ptr)
         return self._roll_forward(m)
+
+    def _pointed(self, ptr: Pointer) -> Manifest:
+        """The manifest the pointer names. The pointer only ever names a committed,
+        retained version (expiry moves it to the head before deleting anything below), so
+        a missing one is damage, unless the pointer moved on since it was read (an expiry
+        raced this read): then the new pointer is followed."""
+        for _ in range(3):
+            m = self.try_load(ptr.version)
+            if m is not None:
+                return m
+            again, _ = self.read_pointer()
+            if again is None or again == ptr:
+                break
+            ptr = again
+        raise CorruptObject(
+            "the pointer names a version whose manifest does not exist: restore the "
+            "manifest, or the pointer from a backup", table=self.name,
+            key=f"{self.name}/{POINTER_KEY}", version=ptr.version,
+            missing=f"{self.name}/{manifest_key(ptr.version)}")
+
+    def _head_from_listing(self) -> Manifest | None:
+        """The head of a table whose pointer is missing and whose ``v0`` is gone (expired):
+        the pointer is a hint (§3), so its loss must not hide the table (a CREATE would then
+        start a new ``v0`` beside it, and a vacuum delete its files). The listed versions
+        must be one contiguous run; the newest is loaded and rolled forward. None: no
+        manifest is stored, no table. One LIST, only when both the pointer and ``v0`` are
+        missing."""
+        for _ in range(3):
+            listed = self.versions()
+            if not listed:
+                return None
+            lo, hi = listed[0], listed[-1]
+            if len(listed) != hi - lo + 1:
+                have = set(listed)
+                raise self._gap(next(v for v in range(lo, hi) if v not in have))
+            m = self.try_load(hi)
+            if m is not None:
+                return self._roll_forward(m)
+            # gone since the listing: a DROP's vacuum or an erasure expired it; list again
+        raise CorruptObject("a listed manifest cannot be read", table=self.name,
+                            key=f"{self.name}/{manifest_key(hi)}", version=hi)
 
     def _roll_forward(self, m: Manifest) -> Manifest:
         """The last of ``m``, ``v{m+1}``, ``v{m+2}``, ... that exists."""
         while True:
             nxt = self.try_load(m.version + 1)
             if nxt is None:
-                return m
+                return self._checked(m)
             m = nxt
+
+    def _checked(self, m: Manifest) -> Manifest:
+        """``m``, whose next version is missing, as the head, unless ``v{m+2}`` is stored: a
+        manifest is missing from the chain (lost or half restored) and reading on from ``m``
+        would serve an old version, and a commit would fill the gap under a later version
+        that does not hold it. One HEAD request the first time a version is the head."""
+        if self._gapless == m.version:
+            return m
+        try:
+            self.store.head(manifest_key(m.version + 2))
+        except ObjectNotFound:
+            self._gapless = m.version
+            return m
+        nxt = self.try_load(m.version + 1)  # a writer committed m+1 and m+2 meanwhile
+        if nxt is not None:
+            return self._roll_forward(nxt)
+        raise self._gap(m.version + 1)
+
+    def _gap(self, version: int) -> CorruptObject:
+        return CorruptObject(
+            "a manifest is missing from the version chain (a later version is stored): "
+            "restore it from a backup", table=self.name,
+            key=f"{self.name}/{manifest_key(version)}", version=version)
 
     def _latest_known(self) -> Manifest | None:
         """The newest manifest this log holds of the table's current incarnation."""

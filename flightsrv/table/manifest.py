@@ -22,6 +22,7 @@ or a draft) or a lazily loaded :class:`~flightsrv.table.chunks.FileList` (format
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -47,14 +48,14 @@ def manifest_key(version: int) -> str:
     return f"manifest/v{version:020d}.json"
 
 
+#: a manifest's name (``manifest_key``): exactly 20 digits. Other names under ``manifest/``
+#: (``v9.json``, ``v-1.json``, an editor's backup) are stray files, never versions
+_MANIFEST_NAME = re.compile(r"v([0-9]{20})\.json")
+
+
 def version_of_key(key: str) -> int | None:
-    name = key.rsplit("/", 1)[-1]
-    if name.startswith("v") and name.endswith(".json"):
-        try:
-            return int(name[1:-5])
-        except ValueError:
-            return None
-    return None
+    m = _MANIFEST_NAME.fullmatch(key.rsplit("/", 1)[-1])
+    return int(m.group(1)) if m else None
 
 
 def _strip_ids(t):

@@ -3,7 +3,7 @@ hold no table)."""
 
 from __future__ import annotations
 
-from flightsrv.errors import ObjectNotFound
+from flightsrv.errors import CorruptObject, ObjectNotFound, StoreError
 from flightsrv.table.maintenance.common import (
     DEFAULT_GRACE,
     VACUUM_PREFIXES,
@@ -53,10 +53,12 @@ def _retained_refs(table, grace_s: float = 0.0,
     and a reader pinned before the DROP has had the grace period to finish. ``expired``:
     versions counted as gone although their manifests are still listed (a dry run's
     expiry, which deletes nothing); never the head."""
-    versions = [v for v in table.log.versions() if v not in expired]
+    listed = table.log.versions()
     head = table.log.head()
     if head is None:
         return set(), None, -1
+    _check_listing(table, listed, head.version)
+    versions = [v for v in listed if v not in expired]
     start, dropped_ms = incarnation(table, head)
     now = table.runtime.clock.now_ms()
     old_gone = dropped_ms is not None and now - dropped_ms >= grace_s * 1000
@@ -69,6 +71,29 @@ def _retained_refs(table, grace_s: float = 0.0,
         if m is not None:  # missing below the head: expired meanwhile
             refs |= m.referenced_keys()
     return refs, lo, head.version
+
+
+def _check_listing(table, listed: list[int], head: int) -> None:
+    """Refuse to vacuum on a manifest listing that cannot be the retained versions: what it
+    does not show, vacuum would take for expired and delete the objects only those versions
+    reference (time travel's). The listing was made before the head was read, so versions
+    committed since may be missing from its end, never from its start or middle: expiry
+    deletes oldest first, so the retained versions are one run ending at the head."""
+    if head > 0 and (not listed or listed[0] > head):
+        raise StoreError("the manifest listing does not show the head version: vacuum deletes "
+                         "nothing (run it again)", table=table.name, head=head,
+                         listed=len(listed))
+    above = [v for v in listed if v > head]
+    run = [v for v in listed if v <= head]
+    have = set(run)
+    missing = next((v for v in range(run[0], run[-1] + 1) if v not in have), None) \
+        if run else None
+    if above or missing is not None:
+        gap = missing if missing is not None else head + 1
+        raise CorruptObject("a manifest is missing from the version chain (a later version is "
+                            "stored): vacuum deletes nothing; restore it from a backup",
+                            table=table.name, key=f"{table.name}/{manifest_key(gap)}",
+                            version=gap, head=head)
 
 
 def _expire_dropped(table, grace_s: float, dry_run: bool) -> list[int]:
