@@ -26,7 +26,7 @@ import zlib
 import numpy as np
 from pyroaring import BitMap64
 
-from flightsrv.errors import CorruptObject
+from flightsrv.errors import CorruptObject, ObjectNotFound
 from flightsrv.table.datafile import DataFile, DeletionVector, DVStorage  # noqa: F401
 
 MAGIC = bytes.fromhex("D1D33964")
@@ -111,30 +111,43 @@ def _write_object(table, blobs: list[tuple[str, bytes, int]]) -> dict[str, Delet
     return out
 
 
-def read_dv(store, dv: DeletionVector, *, table: str, data_file: str) -> BitMap64:
-    """Load and validate the bitmap a descriptor points at."""
-    if dv.storage is DVStorage.INLINE:
-        where = f"{table}/manifest inline DV of {data_file}"
-        bitmap = decode_blob(base64.b64decode(dv.data or ""), where=where)
-    elif dv.storage is DVStorage.OBJECT:
-        where = f"{table}/{dv.path}@{dv.offset}+{dv.length}"
-        blob = store.get_range(dv.path, dv.offset, dv.offset + dv.length)
-        bitmap = decode_blob(blob, where=where)
-    else:
-        raise CorruptObject("unknown deletion vector storage", table=table, file=data_file,
-                            storage=dv.storage)
-    if len(bitmap) != dv.cardinality:
-        raise CorruptObject("deletion vector cardinality mismatch", object=where,
-                            check="cardinality", expected=dv.cardinality, actual=len(bitmap))
+def read_dv(store, dv: DeletionVector, *, table: str, data_file: str,
+            version: int | None = None) -> BitMap64:
+    """Load and validate the bitmap a descriptor points at. Errors name the table, the DV
+    object and (when the caller knows it) the version read, like a data file's (§7): a
+    missing object is ``ObjectNotFound``, damage ``CorruptObject``."""
+    try:
+        if dv.storage is DVStorage.INLINE:
+            where = f"{table}/manifest inline DV of {data_file}"
+            bitmap = decode_blob(base64.b64decode(dv.data or ""), where=where)
+        elif dv.storage is DVStorage.OBJECT:
+            where = f"{table}/{dv.path}@{dv.offset}+{dv.length}"
+            try:
+                blob = store.get_range(dv.path, dv.offset, dv.offset + dv.length)
+            except ObjectNotFound:
+                raise ObjectNotFound("deletion vector referenced by the manifest is missing",
+                                     table=table, object=dv.path, version=version,
+                                     file=data_file) from None
+            bitmap = decode_blob(blob, where=where)
+        else:
+            raise CorruptObject("unknown deletion vector storage", table=table, file=data_file,
+                                storage=dv.storage)
+        if len(bitmap) != dv.cardinality:
+            raise CorruptObject("deletion vector cardinality mismatch", object=where,
+                                check="cardinality", expected=dv.cardinality,
+                                actual=len(bitmap))
+    except CorruptObject as exc:
+        raise exc.with_context(table=table, version=version, file=data_file)
     return bitmap
 
 
-def dead_positions(table, f) -> BitMap64:
+def dead_positions(table, f, version: int | None = None) -> BitMap64:
     """Every deleted row position of data file ``f`` (a manifest entry): its deletion vector
     plus the rows of its deleted row groups. The one place that reads a file's deletion
-    state; compaction, erasure and the DML commit all ask it."""
-    dead = read_dv(table.store, f.dv, table=table.name, data_file=f.path) if f.dv \
-        else BitMap64()
+    state; compaction, erasure and the DML commit all ask it. ``version``: the version ``f``
+    was read from, named by errors."""
+    dead = read_dv(table.store, f.dv, table=table.name, data_file=f.path, version=version) \
+        if f.dv else BitMap64()
     for g in f.deleted_row_groups:
         start = f.row_group_offsets[g]
         dead.add_range(start, start + f.row_group_rows(g))

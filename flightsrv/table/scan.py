@@ -411,7 +411,8 @@ class Snapshot:
             cached = _dvs.get(key)
         if cached is not None:
             return cached
-        bitmap = read_dv(self.store, dv, table=self.table.name, data_file=f.path)
+        bitmap = read_dv(self.store, dv, table=self.table.name, data_file=f.path,
+                         version=self.manifest.version)
         # int64, not uint64: numpy compares a uint64 array with a Python int by converting the
         # whole array to float64, which made every per-row-group searchsorted O(deletes).
         positions = np.asarray(bitmap.to_array(), dtype=np.int64)

@@ -112,7 +112,8 @@ def _plan_groups(head: Manifest, table, *, target: int, min_deleted: float, smal
         b.sort(key=lambda f: order[f.path])  # keep the table's file order inside a group
         inputs = []
         for f in b:
-            deleted = np.asarray(dead_positions(table, f).to_array(), dtype=np.uint64)
+            deleted = np.asarray(dead_positions(table, f, head.version).to_array(),
+                                 dtype=np.uint64)
             inputs.append(_Input(f, deleted, reason=reasons[f.path]))
         groups.append(_Group(inputs))
     return groups, reasons
@@ -274,7 +275,8 @@ def _coalesce_plan(table, head: Manifest, inputs: set[str]) -> dict[str, Deletio
     if len({f.dv_object for f in kept}) < 2:
         return {}
     return place(table, {f.path: read_dv(table.store, f.dv, table=table.name,
-                                          data_file=f.path) for f in kept})
+                                          data_file=f.path, version=head.version)
+                         for f in kept})
 
 
 def compaction_options(table, props: dict, *, target_file_size=None,
