@@ -100,6 +100,12 @@ class StoreError(TransientError):
     """An I/O failure talking to the store that may succeed on retry."""
 
 
+class StoreAccessDenied(PersistentStateError):
+    """The store refused access to an object or prefix (a local file or directory whose
+    permissions the server's user lacks; S3's 403): an operator must grant it, a retry
+    won't help."""
+
+
 class CorruptObject(PersistentStateError):
     """An object failed a validity check (magic, CRC, size, JSON, Parquet footer)."""
 

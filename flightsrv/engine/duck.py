@@ -859,7 +859,13 @@ class DuckEngine:
             if isinstance(obj, pa.RecordBatchReader):
                 obj = guarded(obj, ctx.failures)
             cur.register(name, obj)
-        cur.execute(f"CREATE TEMP VIEW {relation} AS {rel.body}")
+        try:
+            cur.execute(f"CREATE TEMP VIEW {relation} AS {rel.body}")
+        except duckdb.Error as e:  # binding the view opens the data files it reads natively
+            failure = native_failure(e, rel.files)
+            if failure is not None:
+                raise failure from None
+            raise
 
     def _mask_function(self, ctx: _Ctx, snap, files) -> maskext.Mask | None:
         """The mask of data files ``files`` of ``snap`` (one file list: one file's mask, or

@@ -74,7 +74,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from flightsrv.errors import CorruptObject, ObjectNotFound, SqlError
+from flightsrv.errors import CorruptObject, ObjectNotFound, SqlError, StoreAccessDenied
 from flightsrv.sql.types import quote_ident
 from flightsrv.table.manifest import DataFile
 from flightsrv.table import projection as proj
@@ -935,6 +935,20 @@ def _prefetched_part(snapshot: Snapshot, run: list[DataFile], names: list[str],
     return f"SELECT {cols} FROM {name}"
 
 
+def _denied(path: str, table: str, key: str, version: int) -> StoreAccessDenied | None:
+    """``StoreAccessDenied`` when the server may not read data file ``path`` (its mode, or
+    its directory's): a file it cannot open is not damaged, and its bytes are fine."""
+    try:
+        with open(path, "rb"):
+            return None
+    except PermissionError:
+        return StoreAccessDenied("the store refused access: fix the permissions of the "
+                                 "object or its directory", table=table, object=key,
+                                 version=version, error="Permission denied")
+    except OSError:
+        return None
+
+
 def native_failure(error: BaseException,
                    files: dict[str, tuple[str, str, int]]) -> BaseException | None:
     """The flightsrv error behind a DuckDB error that names one of the native scan's files
@@ -947,6 +961,9 @@ def native_failure(error: BaseException,
             if not os.path.exists(path):
                 return ObjectNotFound("data file referenced by the manifest is missing",
                                       table=table, object=key, version=version)
+            denied = _denied(path, table, key, version)
+            if denied is not None:
+                return denied
             first = msg.strip().splitlines()[0] if msg.strip() else type(error).__name__
             first = first.replace(path, key)
             return CorruptObject("data file is not valid Parquet", table=table, object=key,
@@ -960,6 +977,9 @@ def native_failure(error: BaseException,
             if not os.path.exists(path):
                 return ObjectNotFound("data file referenced by the manifest is missing",
                                       table=table, object=key, version=version)
+            denied = _denied(path, table, key, version)
+            if denied is not None:
+                return denied
             try:
                 pq.read_metadata(path)
             except (pa.ArrowException, OSError) as exc:

@@ -39,6 +39,7 @@ from flightsrv.errors import (
     CorruptObject,
     ObjectNotFound,
     PreconditionFailed,
+    StoreAccessDenied,
     StoreError,
 )
 from flightsrv.runtime import DEFAULT_RUNTIME, Runtime
@@ -92,6 +93,29 @@ def _same_object(st: os.stat_result, etag: str) -> bool:
         return False
     return st.st_mtime_ns == mtime or any(st.st_mtime_ns == mtime - mtime % p
                                           for p in _COPY_PRECISIONS)
+
+
+def _os_error(exc: OSError, key: str) -> StoreError | StoreAccessDenied:
+    """An OS error on ``key`` as the store error a caller can act on, naming the key (relative
+    to the store) and the OS's reason, never the server's absolute path that ``str(exc)``
+    carries: a file or directory the server may not read or write is ``StoreAccessDenied``
+    (an operator fixes the permissions), anything else (EIO, ENOSPC, ...) ``StoreError``."""
+    reason = exc.strerror or type(exc).__name__
+    if isinstance(exc, PermissionError):
+        return StoreAccessDenied("the store refused access: fix the permissions of the "
+                                 "object or its directory", key=key, error=reason)
+    return StoreError("the store failed to access an object", key=key, error=reason)
+
+
+@contextlib.contextmanager
+def _os_errors(key: str):
+    """Run an operation on ``key`` with its OS errors raised as store errors (``_os_error``).
+    Errors the operation maps itself (a missing file is ``ObjectNotFound``) are not
+    ``OSError`` by then."""
+    try:
+        yield
+    except OSError as exc:
+        raise _os_error(exc, key) from None
 
 
 def _copy_range(src_fd: int, dst_fd: int, start: int, length: int) -> None:
@@ -266,6 +290,8 @@ class LocalStore:
             f = open(self._path(key), "rb")
         except (FileNotFoundError, NotADirectoryError):  # a file in the key's path: none
             raise ObjectNotFound("no such object", store=self.uri, key=key) from None
+        except OSError as exc:
+            raise _os_error(exc, key) from None
         st = os.fstat(f.fileno())
         if etag is not None and not _same_object(st, etag):
             f.close()
@@ -277,12 +303,12 @@ class LocalStore:
 
     def get(self, key: str, *, etag: str | None = None) -> tuple[bytes, ObjectMeta]:
         f, st = self._open_checked(key, etag)
-        with f:
+        with f, _os_errors(key):
             return f.read(), self._meta_of(key, st)
 
     def get_range(self, key: str, start: int, end: int, *, etag: str | None = None) -> bytes:
         f, _ = self._open_checked(key, etag)
-        with f:
+        with f, _os_errors(key):
             return os.pread(f.fileno(), max(0, end - start), start)
 
     def head(self, key: str) -> ObjectMeta:
@@ -290,12 +316,25 @@ class LocalStore:
             return self._meta_of(key, os.stat(self._path(key)))
         except (FileNotFoundError, NotADirectoryError):  # a file in the key's path: none
             raise ObjectNotFound("no such object", store=self.uri, key=key) from None
+        except OSError as exc:
+            raise _os_error(exc, key) from None
 
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = os.path.join(self.root, base) if base else self.root
         found: list[ObjectMeta] = []
-        for dirpath, dirnames, filenames in os.walk(start):
+
+        def failed(exc: OSError) -> None:
+            # a directory that is gone (or a file in the prefix's path) holds nothing; any
+            # other error fails the listing: a listing that silently left a directory out
+            # would make maintenance take the objects under it for absent (vacuum then
+            # deletes what the versions it did not see reference)
+            if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+                return
+            rel = os.path.relpath(exc.filename or start, self.root).replace(os.sep, "/")
+            raise _os_error(exc, prefix if rel == "." else rel + "/")
+
+        for dirpath, dirnames, filenames in os.walk(start, onerror=failed):
             rel_dir = os.path.relpath(dirpath, self.root)
             rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
             if rel_dir == "":
@@ -308,6 +347,8 @@ class LocalStore:
                     found.append(self._meta_of(key, os.stat(os.path.join(dirpath, name))))
                 except FileNotFoundError:
                     continue
+                except OSError as exc:
+                    raise _os_error(exc, key) from None
         found.sort(key=lambda m: m.key)
         return iter(found)
 
@@ -317,7 +358,8 @@ class LocalStore:
     ) -> ObjectMeta:
         if mode is PutMode.IF_MATCH and etag is None:
             raise ValueError("IF_MATCH needs an etag")
-        return self._install(key, self._write_tmp(bytes(data)), mode, etag)
+        with _os_errors(key):
+            return self._install(key, self._write_tmp(bytes(data)), mode, etag)
 
     def put_file(self, key: str, path: str, *, mode: PutMode = PutMode.CREATE) -> ObjectMeta:
         tmp = self._tmp_path()
@@ -366,7 +408,7 @@ class LocalStore:
         path = self._path(key)
         if not self.initialized and not os.path.lexists(path):
             return  # nothing was ever written here: deleting must not create .flightsrv/
-        with self._lock(key):
+        with _os_errors(key), self._lock(key):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         # prune now-empty directories, best effort
@@ -472,6 +514,8 @@ class LocalStore:
         base = os.path.join(self.root, prefix) if prefix else self.root
         try:
             names = sorted(os.listdir(base))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as exc:
+            raise _os_error(exc, prefix) from None
         return [n for n in names if n != _META_DIR and os.path.isdir(os.path.join(base, n))]

@@ -34,7 +34,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from cachetools import LRUCache
 
-from flightsrv.errors import CorruptObject, ObjectNotFound, PreconditionFailed, StoreError
+from flightsrv.errors import (
+    CorruptObject,
+    ObjectNotFound,
+    PreconditionFailed,
+    StoreAccessDenied,
+    StoreError,
+)
 from flightsrv.store.base import arrow_filesystem
 from flightsrv.table import projection as proj
 from flightsrv.table.deletes import keep_mask, read_dv
@@ -182,9 +188,12 @@ def _read_failure(store, files: list[DataFile], root: str, table: str, version: 
         if f.path in text:
             try:
                 store.head(f.path)
+                store.get_range(f.path, 0, 1)  # a file the server may not read: not damaged
             except ObjectNotFound:
                 return ObjectNotFound("data file referenced by the manifest is missing",
                                       table=table, object=f.path, version=version)
+            except StoreAccessDenied as denied:
+                return denied.with_context(table=table, object=f.path, version=version)
             detail = text.split(": ", 1)[-1] if f"{root}/{f.path}" in first else first
             return CorruptObject("data file is not valid Parquet", table=table, object=f.path,
                                  version=version, error=detail.replace(f"{root}/", ""))
@@ -220,6 +229,12 @@ def open_parquet(store, f: DataFile, *, table: str = "?",
     except PreconditionFailed:
         raise CorruptObject("data file changed under its key (ETag mismatch)", table=table,
                             object=f.path, version=version, etag=f.etag) from None
+    except PermissionError:  # the server may not read it: not damaged
+        raise StoreAccessDenied("the store refused access: fix the permissions of the object "
+                                "or its directory", table=table, object=f.path,
+                                version=version, error="Permission denied") from None
+    except StoreAccessDenied as exc:
+        raise exc.with_context(table=table, object=f.path, version=version) from None
     except (pa.ArrowException, OSError) as exc:
         raise _undecodable(f, table, version, exc) from None
     if md is None:
