@@ -420,6 +420,39 @@ class LocalStore:
                 break
             d = os.path.dirname(d)
 
+    def sweep_temp(self, before_ms: int, *, dry_run: bool = False) -> tuple[int, int]:
+        """Remove temp files (``.flightsrv/tmp/``) last modified before ``before_ms``: the
+        partial writes of killed writers, which no key names and nothing else removes.
+        (A live writer's temp file is younger: every write moves its mtime, and it is
+        installed right after its last one; ``before_ms`` must leave a writer that time,
+        as vacuum's grace does.) Returns (files, bytes) removed, or that would be with
+        ``dry_run``. Lock files (``.flightsrv/locks/``) stay: a lock file unlinked while a
+        writer has it open would let the next writer lock a new file beside it, and two
+        compare-and-swaps of one key would run at once."""
+        root = os.path.join(self._meta, "tmp")
+        files = size = 0
+        try:
+            names = os.listdir(root)
+        except FileNotFoundError:  # nothing was ever written here
+            return 0, 0
+        except OSError as exc:
+            raise _os_error(exc, f"{_META_DIR}/tmp/") from None
+        for name in names:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+                if not (0 < st.st_mtime_ns // 1_000_000 < before_ms) or \
+                        not os.path.isfile(path):
+                    continue
+                if not dry_run:
+                    os.unlink(path)
+            except FileNotFoundError:  # installed or removed meanwhile
+                continue
+            except OSError as exc:
+                raise _os_error(exc, f"{_META_DIR}/tmp/{name}") from None
+            files, size = files + 1, size + st.st_size
+        return files, size
+
     # -- multipart ---------------------------------------------------------------
     def _mpu_dir(self, upload_id: str) -> str:
         if not upload_id.isalnum():

@@ -127,3 +127,5 @@ class OrphanVacuumResult(_DeletesObjects):
     uploads: list = field(default_factory=list)  # [{key, upload_id, age_s}] aborted
     kept_young: int = 0  # younger than the grace period: a create may still commit them
     kept_young_bytes: int = 0
+    temp_files: int = 0  # killed writers' temp files (local store) older than the grace
+    temp_bytes: int = 0

@@ -215,7 +215,10 @@ def vacuum_orphan_prefixes(warehouse, *, grace=DEFAULT_GRACE, dry_run: bool = Fa
     prefixes (``data/``, ``tombstone/``) and unfinished multipart uploads are candidates,
     and only when older than ``grace``: a create in progress writes its files before its
     commit creates the table, so ``grace`` must exceed the longest write-to-commit time of
-    any writer. Each prefix is checked again for a table right before its objects go."""
+    any writer. Each prefix is checked again for a table right before its objects go.
+
+    On a local store it also removes the temp files of killed writers older than ``grace``
+    (``LocalStore.sweep_temp``); lock files stay."""
     from flightsrv.table.names import is_table_name
 
     grace_s = _seconds(grace, "grace", warehouse)
@@ -259,6 +262,9 @@ def vacuum_orphan_prefixes(warehouse, *, grace=DEFAULT_GRACE, dry_run: bool = Fa
                 _abort_upload(store, u, now, result, dry_run, progress)
     finally:
         _progress_finish(progress)
+    sweep = getattr(store, "sweep_temp", None)  # the local store's; S3 has no temp files
+    if sweep is not None:
+        result.temp_files, result.temp_bytes = sweep(limit, dry_run=dry_run)
     log.info("vacuum_orphans", extra={"dry_run": dry_run, "prefixes": len(result.prefixes),
                                       "objects": result.deleted_objects,
                                       "bytes": result.deleted_bytes})
