@@ -70,6 +70,30 @@ def test_a_replace_is_one_commit_that_starts_a_new_table(wh):
     assert t.history(limit=1)[0]["operation"] == "replace"
 
 
+@pytest.mark.parametrize("how", ["replace", "drop and create"])
+def test_errors_and_stats_name_the_oldest_version_that_can_be_read(wh, how):
+    """``oldest_retained`` names a version time travel can read: one of the current table,
+    not one of the table it replaced (which is refused as a dropped table's)."""
+    if how == "replace":
+        wh.sql("CREATE OR REPLACE TABLE precious (k INTEGER)")
+    else:
+        wh.sql("DROP TABLE precious")
+        wh.sql("CREATE TABLE precious (k INTEGER)")
+    wh.sql("INSERT INTO precious VALUES (1)")
+    t = wh.table("precious")
+    first = t.head().version - 1  # the CREATE (or the replace) of the current table
+    with pytest.raises(VersionNotFound) as ei:
+        t.snapshot(version=t.head().version + 5)
+    assert ei.value.context["oldest_retained"] == first
+    t.snapshot(version=first)  # readable
+    with pytest.raises(VersionNotFound, match="dropped"):
+        t.snapshot(version=first - 1)
+    with pytest.raises(VersionNotFound) as ei:
+        t.snapshot(as_of=0)
+    assert ei.value.context["oldest_retained"] == first
+    assert t.stats().oldest_retained_version == first
+
+
 def test_create_or_replace_with_a_schema_and_on_a_missing_table(wh):
     wh.sql("CREATE OR REPLACE TABLE precious (x BIGINT)")
     assert wh.table("precious").head().operation == "replace"

@@ -133,7 +133,7 @@ class TableLog:
     def load(self, version: int) -> Manifest:
         m = self.try_load(version)
         if m is None:
-            oldest = self.oldest_version()
+            oldest = self.oldest_readable()
             raise VersionNotFound(
                 "version does not exist or was expired", table=self.name, version=version,
                 oldest_retained=oldest,
@@ -155,7 +155,7 @@ class TableLog:
                     self._cache.pop(version, None)
                 raise VersionNotFound("version does not exist or was expired",
                                       table=self.name, version=version,
-                                      oldest_retained=self.oldest_version()) from None
+                                      oldest_retained=self.oldest_readable()) from None
         return m
 
     def head(self) -> Manifest | None:
@@ -286,6 +286,27 @@ class TableLog:
     def oldest_version(self) -> int | None:
         vs = self.versions()
         return vs[0] if vs else None
+
+    def oldest_readable(self, versions: list[int] | None = None) -> int | None:
+        """The oldest retained version time travel can read: of the table's current
+        incarnation (a DROP or CREATE OR REPLACE starts a new one, whose versions follow
+        the old ones', and time travel never crosses it). What errors name as
+        ``oldest_retained``. ``versions``: the listing, if the caller has it. A few
+        manifest reads (a binary search: the current incarnation's versions are a
+        suffix); only on error and reporting paths."""
+        vs = self.versions() if versions is None else versions
+        head = self.head()
+        if not vs or head is None:
+            return vs[0] if vs else None
+        lo, hi = 0, len(vs) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            m = self.try_load(vs[mid])
+            if m is not None and m.table_uuid == head.table_uuid and not m.dropped:
+                hi = mid
+            else:
+                lo = mid + 1
+        return vs[lo]
 
     # -- writing -------------------------------------------------------------------
     def write_manifest(self, m: Manifest, base: Manifest | None = None, *,

@@ -170,7 +170,7 @@ class Table:
         if best is None:
             raise VersionNotFound("no retained version at or before that time", table=self.name,
                                   timestamp_ms=ts_ms,
-                                  oldest_retained=versions[0] if versions else None)
+                                  oldest_retained=self.log.oldest_readable(versions))
         return best  # in the listing just read: retained now, whatever the cache holds
 
     @property

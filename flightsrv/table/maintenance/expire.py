@@ -82,7 +82,7 @@ def expire_snapshots(table, *, older_than=None, retain_last: int = 1,
         table.store.delete(manifest_key(v))
         _forget(table.log, v)
         result.manifests_deleted += 1
-    oldest = table.log.oldest_version()
+    oldest = table.log.oldest_readable()
     result.oldest_retained = head.version if oldest is None else oldest
     if versions:
         from flightsrv.errors import FlightsrvError

@@ -66,7 +66,8 @@ def table_stats(table) -> TableStats:
         dv_inline=sum(1 for f in files if f.dv is not None and f.dv.storage is DVStorage.INLINE),
         dv_objects=len(dv_objects), orphan_objects=len(orphans), orphan_bytes=orphan_bytes,
         abandoned_uploads=len(uploads),
-        version_count=len(versions), oldest_retained_version=versions[0] if versions else None,
+        version_count=len(versions),
+        oldest_retained_version=table.log.oldest_readable(versions),
         recommendation=reasons[0]["action"] if reasons else "nothing", reasons=reasons,
         inlined_files=head.inline[0], inlined_rows=head.inline[1])
 
