@@ -169,6 +169,79 @@ def test_metadata_only_delete_at_the_head_is_redacted(local_uri):
     assert holders(t.warehouse.store, "name <> ") == []
 
 
+def _empty_a_file_by_dv_delete(local_uri, props=None):
+    """A table whose head's chunks keep, behind the root's overlay, the entry of a file a
+    plain DV delete emptied (min/max = the deleted value; for an inlined file, its rows)."""
+    wh = Warehouse.open(local_uri, runtime(3))
+    t = wh.create_table("people", SCHEMA, {"compression": "none", **(props or {})})
+    t.append(people(0, 10))
+    t.append(pa.table({"id": [99], "name": [SECRET]}, schema=SCHEMA))
+    t.delete(f"name = '{SECRET}'")  # removes the whole file: an overlay "removed" entry
+    t.append(people(10, 20))  # any later commit: the overlay (and its chunk) stays
+    assert t.head().format_version >= 2
+    assert holders(t.warehouse.store, SECRET)
+    return t
+
+
+@pytest.mark.parametrize("props", [{}, {"inline.max_rows": "1000"}], ids=["file", "inlined"])
+def test_a_file_a_dv_delete_emptied_is_erased_in_one_run(local_uri, props):
+    """The head's chunk kept the emptied file's entry (statistics, or the inlined rows):
+    the first PURGE ... EXPIRE said pending, the second erased with the bytes still there."""
+    t = _empty_a_file_by_dv_delete(local_uri, props)
+    assert [i["kind"] for i in t.erasure_status().items] == ["retained"]
+    r = t.purge(expire=True, grace=0)
+    assert r.complete and r.verification.matches == 0, r.verification
+    assert r.redacted_version == t.head().version and t.head().operation == "redact"
+    assert holders(t.warehouse.store, SECRET) == []
+    assert t.erasure_status().items == []
+    assert sorted(t.to_table()["id"].to_pylist()) == list(range(20))
+    assert t.purge(expire=True, grace=0).complete  # again: only re-verifies
+
+
+def test_an_entry_only_the_head_chunk_keeps_is_seen_and_erased(local_uri):
+    """Older versions expired and vacuumed first: no version references the emptied file,
+    its object is gone, and only the head's chunk holds the deleted value. Erasure status,
+    verification and completion must all see it, whatever this run erased."""
+    t = _empty_a_file_by_dv_delete(local_uri)
+    t.expire_snapshots(retain_last=1)
+    t.runtime.clock.advance(60_000)  # the store's times are real; the table's clock manual
+    assert t.vacuum(grace=dt.timedelta(0)).objects
+    assert len(t.log.versions()) == 1 and holders(t.warehouse.store, SECRET)
+    (item,) = t.erasure_status().items
+    assert item["kind"] == "retained" and item["remedy"].startswith("PURGE people EXPIRE")
+    plain = t.purge()  # no expire: verified, and the entry is a match
+    assert plain.status == "pending" and plain.verification.matches >= 1
+    assert any(m.get("hidden") for m in plain.verification.manifests)
+    r = t.purge(expire=True, grace=0)
+    assert r.complete, r.verification
+    assert holders(t.warehouse.store, SECRET) == []
+    assert t.erasure_status().items == []
+
+
+def test_a_statement_kind_is_not_request_text(local_uri):
+    """A SQL DELETE records ``"statement": "delete"`` (its kind): no redact version for it,
+    and a redact version that is committed is named in the CLI's total row."""
+    t = make(local_uri)
+    assert t.warehouse.sql("DELETE FROM people WHERE id = 5") == 1  # 1 of 1,000 rows
+    assert t.head().summary.get("statement") == "delete"
+    t.purge()
+    assert t.warehouse.sql(  # a MERGE that only inserts: nothing for a purge to do
+        "MERGE INTO people USING (SELECT 5000 AS id, 'n5000' AS name) s ON people.id = s.id "
+        "WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.name)") == 1
+    head = t.head()
+    assert head.summary.get("statement") == "merge"
+    r = t.purge(expire=True, grace=0)  # nothing to purge: the head stays
+    assert r.complete and r.redacted_version is None, r.verification
+    assert t.head().version == head.version and t.head().operation != "redact"
+    # a head that does hold request text is redacted, and the total row says so
+    t.commit(lambda h: dataclasses.replace(
+        h, operation="delete", summary={**h.summary, "statement": f"DELETE ... '{SECRET}'"}))
+    r = t.purge(expire=True, grace=0)
+    assert r.complete and r.redacted_version == t.head().version
+    total = result_rows(r)[-1]
+    assert total["kind"] == "total" and f"redact version {r.redacted_version}" in total["object"]
+
+
 def test_stale_bounds_leave_the_manifests(local_uri):
     t = make(local_uri)
     def st(m, f, col):

@@ -141,6 +141,8 @@ def _(result: PurgeResult) -> list[dict]:
     committed = (f"version {result.version}" if result.version is not None else
                  "no new version" + (f" (read v{result.read_version})"
                                      if result.read_version is not None else ""))
+    if result.redacted_version is not None:  # completion committed one of its own
+        committed += f", redact version {result.redacted_version}"
     out.append({"kind": "total", "object": committed, **blank,
                 "rows_removed": result.rows_removed,
                 "downloaded": sum(f.bytes_downloaded for f in result.files),

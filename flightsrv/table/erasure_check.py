@@ -5,7 +5,8 @@ longer hold the rows. This module then deals with everything *else* that may sti
 and proves the result by re-reading the store instead of trusting what the erasure did:
 
 ``finish(table, erased, expire=..., grace_ms=...)``
-    With ``expire``: commits a clean head if the head's summary still carries request text,
+    With ``expire``: commits a clean head if the head's summary still carries request text
+    or its chunks keep entries of files that left through the overlay,
     expires every version that references an erased object or carries such text (through
     ``maintenance.expire_snapshots``, so the retained versions stay a contiguous run ending
     at the head), deletes every erased object no retained version references, and deletes
@@ -17,8 +18,11 @@ and proves the result by re-reading the store instead of trusting what the erasu
 ``verify(table, erased, all_dead=...)`` re-reads, from the store and not from caches:
     - the listing of every object under the table prefix, and the open multipart uploads;
     - every retained manifest (raw bytes, parsed) and the pointer.
-    A manifest *matches* when it references an erased object or its summary carries request
-    text (``TRACE_SUMMARY_KEYS``); an erased object matches while it is still listed. Status
+    A manifest *matches* when it references an erased object, its summary carries request
+    text (``TRACE_SUMMARY_KEYS``), or a chunk it references keeps the entry of a file that
+    left through its overlay (``hidden_entries``: whatever this run erased, that entry's
+    statistics or inlined rows may be deleted rows'); an erased object matches while it is
+    still listed. Status
     ``erased`` needs 0 matches and nothing pending. Pending: an unreferenced ``data/`` object
     or upload younger than the grace (it may hold the rows), objects under a prefix this
     check does not know, and, for a purge (``all_dead``), rows deleted in the head after the
@@ -51,6 +55,10 @@ log = logging.getLogger("flightsrv.erase")
 #: whose summary has one is a trace: an erasure with ``expire`` expires it.
 TRACE_SUMMARY_KEYS = frozenset({"predicate", "predicate_sha256", "where", "sql", "statement",
                                 "filter"})
+#: What the SQL layer records under ``statement``: the statement's kind, never its text
+#: (``engine.params.kind_name``). Only another value there can be request text.
+STATEMENT_KINDS = frozenset({"delete", "update", "merge", "insert", "create", "drop", "set",
+                             "maintenance", "alter", "select"})
 #: Prefixes under a table whose objects this module knows how to judge.
 KNOWN_PREFIXES = ("data/", "tombstone/", "manifest/", "chunks/", "_erasures/", "_delta_log/",
                   "_delta_dv/", "metadata/")
@@ -58,8 +66,17 @@ ERASED, PENDING = "erased", "pending"
 
 
 def summary_traces(m: Manifest) -> list[str]:
-    """Summary keys of ``m`` that carry request text."""
-    return sorted(k for k in m.summary if k in TRACE_SUMMARY_KEYS)
+    """Summary keys of ``m`` that carry request text (a statement's kind is not text)."""
+    return sorted(k for k, v in m.summary.items() if k in TRACE_SUMMARY_KEYS
+                  and not (k == "statement" and v in STATEMENT_KINDS))
+
+
+def hidden_entries(m: Manifest) -> list[str]:
+    """Paths of files that left version ``m`` through its root's overlay: a chunk ``m``
+    references still lists each one's entry (its statistics, an inlined file's rows), so
+    the bytes of rows deleted with it may be stored there."""
+    overlay = getattr(m.data_files, "overlay", None) or {}
+    return sorted(p for p, o in overlay.items() if o is None)
 
 
 def _load_raw(table, version: int, chunks=None) -> Manifest | None:
@@ -160,12 +177,18 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
         head = m
         hits = sorted(m.literal_keys() & value_keys)
         traces = summary_traces(m)
+        # whatever this run erased: an entry a chunk keeps behind the overlay may bound or
+        # hold the rows of any delete (an earlier run may have deleted its data object)
+        hidden = hidden_entries(m)
         entry = {"key": f"manifest/v{ver:020d}.json", "version": ver,
-                 "matches": len(hits) + (1 if traces else 0)}
+                 "matches": len(hits) + (1 if traces else 0)
+                 + len(set(hidden) - set(hits))}
         if hits:
             entry["references"] = hits
         if traces:
             entry["traces"] = traces
+        if hidden:
+            entry["hidden"] = hidden
         v.manifests.append(entry)
         refs |= m.referenced_keys()
     v.head_version = head.version if head else None
@@ -306,19 +329,25 @@ def unclean_versions(manifests: list[Manifest], erased: dict[str, str], below: i
 
 
 def clean_head(table) -> Manifest | None:
-    """If the head's summary carries request text, commit a version without it (same files,
-    operation ``redact``) so the text can expire with the old head. Returns the new head."""
+    """If the head's summary carries request text, or its chunks keep the entries of files
+    that left through the overlay (``hidden_entries``: their statistics, an inlined file's
+    rows), commit a version without them (same files, operation ``redact``, every leaf the
+    overlay touches rewritten) so they can expire with the old head. Returns the new
+    head."""
     head = require_table(table.log.head(), table.name)
-    if not summary_traces(head):
+    if not summary_traces(head) and not hidden_entries(head):
         return None
 
     def mutate(cur):
         cur = require_table(cur, table.name)
-        if not summary_traces(cur):
+        hidden = hidden_entries(cur)
+        if not summary_traces(cur) and not hidden:
             return None
-        return dataclasses.replace(cur, operation="redact", summary={
-            "rows_added": 0, "rows_deleted": 0, "files_added": 0, "files_removed": 0,
-            "redacted_version": cur.version})
+        summary = {"rows_added": 0, "rows_deleted": 0, "files_added": 0, "files_removed": 0,
+                   "redacted_version": cur.version}
+        if hidden:
+            summary["entries_folded"] = len(hidden)
+        return dataclasses.replace(cur, operation="redact", summary=summary)
 
     return table.commit(mutate, fold=True)
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from flightsrv.errors import ConfigurationError
 from flightsrv.table.commit import require_table
-from flightsrv.table.erasure_check import retained, summary_traces
+from flightsrv.table.erasure_check import hidden_entries, retained, summary_traces
 
 __all__ = ["DEADLINE_PROPERTY", "DEFAULT_DEADLINE", "ErasureStatus", "erasure_status",
            "overdue_erasures", "parse_duration_ms"]
@@ -126,7 +126,13 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
     #: files whose rows a compaction or purge moved, to the files that version added
     moved_to: dict[str, set[str]] = {}
     deleted_by: dict[str, int] = {}  # files that left by a deleting operation, and when
+    #: files whose entries chunks keep behind a retained root's overlay: first such version
+    hidden: dict[str, int] = {}
+    hidden_in: dict[str, list[int]] = {}
     for m in manifests:
+        for path in hidden_entries(m):
+            hidden.setdefault(path, m.version)
+            hidden_in.setdefault(path, []).append(m.version)
         prev = by_version.get(m.version - 1)
         prev_files = prev.files_by_path() if prev else {}
         now_files = m.files_by_path()
@@ -187,6 +193,20 @@ def erasure_status(table, *, list_objects: bool = True) -> ErasureStatus:
         item("retained", path, rows, by_version[v].created_at_ms, v == oldest and v > 0,
              versions, reqs.get(path, []),
              f"PURGE {table.name} EXPIRE (or expire versions <= {lv}, then VACUUM)")
+    for path, v in hidden.items():
+        if path in refs or path in head_files:
+            continue  # judged above with the versions that reference it
+        # no retained version references it: the entry a chunk keeps (statistics, an
+        # inlined file's rows) is all that is left. Unless it left with deleted rows in no
+        # deleting operation (a compaction moved them), they may be deleted rows'.
+        m = by_version[v]
+        was = m.data_files.was.get(path, (0, 0))
+        if v != oldest and m.operation not in _DELETING_OPS and not was[1]:
+            continue
+        item("retained", path, None, m.created_at_ms, v == oldest and v > 0, hidden_in[path],
+             [_requests(m, by_version.get(v - 1))],
+             f"PURGE {table.name} EXPIRE (its entry stays in the manifest chunks of "
+             f"versions {','.join(map(str, hidden_in[path]))})")
     if list_objects:
         known = set(refs)
         for m in table.store.list("data/"):

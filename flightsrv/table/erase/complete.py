@@ -51,11 +51,18 @@ def _grace_ms(table, grace) -> int:
 def _history(table, before: int, may_hold) -> dict[str, str]:
     """Data files of retained versions before ``before`` that the head no longer references
     and that may hold earlier copies of erased rows (e.g. rewritten away by a compaction):
-    kind "history". ``may_hold(manifest, data_file)`` narrows them (None: all)."""
+    kind "history". ``may_hold(manifest, data_file)`` narrows them (None: all). Also every
+    file whose entry a retained chunk keeps behind the overlay (``hidden_entries``, the head
+    included: a DV delete that removed a whole file), whatever ``may_hold`` says: its data
+    object may be gone, but the entry's statistics (an inlined file's rows) are stored until
+    the versions listing it expire."""
     head = require_table(table.log.head(), table.name)
     current = head.referenced_keys()
     out = {}
     for m in check.retained(table):
+        for p in check.hidden_entries(m):
+            if p not in current:
+                out.setdefault(p, "history")
         if m.version >= before:
             continue
         for f in m.data_files:

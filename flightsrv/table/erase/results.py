@@ -63,7 +63,7 @@ class PurgeResult:
     source: str = "python"
     head_before: int | None = None
     head_after: int | None = None
-    redacted_version: int | None = None  # a clean head committed over request text
+    redacted_version: int | None = None  # a clean head (request text, hidden entries)
     deleted_objects: list[str] = field(default_factory=list)
     uploads_aborted: list[str] = field(default_factory=list)
     verification: check.Verification | None = None
@@ -91,6 +91,7 @@ class PurgeResult:
         ver = self.verification
         return {
             "table": self.table, "operation": self.operation, "version": self.version,
+            "redacted_version": self.redacted_version,
             "rows_deleted": self.rows_deleted, "rows_removed": self.rows_removed,
             "status": self.status, "complete": self.complete,
             "retained_versions": self.retained_versions,
