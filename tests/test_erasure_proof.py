@@ -548,6 +548,29 @@ def test_splice_positions_contract(local_uri):
     assert t.head().summary["request_fingerprint"].startswith("hmac-sha256:")
 
 
+def test_splice_positions_refuses_positions_that_are_not_rows(local_uri):
+    """A position of 2**63 or more wrapped to a negative int64 and passed the past-the-end
+    check ("row group out of range ... group=-1"); a negative one raised OverflowError."""
+    wh = Warehouse.open(local_uri, runtime(6))
+    t = wh.create_table("people", SCHEMA, {"compression": "none"})
+    t.append(people(0, 100))
+    snap = t.snapshot()
+    f = snap.manifest.data_files[0]
+    for bad in ([5, 2**63], [2**64 - 1], BitMap64([2**63 + 1]), [100]):
+        with pytest.raises(ConfigurationError, match="row past the end of the file") as e:
+            erase.splice_positions(t, snap, {f.path: bad})
+        assert e.value.context["object"] == f.path and e.value.context["table"] == "people"
+        assert e.value.context["position"] == max(bad)
+    for bad in ([-1], [3, -5], ["7"]):
+        with pytest.raises(ConfigurationError, match="not a row number") as e:
+            erase.splice_positions(t, snap, {f.path: bad})
+        assert e.value.context["object"] == f.path
+        assert e.value.context["position"] == next(x for x in bad if not isinstance(x, int)
+                                                   or x < 0)
+    assert t.head().version == snap.version and t.count_rows() == 100
+    assert [m.key for m in t.store.list("data/")] == [f.path]
+
+
 # -- deadlines ----------------------------------------------------------------------------
 
 

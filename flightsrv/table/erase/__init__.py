@@ -93,7 +93,8 @@ def splice_positions(table, snapshot, plan: dict, *, fingerprint: str | None = N
     - ``snapshot`` is the pinned ``Snapshot`` the rows were found on; ``plan`` maps the path
       of a data file *of that snapshot* to the row positions (0-based, physical: the file's
       own row order, counting rows a DV already hides) to remove, as a ``BitMap64`` (or
-      anything ``BitMap64()`` accepts). Positions past the file's end, or a path not in the
+      anything ``BitMap64()`` accepts). Positions past the file's end (up to 2**64 - 1),
+      positions that are not row numbers (negative, not integers), or a path not in the
       snapshot, raise ``ConfigurationError`` before anything is written.
     - Every planned row leaves the bytes, whether it was live or already deleted. So do the
       already-deleted rows of each row group that is re-encoded; other row groups keep their

@@ -124,6 +124,27 @@ def _mutator(table, snap, prepared: list[Replacement], operation: str, extra: di
 # -- planning: a positions plan → targets ------------------------------------------
 
 
+def _positions(table, f: DataFile, positions) -> np.ndarray:
+    """The plan's positions in ``f`` as sorted int64, checked as unsigned 64-bit numbers
+    before the conversion (a position of 2**63 or more would wrap to a negative one)."""
+    try:
+        bm = positions if isinstance(positions, BitMap64) else BitMap64(positions)
+    except (OverflowError, TypeError, ValueError):
+        try:
+            bad = next((p for p in positions if not (isinstance(p, (int, np.integer))
+                                                     and 0 <= int(p) < 2**64)), None)
+        except TypeError:  # not a collection of positions at all
+            bad = type(positions).__name__
+        raise ConfigurationError("the positions plan names a position that is not a row "
+                                 "number (an integer from 0)", table=table.name,
+                                 object=f.path, position=bad) from None
+    if len(bm) and bm.max() >= f.rows:
+        raise ConfigurationError("the positions plan names a row past the end of the file",
+                                 table=table.name, object=f.path, rows=f.rows,
+                                 position=bm.max())
+    return np.asarray(bm.to_array(), dtype=np.int64)
+
+
 def _targets(table, snap, plan: dict) -> list[Target]:
     """Validate a positions plan against ``snap`` and widen it to the dead rows of every row
     group it touches (they are re-encoded anyway, so their bytes go too)."""
@@ -135,13 +156,9 @@ def _targets(table, snap, plan: dict) -> list[Target]:
             raise ConfigurationError("the positions plan names a data file that is not in its "
                                      "snapshot", table=table.name, object=path,
                                      version=snap.version)
-        new = np.asarray(BitMap64(positions).to_array(), dtype=np.int64)
+        new = _positions(table, f, positions)
         if not len(new):
             continue
-        if new[-1] >= f.rows:
-            raise ConfigurationError("the positions plan names a row past the end of the file",
-                                     table=table.name, object=path, rows=f.rows,
-                                     position=int(new[-1]))
         dead = _dead_positions(table, f)
         touched = np.unique(np.searchsorted(f.row_group_offsets, new, side="right") - 1)
         dead_groups = np.searchsorted(f.row_group_offsets, dead, side="right") - 1
