@@ -306,7 +306,8 @@ def _collect_plan(bitmaps_df, paths: list[str]) -> dict[str, FileDelete]:
 
 
 def _run(spark, uri: str, build_plan, what: dict, mode: str, request_fingerprint, *,
-         operation: str, expire: bool = False, certificate: bool | None = None) -> int:
+         operation: str, expire: bool = False, grace=None,
+         certificate: bool | None = None) -> int:
     """Plan (``build_plan(wh, name, snapshot, physical)``), then commit a DV delete or, in
     splice mode, erase the planned rows physically; re-plan while targets are rewritten."""
     if mode not in ("dv", "splice"):
@@ -326,8 +327,8 @@ def _run(spark, uri: str, build_plan, what: dict, mode: str, request_fingerprint
             try:
                 result = erase.splice_positions(
                     table, snap, {p: d.positions for p, d in plan.items()}, fingerprint=fp,
-                    operation=operation, expire=expire, certificate=certificate,
-                    source="spark", strict=True)
+                    operation=operation, expire=expire, grace=grace,
+                    certificate=certificate, source="spark", strict=True)
             except erase.StalePlan:
                 continue  # a targeted file was rewritten concurrently: re-plan
             return erase.ErasedCount(result.rows_deleted, result)
@@ -405,13 +406,13 @@ def _keys_partials(secret: bytes, on: list[str]):
 
 def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
                     broadcast_limit: int = BROADCAST_LIMIT, expire: bool = False,
-                    certificate: bool | None = None) -> int:
+                    grace=None, certificate: bool | None = None) -> int:
     """Delete every live row of the table at ``uri`` whose ``on`` columns equal a row of
     ``keys_df``; one commit. Returns the rows deleted. DuckDB decides equality (see the
     module docstring). Up to ``broadcast_limit`` distinct keys are shipped to the tasks (no
     shuffle); more are co-grouped with the rows by bucket. ``on`` names resolve ignoring
     case unless ``spark.sql.caseSensitive``. ``mode="splice"`` erases the matching stored
-    rows physically (``expire``, ``certificate``: as for
+    rows physically (``expire``, ``grace``, ``certificate``: as for
     ``flightsrv.table.erase.splice_positions``)."""
     on = [on] if isinstance(on, str) else list(on)
     if not on:
@@ -484,12 +485,12 @@ def delete_matching(spark, uri: str, keys_df, on, *, mode: str = "dv",
         return _collect_plan(bitmaps, paths)
 
     return _run(spark, uri, build_plan, {"erasure": "join", "on": ",".join(on)}, mode,
-                request_fingerprint, operation="delete_matching", expire=expire,
+                request_fingerprint, operation="delete_matching", expire=expire, grace=grace,
                 certificate=certificate)
 
 
 def delete_where(spark, uri: str, predicate: str, *, mode: str = "dv", expire: bool = False,
-                 certificate: bool | None = None) -> int:
+                 grace=None, certificate: bool | None = None) -> int:
     """``DELETE FROM t WHERE <predicate>`` through the one SQL engine (DuckDB decides which
     rows match, exactly as over Flight SQL); one commit. Returns the rows deleted.
     ``mode="splice"``: as for ``delete_matching``. ``spark`` is unused (both erasure entry
@@ -497,5 +498,5 @@ def delete_where(spark, uri: str, predicate: str, *, mode: str = "dv", expire: b
     if mode not in ("dv", "splice"):
         raise ConfigurationError("unknown delete mode (use 'dv' or 'splice')", mode=mode)
     table = _open(uri)[2]
-    return table.delete(predicate, mode=mode, expire=expire, certificate=certificate,
-                        source="spark")
+    return table.delete(predicate, mode=mode, expire=expire, grace=grace,
+                        certificate=certificate, source="spark")
