@@ -112,7 +112,8 @@ def splice_positions(table, snapshot, plan: dict, *, fingerprint: str | None = N
     - An empty plan commits nothing; completion and verification still run, so a repeated
       call with ``expire=True`` finishes an earlier erasure of the same rows.
     - Then, with ``expire``: versions that reach a replaced file, an earlier copy
-      (``may_hold(manifest, data_file)`` narrows which history files count; default all) or
+      (``may_hold(manifest, data_file)`` narrows which history files count; default all,
+      and no flightsrv caller passes one: it may only rule out what it proves) or
       request text are expired and those objects deleted; unreferenced objects older than
       ``grace`` (default: table property ``erasure.orphan_grace``, else 1 hour) are swept.
       The store is re-read (``erasure_check.verify``): ``result.status`` is ``"erased"`` only
