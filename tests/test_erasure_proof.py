@@ -28,6 +28,7 @@ from flightsrv.errors import (
     VersionNotFound,
 )
 from flightsrv.runtime import IdSource, ManualClock, Runtime
+from flightsrv.store.base import PutMode
 from flightsrv.store.faults import FaultPlan, FaultyStore
 from flightsrv.table import certificate, erase
 from flightsrv.table import fingerprint as fpr
@@ -497,6 +498,31 @@ def test_certificate_records_the_erasure(local_uri):
     t.expire_snapshots(retain_last=1)
     t.vacuum(grace=dt.timedelta(0))
     assert [c["id"] for c in t.erasures()] == [cert["id"]]
+
+
+def test_an_unreadable_certificate_is_listed_not_fatal(tmp_path):
+    """A certificate overwritten with ``[1,2]`` made SHOW ERASURES and ``table erasures``
+    fail as a whole (INTERNAL): the others are listed, the bad one is a row marked
+    unreadable that names its key."""
+    wh_path = tmp_path / "wh"
+    t = make(str(wh_path))
+    t.delete("id = 777")
+    good = t.purge(certificate=True).certificate
+    bad = t.purge(certificate=True).certificate
+    t.store.put(bad, b"[1,2]", mode=PutMode.OVERWRITE)
+    certs = t.erasures()
+    assert [c["status"] for c in certs] == ["pending", "unreadable"]
+    assert certs[0]["id"] in good and certs[1]["key"] == bad
+    assert bad in certs[1]["error"] and "does not parse" in certs[1]["error"]
+    rows = t.warehouse.sql("SHOW ERASURES people").to_pylist()
+    assert [(r["status"], r["operation"]) for r in rows] == [
+        ("pending", "purge"), ("unreadable", "unknown")]
+    assert json.loads(rows[1]["certificate"])["key"] == bad
+    p = _cli(wh_path, "table", "erasures", "people")
+    assert "unreadable" in p.stdout and "pending" in p.stdout
+    assert f"people/{bad}" in p.stderr and "does not parse" in p.stderr
+    listed = _cli(wh_path, "table", "erasures", "people", "--json").stdout.splitlines()
+    assert [json.loads(x)["status"] for x in listed] == ["pending", "unreadable"]
 
 
 def test_no_op_erasure_writes_no_certificate_unless_asked(local_uri):

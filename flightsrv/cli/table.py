@@ -706,9 +706,15 @@ def cmd_upgrade(args) -> int:
 
 def cmd_erasures(args) -> int:
     import json
+    import sys
+
+    from flightsrv.table.certificate import UNREADABLE
 
     t = open_warehouse(args).table(args.table)
     certs = t.erasures()
+    for c in certs:  # listed with the others; the reason goes to stderr
+        if c["status"] == UNREADABLE:
+            print(f"warning: {c['error']}", file=sys.stderr)
     if args.json:
         for c in certs:
             print(json.dumps(c, sort_keys=True))
@@ -717,9 +723,11 @@ def cmd_erasures(args) -> int:
         "id": c["id"], "operation": c["operation"], "source": c.get("source", ""),
         # the whole fingerprint, except in the table for people
         "request": (c.get("request_fingerprint") or "-")[:40 if args.format == "table" else None],
-        "versions": f"{c['versions']['before']}->{c['versions']['after']}",
-        "rows_removed": c["rows_removed"], "rewritten": len(c["objects_rewritten"]),
-        "deleted": len(c["objects_deleted"]),
+        "versions": f"{c['versions']['before']}->{c['versions']['after']}"
+        if "versions" in c else "",
+        "rows_removed": c.get("rows_removed", ""),
+        "rewritten": len(c["objects_rewritten"]) if "objects_rewritten" in c else "",
+        "deleted": len(c["objects_deleted"]) if "objects_deleted" in c else "",
         "scanned": (c.get("verification") or {}).get("objects_scanned", ""),
         "matches": (c.get("verification") or {}).get("matches", ""),
         "status": c["status"], "verified_at": c.get("verified_at") or ""} for c in certs], args)

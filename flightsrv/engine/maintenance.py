@@ -176,20 +176,25 @@ def _history_table(table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 
+def _count(items) -> int | None:
+    return None if items is None else len(items)
+
+
 def _erasures_table(table) -> pa.Table:
     rows = []
     for c in table.erasures():
         ver = c.get("verification") or {}
         ms = c.get("verified_at_ms")
+        versions = c.get("versions") or {}  # none in an unreadable one's record
         rows.append({
             "id": c["id"], "operation": c["operation"], "source": c.get("source"),
             "verified_at": dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
             if ms is not None else None,
             "request_fingerprint": c.get("request_fingerprint"),
-            "version_before": c["versions"].get("before"),
-            "version_after": c["versions"].get("after"), "rows_removed": c["rows_removed"],
-            "objects_rewritten": len(c["objects_rewritten"]),
-            "objects_deleted": len(c["objects_deleted"]),
+            "version_before": versions.get("before"),
+            "version_after": versions.get("after"), "rows_removed": c.get("rows_removed"),
+            "objects_rewritten": _count(c.get("objects_rewritten")),
+            "objects_deleted": _count(c.get("objects_deleted")),
             "objects_scanned": ver.get("objects_scanned"), "matches": ver.get("matches"),
             "status": c["status"], "certificate": json.dumps(c, sort_keys=True)})
     return pa.Table.from_pylist(rows, schema=ERASURES_SCHEMA)

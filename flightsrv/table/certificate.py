@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 
 from flightsrv.errors import CorruptObject, ObjectNotFound
 from flightsrv.store.base import PutMode
@@ -44,6 +45,8 @@ __all__ = ["PREFIX", "build", "list_certificates", "read", "write"]
 
 PREFIX = "_erasures/"
 FORMAT_VERSION = 1
+
+log = logging.getLogger("flightsrv.erase")
 
 
 def _iso(ms: int | None) -> str | None:
@@ -93,19 +96,47 @@ def write(table, record: dict) -> str:
     return key
 
 
+#: fields every reader of a certificate relies on, with their JSON types
+_REQUIRED = {"id": str, "operation": str, "status": str, "versions": dict,
+             "rows_removed": int, "objects_rewritten": list, "objects_deleted": list}
+#: ``status`` of the record ``list_certificates`` gives for a certificate it cannot read
+UNREADABLE = "unreadable"
+
+
 def _parse(raw: bytes, key: str) -> dict:
     try:
         d = json.loads(raw)
-        if not isinstance(d, dict) or int(d.get("format_version", 0)) > FORMAT_VERSION:
-            raise ValueError("unsupported format_version")
+        if not isinstance(d, dict):
+            raise ValueError(f"a JSON {type(d).__name__}, not an object")
+        if int(d.get("format_version", 0)) > FORMAT_VERSION:
+            raise ValueError(f"format_version {d['format_version']} is newer than this "
+                             f"flightsrv reads ({FORMAT_VERSION})")
+        for name, kind in _REQUIRED.items():
+            if not isinstance(d.get(name), kind):
+                raise ValueError(f"field {name} is missing or not a {kind.__name__}")
         return d
     except (ValueError, TypeError) as exc:
         raise CorruptObject("erasure certificate does not parse", key=key,
                             error=str(exc)) from None
 
 
+def _id_ms(cert_id: str) -> int:
+    """The start time an id (``YYYYMMDDTHHMMSSmmmZ-...``) names, in ms; 0 if it names none."""
+    try:
+        t = dt.datetime.strptime(cert_id[:15], "%Y%m%dT%H%M%S").replace(tzinfo=dt.timezone.utc)
+        return int(t.timestamp()) * 1000 + int(cert_id[15:18])
+    except ValueError:
+        return 0
+
+
 def list_certificates(table) -> list[dict]:
-    """Every certificate of the table, oldest first (by start time, then id)."""
+    """Every certificate of the table, oldest first (by start time, then id).
+
+    A certificate that cannot be read (overwritten, truncated, written by a newer
+    flightsrv) does not hide the others: it is listed as a record with ``status``
+    ``"unreadable"``, its ``id`` and ``key``, ``operation`` ``"unknown"`` and the ``error``
+    (what failed), and logged as a warning. A certificate is written once and never
+    rewritten, so an unreadable one means the store was changed outside flightsrv."""
     out = []
     for m in table.store.list(PREFIX):
         if not m.key.endswith(".json"):
@@ -114,7 +145,15 @@ def list_certificates(table) -> list[dict]:
             raw, _ = table.store.get(m.key)
         except ObjectNotFound:
             continue
-        out.append(_parse(raw, f"{table.name}/{m.key}"))
+        try:
+            out.append(_parse(raw, f"{table.name}/{m.key}"))
+        except CorruptObject as exc:
+            cert_id = m.key[len(PREFIX):-len(".json")]
+            log.warning("unreadable erasure certificate",
+                        extra={"table": table.name, "key": m.key, "error": str(exc)})
+            out.append({"id": cert_id, "table": table.name, "key": m.key,
+                        "operation": "unknown", "status": UNREADABLE, "error": str(exc),
+                        "started_at_ms": _id_ms(cert_id)})
     out.sort(key=lambda c: (c.get("started_at_ms") or 0, c.get("id", "")))
     return out
 
