@@ -597,6 +597,46 @@ def test_splice_positions_refuses_positions_that_are_not_rows(local_uri):
     assert [m.key for m in t.store.list("data/")] == [f.path]
 
 
+def test_work_that_committed_is_not_reported_failed_over_an_unreadable_old_version(tmp_path):
+    """An old (not head) manifest that does not parse: compact, OPTIMIZE, a splice delete
+    and PURGE committed, then failed with CorruptObject from their post-commit report (exit
+    1 in the CLI), inviting a duplicate retry. The work is reported done; what could not be
+    read is a warning (compaction: erasures_overdue unknown) or a pending item (erasure)."""
+    wh_path = tmp_path / "wh"
+    t = Warehouse.open(str(wh_path)).create_table("t", SCHEMA)
+    for k in range(3):
+        t.append(people(k * 10, k * 10 + 10))
+    t.store.put(manifest_key(1), b'{"bad', mode=PutMode.OVERWRITE)
+    t = Warehouse.open(str(wh_path)).table("t")  # no cached copy of version 1
+    r = t.compact(min_deleted_fraction=0.5)
+    assert r.version == 4 and r.erasures_overdue is None
+    (w,) = r.warnings
+    assert "manifest does not parse" in w and "t/manifest/v00000000000000000001.json" in w
+    rows = {x["metric"]: x["value"] for x in result_rows(r)}
+    assert rows["erasures past deadline"] == "unknown (see warning)" and rows["warning"] == w
+    # SQL OPTIMIZE: the same result, as rows
+    for k in range(3):
+        t.append(people(100 + k, 101 + k))
+    out = {x["metric"]: x["value"] for x in t.warehouse.sql("OPTIMIZE t").to_pylist()}
+    assert out["version"] == "8" and "manifest does not parse" in out["warnings"]
+    # a splice delete commits; its completion is pending, naming the object
+    n = t.delete("id = 5", mode="splice", expire=True, grace=0)
+    assert n == 1 and n.result.version == t.head().version and n.result.status == "pending"
+    pending = {p["object"]: p for p in n.result.verification.pending}
+    assert "does not parse" in pending["manifest/v00000000000000000001.json"]["reason"]
+    assert 5 not in t.to_table()["id"].to_pylist()
+    assert t.log.versions()[0] == 0  # nothing was expired past an unreadable version
+    t.delete("id = 6")
+    p = t.purge(expire=True)
+    assert p.version == t.head().version and p.status == "pending"
+    # the CLI: exit 0, the warning on its rows
+    for k in range(2):
+        t.append(people(200 + k, 201 + k))
+    proc = _cli(wh_path, "table", "compact", "t")
+    assert "unknown (see warning)" in proc.stdout and "does not parse" in proc.stdout
+    assert t.head().operation == "compact"
+
+
 # -- deadlines ----------------------------------------------------------------------------
 
 

@@ -24,16 +24,20 @@ def _metric_rows(d: dict) -> list[dict]:
     return [{"metric": k, "value": v} for k, v in d.items() if not isinstance(v, (list, dict))]
 
 
-def _overdue_rows(items: list) -> list[dict]:
-    """Rows naming deletions past their erasure deadline (VACUUM, OPTIMIZE)."""
+def _overdue_rows(items: list | None, warnings: list = ()) -> list[dict]:
+    """Rows naming deletions past their erasure deadline (VACUUM, OPTIMIZE), and the
+    warnings of the result (None items: the deadlines could not be checked)."""
+    rows = [{"metric": "warning", "value": w} for w in warnings]
+    if items is None:
+        return [{"metric": "erasures past deadline", "value": "unknown (see warning)"}] + rows
     if not items:
-        return []
+        return rows
     return [{"metric": "erasures past deadline", "value": len(items)}] + [
         {"metric": "erasure past deadline",
          "value": f"{i['object']} ({i['kind']}, "
                   f"{'copies of deleted' if i['rows'] is None else i['rows']} rows, "
                   f"{i['age_days']}d): "
-                  f"{i['remedy']}"} for i in items]
+                  f"{i['remedy']}"} for i in items] + rows
 
 
 @functools.singledispatch
@@ -48,7 +52,8 @@ def result_rows(result) -> list[dict]:
 
 @result_rows.register
 def _(result: CompactResult) -> list[dict]:
-    return _metric_rows(result.to_dict()) + _overdue_rows(result.erasures_overdue)
+    return _metric_rows(result.to_dict()) + _overdue_rows(result.erasures_overdue,
+                                                           result.warnings)
 
 
 @result_rows.register
@@ -74,7 +79,7 @@ def result_columns(result) -> tuple[str, ...] | None:
 
 @result_rows.register
 def _(result: VacuumResult) -> list[dict]:
-    overdue = _overdue_rows(result.erasures_overdue)
+    overdue = _overdue_rows(result.erasures_overdue, result.warnings)
     if result.dry_run:
         return [{"would_delete": o["key"], "kind": o["kind"], "bytes": o["size"],
                  "age_h": round(o["age_s"] / 3600, 1)} for o in result.objects] + [

@@ -32,7 +32,7 @@ from flightsrv.table.maintenance.compact import (
     compaction_options,
 )
 from flightsrv.table.maintenance.compact import commit_groups as shared_commit_groups
-from flightsrv.table.erasure_status import overdue_erasures
+from flightsrv.table.maintenance.common import _overdue
 from flightsrv.table.maintenance.results import CompactResult
 from flightsrv.table.scan import Snapshot
 from flightsrv.table.writer import WriteOptions
@@ -115,11 +115,11 @@ def compact(spark, uri: str, *, target_file_size: int | None = None,
                            reasons={p: r for p, r in reasons.items() if p in inputs})
     if dry_run or not groups:
         result.files_rewritten = len(inputs) if dry_run else 0
-        result.erasures_overdue = overdue_erasures(table)
+        result.erasures_overdue = _overdue(table, result)
         return result
     table.ensure_writable()
     written = rewrite_groups(spark, wh_uri, name, snap, groups, options)
     commit_groups(table, snap, written, result)
     # the erasure-deadline report Table.compact gives (docs/MAINTENANCE.md, Results)
-    result.erasures_overdue = overdue_erasures(table)
+    result.erasures_overdue = _overdue(table, result)
     return result

@@ -42,7 +42,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from flightsrv.errors import ObjectNotFound
+from flightsrv.errors import CorruptObject, ObjectNotFound
 from flightsrv.table.chunks import CHUNK_PREFIX, ChunkStore
 from flightsrv.table.commit import require_table
 from flightsrv.table.manifest import POINTER_KEY, Manifest, Pointer, version_of_key
@@ -171,7 +171,11 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
         versions.append(probe)
         probe += 1
     for ver in versions:
-        m = _load_raw(table, ver, chunks)
+        try:
+            m = _load_raw(table, ver, chunks)
+        except CorruptObject as exc:  # what it references is unknown: not checked
+            v.pending.append(unreadable_item(table, exc, f"manifest/v{ver:020d}.json"))
+            continue
         if m is None:
             continue  # expired while we looked
         head = m
@@ -245,6 +249,17 @@ def verify(table, erased: dict[str, str], *, all_dead: bool, grace_ms: int | Non
                               "remedy": "PURGE again"})
     v.status = ERASED if v.matches == 0 and not v.pending else PENDING
     return v
+
+
+def unreadable_item(table, exc: CorruptObject, key: str | None = None) -> dict:
+    """The pending item of a retained object the check could not read (``exc``; ``key``
+    relative to the table, else the one ``exc`` names)."""
+    if key is None:
+        key = str(exc.context.get("key") or "?").removeprefix(f"{table.name}/")
+    return {"object": key,
+            "reason": f"{exc}; not checked, so the erasure is not claimed",
+            "remedy": "restore the object from a backup, or expire the versions up to it, "
+                      "then run the erasure again"}
 
 
 def chunk_lists(chunks: ChunkStore, key: str) -> set[str]:

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from flightsrv.errors import CommitConflict, ObjectNotFound
+from flightsrv.errors import CommitConflict, CorruptObject, ObjectNotFound
 from flightsrv.table.commit import require_table
 from flightsrv.table.deletes import dead_positions
 from flightsrv.table.erase.commit import (  # noqa: F401
@@ -181,9 +181,13 @@ def _splice_positions(table, snapshot, plan: dict, *, fingerprint, operation, ex
         head = require_table(table.log.head(), table.name)
         result.head_before = head.version
         before = head.version + 1
-    erased = {**_history(table, before, may_hold), **erased}
+    damaged = None
+    try:
+        erased = {**_history(table, before, may_hold), **erased}
+    except CorruptObject as exc:  # an old version; the commit stands: reported, pending
+        damaged = exc
     return _finish(table, result, erased, expire=expire, grace=grace, all_dead=all_dead,
-                   certificate=certificate)
+                   certificate=certificate, damaged=damaged)
 
 
 def _left_head(table, targets) -> bool:

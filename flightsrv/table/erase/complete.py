@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from flightsrv.errors import ConfigurationError
+from flightsrv.errors import ConfigurationError, CorruptObject
 from flightsrv.table import erasure_check as check
 from flightsrv.table.commit import require_table
 from flightsrv.table.erase.results import ErasedObject, PurgeResult
@@ -96,23 +96,45 @@ def _covers(table, manifests: list[Manifest], erased: set[str]) -> list[str]:
 
 
 def _finish(table, result: PurgeResult, erased: dict[str, str], *, expire: bool, grace,
-            all_dead: bool, certificate) -> PurgeResult:
-    """Complete (with ``expire``), verify and certify; fills ``result``."""
+            all_dead: bool, certificate, damaged: CorruptObject | None = None) -> PurgeResult:
+    """Complete (with ``expire``), verify and certify; fills ``result``.
+
+    ``damaged``: a retained object that could not be read while planning the completion.
+    Completion reads every retained version; when one does not parse, it stops there
+    (what that version references is unknown, so nothing is expired or swept) and the
+    erasure, whose commit stands, is reported ``pending`` naming the object, never as a
+    failure that invites running it again."""
     grace_ms = _grace_ms(table, grace) if expire else None
-    retained = check.retained(table)
-    result.covers = _covers(table, retained, {k for k, v in erased.items() if v != "dv"})
-    if expire:
-        clean = check.clean_head(table)
-        if clean is not None:
-            result.redacted_version = clean.version
-            retained = check.retained(table)
-        head = require_table(table.log.head(), table.name)
-        unclean = check.unclean_versions(retained, erased, head.version)
-        if unclean:
-            result.expired_versions = check.expire_through(table, max(unclean))
-        result.deleted_objects, result.uploads_aborted = check.sweep(table, erased, grace_ms)
+    try:
+        if damaged is not None:
+            raise damaged
+        retained = check.retained(table)
+        result.covers = _covers(table, retained, {k for k, v in erased.items() if v != "dv"})
+        if expire:
+            clean = check.clean_head(table)
+            if clean is not None:
+                result.redacted_version = clean.version
+                retained = check.retained(table)
+            head = require_table(table.log.head(), table.name)
+            unclean = check.unclean_versions(retained, erased, head.version)
+            if unclean:
+                result.expired_versions = check.expire_through(table, max(unclean))
+            result.deleted_objects, result.uploads_aborted = check.sweep(
+                table, erased, grace_ms)
+    except CorruptObject as exc:
+        damaged = exc
+        log.warning("erasure not completed: a retained object does not parse",
+                    extra={"table": table.name, "error": str(exc)})
     result.verification = check.verify(table, erased, all_dead=all_dead, grace_ms=grace_ms)
-    refs = check.references(table)
+    if damaged is not None:
+        item = check.unreadable_item(table, damaged)
+        if item["object"] not in {p["object"] for p in result.verification.pending}:
+            result.verification.pending.append(item)
+        result.verification.status = check.PENDING
+    try:
+        refs = check.references(table)
+    except CorruptObject:
+        refs = {}  # reported above (pending)
     absent = set(result.verification.erased_absent)
     result.objects = [_erased_object(key, kind, refs, absent)
                       for key, kind in sorted(erased.items())]

@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 
 
-from flightsrv.errors import ConfigurationError
+from flightsrv.errors import ConfigurationError, CorruptObject
 
 log = logging.getLogger("flightsrv.maintenance")
 
@@ -33,10 +33,21 @@ def _table_ctx(table) -> dict:
     return {"table": table.name}
 
 
-def _overdue(table) -> list:
+def _overdue(table, result) -> list | None:
+    """The erasure-deadline report of ``result`` (``erasures_overdue``). It reads every
+    retained manifest, after the work is done (a compaction committed, objects deleted): an
+    old manifest that cannot be read must not turn that work into a reported failure (a
+    retry would repeat it), so the report is then None (unknown) and ``result.warnings``
+    names the object."""
     from flightsrv.table.erasure_status import overdue_erasures
 
-    return overdue_erasures(table)
+    try:
+        return overdue_erasures(table)
+    except CorruptObject as exc:
+        result.warnings.append(f"erasure deadlines not checked: {exc}")
+        log.warning("erasure deadlines not checked",
+                    extra={"table": table.name, "error": str(exc)})
+        return None
 
 
 # ---------------------------------------------------------------------------------------

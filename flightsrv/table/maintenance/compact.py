@@ -468,7 +468,7 @@ def compact(table, *, target_file_size: int | None = None,
         result.files_rewritten = len(inputs)
         result.bytes_rewritten = sum(i.file.size for g in groups for i in g.inputs)
         result.deleted_rows_purged = sum(len(i.deleted) for g in groups for i in g.inputs)
-        result.erasures_overdue = _overdue(table) if report_overdue else []
+        result.erasures_overdue = _overdue(table, result) if report_overdue else []
         return result
 
     _progress_start(progress, sum(i.file.size for g in groups for i in g.inputs) or None, " B")
@@ -483,7 +483,7 @@ def compact(table, *, target_file_size: int | None = None,
                                        "files_rewritten": result.files_rewritten,
                                        "files_added": result.files_added,
                                        **(extra_summary or {})})
-        result.erasures_overdue = _overdue(table) if report_overdue else []
+        result.erasures_overdue = _overdue(table, result) if report_overdue else []
         return result
     finally:
         _progress_finish(progress)

@@ -53,8 +53,12 @@ class CompactResult(_Result):
     dv_objects_before: int = 0
     dv_objects_after: int = 0
     reasons: dict = field(default_factory=dict)  # input path -> "deletes" | "small" | "sort"
-    #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status)
-    erasures_overdue: list = field(default_factory=list)
+    #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status);
+    #: None: unknown (a retained manifest could not be read; ``warnings`` says which)
+    erasures_overdue: list | None = field(default_factory=list)
+    #: what could not be done after the work itself (which stands): e.g. an old manifest
+    #: that does not parse, so the erasure deadlines were not checked
+    warnings: list = field(default_factory=list)
 
 
 @dataclass
@@ -82,8 +86,12 @@ class VacuumResult(_DeletesObjects):
     uploads: list = field(default_factory=list)  # [{key, upload_id, age_s}] aborted
     kept_young: int = 0  # unreferenced, but younger than the grace period
     kept_young_bytes: int = 0
-    #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status)
-    erasures_overdue: list = field(default_factory=list)
+    #: deletions whose bytes are stored past the table's erasure.deadline (erasure_status);
+    #: None: unknown (a retained manifest could not be read; ``warnings`` says which)
+    erasures_overdue: list | None = field(default_factory=list)
+    #: what could not be done after the work itself (which stands): e.g. an old manifest
+    #: that does not parse, so the erasure deadlines were not checked
+    warnings: list = field(default_factory=list)
     #: manifests of dropped incarnations removed (their DROP is older than the grace)
     dropped_versions: list = field(default_factory=list)
 

@@ -198,7 +198,8 @@ def vacuum(table, *, grace=DEFAULT_GRACE, dry_run: bool = False, progress=None,
         _progress_finish(progress)
     result.dropped_versions = _expire_dropped(table, grace_s, dry_run)
     head = table.log.head()
-    result.erasures_overdue = _overdue(table) if head is not None and not head.dropped else []
+    result.erasures_overdue = (_overdue(table, result) if head is not None and not head.dropped
+                               else [])
     log.info("vacuum", extra={"table": table.name, "dry_run": dry_run,
                               "objects": result.deleted_objects, "bytes": result.deleted_bytes})
     return result
