@@ -105,26 +105,14 @@ def _finish(table, result: PurgeResult, erased: dict[str, str], *, expire: bool,
     erasure, whose commit stands, is reported ``pending`` naming the object, never as a
     failure that invites running it again."""
     grace_ms = _grace_ms(table, grace) if expire else None
-    try:
-        if damaged is not None:
-            raise damaged
-        retained = check.retained(table)
-        result.covers = _covers(table, retained, {k for k, v in erased.items() if v != "dv"})
-        if expire:
-            clean = check.clean_head(table)
-            if clean is not None:
-                result.redacted_version = clean.version
-                retained = check.retained(table)
-            head = require_table(table.log.head(), table.name)
-            unclean = check.unclean_versions(retained, erased, head.version)
-            if unclean:
-                result.expired_versions = check.expire_through(table, max(unclean))
-            result.deleted_objects, result.uploads_aborted = check.sweep(
-                table, erased, grace_ms)
-    except CorruptObject as exc:
-        damaged = exc
+    if damaged is None:
+        try:
+            _complete(table, result, erased, expire=expire, grace_ms=grace_ms)
+        except CorruptObject as exc:
+            damaged = exc
+    if damaged is not None:
         log.warning("erasure not completed: a retained object does not parse",
-                    extra={"table": table.name, "error": str(exc)})
+                    extra={"table": table.name, "error": str(damaged)})
     result.verification = check.verify(table, erased, all_dead=all_dead, grace_ms=grace_ms)
     if damaged is not None:
         item = check.unreadable_item(table, damaged)
@@ -153,6 +141,24 @@ def _finish(table, result: PurgeResult, erased: dict[str, str], *, expire: bool,
                                "expired": len(result.expired_versions),
                                "deleted": len(result.deleted_objects)})
     return result
+
+
+def _complete(table, result: PurgeResult, erased: dict[str, str], *, expire: bool,
+              grace_ms: int | None) -> None:
+    """The covered deletes, and with ``expire`` the clean head, expiry and sweep."""
+    retained = check.retained(table)
+    result.covers = _covers(table, retained, {k for k, v in erased.items() if v != "dv"})
+    if not expire:
+        return
+    clean = check.clean_head(table)
+    if clean is not None:
+        result.redacted_version = clean.version
+        retained = check.retained(table)
+    head = require_table(table.log.head(), table.name)
+    unclean = check.unclean_versions(retained, erased, head.version)
+    if unclean:
+        result.expired_versions = check.expire_through(table, max(unclean))
+    result.deleted_objects, result.uploads_aborted = check.sweep(table, erased, grace_ms)
 
 
 def _erased_object(key: str, kind: str, refs: dict, absent: set) -> ErasedObject:
