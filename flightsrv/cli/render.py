@@ -52,8 +52,9 @@ def result_rows(result) -> list[dict]:
 
 @result_rows.register
 def _(result: CompactResult) -> list[dict]:
-    return _metric_rows(result.to_dict()) + _overdue_rows(result.erasures_overdue,
-                                                           result.warnings)
+    d = result.to_dict()
+    d.pop("erasures_overdue", None)  # the rows below say it (None: unknown, see warning)
+    return _metric_rows(d) + _overdue_rows(result.erasures_overdue, result.warnings)
 
 
 @result_rows.register
