@@ -235,6 +235,9 @@ def test_local_cas_is_atomic_across_processes(local_uri):
         wins = pool.starmap(_cas_worker, [(local_uri, 50)] * 4)
     assert sum(wins) == 200
     assert int(store.get("counter")[0]) == 200
+    # each lock file was removed by its holder (a waiter that locked a removed one locked
+    # again: no update was lost above), so none outlives its use
+    assert os.listdir(os.path.join(store.root, ".flightsrv", "locks")) == []
 
 
 def _churn_worker(root: str, me: int, rounds: int) -> int:

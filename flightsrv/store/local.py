@@ -189,12 +189,31 @@ class LocalStore:
 
     @contextlib.contextmanager
     def _lock(self, key: str):
-        name = hashlib.sha1(key.encode()).hexdigest()
-        fd = os.open(os.path.join(self._meta_dir("locks"), name), os.O_CREAT | os.O_RDWR, 0o644)
+        """An exclusive lock on ``key`` across threads and processes: ``flock`` of a lock
+        file named after it, which the holder unlinks as the last step of its critical
+        section, so no lock file outlives its use (one per key ever deleted or swapped
+        would pile up). A waiter that locked a file unlinked meanwhile holds nothing: it
+        sees the path gone or naming another file, and locks again."""
+        path = os.path.join(self._meta_dir("locks"), hashlib.sha1(key.encode()).hexdigest())
+        while True:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    held = os.fstat(fd).st_ino == os.stat(path).st_ino
+                except FileNotFoundError:
+                    held = False
+            except BaseException:
+                os.close(fd)
+                raise
+            if held:
+                break
+            os.close(fd)  # (releases the lock of the unlinked file)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
@@ -426,9 +445,8 @@ class LocalStore:
         (A live writer's temp file is younger: every write moves its mtime, and it is
         installed right after its last one; ``before_ms`` must leave a writer that time,
         as vacuum's grace does.) Returns (files, bytes) removed, or that would be with
-        ``dry_run``. Lock files (``.flightsrv/locks/``) stay: a lock file unlinked while a
-        writer has it open would let the next writer lock a new file beside it, and two
-        compare-and-swaps of one key would run at once."""
+        ``dry_run``. Lock files (``.flightsrv/locks/``) are removed by their holders
+        (:meth:`_lock`)."""
         root = os.path.join(self._meta, "tmp")
         files = size = 0
         try:
