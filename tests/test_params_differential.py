@@ -249,7 +249,48 @@ TYPED = [
     pa.array([{"a": 5, "b": "x"}], pa.struct([("a", pa.int64()), ("b", pa.string())])),
     pa.array([[1, 2]], pa.list_(pa.int16())),
     pa.array([None], pa.int64()),
+    # ADBC binds a Python [] as list<null>; DuckDB types it "NULL"[]
+    pa.array([[]], pa.list_(pa.null())),
+    pa.array([[None, None]], pa.list_(pa.null())),
+    pa.array([[[]]], pa.list_(pa.list_(pa.null()))),
 ]
+
+MAPS = [pa.array([[("k", 1), ("j", None)]], pa.map_(pa.string(), pa.int64())),
+        pa.array([[]], pa.map_(pa.string(), pa.int64()))]
+
+
+@pytest.mark.parametrize("arr", MAPS, ids=["entries", "empty"])
+def test_map_parameters_as_duckdb_reads_them(conn, arr):
+    plain = duckdb.connect()
+    plain.register("b", pa.table({"p": arr}))
+    want = plain.execute("SELECT typeof(p), CAST(p AS VARCHAR), p['k'] FROM b").fetchall()
+    with conn.cursor() as cur:
+        cur.execute("SELECT typeof(?), CAST(? AS VARCHAR), ?['k']",
+                    parameters=pa.record_batch([arr] * 3, names=["0", "1", "2"]))
+        assert cur.fetchall() == want
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO pe SELECT 2, ?", "UPDATE pe SET l = ? WHERE id = 1",
+    "DELETE FROM pe WHERE l = ?", "SELECT id FROM pe WHERE l = ? ORDER BY id"])
+def test_empty_list_parameter_in_every_statement(conn, sql):
+    """An empty list (Arrow list<null>) binds in every statement kind, as in DuckDB."""
+    empty = pa.record_batch([pa.array([[]], pa.list_(pa.null()))], names=["0"])
+    setup = ["CREATE OR REPLACE TABLE pe (id BIGINT, l INTEGER[])",
+             "INSERT INTO pe VALUES (1, [1]), (3, [])"]
+    plain = duckdb.connect()
+    for q in setup:
+        plain.execute(q)
+    want = plain.execute(sql, [[]]).fetchall()
+    with conn.cursor() as cur:
+        for q in setup:
+            cur.execute(q)
+        cur.execute(sql, parameters=empty)
+        got = cur.fetchall() if sql.startswith("SELECT") else [(cur.rowcount,)]
+        cur.execute("SELECT * FROM pe ORDER BY id")
+        rows = cur.fetchall()
+    assert got == want
+    assert rows == plain.execute("SELECT * FROM pe ORDER BY id").fetchall()
 
 
 @pytest.mark.parametrize("arr", TYPED, ids=[str(a.type) for a in TYPED])

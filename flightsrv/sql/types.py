@@ -150,10 +150,12 @@ def sql_type_name(t: pa.DataType) -> str:
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision}, {t.scale})"
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return f"{sql_type_name(t.value_type)}[]"
+        return f"{_inner_type_name(t.value_type)}[]"
     if pa.types.is_struct(t):
-        inner = ", ".join(f"{_ident(f.name)} {sql_type_name(f.type)}" for f in t)
+        inner = ", ".join(f"{_ident(f.name)} {_inner_type_name(f.type)}" for f in t)
         return f"STRUCT({inner})"
+    if pa.types.is_map(t):
+        return f"MAP({_inner_type_name(t.key_type)}, {_inner_type_name(t.item_type)})"
     if pa.types.is_dictionary(t):
         return sql_type_name(t.value_type)
     if pa.types.is_null(t):
@@ -161,6 +163,28 @@ def sql_type_name(t: pa.DataType) -> str:
     if pa.types.is_duration(t) or t == pa.month_day_nano_interval():
         return "INTERVAL"  # DuckDB reads both Arrow types as INTERVAL
     raise SqlError("no SQL type for Arrow type", arrow_type=str(t))
+
+
+def _holds_null_type(t: pa.DataType) -> bool:
+    """Whether Arrow type ``t`` is, or nests, the NULL type (``list<null>``: an empty or
+    all-NULL list from a client that could not tell its element type). A literal of such a
+    type is written without a CAST: the type has no name the statement's text can carry
+    through the front end (DuckDB spells it ``"NULL"``; sqlglot drops the quotes)."""
+    if pa.types.is_null(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _holds_null_type(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_holds_null_type(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _holds_null_type(t.key_type) or _holds_null_type(t.item_type)
+    return False
+
+
+def _inner_type_name(t: pa.DataType) -> str:
+    """:func:`sql_type_name` of a nested type's child: DuckDB spells its NULL type
+    ``"NULL"`` there (``CAST([] AS "NULL"[])``: Arrow's ``list<null>``, an empty list)."""
+    return '"NULL"' if pa.types.is_null(t) else sql_type_name(t)
 
 
 def _quote(s: str) -> str:
@@ -242,7 +266,7 @@ def literal_sql(value: pa.Scalar) -> str:
     """
     t = value.type
     if not value.is_valid:
-        return "NULL" if pa.types.is_null(t) else f"CAST(NULL AS {sql_type_name(t)})"
+        return "NULL" if _holds_null_type(t) else f"CAST(NULL AS {sql_type_name(t)})"
     if pa.types.is_dictionary(t):
         return literal_sql(value.value)
     name = sql_type_name(t)
@@ -278,10 +302,16 @@ def literal_sql(value: pa.Scalar) -> str:
         return f"CAST({_quote(py.isoformat())} AS {name})"
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         items = ", ".join(literal_sql(v) for v in value.values)
+        if _holds_null_type(t):  # ``[]``, ``[NULL]``: DuckDB types them "NULL"[] itself
+            return f"[{items}]"
         return f"CAST([{items}] AS {name})"
     if pa.types.is_struct(t):
         items = ", ".join(f"{_quote(f.name)}: {literal_sql(value[f.name])}" for f in t)
         return f"{{{items}}}"
+    if pa.types.is_map(t):  # its entries: a struct array of (key, value)
+        items = ", ".join(f"{literal_sql(e[0])}: {literal_sql(e[1])}" for e in value.values)
+        # (an empty one as MAP(): sqlglot reads "MAP {}" as MAP MAP())
+        return f"CAST({f'MAP {{{items}}}' if items else 'MAP()'} AS {name})"
     if pa.types.is_duration(t):
         return duration_sql(f"CAST({value.cast(pa.int64()).as_py()} AS BIGINT)", t.unit)
     if t == pa.month_day_nano_interval():
