@@ -410,3 +410,30 @@ def test_serve_runs_duckdb_with_an_allocator_that_gives_memory_back(tmp_path):
         assert conf(server) == "narenas:2,retain:true"
     finally:
         assert server.stop() == 0
+
+
+def test_memory_cap_is_on_top_of_what_the_server_holds(tmp_path):
+    """The cap is the data memory the server holds when it starts serving (reserved thread
+    stacks, the runtime) plus --memory-limit plus --memory-headroom: a fixed cap of the two
+    alone fell below a server's baseline and it never started (MemoryError, reported as a
+    port problem)."""
+    mib = 1 << 20
+    server = Served(str(tmp_path / "wh"), "--memory-limit", "256MiB")  # seeds the demo
+    try:
+        (cap,) = [e for e in server.events if e.get("event") == "memory_cap"][:1]
+        assert cap["held_bytes"] > 0
+        assert cap["rlimit_data_bytes"] == cap["held_bytes"] + 256 * mib + 1024 * mib
+        assert query(server.uri(), "SELECT count(*) > 0 FROM demo_events") == [(True,)]
+    finally:
+        assert server.stop() == 0
+    # a headroom too small for the server's own threads: said so, not blamed on the port
+    try:
+        out = subprocess.run([sys.executable, "-m", "flightsrv", "--warehouse",
+                              str(tmp_path / "wh"), "serve", "--port", "0", "--no-demo",
+                              "--memory-limit", "16MiB", "--memory-headroom", "1MiB"],
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:  # (its threads fit in 17 MiB here: it served)
+        return
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert "out of memory under its cap" in last and "port" not in last, out.stderr

@@ -214,10 +214,24 @@ def cmd_serve(args) -> int:
         return run(cfg, args.warehouse, level, warehouse=wh, auth=auth, on_start=started)
     except FlightsrvError:
         raise
-    except Exception as exc:  # gRPC's failure to bind is an opaque ArrowException
-        raise ServerStartError(f"the server did not start on {args.host}:{args.port} "
-                               f"({one_line(exc)}); is the port in use or the address not "
-                               "one of this machine's?") from None
+    except Exception as exc:
+        if not _out_of_memory(exc):
+            raise ServerStartError(f"the server did not start on {args.host}:{args.port} "
+                                   f"({one_line(exc)}); is the port in use or the address "
+                                   "not one of this machine's?") from None
+        raise ServerStartError(
+            f"the server did not start: out of memory under its cap ({one_line(exc)}); "
+            "raise --memory-headroom (or --memory-limit), or turn the cap off with "
+            "--memory-headroom off") from None
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether starting failed for want of memory under the process cap (Python's
+    MemoryError, DuckDB's Out of Memory, a thread whose stack could not be mapped), not
+    for the address (gRPC's failure to bind is an opaque ArrowException)."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "Out of Memory" in text or \
+        "can't start new thread" in text
 
 
 def _forwarded(args):

@@ -195,8 +195,24 @@ def run(cfg: ServerConfig, warehouse_uri: str, log_level: int = logging.INFO, *,
     return 0 if drained or worker is None else WORKER_NOT_DRAINED
 
 
+def _data_bytes() -> int:
+    """The process's data memory now (VmData: what RLIMIT_DATA counts), 0 if unknown. A
+    server holds much of it before its first statement: gRPC's and DuckDB's thread stacks
+    are reserved address space."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def cap_process_memory(cap: int | None) -> None:
-    """Lower RLIMIT_DATA (brk and private writable mappings) to ``cap`` bytes. DuckDB's
+    """Lower RLIMIT_DATA (brk and private writable mappings) to ``cap`` bytes more than
+    the process holds now (a fixed cap below a server's baseline, its reserved thread
+    stacks, refused its first allocations: it did not start). DuckDB's
     memory_limit governs its buffer manager, not one value's allocation: repeat('x',
     1500000000) peaked at 3.1 GB under --memory-limit 64MB. Under the cap such an
     allocation fails (DuckDB turns bad_alloc into its Out of Memory error, which the
@@ -205,6 +221,8 @@ def cap_process_memory(cap: int | None) -> None:
         return
     import resource
 
+    held = _data_bytes()
+    cap += held  # on top of what the process already holds (thread stacks, the runtime)
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     if soft != resource.RLIM_INFINITY and soft <= cap:
         return
@@ -212,7 +230,7 @@ def cap_process_memory(cap: int | None) -> None:
         cap = min(cap, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
     log.info("process memory capped", extra={"fields": {
-        "event": "memory_cap", "rlimit_data_bytes": cap,
+        "event": "memory_cap", "rlimit_data_bytes": cap, "held_bytes": held,
         # DuckDB's allocator must give freed address space back under the cap (cli/__init__)
         "allocator_conf": os.environ.get("DUCKDB_JE_MALLOC_CONF")}})
 
