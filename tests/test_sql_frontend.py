@@ -481,3 +481,49 @@ def test_binding_thousands_of_parameters_is_the_same_tree_and_checks_its_deadlin
     with pytest.raises(QueryCancelled):
         bind_params(stmt.tree, values, sql, stmt.param_count, check=check)
     assert len(calls) == 4
+
+
+def test_large_statements_are_parsed_one_at_a_time(monkeypatch):
+    """A statement over LARGE_STATEMENT_CHARS is parsed while no other such statement is
+    (each costs ~300 bytes of memory per character: four at once took a server past its
+    cap); shorter ones are not held back, and one parse may nest another (SUMMARIZE)."""
+    import threading
+
+    from flightsrv.sql import statements
+
+    inside: dict[int, int] = {}  # thread -> large parses it is in (SUMMARIZE nests one)
+    most, lock = [0], threading.Lock()
+    real = statements._parse_general
+
+    def counted(sql):
+        me, big = threading.get_ident(), len(sql) > statements.LARGE_STATEMENT_CHARS
+        with lock:
+            inside[me] = inside.get(me, 0) + big
+            most[0] = max(most[0], sum(1 for n in inside.values() if n))
+        try:
+            return real(sql)
+        finally:
+            with lock:
+                inside[me] -= big
+
+    monkeypatch.setattr(statements, "_parse_general", counted)
+    items = ",".join(str(i) for i in range(15_000))
+    texts = [f"SELECT {k} AS k FROM t WHERE id IN ({items})" for k in range(4)]
+    texts.append(f"SUMMARIZE SELECT * FROM t WHERE id IN ({items})")
+    assert all(len(t) > statements.LARGE_STATEMENT_CHARS for t in texts)
+    errors: list = []
+
+    def parse(text):
+        try:
+            parse_statement(text)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=parse, args=(t,)) for t in texts]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert most[0] == 1
+    parse_statement("SELECT 1")  # a short one takes no turn
