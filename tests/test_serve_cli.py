@@ -437,3 +437,17 @@ def test_memory_cap_is_on_top_of_what_the_server_holds(tmp_path):
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
     assert "out of memory under its cap" in last and "port" not in last, out.stderr
+
+
+def test_every_serve_flag_in_the_servers_flag_table_exists():
+    """SERVER.md's flag tables are the contract: each flag named in a row's first cell is
+    one `serve --help` lists (SERVER.md named --max-results, which did not exist)."""
+    import re
+
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "SERVER.md")).read()
+    documented = set(re.findall(r"^\| `(--[a-z0-9-]+)", doc, re.M))
+    out = subprocess.run([sys.executable, "-m", "flightsrv", "serve", "--help"],
+                         capture_output=True, text=True, timeout=60).stdout
+    listed = set(re.findall(r"(--[a-z0-9-]+)", out))
+    assert len(documented) > 20
+    assert documented <= listed, sorted(documented - listed)

@@ -277,6 +277,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                      default=d.max_queued_queries,
                      help="statements waiting for a slot per principal; more are refused "
                           "(default: %(default)s)")
+    lim.add_argument("--max-results", type=_positive_int, default=d.max_results,
+                     help="reports of maintenance statements (OPTIMIZE, VACUUM, PURGE) kept "
+                          "unfetched per principal; a full table drops its oldest (per "
+                          "worker with --workers N; default: %(default)s)")
     lim.add_argument("--max-open-puts", type=_positive_int, default=d.max_open_puts,
                      help="DoPut streams (uploads, parameter streams) open at once per "
                           "principal; more wait in a queue until one closes or their "
