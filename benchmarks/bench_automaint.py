@@ -240,12 +240,18 @@ def run(ctx: Context) -> list[Row]:
 
 
 if __name__ == "__main__":
+    import argparse
     import json
     import tempfile
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_automaint",
+                                 description="automatic maintenance under small commits")
+    ap.add_argument("commits", nargs="?", type=int, default=1000)
+    ap.add_argument("--skip-off", action="store_true",
+                    help="skip the run with automatic maintenance off")
+    opts = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        res = measure(d, n, skip_off="--skip-off" in sys.argv)
+        res = measure(d, opts.commits, skip_off=opts.skip_off)
     print(json.dumps(res, indent=1))
     for r in rows_of(res):
         ratio = "" if r.ratio is None else f"{r.ratio:.2f}x"

@@ -156,9 +156,9 @@ def run(ctx: Context) -> list[Row]:
             rows.append(Row(
                 f"publish one version ({fmt}): {names[kind]}",
                 f"{large:,} vs {small:,} data files",
-                f"{b['bytes'] / 1024:.1f} kB in {b['puts']:.0f} objects, {b['ms']:.1f} ms "
+                f"{b['bytes'] / 1024:.1f} KiB in {b['puts']:.0f} objects, {b['ms']:.1f} ms "
                 f"at {large:,}",
-                f"{a['bytes'] / 1024:.1f} kB in {a['puts']:.0f} objects, {a['ms']:.1f} ms "
+                f"{a['bytes'] / 1024:.1f} KiB in {a['puts']:.0f} objects, {a['ms']:.1f} ms "
                 f"at {small:,}",
                 ratio, goal="<= 1.5x", met=ratio is not None and ratio <= 1.5,
                 note=f"median of {REPEAT}; ratio = bytes written at {large:,} / at {small:,}; "

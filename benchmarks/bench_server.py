@@ -193,7 +193,7 @@ def run(ctx: Context) -> list[Row]:
         rows.append(Row("large result after deletes",
                         f"{label}, DVs on {with_dv} of {len(files)} files, SELECT *",
                         f"{tm['ours']:.2f} s", f"in-process DuckDB {tm['duckdb']:.2f} s", ratio,
-                        "<= 1.2x", ratio <= 1.2, "files with DVs read by the masked Arrow scan"))
+                        "<= 1.2x", ratio <= 1.2, "files with DVs read by DuckDB with their mask"))
         conn.close()
         duck.close()
     finally:

@@ -394,3 +394,10 @@ def test_a_version_pins_one_snapshot_object_and_a_commit_a_new_one(local_uri):
         assert after.derived(("k", i), lambda i=i: i) == i
     assert after.derived(("k", 0), lambda: "again") == "again"  # the oldest went first
     assert len(after._derived) <= SNAPSHOT_DERIVED_ENTRIES
+
+
+def test_a_table_name_over_128_characters_is_refused_saying_so(tmp_path):
+    wh = Warehouse.open(str(tmp_path / "wh"))
+    wh.create_table("a" * 128, pa.schema([("x", pa.int64())]))
+    with pytest.raises(ConfigurationError, match="at most 128 characters"):
+        wh.create_table("a" * 129, pa.schema([("x", pa.int64())]))

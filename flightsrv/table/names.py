@@ -21,7 +21,7 @@ def check_name(name: str) -> str:
     n = name.lower()
     if not _NAME.fullmatch(n):
         raise ConfigurationError("invalid table name (letters, digits, _; not starting with "
-                                 "a digit)", table=name)
+                                 "a digit; at most 128 characters)", table=name)
     if n.startswith(RESERVED_PREFIX):
         raise ConfigurationError(f"invalid table name: names starting with "
                                  f"{RESERVED_PREFIX!r} are reserved", table=name)
