@@ -51,14 +51,28 @@ def seed_demo(warehouse, rows: int = 100_000, batches: int = 4) -> str | None:
     return None
 
 
+#: the table property marking the walkthrough's own table (a ``user.`` property: stored
+#: as given, never interpreted)
+_MARK = "user.flightsrv_demo"
+
+
 def walkthrough(warehouse, out=sys.stdout) -> None:
     """Create a table, append, delete, scan and print history (the format in one minute)."""
     from flightsrv.progress import print_table
 
     name = "walkthrough"
     if warehouse.exists(name):
+        # only a table this walkthrough made (its mark; before the mark, its very schema)
+        # is replaced: never a user's table
+        old = warehouse.table(name)
+        if old.properties.get(_MARK) != "walkthrough" and not old.schema.equals(DEMO_SCHEMA):
+            from flightsrv.errors import TableExists
+
+            raise TableExists("the demo writes a table named walkthrough, and this one is not "
+                              "the demo's; run the demo in another warehouse (--warehouse)",
+                              table=name, warehouse=warehouse.uri)
         warehouse.drop_table(name)
-    t = warehouse.create_table(name, DEMO_SCHEMA)
+    t = warehouse.create_table(name, DEMO_SCHEMA, {_MARK: "walkthrough"})
     out.write(f"created table {name} in {warehouse.uri}\n")
     for i in range(3):
         m = t.append(demo_batch(i * 50_000, 50_000, seed=1))

@@ -244,6 +244,19 @@ def test_demo_runs_again_in_the_same_directory(tmp_path):
         99976
 
 
+def test_demo_never_replaces_a_users_table(tmp_path):
+    """The demo re-creates only its own walkthrough table: one of the user's of that name is
+    left whole and the demo refuses, naming it."""
+    env = {k: v for k, v in os.environ.items() if k != "FLIGHTSRV_WAREHOUSE"}
+    wh = Warehouse.open(str(tmp_path / "warehouse"))
+    wh.sql("CREATE TABLE walkthrough (id INTEGER, owner VARCHAR)")
+    wh.sql("INSERT INTO walkthrough VALUES (1, 'me'), (2, 'you')")
+    out = run("demo", cwd=tmp_path, env=env)
+    assert out.returncode == 1 and "not the demo's" in out.stderr and "walkthrough" in out.stderr
+    assert wh.sql("SELECT * FROM walkthrough ORDER BY id").to_pylist() == [
+        {"id": 1, "owner": "me"}, {"id": 2, "owner": "you"}]
+
+
 # -- binary values in csv output --------------------------------------------------------------
 
 
