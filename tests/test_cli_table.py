@@ -623,6 +623,33 @@ def test_csv_written_by_scan_appends_back_with_nulls_and_empty_strings(tmp_path)
 
 
 @pytest.mark.parametrize("how", ["append", "create"])
+def test_csv_with_a_quote_that_never_closes_is_refused_and_loads_nothing(tmp_path, how):
+    """pyarrow reads a quoted value that never closes as the rest of the file, rows and
+    all, without a word: the load fails naming the file and the row, and commits nothing.
+    A quoted value over two lines and a quote inside an unquoted value still load."""
+    wh = tmp_path / "wh"
+    bad = tmp_path / "bad.csv"
+    bad.write_text('id,name\n1,"ann\n2,bob\n3,cy\n')
+    good = tmp_path / "good.csv"
+    good.write_text('id,name\n1,"a\nb"\n2,27" tv\n')
+    if how == "append":
+        Warehouse.open(str(wh)).sql("CREATE TABLE q (id BIGINT, name VARCHAR)")
+        before = tree(wh)
+        out = run("--warehouse", wh, "table", "append", "q", bad)
+        assert out.returncode == 1 and "quoted value never closes" in out.stderr
+        assert "row=1" in out.stderr and "Traceback" not in out.stderr
+        assert tree(wh) == before
+        proc = run("--warehouse", wh, "table", "append", "q", good)
+    else:
+        out = run("--warehouse", wh, "table", "create", "q", "--from-file", bad)
+        assert out.returncode == 1 and "quoted value never closes" in out.stderr
+        proc = run("--warehouse", wh, "table", "create", "q", "--from-file", good)
+    assert proc.returncode == 0, proc.stderr
+    got = Warehouse.open(str(wh)).sql("SELECT * FROM q ORDER BY id").to_pylist()
+    assert got == [{"id": 1, "name": "a\nb"}, {"id": 2, "name": '27" tv'}]
+
+
+@pytest.mark.parametrize("how", ["append", "create"])
 def test_csv_null_is_only_an_empty_field_not_na_null_or_nan(tmp_path, how):
     """pyarrow's default NULL spellings are values in our CSV: 'NA', 'NULL', 'null', 'N/A'
     stay text and NaN/nan/inf are floats; only an unquoted empty field is NULL."""

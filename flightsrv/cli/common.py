@@ -156,13 +156,15 @@ def read_input(path: str, schema=None):
             nulls = dict(null_values=[""], strings_can_be_null=True,
                          quoted_strings_can_be_null=False)
             if schema is None:
-                return pcsv.open_csv(path, parse_options=parse,
-                                     convert_options=pcsv.ConvertOptions(**nulls))
+                return _quotes_closed(pcsv.open_csv(
+                    path, parse_options=parse, convert_options=pcsv.ConvertOptions(**nulls)),
+                    path, parse)
             names = _csv_header(path, parse)
             types, later = _read_types(schema, names)
             reader = pcsv.open_csv(path, parse_options=parse, convert_options=pcsv.ConvertOptions(
                 column_types=types, **nulls))
-            return _typed(_named_errors(reader, kind, path, names, parse), later, path, "hex")
+            return _typed(_quotes_closed(_named_errors(reader, kind, path, names, parse),
+                                         path, parse), later, path, "hex")
         if kind == "json":
             if schema is None:
                 return pjson.read_json(path).to_reader()
@@ -432,6 +434,58 @@ def _csv_row(path: str, parse, column: str, value: str) -> int | None:
     except (pa.ArrowException, OSError):
         return None
     return None
+
+
+def _quotes_closed(reader, path: str, parse):
+    """``reader`` (a CSV file's), failing at its end when a quoted value never closes:
+    pyarrow then reads the rest of the file as that one value and reports nothing, so rows
+    would vanish into it. Only when the last row read holds a line break in a text value
+    (where that happens, as in a legitimate multi-line value) is the file read again, by
+    Python's strict CSV reader, to tell."""
+    import pyarrow as pa
+
+    def batches():
+        last = None
+        for batch in reader:
+            if batch.num_rows:
+                last = batch
+            yield batch
+        if last is not None and _breaks_in_last_row(last):
+            _check_quotes(path, parse.delimiter)
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+def _breaks_in_last_row(batch) -> bool:
+    import pyarrow as pa
+
+    for column in batch.columns:
+        value = column[batch.num_rows - 1]
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            text = value.as_py()
+            if text is not None and ("\n" in text or "\r" in text):
+                return True
+    return False
+
+
+def _check_quotes(path: str, delimiter: str) -> None:
+    import csv
+    import io
+
+    import pyarrow as pa
+
+    with pa.input_stream(path, compression="detect") as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+        rows = csv.reader(text, delimiter=delimiter, strict=True)
+        read = 0
+        try:
+            for _ in rows:
+                read += 1
+        except csv.Error as exc:
+            raise ConfigurationError(
+                f"a quoted value never closes ({exc}): the rest of the file would be read "
+                "as that one value; close the quote (a quote inside a quoted value is "
+                "written twice: \"\")", file=path, row=read) from None
 
 
 def _named_errors(reader, kind: str, path: str, names, parse=None):
