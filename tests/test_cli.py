@@ -678,6 +678,16 @@ def test_user_hash_reads_the_password_from_the_environment():
     assert AuthConfig  # the users-file format is covered by test_serve_cli
 
 
+@pytest.mark.parametrize("name", ["bob\nmallory", "ops#1", " ann", "ann ", "a:b", "", "a\tb"])
+def test_user_hash_refuses_a_name_a_users_file_line_cannot_hold(name):
+    """A newline would print a second line, a credential of another user; '#' starts a
+    comment, ':' separates fields and the loader strips spaces: each is a usage error."""
+    env = {**os.environ, "FLIGHTSRV_PASSWORD": "pw"}
+    proc = run("user", "hash", name, "--role", "writer", env=env)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert "user name must be" in proc.stderr
+
+
 def test_every_option_has_help_and_shows_its_default():
     import argparse
 

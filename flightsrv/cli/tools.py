@@ -33,8 +33,14 @@ def cmd_user_hash(args) -> int:
             raise UsageError("the passwords differ")
     if not pw:
         raise UsageError("the password is empty")
-    if ":" in args.user or not args.user.strip():
-        raise UsageError("a user name must be non-empty and must not contain ':'")
+    user = args.user
+    # what a users file line can hold as its first field, read back as given: the loader
+    # splits lines, cuts comments at '#', fields at ':', and strips the line
+    if not user or user != user.strip() or any(c in user for c in ":#") or \
+            not user.isprintable():
+        raise UsageError("a user name must be non-empty, printable, without ':' or '#', and "
+                         "without leading or trailing spaces (a users file line could not "
+                         "hold it)")
     print(f"{args.user}:{hash_password(pw)}:{args.role}")
     return 0
 
