@@ -584,6 +584,12 @@ def test_describe_drop_and_history(wh):
     proc = run("--warehouse", wh, "table", "history", "people", "--format", "jsonl")
     ops = [json.loads(ln)["operation"] for ln in proc.stdout.splitlines()]
     assert ops == ["append", "create"]
+    for limit, want in (("1", 1), ("0", 0)):
+        proc = run("--warehouse", wh, "table", "history", "people", "--limit", limit,
+                   "--format", "jsonl")
+        assert proc.returncode == 0 and len(proc.stdout.splitlines()) == want, proc.stdout
+    failed(run("--warehouse", wh, "table", "history", "people", "--limit", "-5"), 2,
+           "--limit must be 0 or more")
     assert run("--warehouse", wh, "table", "drop", "people").returncode == 0
     assert Warehouse.open(wh).list_tables() == []
     failed(run("--warehouse", wh, "table", "drop", "people"), 1, "no such table")

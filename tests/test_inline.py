@@ -175,7 +175,7 @@ def test_small_appends_write_no_data_object_and_flag_format_3(tmp_path):
     head = t.head()
     assert head.inline == (2, 10)
     root = json.loads(t.store.get(f"manifest/v{head.version:020d}.json")[0])
-    assert root["format_version"] == 3
+    assert root["format_version"] == 3 == head.stored_format  # what describe reports
     for m in t.store.list("chunks/"):
         body = json.loads(t.store.get(m.key)[0])
         assert body["format_version"] == (3 if any("inline" in f for f in body["files"])
@@ -187,7 +187,7 @@ def test_small_appends_write_no_data_object_and_flag_format_3(tmp_path):
     head = t.head()
     assert head.operation == "flush" and head.inline == (0, 0)
     root = json.loads(t.store.get(f"manifest/v{head.version:020d}.json")[0])
-    assert root["format_version"] == 2  # nothing inlined: a format-2 reader reads it
+    assert root["format_version"] == 2 == head.stored_format  # a format-2 reader reads it
     assert sorted(t.to_table().column("id").to_pylist()) == list(range(60))
 
 

@@ -482,6 +482,8 @@ def _delete(args, t, engine, session, predicate: str) -> int:
 
 def cmd_history(args) -> int:
     output.check_output_args(args)
+    if args.limit is not None and args.limit < 0:
+        raise UsageError("--limit must be 0 or more")
     t = open_warehouse(args).table(args.table)
     keys = ("version", "created_at", "operation", "rows_added", "rows_deleted", "files_added",
             "files_removed", "live_rows")
@@ -504,7 +506,7 @@ def cmd_describe(args) -> int:
         "table": t.name, "warehouse": t.warehouse_uri, "version": head.version,
         "committed_at": created.isoformat(), "operation": head.operation,
         "live_rows": head.live_rows, "files": len(head.data_files),
-        "format_version": head.format_version,
+        "format_version": head.stored_format,
         "partitioning": partition_describe(head.partition_spec, head.schema)
         if head.partition_spec.get("fields") else "none",
         "bytes": sum(f.size for f in head.data_files),
@@ -691,7 +693,7 @@ def cmd_upgrade(args) -> int:
     t = open_warehouse(args).table(args.table)
     head = t.head()
     if head.format_version >= 2:
-        print(f"{t.name}: already table format {head.format_version}; nothing done")
+        print(f"{t.name}: already table format {head.stored_format}; nothing done")
         return 0
     say(f"upgrading {t.name} to table format 2 ({len(head.data_files)} data files, "
         "metadata only)")

@@ -129,6 +129,15 @@ class Manifest:
         return sum(f.live_rows for f in files)
 
     @property
+    def stored_format(self) -> int:
+        """The ``format_version`` this version's root is written with: 3 when it reaches an
+        inlined entry (§18), else :attr:`format_version` (which a format-3 root reads back
+        as 2: the writer decides 3 from the entries)."""
+        if self.format_version >= 2 and self.inline[0] > 0:
+            return INLINE_FORMAT
+        return self.format_version
+
+    @property
     def inline(self) -> tuple[int, int]:
         """(inlined data files, their physical rows) of this version (docs/PROTOCOL.md §18),
         from the chunk references' summaries alone."""

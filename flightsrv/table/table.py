@@ -193,8 +193,11 @@ class Table:
         return self.snapshot(version, as_of).count_rows()
 
     def history(self, limit: int | None = None) -> list[dict]:
-        """Newest first: version, time, operation and its summary."""
-        out = []
+        """Newest first: version, time, operation and its summary; at most ``limit``
+        versions (0: none)."""
+        out: list[dict] = []
+        if limit is not None and limit <= 0:
+            return out
         for v in reversed(self.log.versions()):
             m = self.log.try_load(v)
             if m is None:
