@@ -634,7 +634,7 @@ def test_compact_and_expire_dry_runs_change_nothing(wh, tmp_path):
     before = tree(wh)
     proc = run("--warehouse", wh, "table", "compact", "people", "--dry-run", "--format", "csv")
     assert proc.returncode == 0, proc.stderr
-    assert '"dry_run",true' in proc.stdout or '"dry_run","True"' in proc.stdout
+    assert '"dry_run","true"' in proc.stdout, proc.stdout
     proc = run("--warehouse", wh, "table", "expire", "people", "--retain-last", "1",
                "--dry-run", "--format", "jsonl")
     rows = {r["metric"]: r["value"] for r in map(json.loads, proc.stdout.splitlines())}
@@ -859,3 +859,18 @@ def test_create_partitioned_and_describe_shows_format_and_partitioning(tmp_path)
     failed(run("--warehouse", wh, "table", "create", "bad", "--schema", "id:int64",
                "--partition-by", "day(nope)"), 2, "nope")
     assert Warehouse.open(wh).list_tables() == ["ev"]
+
+
+def test_booleans_are_spelled_as_sql_spells_them_in_every_text_format(tmp_path):
+    """``true``/``false`` as DuckDB and ``--format csv`` write them, not Python's
+    ``True``; in a listing of mixed values too (a maintenance command's metric/value)."""
+    wh = tmp_path / "wh"
+    assert run("--warehouse", wh, "sql", "CREATE TABLE b (x BOOLEAN, l BOOLEAN[]); "
+               "INSERT INTO b VALUES (true, [true, false])").returncode == 0
+    for fmt in ("table", "line", "csv"):
+        query = "SELECT x FROM b" if fmt == "csv" else "SELECT * FROM b"  # (csv: flat)
+        proc = run("--warehouse", wh, "sql", query, "--format", fmt)
+        assert proc.returncode == 0 and "true" in proc.stdout, proc.stderr
+        assert "True" not in proc.stdout and "False" not in proc.stdout, proc.stdout
+    proc = run("--warehouse", wh, "table", "compact", "b", "--dry-run", "--format", "csv")
+    assert '"dry_run","true"' in proc.stdout, proc.stdout

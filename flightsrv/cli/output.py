@@ -142,11 +142,18 @@ def write_rows(rows: list[dict], args, columns=None) -> int:
         for c, values in data.items():  # a column of mixed types becomes text
             if len({type(v) for v in values if v is not None and v != ""}) > 1 \
                     or any(v == "" for v in values):
-                data[c] = [None if v is None else str(v) for v in values]
+                data[c] = [None if v is None else _text(v) for v in values]
         table = pa.table(data)
     else:
         table = pa.table({})
     return write_result(table.to_reader(), args)
+
+
+def _text(v) -> str:
+    """A value of a mixed listing column as text: booleans as SQL spells them."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
 
 
 def _plain(v):
@@ -291,7 +298,9 @@ def _without(col: pa.Array, spelled: pa.Array) -> pa.Array:
 def _cell(v) -> str:
     if v is None:
         return "NULL"
-    if isinstance(v, dt.datetime):
+    if isinstance(v, bool):  # as DuckDB and --format csv spell it
+        s = "true" if v else "false"
+    elif isinstance(v, dt.datetime):
         s = v.isoformat(sep=" ")
     elif isinstance(v, (bytes, bytearray)):
         s = "\\x" + bytes(v).hex()
