@@ -739,3 +739,19 @@ def test_purge_with_nothing_to_rewrite_says_so(tmp_path):
     proc = run("--warehouse", wh, "table", "purge", "t", "--grace", "0")
     assert proc.returncode == 2 and "--grace applies with --expire only" in proc.stderr
     assert Warehouse.open(str(wh)).table("t").head().version == before
+
+
+def test_column_names_in_options_match_in_any_case(tmp_path):
+    """--sort-by and --columns take a column's name in any case, as SQL does (the check
+    passed ID, then compaction failed on it; scan refused it)."""
+    wh = tmp_path / "wh"
+    w = Warehouse.open(str(wh))
+    w.sql("CREATE TABLE s (id INTEGER, Name VARCHAR)")
+    w.sql("INSERT INTO s VALUES (2, 'b'), (1, 'a')")
+    proc = run("--warehouse", wh, "table", "compact", "s", "--sort-by", "ID")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("--warehouse", wh, "table", "scan", "s", "--columns", "NAME,ID",
+               "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(ln) for ln in proc.stdout.splitlines()] == [
+        {"Name": "a", "id": 1}, {"Name": "b", "id": 2}]

@@ -381,7 +381,10 @@ def cmd_scan(args) -> int:
     if args.filter is not None:
         where_predicate(args.filter, "--filter")  # one expression, or a usage error
     t = open_warehouse(args).table(args.table)
-    cols = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    cols = None
+    if args.columns:
+        have = {n.lower(): n for n in t.schema.names}  # a name in any case, as in SQL
+        cols = [have.get(c.strip().lower(), c.strip()) for c in args.columns.split(",")]
     try:
         reader = t.scan(cols, args.filter, version=args.version, as_of=args.as_of)
     except FlightsrvError as exc:
@@ -607,12 +610,13 @@ def cmd_compact(args) -> int:
     t = open_warehouse(args).table(args.table)
     kw = {"dry_run": args.dry_run}
     if args.sort_by:
-        kw["sort_by"] = [c.strip() for c in args.sort_by.split(",")]
-        have = {n.lower() for n in t.schema.names}
-        unknown = [c for c in kw["sort_by"] if c.lower() not in have]
+        wanted = [c.strip() for c in args.sort_by.split(",")]
+        have = {n.lower(): n for n in t.schema.names}  # a name in any case, as in SQL
+        unknown = [c for c in wanted if c.lower() not in have]
         if unknown:
             raise UsageError(f"--sort-by: the table has no column {', '.join(unknown)} "
                              f"(columns: {', '.join(t.schema.names)})")
+        kw["sort_by"] = [have[c.lower()] for c in wanted]
     if args.target_file_size:
         kw["target_file_size"] = args.target_file_size
     if not args.dry_run:
