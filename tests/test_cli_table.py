@@ -228,6 +228,14 @@ def test_certificates_record_cli_and_sql_as_source_and_show_the_whole_fingerprin
     assert [r["source"] for r in rows] == ["cli", "sql"]
     assert [r["request"] for r in rows] == [c["request_fingerprint"] for c in certs]
     assert all(len(r["request"]) > 40 for r in rows)
+    # --json writes to --output like every format, and is a format of its own
+    for command in ("erasures", "erasure-status"):
+        out = tmp_path / f"{command}.json"
+        proc = run("--warehouse", wh, "table", command, "t", "--json", "-o", out)
+        assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+        assert [json.loads(ln) for ln in out.read_text().splitlines()]
+        failed(run("--warehouse", wh, "table", command, "t", "--json", "--format", "csv"), 2,
+               "--json and --format exclude each other")
 
 
 # -- flightsrv demo ----------------------------------------------------------------------

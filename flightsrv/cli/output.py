@@ -93,6 +93,17 @@ def _binary_target(output: str | None):
         raise
 
 
+def write_json_documents(docs: list, args) -> int:
+    """``--json``: each document as one line of JSON, to ``--output`` or stdout (``--json``
+    is its own format: with another ``--format`` it is a usage error)."""
+    if getattr(args, "format", "table") not in (None, "table"):
+        raise UsageError("--json and --format exclude each other (--json is its own format)")
+    with _binary_target(getattr(args, "output", None)) as out:
+        for doc in docs:
+            out.write((json.dumps(doc, sort_keys=True, default=str) + "\n").encode("utf-8"))
+    return len(docs)
+
+
 def write_result(reader: pa.RecordBatchReader, args) -> int:
     """Write every batch of ``reader`` in ``args.format`` to ``args.output`` or stdout;
     returns the number of rows written."""

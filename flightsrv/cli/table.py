@@ -711,7 +711,6 @@ def cmd_upgrade(args) -> int:
 
 
 def cmd_erasures(args) -> int:
-    import json
     import sys
 
     from flightsrv.table.certificate import UNREADABLE
@@ -722,8 +721,7 @@ def cmd_erasures(args) -> int:
         if c["status"] == UNREADABLE:
             print(f"warning: {c['error']}", file=sys.stderr)
     if args.json:
-        for c in certs:
-            print(json.dumps(c, sort_keys=True))
+        output.write_json_documents(certs, args)
         return 0
     output.write_rows([{
         "id": c["id"], "operation": c["operation"], "source": c.get("source", ""),
@@ -741,12 +739,11 @@ def cmd_erasures(args) -> int:
 
 
 def cmd_erasure_status(args) -> int:
-    import json
 
     t = open_warehouse(args).table(args.table)
     st = t.erasure_status()
     if args.json:
-        print(json.dumps(st.to_dict(), sort_keys=True, default=str))
+        output.write_json_documents([st.to_dict()], args)
         return 0
     output.write_rows(_render().result_rows(st), args)
     footer = (f"deadline {format_duration(st.deadline_ms / 1000)} (table property "
