@@ -107,6 +107,12 @@ def test_a_local_directory_is_safe(tmp_path):
     proc = _run(env, str(tmp_path / "wh"), "--quiet", *RACE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verdict: SAFE" in proc.stdout
+    # checking a directory leaves nothing behind: it does not become a warehouse
+    assert not (tmp_path / "wh").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    assert _run(env, str(tmp_path / "mine"), "--quiet", *RACE).returncode == 0
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.parametrize("args", [["ftp://x/y"], ["s3:///nobucket"], ["--threads", "0", "x"]])

@@ -10,7 +10,10 @@ ListObjectsV2 paging; a bounded concurrent If-Match race on one counter) write o
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import sys
 
 from flightsrv.cli.common import EXIT_FAILED, EXIT_OK, UsageError
@@ -30,6 +33,11 @@ def cmd_check(args) -> int:
     if not 1 <= args.threads <= 64 or not 1 <= args.increments <= 1000:
         raise UsageError("--threads must be 1-64 and --increments 1-1000")
     store = open_store(location)
+    # a local directory must not become a warehouse by being checked: what the check's
+    # writes made of the store's own state (.flightsrv/, the directory itself) goes after
+    root = getattr(store, "root", None) if not location.startswith("s3://") else None
+    made = [] if root is None else [p for p in (root, os.path.join(root, ".flightsrv"))
+                                    if not os.path.exists(p)]
     err = sys.stderr
 
     def started(i, n, name):
@@ -40,10 +48,18 @@ def cmd_check(args) -> int:
         err.write(f"[{i}/{n}] {check.name}: {'ok' if check.ok else 'FAILED'}\n")
         err.flush()
 
-    report = run_contract(store, DEFAULT_RUNTIME.ids.new_id()[:12], threads=args.threads,
-                          increments=args.increments,
-                          on_start=None if args.quiet else started,
-                          on_check=None if args.quiet else finished)
+    try:
+        report = run_contract(store, DEFAULT_RUNTIME.ids.new_id()[:12], threads=args.threads,
+                              increments=args.increments,
+                              on_start=None if args.quiet else started,
+                              on_check=None if args.quiet else finished)
+    finally:
+        for path in reversed(made):  # .flightsrv/ first, then the directory if left empty
+            if path.endswith(".flightsrv"):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
