@@ -763,3 +763,36 @@ def test_column_names_in_options_match_in_any_case(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert [json.loads(ln) for ln in proc.stdout.splitlines()] == [
         {"Name": "a", "id": 1}, {"Name": "b", "id": 2}]
+
+
+def test_durations_and_intervals_print_as_duckdb_spells_them_and_read_back(tmp_path):
+    """A duration column (and a SQL INTERVAL) is DuckDB's INTERVAL text in every text
+    format (it was seconds, microseconds, a timedelta or a Python repr by format, and CSV
+    of an INTERVAL failed), and what scan writes appends back exactly."""
+    wh = tmp_path / "wh"
+    schema = pa.schema([("id", pa.int64()), ("d", pa.duration("us"))])
+    t = Warehouse.open(str(wh)).create_table("dur", schema)
+    t.append(pa.table({"id": [1, 2], "d": pa.array([dt.timedelta(seconds=90),
+                                                     dt.timedelta(days=2, microseconds=5)],
+                                                    pa.duration("us"))}))
+    for command in (["table", "scan", "dur"], ["sql", "SELECT * FROM dur ORDER BY id"]):
+        for fmt in ("table", "line", "csv", "jsonl"):
+            proc = run("--warehouse", wh, *command, "--format", fmt)
+            assert proc.returncode == 0, proc.stderr
+            # (DuckDB's INTERVAL of a duration holds microseconds only: 48:00:00.000005)
+            assert "00:01:30" in proc.stdout and ("48:00:00.000005" in proc.stdout or
+                                                  "2 days 00:00:00.000005" in proc.stdout), \
+                (command, fmt, proc.stdout)
+    for fmt in ("jsonl", "csv"):
+        out = tmp_path / f"dur.{fmt}"
+        assert run("--warehouse", wh, "table", "scan", "dur", "--format", fmt, "-o", out
+                   ).returncode == 0
+        proc = run("--warehouse", wh, "table", "append", "dur", out)
+        assert proc.returncode == 0, proc.stderr
+    got = Warehouse.open(str(wh)).table("dur").to_table().column("d").to_pylist()
+    assert sorted(got) == sorted([dt.timedelta(seconds=90),
+                                  dt.timedelta(days=2, microseconds=5)] * 4)  # (2, +2, +4)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 9, "d": "1 month"}\n')
+    proc = run("--warehouse", wh, "table", "append", "dur", bad)
+    assert proc.returncode == 1 and "months have no fixed length" in proc.stderr

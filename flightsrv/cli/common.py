@@ -251,7 +251,8 @@ def _read_json(path: str, schema):
                     if _is_binary(typ):
                         col = _decode_binary(col, typ, "base64", path=path, column=name,
                                              first_row=done + 1)
-                    cols.append(col.cast(typ))
+                    cols.append(_as_type(col, typ, path=path, column=name,
+                                         first_row=done + 1))
                 done += batch.num_rows
                 yield pa.record_batch(cols, schema=out_schema)
         finally:
@@ -381,7 +382,7 @@ def _read_types(schema, names: list[str]):
     for f in schema:
         if f.name not in names:
             continue
-        if is_temporal(f.type) or _is_binary(f.type):
+        if is_temporal(f.type) or _is_binary(f.type) or pa.types.is_duration(f.type):
             types[f.name] = pa.string()
             later.append(f)
         else:
@@ -568,7 +569,32 @@ def _cast_temporal(con, col, typ, duck: str, *, path: str, column: str, first_ro
                                  file=path, column=column, **where) from None
     finally:
         con.unregister("src")
-    return got.column(0).combine_chunks().cast(typ)
+    return _as_type(got.column(0).combine_chunks(), typ, path=path, column=column,
+                    first_row=first_row)
+
+
+def _as_type(col, typ, *, path: str, column: str, first_row: int):
+    """``col`` as Arrow type ``typ``; an INTERVAL DuckDB read (month_day_nano) into a
+    duration column exactly: one with months (no fixed length) or finer than the column's
+    unit is refused naming the row."""
+    import pyarrow as pa
+
+    if not (pa.types.is_duration(typ) and col.type == pa.month_day_nano_interval()):
+        return col.cast(typ)
+    per = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[typ.unit]
+    out = []
+    for i, v in enumerate(col.to_pylist()):
+        if v is None:
+            out.append(None)
+            continue
+        total = v.days * 86_400_000_000_000 + v.nanoseconds
+        if v.months or total % per:
+            raise ConfigurationError(
+                f"an interval is not a duration[{typ.unit}] (months have no fixed length; "
+                "a duration holds whole units)", file=path, column=column,
+                row=first_row + i, value=str(v))
+        out.append(total // per)
+    return pa.array(out, pa.int64()).cast(typ)
 
 
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")

@@ -93,6 +93,45 @@ def _binary_target(output: str | None):
         raise
 
 
+def _is_interval(t: pa.DataType) -> bool:
+    return pa.types.is_duration(t) or t == pa.month_day_nano_interval()
+
+
+def _intervals_as_text(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """``reader`` with its top-level duration and interval columns as DuckDB's text of the
+    INTERVAL it reads them as (``00:01:30``, ``1 month 2 days``): what DuckDB shows, and
+    what ``table append`` reads back into such a column, in every text format (they were
+    seconds, microseconds, a timedelta or a Python repr, by format)."""
+    schema = reader.schema
+    cols = [i for i, f in enumerate(schema) if _is_interval(f.type)]
+    if not cols:
+        return reader
+    import duckdb
+
+    out_schema = schema
+    for i in cols:
+        out_schema = out_schema.set(i, pa.field(schema[i].name, pa.string(),
+                                                schema[i].nullable, schema[i].metadata))
+
+    def batches():
+        con = duckdb.connect(":memory:")
+        try:
+            for batch in reader:
+                arrays = list(batch.columns)
+                for i in cols:
+                    con.register("_iv", pa.table({"v": batch.column(i)}))
+                    try:
+                        arrays[i] = con.sql("SELECT CAST(v AS VARCHAR) FROM _iv") \
+                            .to_arrow_table().column(0).combine_chunks()
+                    finally:
+                        con.unregister("_iv")
+                yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+        finally:
+            con.close()
+
+    return pa.RecordBatchReader.from_batches(out_schema, batches())
+
+
 def write_json_documents(docs: list, args) -> int:
     """``--json``: each document as one line of JSON, to ``--output`` or stdout (``--json``
     is its own format: with another ``--format`` it is a usage error)."""
@@ -108,6 +147,8 @@ def write_result(reader: pa.RecordBatchReader, args) -> int:
     """Write every batch of ``reader`` in ``args.format`` to ``args.output`` or stdout;
     returns the number of rows written."""
     fmt = args.format
+    if fmt != "parquet":
+        reader = _intervals_as_text(reader)
     with _binary_target(getattr(args, "output", None)) as out:
         if fmt in ("table", "line"):
             return _write_table(reader, out, getattr(args, "max_rows", DEFAULT_MAX_ROWS),
