@@ -182,11 +182,14 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
     if isinstance(exc, (ResourceLimit, Draining)):
         return flight.FlightUnavailableError(msg)
     text = str(exc)
-    if text.startswith(_OOM_MESSAGES) or "Out of Memory Error" in text:
-        # DuckDB's own (SqlError wraps it too): a limit, not a mistake in the statement
+    if isinstance(exc, MemoryError) or text.startswith(_OOM_MESSAGES) or \
+            "Out of Memory Error" in text or "Allocation failure" in text:
+        # DuckDB's own (SqlError wraps it too), or the process's cap refused Python an
+        # allocation: a limit, not a mistake in the statement
         return flight.FlightUnavailableError(_with_context(
-            "LimitExceeded: the statement needs more memory than the server's "
-            "--memory-limit allows (limit=memory_limit)", **ctx))
+            "LimitExceeded: the statement needs more memory than the server allows "
+            "(--memory-limit, and the process cap --memory-headroom above it) "
+            "(limit=memory_limit)", **ctx))
     if isinstance(exc, (errors.TableNotFound, errors.VersionNotFound, NotFound)):
         return pa.ArrowKeyError(msg)
     if isinstance(exc, errors.ConfigurationError):  # incl. TableExists, SqlError, ...
