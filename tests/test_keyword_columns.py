@@ -30,6 +30,11 @@ STATEMENTS = [
     "ALTER TABLE kw DROP COLUMN session_user",
     "ALTER TABLE kw ADD COLUMN Current_Catalog VARCHAR",
     "UPDATE kw SET current_catalog = 'c' || n",
+    # the keyword column is not the first: a DML's scan must read it (it read the first
+    # column only, and DuckDB then bound the function: every row deleted)
+    "UPDATE kw SET n = n + 10 WHERE current_user <> 'nobody'",
+    "DELETE FROM kw WHERE localtime = 3",
+    "DELETE FROM kw WHERE Current_User = 's'",
 ]
 QUERIES = [
     "SELECT current_user FROM kw ORDER BY n",
@@ -41,8 +46,8 @@ QUERIES = [
 
 
 @pytest.fixture
-def engine(tmp_path):
-    e = DuckEngine(Warehouse.open(str(tmp_path / "wh")))
+def engine(warehouse_uri):
+    e = DuckEngine(Warehouse.open(warehouse_uri))
     yield e, Session("s")
     e.close()
 
