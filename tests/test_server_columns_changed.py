@@ -115,3 +115,19 @@ def test_adbc_reads_while_another_client_alters(served):
         stop.set()
         thread.join()
     assert not failures
+
+
+def test_a_failure_over_new_rows_is_not_answered_from_the_described_versions(served):
+    """Only a change of columns sends DoGet to the described versions: a run that fails
+    over rows committed in between fails (a deleted row is not served again from before
+    its DELETE, and the new row is not hidden)."""
+    client, _ = served
+    update(client, "CREATE TABLE fb (a INTEGER, b VARCHAR)")
+    update(client, "INSERT INTO fb VALUES (1, '1'), (2, '2')")
+    info = client.get_flight_info(query("SELECT a, CAST(b AS INTEGER) AS n FROM fb ORDER BY a"))
+    update(client, "DELETE FROM fb WHERE a = 2")
+    update(client, "INSERT INTO fb VALUES (3, 'oops')")
+    with pytest.raises(pa.ArrowInvalid, match="oops"):
+        _redeem(client, info)
+    update(client, "DELETE FROM fb WHERE a = 3")
+    assert _redeem(client, info).to_pylist() == [{"a": 1, "n": 1}]  # the head, as usual

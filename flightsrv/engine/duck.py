@@ -452,6 +452,23 @@ class DuckEngine:
         functions): its runs then report their ``ExecInfo.read_set``. From caches."""
         return self._read_refs(asof.canonical(sql)) is not None
 
+    def columns_changed(self, versions: dict[str, int], read: tuple | None = None) -> bool:
+        """Whether a table of ``versions`` (name -> version, ``Prepared.versions``) has other
+        columns in the version a run read (``read``: its ``ExecInfo.read_set``; else the
+        head now) than in that version: an ALTER TABLE or CREATE OR REPLACE in between (a
+        version gone, or a table dropped, counts as changed)."""
+        seen = {name: version for name, _uuid, version in read or ()}
+        for name, version in versions.items():
+            try:
+                table = self.warehouse.handle(name)
+                now = table.snapshot(version=seen[name]) if name in seen else table.snapshot()
+                if not now.schema.equals(table.snapshot(version=version).schema,
+                                         check_metadata=True):
+                    return True
+            except FlightsrvError:
+                return True
+        return False
+
     def read_set(self, sql: str) -> tuple | None:
         """The versions the query ``sql`` would read if it ran now: ``(name, table uuid,
         version)`` per table it references (time travel resolved), or None when its text

@@ -1082,23 +1082,22 @@ class FlightSqlServer(flight.FlightServerBase):
         try:
             result = self._engine.execute_query(t.sql, session, t.params, cancel=cancel)
         except errors.SqlError as exc:
-            if not t.versions or not self._tables_moved(t):
+            if not self._columns_moved(t):
                 raise
             return self._as_planned(t, session, cancel, exc)
-        if t.versions and t.schema is not None and \
-                schema_digest(md.annotate_result_schema(result.schema)) != t.schema:
+        if t.schema is not None and \
+                schema_digest(md.annotate_result_schema(result.schema)) != t.schema and \
+                self._columns_moved(t, result.info.read_set):
             result.reader.close()
             return self._as_planned(t, session, cancel, None)
         return result
 
-    def _tables_moved(self, t) -> bool:
-        """Whether a table the ticket's query was described over has another head now."""
-        read_set = getattr(self._engine, "read_set", None)
-        now = read_set(t.sql) if read_set is not None else None
-        if now is None:
-            return False
-        heads = {name: version for name, _uuid, version in now}
-        return any(heads.get(name, version) != version for name, version in t.versions.items())
+    def _columns_moved(self, t, read: tuple | None = None) -> bool:
+        """Whether a table the ticket's query was described over has other columns in the
+        versions a run read (``read``; else now): only then is it read as described (other
+        commits in between are seen)."""
+        changed = getattr(self._engine, "columns_changed", None)
+        return bool(t.versions) and changed is not None and changed(t.versions, read)
 
     def _as_planned(self, t, session: Session, cancel: Cancel,
                     failed: BaseException | None) -> QueryResult:
