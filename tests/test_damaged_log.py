@@ -94,6 +94,19 @@ def test_a_gap_in_the_version_chain_fails_reads_writes_and_vacuum(root):
     assert wh.list_tables(broken) == [] and broken[0][0] == "t"
 
 
+def test_time_travel_into_a_gap_names_the_missing_manifest(root):
+    """A version missing between retained ones is damage, not an expired version (whose
+    message would name an older version as the oldest retained)."""
+    t = Warehouse.open(root).create_table("t", SCHEMA)
+    for i in range(3):
+        t.append(pa.table({"id": [i]}, schema=SCHEMA))
+    os.remove(_path(root, "t", manifest_key(1)))
+    t = Warehouse.open(root).table("t")
+    with pytest.raises(CorruptObject, match=f"key=t/{manifest_key(1)} version=1"):
+        t.snapshot(version=1)
+    assert t.snapshot(version=2).version == 2  # the others read
+
+
 def test_vacuum_refuses_a_gap_of_several_versions(root):
     t = Warehouse.open(root).create_table("t", SCHEMA, properties=SHORT)
     for i in range(4):

@@ -134,6 +134,10 @@ class TableLog:
         m = self.try_load(version)
         if m is None:
             oldest = self.oldest_readable()
+            head = self.head() if oldest is not None and version > oldest else None
+            if head is not None and version < head.version:
+                # inside the retained run (expiry deletes from the oldest up): damage
+                raise self._gap(version)
             raise VersionNotFound(
                 "version does not exist or was expired", table=self.name, version=version,
                 oldest_retained=oldest,
