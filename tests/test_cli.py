@@ -623,6 +623,14 @@ def test_delete_dry_run_counts_with_the_engine_and_changes_nothing(wh):
         caret = lines[lines.index("--where: id = 1 AND nope = 1") + 1]
         assert caret == " " * len("--where: id = 1 AND ") + "^^^^", proc.stderr
         assert not [ln for ln in lines if ln.startswith("LINE ")], proc.stderr
+    # --filter is checked the same way: the caret points into it, DuckDB's hint kept
+    proc = run("--warehouse", wh, "table", "scan", "people", "--filter", "id = 1 AND nope = 1")
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and "--filter: id = 1 AND nope = 1" in lines, proc.stderr
+    caret = lines[lines.index("--filter: id = 1 AND nope = 1") + 1]
+    assert caret == " " * len("--filter: id = 1 AND ") + "^^^^", proc.stderr
+    assert 'Candidate bindings: "name"' in lines, proc.stderr
+    assert not [ln for ln in lines if ln.startswith("LINE ")], proc.stderr
 
 
 def test_compact_and_expire_dry_runs_change_nothing(wh, tmp_path):

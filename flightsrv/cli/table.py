@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import signal
 
 import pyarrow as pa
@@ -388,7 +389,7 @@ def cmd_scan(args) -> int:
     try:
         reader = t.scan(cols, args.filter, version=args.version, as_of=args.as_of)
     except FlightsrvError as exc:
-        raise _caret_at_option(exc, "--filter") from None
+        raise _caret_at_option(exc, "--filter", args.filter) from None
     output.write_result(_limited(reader, args.limit), args)
     return 0
 
@@ -438,16 +439,27 @@ def where_predicate(text: str, option: str = "--where") -> str:
     return f"(\n{text}\n)"
 
 
-def _caret_at_option(exc: FlightsrvError, option: str) -> FlightsrvError:
-    """DuckDB's error for a statement built around ``where_predicate``'s text points at
-    ``LINE 2`` of that statement (the predicate's own line): point at the option instead,
-    the caret under the same characters."""
+def _caret_at_option(exc: FlightsrvError, option: str,
+                     text: str | None = None) -> FlightsrvError:
+    """DuckDB's error for a statement built around an option's predicate points at a line
+    of that statement (``LINE 2``: the predicate's own line, as ``where_predicate`` sets
+    it; or the line holding ``text``, the predicate as given): point at the option
+    instead, the caret under the same characters."""
     lines = exc.detail.split("\n")
     for i, line in enumerate(lines[:-1]):
-        if line.startswith("LINE 2: ") and lines[i + 1].startswith(" " * 8):
-            lines[i] = f"{option}: {line[8:]}"
-            lines[i + 1] = " " * (len(option) + 2) + lines[i + 1][8:]
-            return exc.with_detail("\n".join(lines))
+        m = re.match(r"LINE \d+: ", line)
+        if m is None or not lines[i + 1].startswith(" " * m.end()):
+            continue
+        rest, caret = line[m.end():], lines[i + 1][m.end():]
+        at, end = 0, None
+        if not line.startswith("LINE 2: "):
+            at = rest.find(text.strip()) if text and text.strip() else -1
+            end = at + len(text.strip())
+        if at < 0 or len(caret) - len(caret.lstrip()) < at:
+            continue
+        lines[i] = f"{option}: {rest[at:end]}"
+        lines[i + 1] = " " * (len(option) + 2) + caret[at:]
+        return exc.with_detail("\n".join(lines))
     return exc
 
 
