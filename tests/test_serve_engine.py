@@ -14,7 +14,13 @@ from pyarrow import flight
 from flightsrv import Warehouse
 from flightsrv.engine import DuckEngine, Session
 from flightsrv.engine.stream import coalesce as _coalesce
-from flightsrv.errors import CommitConflict, CorruptObject, ObjectNotFound, TableExists
+from flightsrv.errors import (
+    CommitConflict,
+    CorruptObject,
+    ObjectNotFound,
+    SqlError,
+    TableExists,
+)
 from flightsrv.server.status import to_flight_error
 from flightsrv.store import open_store
 from flightsrv.store.faults import FaultPlan, FaultyStore
@@ -215,6 +221,20 @@ def test_error_mapping_keeps_class_name_and_context(error, flight_error):
     assert isinstance(got, flight_error)
     assert str(got).startswith(type(error).__name__ + ":")
     assert all(f"{k}={v}" in str(got) for k, v in error.context.items())
+
+
+@pytest.mark.parametrize("error, limit", [
+    (SqlError("Out of Memory Error: failed to allocate data of size 1.4 GiB"), True),
+    (MemoryError(), True),
+    # the statement's own text in the message is not the engine running out of memory
+    (SqlError("Conversion Error: Could not convert string 'Allocation failure' to INT32"),
+     False),
+    (SqlError("Invalid Input Error: Out of Memory Error: Allocation failure"), False),
+])
+def test_only_running_out_of_memory_is_the_memory_limit(error, limit):
+    got = to_flight_error(error, statement="SELECT 1")
+    assert ("limit=memory_limit" in str(got)) == limit
+    assert isinstance(got, flight.FlightUnavailableError if limit else pa.ArrowInvalid)
 
 
 @pytest.mark.parametrize("max_bytes", [1, 64])

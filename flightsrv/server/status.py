@@ -181,9 +181,11 @@ def to_flight_error(exc: BaseException, *, statement: str | None = None,
         return flight.FlightUnauthorizedError(msg)
     if isinstance(exc, (ResourceLimit, Draining)):
         return flight.FlightUnavailableError(msg)
+    # the error's own message, never text the statement supplied (a literal, a name):
+    # DuckDB's Out of Memory starts it (a SqlError carries DuckDB's message as its own)
     text = str(exc)
-    if isinstance(exc, MemoryError) or text.startswith(_OOM_MESSAGES) or \
-            "Out of Memory Error" in text or "Allocation failure" in text:
+    head = exc.message if isinstance(exc, errors.FlightsrvError) else text
+    if isinstance(exc, MemoryError) or head.startswith(_OOM_MESSAGES):
         # DuckDB's own (SqlError wraps it too), or the process's cap refused Python an
         # allocation: a limit, not a mistake in the statement
         return flight.FlightUnavailableError(_with_context(
