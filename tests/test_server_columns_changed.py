@@ -131,3 +131,16 @@ def test_a_failure_over_new_rows_is_not_answered_from_the_described_versions(ser
         _redeem(client, info)
     update(client, "DELETE FROM fb WHERE a = 3")
     assert _redeem(client, info).to_pylist() == [{"a": 1, "n": 1}]  # the head, as usual
+
+
+def test_rows_deleted_along_with_a_change_of_columns_are_never_served(served):
+    """Reading the described versions would show a row deleted since: DoGet refuses
+    (SchemaChanged, UNAVAILABLE) instead, and GetFlightInfo again answers without it."""
+    client, _ = served
+    info = client.get_flight_info(query("SELECT * FROM g ORDER BY a"))
+    update(client, "DELETE FROM g WHERE a = 2")
+    update(client, "ALTER TABLE g ADD COLUMN extra INTEGER")
+    with pytest.raises(flight.FlightUnavailableError, match="rows were deleted or updated"):
+        _redeem(client, info)
+    info = client.get_flight_info(query("SELECT * FROM g ORDER BY a"))
+    assert _redeem(client, info).to_pylist() == [{"a": 1, "b": "x", "extra": None}]

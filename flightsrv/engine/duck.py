@@ -452,22 +452,30 @@ class DuckEngine:
         functions): its runs then report their ``ExecInfo.read_set``. From caches."""
         return self._read_refs(asof.canonical(sql)) is not None
 
-    def columns_changed(self, versions: dict[str, int], read: tuple | None = None) -> bool:
-        """Whether a table of ``versions`` (name -> version, ``Prepared.versions``) has other
-        columns in the version a run read (``read``: its ``ExecInfo.read_set``; else the
-        head now) than in that version: an ALTER TABLE or CREATE OR REPLACE in between (a
-        version gone, or a table dropped, counts as changed)."""
+    def since_described(self, versions: dict[str, int], read: tuple | None = None) -> str:
+        """How the tables of ``versions`` (name -> version, ``Prepared.versions``) changed
+        between those versions and the ones a run read (``read``: its
+        ``ExecInfo.read_set``; else the heads now): ``"same"``, every table has the
+        columns it had; ``"columns"``, some table's columns changed (an ALTER TABLE) and no
+        commit in between deleted or updated a row, so the described versions hold no row
+        deleted since; ``"rows"``, columns changed and rows were deleted or updated in
+        between too (or that cannot be told: a version gone, a table dropped or replaced)."""
         seen = {name: version for name, _uuid, version in read or ()}
+        state = "same"
         for name, version in versions.items():
             try:
                 table = self.warehouse.handle(name)
                 now = table.snapshot(version=seen[name]) if name in seen else table.snapshot()
-                if not now.schema.equals(table.snapshot(version=version).schema,
-                                         check_metadata=True):
-                    return True
+                if now.schema.equals(table.snapshot(version=version).schema,
+                                     check_metadata=True):
+                    continue
+                state = "columns"
+                for v in range(version + 1, now.version + 1):
+                    if table.log.load(v).summary.get("rows_deleted", 0):
+                        return "rows"
             except FlightsrvError:
-                return True
-        return False
+                return "rows"
+        return state
 
     def read_set(self, sql: str) -> tuple | None:
         """The versions the query ``sql`` would read if it ran now: ``(name, table uuid,

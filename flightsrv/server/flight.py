@@ -1082,28 +1082,39 @@ class FlightSqlServer(flight.FlightServerBase):
         try:
             result = self._engine.execute_query(t.sql, session, t.params, cancel=cancel)
         except errors.SqlError as exc:
-            if not self._columns_moved(t):
+            state = self._since_described(t)
+            if state == "same":
                 raise
-            return self._as_planned(t, session, cancel, exc)
+            return self._as_planned(t, session, cancel, exc, state)
         if t.schema is not None and \
-                schema_digest(md.annotate_result_schema(result.schema)) != t.schema and \
-                self._columns_moved(t, result.info.read_set):
-            result.reader.close()
-            return self._as_planned(t, session, cancel, None)
+                schema_digest(md.annotate_result_schema(result.schema)) != t.schema:
+            state = self._since_described(t, result.info.read_set)
+            if state != "same":
+                result.reader.close()
+                return self._as_planned(t, session, cancel, None, state)
         return result
 
-    def _columns_moved(self, t, read: tuple | None = None) -> bool:
-        """Whether a table the ticket's query was described over has other columns in the
-        versions a run read (``read``; else now): only then is it read as described (other
-        commits in between are seen)."""
-        changed = getattr(self._engine, "columns_changed", None)
-        return bool(t.versions) and changed is not None and changed(t.versions, read)
+    def _since_described(self, t, read: tuple | None = None) -> str:
+        """How the tables the ticket's query was described over changed up to the versions
+        a run read (``read``; else now): "same", "columns" or "rows"
+        (``DuckEngine.since_described``). Only a change of columns sends DoGet to the
+        described versions, and only when they hold no row deleted since."""
+        since = getattr(self._engine, "since_described", None)
+        if not t.versions or since is None:
+            return "same"
+        return since(t.versions, read)
 
     def _as_planned(self, t, session: Session, cancel: Cancel,
-                    failed: BaseException | None) -> QueryResult:
+                    failed: BaseException | None, state: str) -> QueryResult:
         """The query of ticket ``t`` over the versions it was described over (see
         :meth:`_announced_result`); ``failed``: the run at the heads' error, raised again
-        when this run does not give the announced columns either."""
+        when this run does not give the announced columns either. ``state`` "rows": those
+        versions hold rows deleted or updated since, which a plain query must not show:
+        SchemaChanged instead."""
+        if state == "rows":
+            raise errors.SchemaChanged(
+                "a table the query reads changed its columns since GetFlightInfo, and rows "
+                "were deleted or updated since; call GetFlightInfo again") from None
         try:
             result = self._engine.execute_query(t.sql, session, t.params, cancel=cancel,
                                                 versions=t.versions)
