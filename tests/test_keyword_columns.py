@@ -30,6 +30,9 @@ STATEMENTS = [
     "ALTER TABLE kw DROP COLUMN session_user",
     "ALTER TABLE kw ADD COLUMN Current_Catalog VARCHAR",
     "UPDATE kw SET current_catalog = 'c' || n",
+    "ALTER TABLE kw ADD COLUMN value INTEGER",
+    "MERGE INTO kw USING (SELECT 7 AS n) s ON kw.n = s.n "
+    "WHEN NOT MATCHED THEN INSERT (n, value, current_user) VALUES (s.n, 70, 'v')",
     # the keyword column is not the first: a DML's scan must read it (it read the first
     # column only, and DuckDB then bound the function: every row deleted)
     "UPDATE kw SET n = n + 10 WHERE current_user <> 'nobody'",

@@ -183,7 +183,8 @@ def _when_expressions(cut: Cut, edits, sql: str) -> list[str]:
             columns = True
         elif columns and t.upper == ")":
             columns = False
-        elif not ((columns and (t.kind == "identifier" or t.upper in ("(", ",")))
+        elif not ((columns and (t.kind in ("identifier", "keyword")  # a name (value, user)
+                                or t.upper in ("(", ",")))
                   or t.upper in _WHEN_WORDS):
             raise refuse
         i += 1
