@@ -546,8 +546,28 @@ def _upstream_write_failure(ref, ref_sql: str, err) -> bool:
     text = str(err)
     if ref_sql.startswith("UPDATE ") and "Unrecognized type for ConvertToString" in text:
         return True
-    m = re.match(r"DELETE FROM t WHERE (.+)$", ref_sql, re.S)
-    return m is not None and plan_dependent_failure(ref, f"SELECT * FROM t WHERE {m[1]}", err)
+    cond = _write_condition(ref_sql)
+    return cond is not None and plan_dependent_failure(ref, f"SELECT * FROM t WHERE {cond}",
+                                                       err)
+
+
+def _write_condition(ref_sql: str) -> str | None:
+    """The WHERE condition of a generated ``DELETE FROM t WHERE ...`` or ``UPDATE t SET
+    ... WHERE ...`` (the rows it writes are the rows ``SELECT * FROM t WHERE`` it finds)."""
+    m = re.match(r"(?:DELETE FROM t|UPDATE t SET .+?) WHERE (.+)$", ref_sql, re.S)
+    return m[1] if m else None
+
+
+def _upstream_write_refusal(ref, ref_sql: str, ref_err) -> bool:
+    """The mirror of :func:`_upstream_write_failure`: DuckDB refused a DELETE or UPDATE
+    that flightsrv ran, with a conversion error of a row whose condition fails alone
+    (``tss > d`` with a DATE at 5877642-06-25): over flightsrv's files, DuckDB's plan for
+    the find dropped that row before the failing cast (a hypothesis example of the
+    thirtieth session). Which rows such a write takes is DuckDB's evaluation order's to
+    decide."""
+    cond = _write_condition(ref_sql)
+    return cond is not None and plan_dependent_failure(
+        ref, f"SELECT * FROM t WHERE {cond}", ref_err)
 
 
 def plan_dependent_error(ref, ref_sql: str, ref_err, got) -> bool:
@@ -738,6 +758,11 @@ def compare(wh, ref, sql: str, run, versions: Versions | None = None) -> None:
         if err is not None:
             assert {name: _head(wh, name) for name in ("t", "c")} == before, \
                 f"a failed statement committed: {sql}"
+        raise ReferenceDied(sql)
+    if ref_err is not None and err is None and not query and \
+            _upstream_write_refusal(ref, ref_sql, ref_err):
+        # flightsrv committed what the reference refused, for a reason of DuckDB's own
+        # plan: the two now differ, so the case ends
         raise ReferenceDied(sql)
     if ref_err is not None:
         assert err is not None, f"DuckDB refused but flightsrv ran: {sql}: {ref_err}"
