@@ -109,6 +109,8 @@ def test_a_local_directory_is_safe(tmp_path):
     assert "verdict: SAFE" in proc.stdout
     # checking a directory leaves nothing behind: it does not become a warehouse
     assert not (tmp_path / "wh").exists()
+    assert _run(env, str(tmp_path / "nest" / "a" / "b"), "--quiet", *RACE).returncode == 0
+    assert not (tmp_path / "nest").exists()
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("x")
     assert _run(env, str(tmp_path / "mine"), "--quiet", *RACE).returncode == 0

@@ -470,11 +470,17 @@ def _breaks_in_last_row(batch) -> bool:
 
 
 def _check_quotes(path: str, delimiter: str) -> None:
+    """Refuse ``path`` when a quoted value runs to the end of the file: Python's strict CSV
+    reader says so ("unexpected end of data"). Where it stops earlier on something pyarrow
+    and DuckDB read (a space after a closing quote), the file's end tells: a quoted value
+    that closes leaves the closing quote as the file's last character (but for line
+    breaks), one that never closes leaves the value's own text there."""
     import csv
     import io
 
     import pyarrow as pa
 
+    csv.field_size_limit(sys.maxsize)  # a long value is no error (pyarrow reads it)
     with pa.input_stream(path, compression="detect") as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
         rows = csv.reader(text, delimiter=delimiter, strict=True)
@@ -482,11 +488,24 @@ def _check_quotes(path: str, delimiter: str) -> None:
         try:
             for _ in rows:
                 read += 1
+            return
         except csv.Error as exc:
-            raise ConfigurationError(
-                f"a quoted value never closes ({exc}): the rest of the file would be read "
-                "as that one value; close the quote (a quote inside a quoted value is "
-                "written twice: \"\")", file=path, row=read) from None
+            if "end of data" in str(exc):
+                _never_closes(path, read, str(exc))
+    with pa.input_stream(path, compression="detect") as raw:
+        size = raw.seek(0, 2) if raw.seekable() else None
+        if size is not None:
+            raw.seek(max(0, size - 4096))
+        tail = raw.read().decode("utf-8", errors="replace").rstrip("\r\n")
+    if tail and not tail.endswith('"'):
+        _never_closes(path, None, "the file ends inside a quoted value")
+
+
+def _never_closes(path: str, row: int | None, why: str):
+    raise ConfigurationError(
+        f"a quoted value never closes ({why}): the rest of the file would be read as that "
+        "one value; close the quote (a quote inside a quoted value is written twice: \"\")",
+        file=path, **({"row": row} if row is not None else {}))
 
 
 def _named_errors(reader, kind: str, path: str, names, parse=None):

@@ -108,6 +108,8 @@ def _intervals_as_text(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
         return reader
     import duckdb
 
+    from flightsrv.errors import ConfigurationError
+
     out_schema = schema
     for i in cols:
         out_schema = out_schema.set(i, pa.field(schema[i].name, pa.string(),
@@ -123,6 +125,11 @@ def _intervals_as_text(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
                     try:
                         arrays[i] = con.sql("SELECT CAST(v AS VARCHAR) FROM _iv") \
                             .to_arrow_table().column(0).combine_chunks()
+                    except duckdb.Error as exc:  # a duration no INTERVAL holds
+                        raise ConfigurationError(
+                            "a value of this column is a duration DuckDB's INTERVAL cannot "
+                            f"hold, so no text shows it ({str(exc).splitlines()[0]}); use "
+                            "--format parquet", column=schema[i].name) from None
                     finally:
                         con.unregister("_iv")
                 yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)

@@ -36,8 +36,15 @@ def cmd_check(args) -> int:
     # a local directory must not become a warehouse by being checked: what the check's
     # writes made of the store's own state (.flightsrv/, the directory itself) goes after
     root = getattr(store, "root", None) if not location.startswith("s3://") else None
-    made = [] if root is None else [p for p in (root, os.path.join(root, ".flightsrv"))
-                                    if not os.path.exists(p)]
+    made = []  # what does not exist yet, outermost first: the check's writes make it
+    if root is not None:
+        path = root
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            made.insert(0, path)
+            path = os.path.dirname(path)
+        if os.path.join(root, ".flightsrv") not in made and \
+                not os.path.exists(os.path.join(root, ".flightsrv")):
+            made.append(os.path.join(root, ".flightsrv"))
     err = sys.stderr
 
     def started(i, n, name):
@@ -54,8 +61,8 @@ def cmd_check(args) -> int:
                               on_start=None if args.quiet else started,
                               on_check=None if args.quiet else finished)
     finally:
-        for path in reversed(made):  # .flightsrv/ first, then the directory if left empty
-            if path.endswith(".flightsrv"):
+        for path in reversed(made):  # .flightsrv/ first, then each directory left empty
+            if path == os.path.join(root, ".flightsrv"):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 with contextlib.suppress(OSError):

@@ -502,7 +502,8 @@ def cmd_history(args) -> int:
     t = open_warehouse(args).table(args.table)
     keys = ("version", "created_at", "operation", "rows_added", "rows_deleted", "files_added",
             "files_removed", "live_rows")
-    output.write_rows([{k: h.get(k) for k in keys} for h in t.history(limit=args.limit)], args)
+    output.write_rows([{k: h.get(k) for k in keys} for h in t.history(limit=args.limit)], args,
+                      columns=keys)
     return 0
 
 
