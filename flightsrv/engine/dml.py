@@ -400,10 +400,10 @@ class Dml:
         for node in tree.walk():
             if isinstance(node, exp.Identifier):
                 names.add(node.name.lower())
-            elif type(node) in st.KEYWORD_FUNCTIONS:
+            elif type(node) in st.KEYWORD_NAMES:
                 # a bare current_user, localtime, ...: a call to sqlglot, a column of that
                 # name to DuckDB when the table has one (read it; DuckDB decides)
-                names.update(st.keyword_names(type(node)))
+                names.update(st.KEYWORD_NAMES[type(node)])
             elif isinstance(node, exp.Star):
                 return None
             elif isinstance(node, exp.Column) and not node.table and \

@@ -39,8 +39,7 @@ from flightsrv.sql import binder
 from flightsrv.sql.names import printed
 from flightsrv.sql import types as sqltypes
 from flightsrv.sql import validate
-from flightsrv.sql.statements import (DIALECT, KEYWORD_FUNCTIONS, _tokenize, error,
-                                      keyword_names)
+from flightsrv.sql.statements import DIALECT, KEYWORD_NAMES, _tokenize, error
 from flightsrv.runtime import text_cache
 
 Resolver = Callable[[str, "int | None", "str | None"], Any]
@@ -507,10 +506,6 @@ def _has_star(select: exp.Select) -> bool:
     return False
 
 
-#: the keywords sqlglot reads as a call without parentheses, per node class
-_KEYWORD_FUNCTIONS = {cls: frozenset(keyword_names(cls)) for cls in KEYWORD_FUNCTIONS}
-
-
 def _projections(tree: exp.Expression, refs: list[exp.Table],
                  schemas: list[pa.Schema]) -> list[list[str] | None]:
     if not refs:
@@ -539,8 +534,8 @@ def _projections(tree: exp.Expression, refs: list[exp.Table],
     identifiers = {i.name.lower() for i in tree.find_all(exp.Identifier)}
     # a bare CURRENT_USER, CURRENT_DATE, ... is a call to sqlglot, but a column of that
     # name wins in DuckDB: keep such columns (reading one more column is harmless)
-    for node in tree.find_all(*_KEYWORD_FUNCTIONS):
-        identifiers |= _KEYWORD_FUNCTIONS[type(node)]
+    for node in tree.find_all(*KEYWORD_NAMES):
+        identifiers |= KEYWORD_NAMES[type(node)]
     bare_columns = {c.name.lower() for c in tree.find_all(exp.Column) if not c.table}
     out: list[list[str] | None] = []
     for i, (t, schema) in enumerate(zip(refs, schemas)):

@@ -524,9 +524,10 @@ for _token, _node in DuckDB.Parser.NO_PAREN_FUNCTIONS.items():
     KEYWORD_FUNCTIONS[_node] = KEYWORD_FUNCTIONS.get(_node, frozenset()) | {_token}
 
 
-def keyword_names(cls: type) -> list[str]:
-    """The keywords (lower case) sqlglot reads as the call ``cls``, sorted."""
-    return sorted(t.name.lower() for t in KEYWORD_FUNCTIONS[cls])
+#: node class -> the keywords (lower case) sqlglot reads as that call: the column names
+#: a bare one may stand for (``plan._projections`` and the DML planner keep such columns)
+KEYWORD_NAMES: dict[type, frozenset[str]] = {
+    cls: frozenset(t.name.lower() for t in kinds) for cls, kinds in KEYWORD_FUNCTIONS.items()}
 
 
 def _name_positions(tree: exp.Expression) -> list[tuple[exp.Expression, bool]]:
@@ -574,7 +575,7 @@ def _keyword_names(tree: exp.Expression, tokens) -> None:
         of_cls = [n for n in nodes if type(n) is cls]
         paired = len(of_cls) == len(spelled[cls])
         for k, n in enumerate(of_cls):
-            text[id(n)] = spelled[cls][k] if paired else keyword_names(cls)[0]
+            text[id(n)] = spelled[cls][k] if paired else min(KEYWORD_NAMES[cls])
     for node, column in positions:
         ident = exp.Identifier(this=text[id(node)], quoted=True)
         node.replace(exp.Column(this=ident) if column else ident)
