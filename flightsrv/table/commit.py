@@ -133,9 +133,9 @@ class TableLog:
     def load(self, version: int) -> Manifest:
         m = self.try_load(version)
         if m is None:
-            oldest = self.oldest_readable()
-            head = self.head() if oldest is not None and version > oldest else None
-            if head is not None and version < head.version:
+            head = self.head()
+            oldest = self.oldest_readable(head=head)
+            if oldest is not None and head is not None and oldest < version < head.version:
                 # inside the retained run (expiry deletes from the oldest up): damage
                 raise self._gap(version)
             raise VersionNotFound(
@@ -291,15 +291,17 @@ class TableLog:
         vs = self.versions()
         return vs[0] if vs else None
 
-    def oldest_readable(self, versions: list[int] | None = None) -> int | None:
+    def oldest_readable(self, versions: list[int] | None = None, *,
+                        head: Manifest | None = None) -> int | None:
         """The oldest retained version time travel can read: of the table's current
         incarnation (a DROP or CREATE OR REPLACE starts a new one, whose versions follow
         the old ones', and time travel never crosses it). What errors name as
-        ``oldest_retained``. ``versions``: the listing, if the caller has it. A few
+        ``oldest_retained``. ``versions``, ``head``: the listing and the head, if the
+        caller has them. A few
         manifest reads (a binary search: the current incarnation's versions are a
         suffix); only on error and reporting paths."""
         vs = self.versions() if versions is None else versions
-        head = self.head()
+        head = self.head() if head is None else head
         if not vs or head is None:
             return vs[0] if vs else None
         lo, hi = 0, len(vs) - 1
