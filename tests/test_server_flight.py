@@ -172,16 +172,22 @@ def test_get_tables_filters_and_schema(client):
     assert table.schema.equals(md.TABLES_SCHEMA) and "items" in table.column(2).to_pylist()
 
 
+def _ingest(client, cmd, data: pa.RecordBatch) -> int:
+    """DoPut of ``data`` under ingest command ``cmd``: the record count answered."""
+    writer, reader = client.do_put(_desc(cmd), data.schema)
+    writer.write_batch(data)
+    writer.done_writing()
+    count = proto.parse(proto.DoPutUpdateResult, reader.read().to_pybytes()).record_count
+    writer.close()
+    return count
+
+
 def test_ingest_via_raw_doput(client):
     cmd = proto.CommandStatementIngest(table="raw_ing")
     cmd.table_definition_options.if_not_exist = proto.TableNotExistOption.CREATE
     cmd.table_definition_options.if_exists = proto.TableExistsOption.FAIL
     data = pa.record_batch({"a": [1, 2]})
-    writer, reader = client.do_put(_desc(cmd), data.schema)
-    writer.write_batch(data)
-    writer.done_writing()
-    assert proto.parse(proto.DoPutUpdateResult, reader.read().to_pybytes()).record_count == 2
-    writer.close()
+    assert _ingest(client, cmd, data) == 2
     bad = proto.CommandStatementIngest(table="raw_ing2")  # options left UNSPECIFIED
     writer, _ = client.do_put(_desc(bad), data.schema)
     with pytest.raises(pa.ArrowInvalid, match="table_definition_options"):
@@ -196,11 +202,7 @@ def test_catalog_and_schema_names_match_in_any_case(client):
     cmd.table_definition_options.if_not_exist = proto.TableNotExistOption.CREATE
     cmd.table_definition_options.if_exists = proto.TableExistsOption.APPEND
     data = pa.record_batch({"a": [1, 2]})
-    writer, reader = client.do_put(_desc(cmd), data.schema)
-    writer.write_batch(data)
-    writer.done_writing()
-    assert proto.parse(proto.DoPutUpdateResult, reader.read().to_pybytes()).record_count == 2
-    writer.close()
+    assert _ingest(client, cmd, data) == 2
     cmd.schema = "other"
     writer, _ = client.do_put(_desc(cmd), data.schema)
     with pytest.raises(pa.ArrowInvalid, match="unknown schema"):
