@@ -1058,8 +1058,7 @@ class FlightSqlServer(flight.FlightServerBase):
         session = self._session(context, principal)
         st = self._begin("DoGet", context, principal, session, _query(t.sql), nonce=t.nonce,
                          params=t.params)
-        result = self._run(st, self._announced_result, t, session, st.cancel)
-        schema = md.annotate_result_schema(result.schema)
+        result, schema = self._run(st, self._announced_result, t, session, st.cancel)
         st.info = result.info
         self._enter()  # the stream outlives this call; draining waits for it
         st.streaming = True
@@ -1071,28 +1070,31 @@ class FlightSqlServer(flight.FlightServerBase):
             raise exc from None
         return self._deliver(st, schema, head, result.reader, exhausted)
 
-    def _announced_result(self, t, session: Session, cancel: Cancel) -> QueryResult:
+    def _announced_result(self, t, session: Session,
+                          cancel: Cancel) -> tuple[QueryResult, pa.Schema]:
         """The query of ticket ``t`` run for its DoGet, with the columns its GetFlightInfo
         announced. A client holds the stream to that schema (ADBC fails an "inconsistent
         schema"), so when a table the query reads changed its columns in between (ALTER
         TABLE, CREATE OR REPLACE), and the run at the heads has other columns or no longer
         binds (a renamed column), the query runs over the versions GetFlightInfo described
         it over. SchemaChanged (UNAVAILABLE: planning again succeeds) when those are
-        gone."""
+        gone. Returns the result and its schema as streamed (annotated once here)."""
         try:
             result = self._engine.execute_query(t.sql, session, t.params, cancel=cancel)
         except errors.SqlError as exc:
             state = self._since_described(t)
             if state == "same":
                 raise
-            return self._as_planned(t, session, cancel, exc, state)
-        if t.schema is not None and \
-                schema_digest(md.annotate_result_schema(result.schema)) != t.schema:
+            result = self._as_planned(t, session, cancel, exc, state)
+            return result, md.annotate_result_schema(result.schema)
+        schema = md.annotate_result_schema(result.schema)
+        if t.schema is not None and schema_digest(schema) != t.schema:
             state = self._since_described(t, result.info.read_set)
             if state != "same":
                 result.reader.close()
-                return self._as_planned(t, session, cancel, None, state)
-        return result
+                result = self._as_planned(t, session, cancel, None, state)
+                schema = md.annotate_result_schema(result.schema)
+        return result, schema
 
     def _since_described(self, t, read: tuple | None = None) -> str:
         """How the tables the ticket's query was described over changed up to the versions
